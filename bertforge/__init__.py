@@ -1,0 +1,42 @@
+"""bertforge: a complete, fast, readable BERT — pretrain it, fine-tune it, use it."""
+
+from .config import BertConfig
+from .errors import BertforgeError
+from .model import (
+    BertForMaskedLM,
+    BertForNextSentencePrediction,
+    BertForPreTraining,
+    BertForQuestionAnswering,
+    BertForSequenceClassification,
+    BertForTokenClassification,
+    BertModel,
+)
+
+__version__ = "0.1.0"
+
+
+def __getattr__(name: str):  # lazy: importing the model does not pull in the tokenizer stack
+    if name == "Tokenizer":
+        from .tokenizer import Tokenizer
+
+        return Tokenizer
+    if name == "pipeline":
+        from .pipelines import pipeline
+
+        return pipeline
+    raise AttributeError(f"module 'bertforge' has no attribute {name!r}")
+
+
+__all__ = [
+    "BertConfig",
+    "BertForMaskedLM",
+    "BertForNextSentencePrediction",
+    "BertForPreTraining",
+    "BertForQuestionAnswering",
+    "BertForSequenceClassification",
+    "BertForTokenClassification",
+    "BertModel",
+    "BertforgeError",
+    "Tokenizer",
+    "pipeline",
+]

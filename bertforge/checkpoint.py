@@ -1,0 +1,198 @@
+"""Hugging Face checkpoint directories, both ways: `config.json` + `model.safetensors` (or shards, or a
+`pytorch_model.bin` read with `weights_only=True`).
+
+All the variation found in published BERT files is handled by one declarative table, `KEY_RULES`, applied to
+every key of a checkpoint before it is matched against the model's own `state_dict()` names.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+
+from .config import CONFIG_NAME, BertConfig
+from .errors import BertforgeError
+from .io import atomic_write
+
+log = logging.getLogger("bertforge")
+
+WEIGHTS_NAME = "model.safetensors"
+WEIGHTS_INDEX_NAME = "model.safetensors.index.json"
+PICKLE_WEIGHTS_NAME = "pytorch_model.bin"
+
+# (pattern, replacement) applied in order to each checkpoint key; a replacement of None drops the key.
+KEY_RULES: list[tuple[str, str | None]] = [
+    (r"^(.*LayerNorm)\.gamma$", r"\1.weight"),  # TF-era names
+    (r"^(.*LayerNorm)\.beta$", r"\1.bias"),
+    (r"(^|\.)embeddings\.position_ids$", None),  # a buffer, not a weight
+    (r"^cls\.predictions\.decoder\.weight$", None),  # tied to the word embeddings
+    (r"^cls\.predictions\.decoder\.bias$", None),  # the same tensor as cls.predictions.bias
+]
+_BODY = ("embeddings.", "encoder.", "pooler.")
+
+
+@dataclass
+class LoadingInfo:
+    missing_keys: list[str] = field(default_factory=list)  # initialised from scratch
+    unexpected_keys: list[str] = field(default_factory=list)  # in the file, not used by this class
+    source: str = ""
+
+
+def rename_key(key: str) -> str | None:
+    for pattern, repl in KEY_RULES:
+        if re.search(pattern, key):
+            if repl is None:
+                return None
+            key = re.sub(pattern, repl, key)
+    return key
+
+
+def _checked_name(root: Path, name: Any, what: str) -> Path:
+    """A file named inside a checkpoint must stay inside the checkpoint directory."""
+    if not isinstance(name, str) or not name or "/" in name or "\\" in name or name in (".", "..") or "\0" in name:
+        raise BertforgeError(f"{root / WEIGHTS_INDEX_NAME}: {what} {name!r} is not a plain file name in the model directory")
+    return root / name
+
+
+def read_state_dict(path: str | Path) -> tuple[dict[str, torch.Tensor], str]:
+    """Read the weights of a checkpoint directory (or a single .safetensors/.bin file)."""
+    path = Path(path)
+    if path.is_dir():
+        if (path / WEIGHTS_NAME).is_file():
+            file = path / WEIGHTS_NAME
+        elif (path / WEIGHTS_INDEX_NAME).is_file():
+            return _read_sharded(path), str(path / WEIGHTS_INDEX_NAME)
+        elif (path / PICKLE_WEIGHTS_NAME).is_file():
+            file = path / PICKLE_WEIGHTS_NAME
+        else:
+            raise BertforgeError(f"{path}: no {WEIGHTS_NAME}, {WEIGHTS_INDEX_NAME} or {PICKLE_WEIGHTS_NAME} in this directory")
+    elif path.is_file():
+        file = path
+    else:
+        raise BertforgeError(f"{path}: no such model directory or file")
+    if file.suffix == ".bin":
+        return _read_pickle_weights(file), str(file)
+    return _read_safetensors(file), str(file)
+
+
+def _read_safetensors(file: Path) -> dict[str, torch.Tensor]:
+    try:
+        return load_file(str(file))
+    except (SafetensorError, OSError, ValueError, RuntimeError) as err:
+        raise BertforgeError(f"{file}: not a readable safetensors file ({err})") from None
+
+
+def _read_pickle_weights(file: Path) -> dict[str, torch.Tensor]:
+    """`pytorch_model.bin` only through PyTorch's restricted unpickler: tensors and plain containers, no code."""
+    try:
+        state = torch.load(file, map_location="cpu", weights_only=True, mmap=False)
+    except Exception as err:  # the restricted unpickler raises many types; all mean "refused"
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise BertforgeError(f"{file}: refused to load (only plain tensors are accepted; {first})") from None
+    if isinstance(state, dict) and "state_dict" in state and isinstance(state["state_dict"], dict):
+        state = state["state_dict"]
+    if not isinstance(state, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()):
+        raise BertforgeError(f"{file}: expected a dictionary of named tensors")
+    return state
+
+
+def _read_sharded(root: Path) -> dict[str, torch.Tensor]:
+    index_file = root / WEIGHTS_INDEX_NAME
+    try:
+        index = json.loads(index_file.read_text(encoding="utf-8"))
+        weight_map = index["weight_map"]
+        assert isinstance(weight_map, dict)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AssertionError):
+        raise BertforgeError(f"{index_file}: not a valid shard index (expected a JSON object with 'weight_map')") from None
+    state: dict[str, torch.Tensor] = {}
+    for shard in sorted(set(weight_map.values()), key=str):
+        file = _checked_name(root, shard, "shard")
+        if not file.is_file():
+            raise BertforgeError(f"{index_file}: shard {shard!r} is missing")
+        state.update(_read_safetensors(file))
+    return state
+
+
+def convert_state_dict(
+    state: dict[str, torch.Tensor], model: torch.nn.Module, source: str
+) -> tuple[dict[str, torch.Tensor], LoadingInfo]:
+    """Map checkpoint keys onto `model`'s names; check shapes. Returns the usable tensors and what was missing."""
+    own = model.state_dict()
+    with_prefix = any(k.startswith("bert.") for k in own)
+    mapped: dict[str, torch.Tensor] = {}
+    unexpected: list[str] = []
+    for key, tensor in state.items():
+        new = rename_key(key)
+        if new is None:
+            continue
+        if with_prefix and new.startswith(_BODY):
+            new = "bert." + new
+        elif not with_prefix and new.startswith("bert."):
+            new = new[len("bert.") :]
+        if new not in own:
+            unexpected.append(key)
+            continue
+        if tuple(tensor.shape) != tuple(own[new].shape):
+            raise BertforgeError(
+                f"{source}: weight {key!r} has shape {list(tensor.shape)}, the model expects {list(own[new].shape)} "
+                f"(does config.json match the weights?)"
+            )
+        if not (tensor.is_floating_point() or tensor.is_complex()):
+            raise BertforgeError(f"{source}: weight {key!r} has non-float dtype {tensor.dtype}")
+        mapped[new] = tensor
+    missing = [k for k in own if k not in mapped]
+    return mapped, LoadingInfo(missing, unexpected, source)
+
+
+M = TypeVar("M", bound=torch.nn.Module)
+
+
+def load_pretrained(cls: type[M], path: str | Path, **overrides: Any) -> M:
+    """Build `cls` from a checkpoint directory; heads absent from the file are initialised and reported."""
+    path = Path(path)
+    if not path.exists():
+        raise BertforgeError(f"{path}: no such model directory")
+    config_dir = path if path.is_dir() else path.parent
+    config = BertConfig.from_pretrained(config_dir, **overrides)
+    state, source = read_state_dict(path)
+    model = cls(config)  # type: ignore[call-arg]
+    mapped, info = convert_state_dict(state, model, source)
+    if not mapped:
+        raise BertforgeError(f"{source}: none of its weights belong to a BERT model")
+    body_missing = [k for k in info.missing_keys if k.removeprefix("bert.").startswith(("embeddings.", "encoder."))]
+    if body_missing:
+        raise BertforgeError(f"{source}: the encoder weights are incomplete; missing {body_missing[:3]} and {len(body_missing) - len(body_missing[:3])} more")
+    model.load_state_dict(mapped, strict=False)
+    if any(not torch.isfinite(p).all() for p in mapped.values()):
+        raise BertforgeError(f"{source}: the weights contain NaN or infinite values")
+    model.loading_info = info  # type: ignore[attr-defined]
+    if info.missing_keys:
+        log.warning(
+            "%s: weights not in the checkpoint, newly initialised (train them before use): %s",
+            cls.__name__,
+            ", ".join(info.missing_keys),
+        )
+    if info.unexpected_keys:
+        log.info("%s: checkpoint weights not used by this class: %s", cls.__name__, ", ".join(info.unexpected_keys))
+    return model
+
+
+def save_pretrained(model: torch.nn.Module, path: str | Path) -> None:
+    """Write `config.json` + `model.safetensors` that `transformers`' same-named class loads as they are."""
+    path = Path(path)
+    config: BertConfig = model.config  # type: ignore[assignment]
+    config.architectures = [type(model).__name__]
+    state = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}
+    atomic_write(path / WEIGHTS_NAME, lambda tmp: save_file(state, str(tmp), metadata={"format": "pt"}))
+    config.save_pretrained(path)
+
+
+__all__ = ["KEY_RULES", "LoadingInfo", "load_pretrained", "read_state_dict", "save_pretrained", "CONFIG_NAME"]

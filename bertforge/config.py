@@ -1,0 +1,199 @@
+"""`BertConfig`: the model's hyper-parameters, with the field names of Hugging Face's `config.json`."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import BertforgeError
+from .io import atomic_write_text
+
+CONFIG_NAME = "config.json"
+
+# Activations the model implements, by their Hugging Face names.
+ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "relu", "silu", "swish", "tanh")
+ATTENTION_BACKENDS = ("sdpa", "eager")
+
+# (layers, hidden, heads) of the presets; intermediate size is 4 x hidden.
+PRESETS: dict[str, tuple[int, int, int]] = {
+    "tiny": (2, 128, 2),
+    "mini": (4, 256, 4),
+    "small": (4, 512, 8),
+    "medium": (8, 512, 8),
+    "base": (12, 768, 12),
+    "large": (24, 1024, 16),
+}
+
+# Sanity limits: a config beyond them is a corrupt or hostile file, not a model anyone trains.
+_MAX_VOCAB = 10_000_000
+_MAX_HIDDEN = 65_536
+_MAX_LAYERS = 1_000
+_MAX_POSITIONS = 1_048_576
+
+
+@dataclass
+class BertConfig:
+    vocab_size: int = 30522  # WordPiece vocabulary size, special tokens included
+    hidden_size: int = 768  # width of every layer
+    num_hidden_layers: int = 12  # encoder blocks
+    num_attention_heads: int = 12  # heads per block; must divide hidden_size
+    intermediate_size: int = 3072  # feed-forward inner width
+    hidden_act: str = "gelu"  # feed-forward and MLM-transform activation (exact erf GELU)
+    hidden_dropout_prob: float = 0.1  # dropout after embeddings, attention output and feed-forward
+    attention_probs_dropout_prob: float = 0.1  # dropout on attention probabilities
+    max_position_embeddings: int = 512  # longest sequence the position table covers
+    type_vocab_size: int = 2  # segment ids (0 = sentence A, 1 = sentence B)
+    layer_norm_eps: float = 1e-12
+    initializer_range: float = 0.02  # std of the truncated-normal init
+    pad_token_id: int = 0
+    num_labels: int = 2  # classification / token-classification heads
+    id2label: dict[int, str] | None = None
+    label2id: dict[str, int] | None = None
+    classifier_dropout: float | None = None  # None: use hidden_dropout_prob
+    problem_type: str | None = None  # "regression" | "single_label_classification" | "multi_label_classification"
+    attn_implementation: str = "sdpa"  # run-time choice, not written to config.json
+    architectures: list[str] | None = None
+    extra: dict[str, Any] = field(default_factory=dict, repr=False)  # unknown config.json keys, kept for saving
+
+    def __post_init__(self) -> None:
+        if self.id2label is not None:
+            self.id2label = {int(k): str(v) for k, v in self.id2label.items()}
+            self.num_labels = len(self.id2label)
+            if self.label2id is None:
+                self.label2id = {v: k for k, v in self.id2label.items()}
+        if self.label2id is not None:
+            self.label2id = {str(k): int(v) for k, v in self.label2id.items()}
+        self.validate()
+
+    # ------------------------------------------------------------------ validation
+    def validate(self) -> None:
+        """Raise `BertforgeError` naming the first field that is wrong."""
+
+        def positive_int(name: str, limit: int) -> None:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise BertforgeError(f"config field {name!r} must be an integer, got {value!r}")
+            if not 0 < value <= limit:
+                raise BertforgeError(f"config field {name!r} must be between 1 and {limit:,}, got {value:,}")
+
+        positive_int("vocab_size", _MAX_VOCAB)
+        positive_int("hidden_size", _MAX_HIDDEN)
+        positive_int("num_hidden_layers", _MAX_LAYERS)
+        positive_int("num_attention_heads", _MAX_HIDDEN)
+        positive_int("intermediate_size", 8 * _MAX_HIDDEN)
+        positive_int("max_position_embeddings", _MAX_POSITIONS)
+        positive_int("type_vocab_size", 1024)
+        positive_int("num_labels", _MAX_VOCAB)
+        if self.hidden_size % self.num_attention_heads:
+            raise BertforgeError(
+                f"config field 'hidden_size' ({self.hidden_size}) must be divisible by "
+                f"'num_attention_heads' ({self.num_attention_heads})"
+            )
+        if self.hidden_act not in ACTIVATIONS:
+            raise BertforgeError(f"config field 'hidden_act' is {self.hidden_act!r}; supported: {', '.join(ACTIVATIONS)}")
+        if self.attn_implementation not in ATTENTION_BACKENDS:
+            raise BertforgeError(
+                f"'attn_implementation' is {self.attn_implementation!r}; supported: {', '.join(ATTENTION_BACKENDS)}"
+            )
+        for name in ("hidden_dropout_prob", "attention_probs_dropout_prob", "classifier_dropout"):
+            value = getattr(self, name)
+            if value is None and name == "classifier_dropout":
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+                raise BertforgeError(f"config field {name!r} must be a number in [0, 1), got {value!r}")
+        for name in ("layer_norm_eps", "initializer_range"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not (0 < value < 1) or math.isnan(value):
+                raise BertforgeError(f"config field {name!r} must be a small positive number, got {value!r}")
+        if self.pad_token_id is not None and (
+            isinstance(self.pad_token_id, bool)
+            or not isinstance(self.pad_token_id, int)
+            or not 0 <= self.pad_token_id < self.vocab_size
+        ):
+            raise BertforgeError(
+                f"config field 'pad_token_id' must be an id in [0, vocab_size={self.vocab_size}), got {self.pad_token_id!r}"
+            )
+        if self.problem_type not in (None, "regression", "single_label_classification", "multi_label_classification"):
+            raise BertforgeError(f"config field 'problem_type' has unknown value {self.problem_type!r}")
+        if self.id2label is not None and sorted(self.id2label) != list(range(len(self.id2label))):
+            raise BertforgeError("config field 'id2label' must map the ids 0..num_labels-1")
+
+    # ------------------------------------------------------------------ construction
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+    @classmethod
+    def preset(cls, name: str, **overrides: Any) -> "BertConfig":
+        """A named size: tiny, mini, small, medium, base or large (intermediate = 4 x hidden)."""
+        if name not in PRESETS:
+            raise BertforgeError(f"unknown config preset {name!r}; choose one of: {', '.join(PRESETS)}")
+        layers, hidden, heads = PRESETS[name]
+        kwargs: dict[str, Any] = dict(
+            num_hidden_layers=layers, hidden_size=hidden, num_attention_heads=heads, intermediate_size=4 * hidden
+        )
+        kwargs.update(overrides)
+        return cls(**kwargs)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], source: str = "config") -> "BertConfig":
+        if not isinstance(data, dict):
+            raise BertforgeError(f"{source}: expected a JSON object, got {type(data).__name__}")
+        model_type = data.get("model_type", "bert")
+        if model_type not in ("bert", None):
+            raise BertforgeError(f"{source}: model_type is {model_type!r}; bertforge loads only 'bert' checkpoints")
+        if data.get("position_embedding_type", "absolute") != "absolute":
+            raise BertforgeError(
+                f"{source}: position_embedding_type {data['position_embedding_type']!r} is not supported (only 'absolute')"
+            )
+        known = {f.name for f in dataclasses.fields(cls)} - {"extra"}
+        kwargs = {k: v for k, v in data.items() if k in known}
+        extra = {k: v for k, v in data.items() if k not in known}
+        try:
+            return cls(**kwargs, extra=extra)
+        except BertforgeError as err:
+            raise BertforgeError(f"{source}: {err}") from None
+        except (TypeError, ValueError, AttributeError) as err:
+            raise BertforgeError(f"{source}: invalid field value ({err})") from None
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path, **overrides: Any) -> "BertConfig":
+        """Read `config.json` from a directory (or the file itself); keyword overrides win."""
+        path = Path(path)
+        file = path / CONFIG_NAME if path.is_dir() else path
+        if not file.is_file():
+            raise BertforgeError(f"{file}: no such config file")
+        try:
+            data = json.loads(file.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise BertforgeError(f"{file}: not valid JSON ({err})") from None
+        if not isinstance(data, dict):
+            raise BertforgeError(f"{file}: expected a JSON object")
+        data.update(overrides)
+        return cls.from_dict(data, source=str(file))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The `config.json` contents, in the layout `transformers.BertConfig` reads."""
+        out: dict[str, Any] = dict(self.extra)
+        for f in dataclasses.fields(self):
+            if f.name in ("extra", "attn_implementation"):
+                continue
+            value = getattr(self, f.name)
+            if f.name in ("id2label", "label2id", "problem_type", "architectures") and value is None:
+                continue
+            if f.name == "id2label":
+                value = {str(k): v for k, v in value.items()}
+            out[f.name] = value
+        out.update(model_type="bert", position_embedding_type="absolute", tie_word_embeddings=True)
+        out.pop("_attn_implementation", None)
+        out.pop("attn_implementation", None)
+        return dict(sorted(out.items()))
+
+    def save_pretrained(self, path: str | Path) -> None:
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path / CONFIG_NAME, json.dumps(self.to_dict(), indent=2) + "\n")
