@@ -152,7 +152,8 @@ class BertConfig:
             )
         known = {f.name for f in dataclasses.fields(cls)} - {"extra"}
         kwargs = {k: v for k, v in data.items() if k in known}
-        extra = {k: v for k, v in data.items() if k not in known}
+        written_by_us = ("model_type", "position_embedding_type", "tie_word_embeddings")
+        extra = {k: v for k, v in data.items() if k not in known and k not in written_by_us}
         try:
             return cls(**kwargs, extra=extra)
         except BertforgeError as err:

@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .config import BertConfig
+from .errors import BertforgeError
 
 IGNORE_INDEX = -100
 
@@ -550,8 +551,7 @@ class BertForSequenceClassification(_ClassifierMixin, BertPreTrainedModel):
         if labels is not None:
             kind = self.problem_type(labels)
             if kind == "regression":
-                loss = F.mse_loss(logits.float().squeeze(-1), labels.float().reshape(-1)) if logits.shape[-1] == 1 else \
-                    F.mse_loss(logits.float(), labels.float())
+                loss = F.mse_loss(logits.float().reshape(labels.shape), labels.float())
             elif kind == "single_label_classification":
                 loss = F.cross_entropy(logits.float(), labels.reshape(-1), ignore_index=IGNORE_INDEX)
             else:
@@ -593,6 +593,8 @@ class BertForQuestionAnswering(BertPreTrainedModel):
 
     def __init__(self, config: BertConfig) -> None:
         super().__init__(config)
+        if config.num_labels != 2:
+            raise BertforgeError(f"BertForQuestionAnswering needs num_labels == 2 (start, end), got {config.num_labels}")
         self.bert = BertModel(config, add_pooling_layer=False)
         self.qa_outputs = Dense(config.hidden_size, 2)
         self.init_weights()

