@@ -1,0 +1,87 @@
+"""Optimizers and learning-rate schedules for pretraining and fine-tuning."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+import torch
+from torch import nn
+from torch.optim.lr_scheduler import LambdaLR
+
+from .errors import BertforgeError
+
+
+def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
+    """Weight decay on matrices and embeddings only; biases and LayerNorm weights (all 1-D) are not decayed."""
+    decay, no_decay = [], []
+    for param in model.parameters():
+        if param.requires_grad:
+            (decay if param.dim() >= 2 else no_decay).append(param)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+class Lamb(torch.optim.Optimizer):
+    """LAMB (You et al., 2019): Adam's update rescaled per tensor by ‖w‖ / ‖update‖, for very large batches."""
+
+    def __init__(self, params: Iterable, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-6, weight_decay: float = 0.0):
+        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
+
+    @torch.no_grad()
+    def step(self, closure=None):  # type: ignore[override]
+        loss = closure() if closure is not None else None
+        for group in self.param_groups:
+            beta1, beta2 = group["betas"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]
+                if not state:
+                    state["step"] = torch.zeros((), dtype=torch.float32)
+                    state["exp_avg"] = torch.zeros_like(p)
+                    state["exp_avg_sq"] = torch.zeros_like(p)
+                state["step"] += 1
+                t = state["step"].item()
+                m, v = state["exp_avg"], state["exp_avg_sq"]
+                m.mul_(beta1).add_(p.grad, alpha=1 - beta1)
+                v.mul_(beta2).addcmul_(p.grad, p.grad, value=1 - beta2)
+                update = (m / (1 - beta1**t)) / ((v / (1 - beta2**t)).sqrt() + group["eps"])
+                if group["weight_decay"]:
+                    update.add_(p, alpha=group["weight_decay"])
+                w_norm, u_norm = p.norm(), update.norm()
+                trust = torch.where((w_norm > 0) & (u_norm > 0), w_norm / u_norm, torch.ones_like(w_norm))
+                p.add_(update * trust, alpha=-group["lr"])
+        return loss
+
+
+def make_optimizer(
+    model: nn.Module, name: str, lr: float, weight_decay: float, fused: bool = False
+) -> torch.optim.Optimizer:
+    groups = parameter_groups(model, weight_decay)
+    if name == "adamw":
+        # epsilon 1e-6 and betas (0.9, 0.999) as in the BERT paper's optimizer
+        kwargs = dict(lr=lr, betas=(0.9, 0.999), eps=1e-6)
+        if fused:
+            kwargs["fused"] = True
+        return torch.optim.AdamW(groups, **kwargs)
+    if name == "lamb":
+        return Lamb(groups, lr=lr, betas=(0.9, 0.999), eps=1e-6)
+    raise BertforgeError(f"unknown optimizer {name!r}; choose adamw or lamb")
+
+
+def warmup_decay(optimizer: torch.optim.Optimizer, warmup_steps: int, total_steps: int, decay: str = "linear") -> LambdaLR:
+    """Linear warmup from 0 to the peak over `warmup_steps`, then linear or cosine decay to 0 at `total_steps`."""
+    if decay not in ("linear", "cosine", "constant"):
+        raise BertforgeError(f"unknown learning-rate decay {decay!r}; choose linear, cosine or constant")
+
+    def factor(step: int) -> float:
+        if step < warmup_steps:
+            return (step + 1) / max(1, warmup_steps)
+        if decay == "constant":
+            return 1.0
+        progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+        if decay == "linear":
+            return 1.0 - progress
+        return 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    return LambdaLR(optimizer, factor)

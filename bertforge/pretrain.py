@@ -1,0 +1,655 @@
+"""Pretraining: raw text in, a Hugging Face-ready BERT out, exact to resume, from one CPU to many GPUs.
+
+    pretrain(PretrainArgs(corpus=["wiki/"], config="base", max_steps=100_000, out="runs/base"))
+
+One process per device under `torchrun`; PyTorch's own DDP (or FSDP with `fsdp=True`) does the rest. Rank 0 alone
+logs and writes. A checkpoint is a directory `OUT/checkpoints/step-N/` built under a temporary name and renamed into
+place, so a kill at any moment leaves only complete checkpoints; `resume=True` continues from the newest one that
+loads, and the run ends bitwise equal to one that was never interrupted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import os
+import random
+import re
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_optimizer_state_dict,
+    set_model_state_dict,
+    set_optimizer_state_dict,
+)
+
+from .checkpoint import read_state_dict
+from .config import BertConfig, PRESETS
+from .errors import BertforgeError
+from .io import atomic_directory, atomic_write_text
+from .model import BertForPreTraining
+from .optim import make_optimizer, warmup_decay
+from .state import load_state, save_state
+
+log = logging.getLogger("bertforge")
+
+DEFAULT_CORPUS = Path(__file__).parent / "data" / "default_corpus.txt.gz"
+DEMO_SENTENCES = [
+    "The old man walked slowly down the [MASK] towards the sea.",
+    "She opened the [MASK] and looked out at the garden.",
+    "It was the best of times, it was the worst of [MASK].",
+    "He said that he would [MASK] her again in the morning.",
+]
+RUN_CONFIG = "run_config.json"
+CHECKPOINT_RE = re.compile(r"^step-(\d+)$")
+# Settings a resumed run may change; any other change would make the continuation a different run.
+RESUMABLE_CHANGES = {"max_steps", "save_every", "keep_last", "log_every", "resume", "overwrite", "progress", "demo"}
+
+
+@dataclass
+class PretrainArgs:
+    corpus: list[str] = field(default_factory=list)  # files or directories; empty: the bundled demo corpus
+    out: str = "runs/pretrain"
+    config: str = "tiny"  # a preset name or a config.json path
+    tokenizer: str | None = None  # a tokenizer dir; None: train one on the corpus and keep it in OUT/tokenizer
+    vocab_size: int = 30522  # for a tokenizer trained here
+    tokenizer_sample_mb: float = 256.0  # train the vocabulary on the first N MB of the corpus
+    lowercase: bool = True
+    max_steps: int = 1000
+    batch_size: int = 32  # sequences per micro-batch per process
+    grad_accum: int = 1
+    seq_len: int = 128
+    lr: float = 1e-4
+    warmup_steps: int = 100
+    decay: str = "linear"  # linear | cosine | constant
+    optimizer: str = "adamw"  # adamw | lamb
+    weight_decay: float = 0.01
+    max_grad_norm: float = 1.0
+    seed: int = 0
+    nsp: bool = True  # False: RoBERTa-style full-sentence packing, MLM loss only
+    whole_word_mask: bool = False
+    mlm_probability: float = 0.15
+    save_every: int = 500
+    keep_last: int = 3
+    log_every: int = 10
+    resume: bool = False
+    overwrite: bool = False
+    device: str = "auto"  # auto | cpu | cuda
+    precision: str = "auto"  # auto (bf16 on CUDA, fp32 on CPU) | fp32 | bf16
+    fsdp: bool = False
+    gradient_checkpointing: bool = False
+    compile: bool = False
+    text_field: str = "text"
+    progress: bool = True
+    demo: bool = True  # print [MASK] predictions for a few sentences before and after
+
+
+# ---------------------------------------------------------------------------------------------------- environment
+@dataclass
+class Runtime:
+    rank: int
+    world_size: int
+    local_rank: int
+    device: torch.device
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+
+def setup_runtime(device: str) -> Runtime:
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda":
+        if not torch.cuda.is_available():
+            raise BertforgeError("--device cuda was asked for, but no CUDA device is available")
+        torch.cuda.set_device(local)
+        dev = torch.device("cuda", local)
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    elif device == "cpu":
+        dev = torch.device("cpu")
+    else:
+        raise BertforgeError(f"unknown device {device!r}; choose auto, cpu or cuda")
+    if world > 1 and not dist.is_initialized():
+        dist.init_process_group("nccl" if dev.type == "cuda" else "gloo")
+    return Runtime(rank, world, local, dev)
+
+
+def barrier(rt: Runtime) -> None:
+    if rt.distributed:
+        dist.barrier()
+
+
+# ---------------------------------------------------------------------------------------------------- checkpoints
+def list_checkpoints(out: Path) -> list[tuple[int, Path]]:
+    """Complete checkpoints, oldest first (an unfinished one has a temporary name and is never listed)."""
+    root = out / "checkpoints"
+    if not root.is_dir():
+        return []
+    found = []
+    for d in root.iterdir():
+        m = CHECKPOINT_RE.match(d.name)
+        if m and d.is_dir() and (d / "trainer_state.json").is_file():
+            found.append((int(m.group(1)), d))
+    return sorted(found)
+
+
+def rng_state() -> dict[str, Any]:
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+# ---------------------------------------------------------------------------------------------------- the trainer
+class Pretrainer:
+    """Owns the model, optimizer, schedule, data stream and the loop. `run()` trains to `max_steps`."""
+
+    def __init__(self, args: PretrainArgs) -> None:
+        self.args = args
+        self.validate_args()
+        self.rt = setup_runtime(args.device)
+        self.out = Path(args.out)
+        self.corpus = [str(p) for p in args.corpus] or [str(DEFAULT_CORPUS)]
+        self.prepare_output_dir()
+        self.tokenizer = self.load_or_train_tokenizer()
+        self.config = self.build_config()
+        self.autocast_dtype = self.pick_precision()
+
+        torch.manual_seed(args.seed)
+        self.model = BertForPreTraining(self.config).to(self.rt.device)
+        if args.gradient_checkpointing:
+            self.model.gradient_checkpointing_enable()
+        self.train_model = self.wrap_model(self.model)
+        fused = self.rt.device.type == "cuda" and args.optimizer == "adamw"
+        self.optimizer = make_optimizer(self.model, args.optimizer, args.lr, args.weight_decay, fused=fused)
+        self.scheduler = warmup_decay(self.optimizer, args.warmup_steps, args.max_steps, args.decay)
+        self.stream = self.build_stream()
+        self.step = 0
+        self.skipped_steps = 0
+        self.tokens_seen = 0
+
+    # ------------------------------------------------------------------ set-up
+    def validate_args(self) -> None:
+        a = self.args
+        for name in ("max_steps", "batch_size", "grad_accum", "seq_len", "save_every", "keep_last", "log_every", "vocab_size"):
+            value = getattr(a, name)
+            if not isinstance(value, int) or value < 1:
+                raise BertforgeError(f"--{name.replace('_', '-')} must be a positive integer, got {value!r}")
+        if a.seq_len < 8:
+            raise BertforgeError(f"--seq-len {a.seq_len} is too short for [CLS] A [SEP] B [SEP]; use at least 8")
+        if not (a.lr > 0 and math.isfinite(a.lr)):
+            raise BertforgeError(f"--lr must be a positive number, got {a.lr}")
+        if a.warmup_steps < 0:
+            raise BertforgeError(f"--warmup-steps must be >= 0, got {a.warmup_steps}")
+        if not 0 < a.mlm_probability < 1:
+            raise BertforgeError(f"--mlm-probability must be in (0, 1), got {a.mlm_probability}")
+        if a.resume and a.overwrite:
+            raise BertforgeError("--resume and --overwrite contradict each other; choose one")
+        for path in a.corpus:
+            if not Path(path).exists():
+                raise BertforgeError(f"corpus path {path} does not exist")
+
+    def prepare_output_dir(self) -> None:
+        """Refuse to mix two runs in one directory; record the settings of a new run."""
+        out, a = self.out, self.args
+        previous = out / RUN_CONFIG
+        settings = dataclasses.asdict(a)
+        if self.rt.is_main:
+            if out.exists() and not out.is_dir():
+                raise BertforgeError(f"--out {out} exists and is not a directory")
+            if out.is_dir() and any(out.iterdir()):
+                if a.overwrite:
+                    for name in ("checkpoints", "model", "tokenizer", "tensorboard", "metrics.jsonl", RUN_CONFIG, "training_curves.png"):
+                        target = out / name
+                        if target.is_dir():
+                            shutil.rmtree(target)
+                        elif target.exists():
+                            target.unlink()
+                elif not a.resume:
+                    raise BertforgeError(
+                        f"--out {out} already holds files (another run?); pass --resume to continue it or --overwrite to replace it"
+                    )
+                elif previous.is_file():
+                    self.check_resumable(previous, settings)
+            out.mkdir(parents=True, exist_ok=True)
+            for stale in (out / "checkpoints").glob(".step-*"):  # the remains of a save that was killed
+                shutil.rmtree(stale, ignore_errors=True)
+            atomic_write_text(previous, json.dumps(settings, indent=2) + "\n")
+        barrier(self.rt)
+
+    def check_resumable(self, previous: Path, settings: dict[str, Any]) -> None:
+        try:
+            before = json.loads(previous.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as err:
+            raise BertforgeError(f"{previous}: unreadable ({err})") from None
+        changed = sorted(k for k in settings if k not in RESUMABLE_CHANGES and before.get(k, settings[k]) != settings[k])
+        if changed:
+            details = ", ".join(f"{k}: {before.get(k)!r} -> {settings[k]!r}" for k in changed)
+            raise BertforgeError(f"--resume with settings that differ from the run in {self.out}: {details}")
+
+    def load_or_train_tokenizer(self):
+        from .tokenizer import Tokenizer
+
+        a, own = self.args, self.out / "tokenizer"
+        if a.tokenizer:
+            tok = Tokenizer.from_pretrained(a.tokenizer)
+        elif (own / "tokenizer.json").is_file():  # resume (and every rank) reuse the saved vocabulary: never retrain
+            tok = Tokenizer.from_pretrained(own)
+        else:
+            if self.rt.is_main:
+                from .data import iter_documents
+
+                log.info("training a WordPiece vocabulary (%d tokens) on %s", a.vocab_size, ", ".join(self.corpus))
+                lines = _take_mb(iter_documents(self.corpus, text_field=a.text_field), a.tokenizer_sample_mb)
+                tok = Tokenizer.train(lines, vocab_size=a.vocab_size, lowercase=a.lowercase, show_progress=a.progress)
+                tok.save_pretrained(own)
+            barrier(self.rt)
+            tok = Tokenizer.from_pretrained(own)
+        return tok
+
+    def build_config(self) -> BertConfig:
+        a, tok = self.args, self.tokenizer
+        overrides = dict(vocab_size=tok.vocab_size, pad_token_id=tok.pad_token_id)
+        if a.config in PRESETS:
+            config = BertConfig.preset(a.config, **overrides)
+        elif Path(a.config).exists():
+            config = BertConfig.from_pretrained(a.config, **overrides)
+        else:
+            raise BertforgeError(f"--config {a.config!r} is neither a preset ({', '.join(PRESETS)}) nor a config.json path")
+        if a.seq_len > config.max_position_embeddings:
+            raise BertforgeError(
+                f"--seq-len {a.seq_len} is above the model's max_position_embeddings ({config.max_position_embeddings})"
+            )
+        return config
+
+    def pick_precision(self) -> torch.dtype | None:
+        p, dev = self.args.precision, self.rt.device.type
+        if p == "auto":
+            return torch.bfloat16 if dev == "cuda" and torch.cuda.is_bf16_supported() else None
+        if p == "fp32":
+            return None
+        if p == "bf16":
+            return torch.bfloat16
+        raise BertforgeError(f"unknown --precision {p!r}; choose auto, fp32 or bf16")
+
+    def wrap_model(self, model: torch.nn.Module) -> torch.nn.Module:
+        wrapped: torch.nn.Module = model
+        if self.args.fsdp:
+            if not self.rt.distributed:
+                raise BertforgeError("--fsdp needs several processes: launch with torchrun --nproc-per-node N")
+            from torch.distributed.fsdp import fully_shard
+
+            for layer in model.bert.encoder.layer:
+                fully_shard(layer)
+            fully_shard(model)
+        elif self.rt.distributed:
+            from torch.nn.parallel import DistributedDataParallel
+
+            ids = [self.rt.local_rank] if self.rt.device.type == "cuda" else None
+            wrapped = DistributedDataParallel(model, device_ids=ids)
+        if self.args.compile:
+            wrapped = torch.compile(wrapped)
+        return wrapped
+
+    def build_stream(self):
+        from .data import PretrainingStream
+
+        tok, a = self.tokenizer, self.args
+        vocab = tok.convert_ids_to_tokens(list(range(tok.vocab_size)))
+        return PretrainingStream(
+            self.corpus,
+            tok.encode_ids,
+            cls_id=tok.cls_token_id,
+            sep_id=tok.sep_token_id,
+            pad_id=tok.pad_token_id,
+            mask_id=tok.mask_token_id,
+            vocab_size=tok.vocab_size,
+            is_continuation=[t.startswith("##") for t in vocab] if a.whole_word_mask else None,
+            max_seq_length=a.seq_len,
+            batch_size=a.batch_size,
+            nsp=a.nsp,
+            whole_word_mask=a.whole_word_mask,
+            mlm_probability=a.mlm_probability,
+            seed=a.seed,
+            rank=self.rt.rank,
+            world_size=self.rt.world_size,
+            text_field=a.text_field,
+        )
+
+    # ------------------------------------------------------------------ checkpoints
+    def save_checkpoint(self) -> None:
+        """Everything that decides what comes next: weights, optimizer, schedule, RNGs, data position."""
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        model_state = get_model_state_dict(self.model, options=options)
+        optim_state = get_optimizer_state_dict(self.model, self.optimizer, options=options)
+        rngs = [rng_state()]
+        data = [self.stream.state_dict()]
+        if self.rt.distributed:  # rank 0 writes the state of every rank
+            rngs = [None] * self.rt.world_size  # type: ignore[list-item]
+            data = [None] * self.rt.world_size  # type: ignore[list-item]
+            dist.all_gather_object(rngs, rng_state())
+            dist.all_gather_object(data, self.stream.state_dict())
+        if self.rt.is_main:
+            target = self.out / "checkpoints" / f"step-{self.step}"
+            with atomic_directory(target) as tmp:
+                from safetensors.torch import save_file
+
+                save_file({k: v.contiguous() for k, v in model_state.items()}, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+                self.config.save_pretrained(tmp)
+                save_state(tmp, "optimizer", optim_state)
+                save_state(tmp, "scheduler", self.scheduler.state_dict())
+                save_state(tmp, "rng", rngs)
+                save_state(tmp, "data", data)
+                trainer = {"step": self.step, "skipped_steps": self.skipped_steps, "tokens_seen": self.tokens_seen,
+                           "world_size": self.rt.world_size}
+                (tmp / "trainer_state.json").write_text(json.dumps(trainer) + "\n", encoding="utf-8")
+            for _, old in list_checkpoints(self.out)[: -self.args.keep_last]:
+                shutil.rmtree(old, ignore_errors=True)
+        barrier(self.rt)
+
+    def load_checkpoint(self, path: Path) -> None:
+        trainer = json.loads((path / "trainer_state.json").read_text(encoding="utf-8"))
+        if trainer["world_size"] != self.rt.world_size:
+            raise BertforgeError(
+                f"{path} was written by {trainer['world_size']} processes; resuming needs the same number (now {self.rt.world_size})"
+            )
+        weights, _ = read_state_dict(path / "model.safetensors")
+        optim_state = load_state(path, "optimizer")
+        sched_state = load_state(path, "scheduler")
+        rngs = load_state(path, "rng")
+        data = load_state(path, "data")
+        options = StateDictOptions(full_state_dict=True, strict=True)
+        set_model_state_dict(self.model, weights, options=options)
+        set_optimizer_state_dict(self.model, self.optimizer, optim_state, options=options)
+        self.scheduler.load_state_dict(sched_state)
+        set_rng_state(rngs[self.rt.rank])
+        self.stream.load_state_dict(data[self.rt.rank])
+        self.step, self.skipped_steps, self.tokens_seen = trainer["step"], trainer["skipped_steps"], trainer["tokens_seen"]
+
+    def resume(self) -> None:
+        """Continue from the newest checkpoint that loads; a corrupt one is reported and the previous one tried."""
+        for step, path in reversed(list_checkpoints(self.out)):
+            try:
+                self.load_checkpoint(path)
+            except (BertforgeError, OSError, KeyError, ValueError, RuntimeError, json.JSONDecodeError) as err:
+                log.warning("checkpoint %s is unusable (%s); trying the previous one", path, err)
+                continue
+            log.info("resumed from %s (step %d)", path, step)
+            return
+        if list_checkpoints(self.out):
+            raise BertforgeError(f"no checkpoint in {self.out / 'checkpoints'} could be loaded")
+        log.info("--resume: no checkpoint in %s yet, starting from step 0", self.out)
+
+    # ------------------------------------------------------------------ the loop
+    def forward_backward(self, batch: dict[str, torch.Tensor], scale: float) -> dict[str, torch.Tensor]:
+        dev = self.rt.device
+        batch = {k: v.to(dev, non_blocking=True) for k, v in batch.items()}
+        with torch.autocast(dev.type, dtype=self.autocast_dtype, enabled=self.autocast_dtype is not None):
+            out = self.train_model(
+                input_ids=batch["input_ids"],
+                attention_mask=batch["attention_mask"],
+                token_type_ids=batch["token_type_ids"],
+                labels=batch["labels"],
+                next_sentence_label=batch.get("next_sentence_label"),
+            )
+        (out.loss * scale).backward()
+        with torch.no_grad():
+            labels = batch["labels"]
+            target = labels[labels != -100]
+            stats = {
+                "loss": out.loss.detach(),
+                "mlm_loss": out.mlm_loss.detach(),
+                "mlm_correct": (out.prediction_logits.argmax(-1) == target).sum(),
+                "mlm_count": torch.tensor(target.numel(), device=dev),
+                "tokens": batch["attention_mask"].sum(),
+            }
+            if out.nsp_loss is not None:
+                stats["nsp_loss"] = out.nsp_loss.detach()
+                stats["nsp_correct"] = (out.seq_relationship_logits.argmax(-1) == batch["next_sentence_label"]).sum()
+                stats["nsp_count"] = torch.tensor(batch["next_sentence_label"].numel(), device=dev)
+        return stats
+
+    def train_step(self) -> dict[str, float]:
+        """One optimizer step over `grad_accum` micro-batches. A non-finite loss or gradient skips the update."""
+        a = self.args
+        self.optimizer.zero_grad(set_to_none=True)
+        totals: dict[str, torch.Tensor] = {}
+        for micro in range(a.grad_accum):
+            batch = next(self.stream)
+            sync = micro == a.grad_accum - 1
+            ctx = self.train_model.no_sync() if (self.rt.distributed and not sync and hasattr(self.train_model, "no_sync")) else _null()
+            with ctx:
+                stats = self.forward_backward(batch, 1.0 / a.grad_accum)
+            for k, v in stats.items():
+                totals[k] = totals.get(k, 0) + v
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), a.max_grad_norm)
+        bad = torch.tensor(float(not (torch.isfinite(totals["loss"]) and torch.isfinite(grad_norm))), device=self.rt.device)
+        if self.rt.distributed:
+            dist.all_reduce(bad, op=dist.ReduceOp.MAX)
+            for k in totals:
+                dist.all_reduce(totals[k])
+        if bad.item():
+            self.skipped_steps += 1
+            self.optimizer.zero_grad(set_to_none=True)
+            log.warning("step %d: non-finite loss or gradient; update skipped (%d so far)", self.step + 1, self.skipped_steps)
+        else:
+            self.optimizer.step()
+        lr = self.scheduler.get_last_lr()[0]
+        self.scheduler.step()
+        self.step += 1
+        n = a.grad_accum * self.rt.world_size
+        result = {
+            "loss": totals["loss"].item() / n,
+            "mlm_loss": totals["mlm_loss"].item() / n,
+            "mlm_accuracy": totals["mlm_correct"].item() / max(1, totals["mlm_count"].item()),
+            "lr": lr,
+            "grad_norm": grad_norm.item(),
+            "tokens": int(totals["tokens"].item()),
+        }
+        if "nsp_loss" in totals:
+            result["nsp_loss"] = totals["nsp_loss"].item() / n
+            result["nsp_accuracy"] = totals["nsp_correct"].item() / max(1, totals["nsp_count"].item())
+        self.tokens_seen += result["tokens"]
+        return result
+
+    def run(self) -> Path:
+        a = self.args
+        if a.resume:
+            self.resume()
+        metrics = MetricsLog(self.out, self.step, enabled=self.rt.is_main)
+        if self.rt.is_main and a.demo and self.step == 0:
+            show_predictions(self.model, self.tokenizer, "before training", self.rt.device)
+        bar = None
+        if self.rt.is_main and a.progress:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=a.max_steps, initial=self.step, desc="pretraining", unit="step", dynamic_ncols=True)
+        self.model.train()
+        window_tokens, window_start, window = 0, time.perf_counter(), []
+        while self.step < a.max_steps:
+            result = self.train_step()
+            window_tokens += result.pop("tokens")
+            window.append(result)
+            if bar is not None:
+                bar.update(1)
+            if self.step % a.log_every == 0 or self.step == a.max_steps:
+                elapsed = time.perf_counter() - window_start
+                row = {"step": self.step, **{k: float(np.mean([w[k] for w in window])) for k in window[0]}}
+                row["lr"] = window[-1]["lr"]
+                row["tokens_per_s"] = window_tokens / max(elapsed, 1e-9)
+                row["skipped_steps"] = self.skipped_steps
+                metrics.write(row)
+                if bar is not None:
+                    bar.set_postfix(loss=f"{row['loss']:.3f}", lr=f"{row['lr']:.2e}", tok_s=f"{row['tokens_per_s']:,.0f}")
+                window_tokens, window_start, window = 0, time.perf_counter(), []
+            if self.step % a.save_every == 0 or self.step == a.max_steps:
+                self.save_checkpoint()
+        if bar is not None:
+            bar.close()
+        metrics.close()
+        final = self.out / "model"
+        if self.rt.is_main:
+            self.export(final)
+            if a.demo:
+                show_predictions(self.model, self.tokenizer, "after training", self.rt.device)
+            plot_metrics(self.out / "metrics.jsonl", self.out / "training_curves.png")
+            log.info("done: %d steps (%d skipped), %s tokens; model in %s", self.step, self.skipped_steps, f"{self.tokens_seen:,}", final)
+        barrier(self.rt)
+        return final
+
+    def export(self, target: Path) -> None:
+        """`OUT/model/` in Hugging Face layout: config.json, model.safetensors and the tokenizer files."""
+        weights = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        export = BertForPreTraining(self.config)
+        export.load_state_dict(weights)
+        with atomic_directory(target) as tmp:
+            export.save_pretrained(tmp)
+            self.tokenizer.save_pretrained(tmp)
+
+
+class _null:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _take_mb(lines, megabytes: float):
+    budget = int(megabytes * 1_000_000)
+    for line in lines:
+        yield line
+        budget -= len(line) + 1
+        if budget <= 0:
+            return
+
+
+class MetricsLog:
+    """`metrics.jsonl` (one object per logged step) and TensorBoard; on resume, rows after the resumed step go."""
+
+    def __init__(self, out: Path, step: int, enabled: bool) -> None:
+        self.enabled = enabled
+        self.file = out / "metrics.jsonl"
+        self.tb = None
+        if not enabled:
+            return
+        if self.file.exists():
+            kept = [line for line in self.file.read_text(encoding="utf-8").splitlines()
+                    if line.strip() and _row_step(line) is not None and _row_step(line) <= step]
+            atomic_write_text(self.file, "".join(line + "\n" for line in kept))
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.tb = SummaryWriter(str(out / "tensorboard"), purge_step=step + 1 if step else None)
+        except ImportError:  # tensorboard is a core dependency; tolerate its absence all the same
+            log.warning("tensorboard is not installed: no TensorBoard logs")
+        self.fh = open(self.file, "a", encoding="utf-8")
+
+    def write(self, row: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
+        self.fh.write(json.dumps(row) + "\n")
+        self.fh.flush()
+        if self.tb is not None:
+            for k, v in row.items():
+                if k != "step":
+                    self.tb.add_scalar(f"train/{k}", v, row["step"])
+
+    def close(self) -> None:
+        if self.enabled:
+            self.fh.close()
+            if self.tb is not None:
+                self.tb.close()
+
+
+def _row_step(line: str) -> int | None:
+    try:
+        return int(json.loads(line)["step"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def plot_metrics(metrics_file: Path, png: Path) -> None:
+    """Losses, MLM accuracy and learning rate against step, one PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [json.loads(line) for line in metrics_file.read_text(encoding="utf-8").splitlines() if line.strip()]
+    if not rows:
+        return
+    steps = [r["step"] for r in rows]
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    for key in ("loss", "mlm_loss", "nsp_loss"):
+        if key in rows[0]:
+            axes[0].plot(steps, [r[key] for r in rows], label=key)
+    axes[0].set(title="loss", xlabel="step")
+    axes[0].legend()
+    for key in ("mlm_accuracy", "nsp_accuracy"):
+        if key in rows[0]:
+            axes[1].plot(steps, [r[key] for r in rows], label=key)
+    axes[1].set(title="accuracy", xlabel="step", ylim=(0, 1))
+    axes[1].legend()
+    axes[2].plot(steps, [r["lr"] for r in rows])
+    axes[2].set(title="learning rate", xlabel="step")
+    fig.tight_layout()
+    tmp = png.with_name(f".{png.name}.tmp.png")
+    fig.savefig(tmp, dpi=100)
+    plt.close(fig)
+    os.replace(tmp, png)
+
+
+@torch.no_grad()
+def show_predictions(model: BertForPreTraining, tokenizer, title: str, device: torch.device, k: int = 3) -> None:
+    """Print the top-k fillers for the [MASK] in a few sentences."""
+    was_training = model.training
+    model.eval()
+    lines = [f"[MASK] predictions {title}:"]
+    for text in DEMO_SENTENCES:
+        enc = tokenizer(text, return_tensors="pt")
+        ids = enc["input_ids"].to(device)
+        out = model(input_ids=ids, token_type_ids=enc["token_type_ids"].to(device))
+        where = (ids[0] == tokenizer.mask_token_id).nonzero().flatten()
+        guesses = []
+        for pos in where.tolist():
+            probs = out.prediction_logits[0, pos].float().softmax(-1)
+            top = probs.topk(k)
+            guesses.append(", ".join(f"{t} ({p:.2f})" for t, p in zip(tokenizer.convert_ids_to_tokens(top.indices.tolist()), top.values.tolist())))
+        lines.append(f"  {text}  ->  {' | '.join(guesses)}")
+    log.info("\n".join(lines))
+    model.train(was_training)
+
+
+def pretrain(args: PretrainArgs | None = None, **kwargs: Any) -> Path:
+    """Train a BERT from raw text; returns the directory of the final Hugging Face-layout model."""
+    args = args or PretrainArgs(**kwargs)
+    return Pretrainer(args).run()

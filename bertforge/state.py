@@ -1,0 +1,84 @@
+"""Training state (optimizer, scheduler, RNGs, data position) as JSON + safetensors: never a pickle.
+
+`save_state(dir, name, obj)` splits any nest of dicts, lists, tuples, numbers, strings, tensors and numpy arrays
+into `name.json` (the structure, with tensors replaced by references) and `name.safetensors` (the tensors).
+`load_state` rebuilds the very same nest, so `torch.equal` holds for every tensor and dict key types survive.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+
+from .errors import BertforgeError
+
+
+def _encode(obj: Any, tensors: dict[str, torch.Tensor]) -> Any:
+    if isinstance(obj, torch.Tensor):
+        key = f"t{len(tensors)}"
+        tensors[key] = obj.detach().to("cpu").contiguous()
+        return {"__tensor__": key}
+    if isinstance(obj, np.ndarray):
+        key = f"t{len(tensors)}"
+        tensors[key] = torch.from_numpy(np.ascontiguousarray(obj))
+        return {"__ndarray__": key}
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, dict):
+        return {"__dict__": [[_encode(k, tensors), _encode(v, tensors)] for k, v in obj.items()]}
+    if isinstance(obj, tuple):
+        return {"__tuple__": [_encode(v, tensors) for v in obj]}
+    if isinstance(obj, list):
+        return [_encode(v, tensors) for v in obj]
+    if obj is None or isinstance(obj, (bool, int, float, str)):
+        return obj
+    raise TypeError(f"cannot store a {type(obj).__name__} in a training state")
+
+
+def _decode(obj: Any, tensors: dict[str, torch.Tensor]) -> Any:
+    if isinstance(obj, list):
+        return [_decode(v, tensors) for v in obj]
+    if isinstance(obj, dict):
+        if "__tensor__" in obj:
+            return tensors[obj["__tensor__"]]
+        if "__ndarray__" in obj:
+            return tensors[obj["__ndarray__"]].numpy()
+        if "__tuple__" in obj:
+            return tuple(_decode(v, tensors) for v in obj["__tuple__"])
+        if "__dict__" in obj:
+            return {_decode(k, tensors): _decode(v, tensors) for k, v in obj["__dict__"]}
+    return obj
+
+
+def state_files(directory: Path, name: str) -> tuple[Path, Path]:
+    return directory / f"{name}.json", directory / f"{name}.safetensors"
+
+
+def save_state(directory: str | Path, name: str, obj: Any) -> None:
+    """Write `obj` into `directory` (the caller makes the directory atomic: see `io.atomic_directory`)."""
+    directory = Path(directory)
+    tensors: dict[str, torch.Tensor] = {}
+    structure = _encode(obj, tensors)
+    json_file, tensor_file = state_files(directory, name)
+    json_file.write_text(json.dumps(structure), encoding="utf-8")
+    if tensors:
+        save_file(tensors, str(tensor_file))
+
+
+def load_state(directory: str | Path, name: str) -> Any:
+    directory = Path(directory)
+    json_file, tensor_file = state_files(directory, name)
+    try:
+        structure = json.loads(json_file.read_text(encoding="utf-8"))
+        tensors = load_file(str(tensor_file)) if tensor_file.exists() else {}
+        return _decode(structure, tensors)
+    except FileNotFoundError:
+        raise BertforgeError(f"{json_file}: missing") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, SafetensorError, KeyError, TypeError, ValueError) as err:
+        raise BertforgeError(f"{directory}: state {name!r} is unreadable ({type(err).__name__}: {err})") from None
