@@ -1,0 +1,178 @@
+"""The Python API behind `bertforge finetune`, `bertforge evaluate` and `bertforge predict`."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .. import __version__
+from ..config import BertConfig
+from ..errors import BertforgeError
+from ..io import atomic_directory, atomic_write_text
+from .config import DataOptions, FinetuneConfig
+from .tasks import Encoded, Task, get_task, lower_is_better
+from .trainer import pick_device, plot_curve, run_model, train
+
+log = logging.getLogger("bertforge")
+
+RUN_MARKER = "finetune_config.json"  # the file that marks a directory as a finetune run's output
+HEAD_PREFIXES = ("classifier.", "qa_outputs.")
+
+
+def finetune(config: FinetuneConfig | None = None, **settings: Any) -> dict[str, Any]:
+    """Fine-tune a pretrained model on a task and write the run's directory.
+
+    Pass a `FinetuneConfig`, or its fields as keywords: `finetune(task="ner", model=..., train=..., dev=...,
+    out=..., epochs=2)`. Everything is read and checked before training starts, and `out` appears only when the
+    run has finished (it is built under a temporary name), holding:
+
+    * `model/` — the best checkpoint and its tokenizer, in the Hugging Face layout (`id2label` / `label2id` in
+      config.json), loadable by `transformers`' `BertFor...` class of the task;
+    * `eval.json` — the dev metrics of the best evaluation; `metrics.jsonl` — every training-loss record and
+      evaluation; `training_curve.png`; `finetune_config.json` — the settings, which repeat the run.
+
+    Returns the contents of `eval.json`.
+    """
+    cfg = config if config is not None else _make(FinetuneConfig, settings)
+    cfg.validate()
+    cfg = dataclasses.replace(cfg, **{k: str(Path(getattr(cfg, k)).resolve()) for k in ("model", "train", "dev", "out")})
+    out = Path(cfg.out)
+    _check_out(out, cfg.overwrite)
+    task = get_task(cfg.task)
+    opts = cfg.data_options()
+    tokenizer = _load_tokenizer(cfg.model)
+
+    train_examples, _ = task.read(cfg.train, opts, labelled=True)
+    dev_examples, _ = task.read(cfg.dev, opts, labelled=True)
+    overrides = {**task.label_overrides(train_examples, Path(cfg.train)), "finetuning_task": cfg.task}
+    model_config = BertConfig.from_pretrained(cfg.model, **overrides)
+    main_metric = task.main_metric(model_config, cfg.metric)
+    train_data = task.encode(tokenizer, train_examples, opts, model_config, Path(cfg.train), labelled=True)
+    dev_data = task.encode(tokenizer, dev_examples, opts, model_config, Path(cfg.dev), labelled=True)
+
+    torch.manual_seed(cfg.seed)  # the new head's initialisation and dropout
+    model = task.model_class.from_pretrained(cfg.model, **overrides)
+    device = pick_device(cfg.device)
+
+    def evaluate_dev() -> dict[str, Any]:
+        return _score(task, model, dev_data, opts, tokenizer.pad_token_id, device)
+
+    with atomic_directory(out) as work:
+        result = train(
+            model, train_data.features, evaluate_dev, cfg, main_metric, lower_is_better(main_metric),
+            tokenizer.pad_token_id, device, work / "metrics.jsonl",
+        )
+        assert result.best is not None  # every run evaluates at least once
+        model.save_pretrained(work / "model")
+        tokenizer.save_pretrained(work / "model")
+        summary = {
+            "task": cfg.task,
+            "dev": cfg.dev,
+            "main_metric": main_metric,
+            "epoch": result.best.epoch,
+            "step": result.best.step,
+            "metrics": result.best.metrics,
+            "train_steps": result.steps,
+            "train_seconds": round(result.seconds, 2),
+            "stopped_early": result.stopped_early,
+        }
+        atomic_write_text(work / "eval.json", json.dumps(summary, indent=2) + "\n")
+        saved = {**cfg.to_dict(), "versions": {"bertforge": __version__, "torch": torch.__version__}}
+        atomic_write_text(work / RUN_MARKER, json.dumps(saved, indent=2) + "\n")
+        with open(work / "metrics.jsonl", encoding="utf-8") as records:
+            plot_curve((json.loads(line) for line in records), main_metric, work / "training_curve.png")
+    log.info("fine-tuned model written to %s (dev %s %.4f)", out / "model", main_metric, result.best.metrics[main_metric])
+    return summary
+
+
+def evaluate(task: str, model: str | Path, data: str | Path, **options: Any) -> dict[str, Any]:
+    """Score a fine-tuned model on a labelled file; returns the task's metrics (and the mean "loss").
+
+    `options` are `DataOptions` fields (max_length, text_column, doc_stride, eval_batch_size, device, ...); use the
+    ones the model was fine-tuned with.
+    """
+    opts = _make(DataOptions, options)
+    opts.validate()
+    the_task = get_task(task)
+    tokenizer = _load_tokenizer(model)
+    net = load_finetuned(the_task, model)
+    examples, _ = the_task.read(data, opts, labelled=True)
+    encoded = the_task.encode(tokenizer, examples, opts, net.config, Path(data), labelled=True)
+    return _score(the_task, net, encoded, opts, tokenizer.pad_token_id, pick_device(opts.device))
+
+
+def predict(
+    task: str, model: str | Path, input: str | Path, output: str | Path | None = None, **options: Any
+) -> list[dict[str, Any]]:
+    """Predictions of a fine-tuned model for each example of `input` (labels there are not needed, and ignored).
+
+    Classification gives {"label", "score", "probabilities"} (or {"score"} for regression), NER {"tokens", "tags",
+    "entities"}, QA {"id", "answer", "start", "end", "score", "null_score"}. With `output`, they are also written
+    there as JSONL, atomically.
+    """
+    opts = _make(DataOptions, options)
+    opts.validate()
+    the_task = get_task(task)
+    tokenizer = _load_tokenizer(model)
+    net = load_finetuned(the_task, model)
+    examples, _ = the_task.read(input, opts, labelled=False)
+    encoded = the_task.encode(tokenizer, examples, opts, net.config, Path(input), labelled=False)
+    outputs, _ = run_model(
+        net, encoded.features, opts.eval_batch_size, tokenizer.pad_token_id, pick_device(opts.device), opts.progress,
+        "predicting",
+    )
+    records = the_task.records(encoded, outputs, net.config, opts)
+    if output is not None:
+        atomic_write_text(output, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+    return records
+
+
+def load_finetuned(task: Task, model: str | Path) -> Any:
+    """The task's model class from `model`, which must hold a trained head for it."""
+    net = task.model_class.from_pretrained(model)
+    untrained = [k for k in net.loading_info.missing_keys if k.startswith(HEAD_PREFIXES)]
+    if untrained:
+        raise BertforgeError(
+            f"{model}: no trained {task.name} head in this checkpoint (missing {', '.join(untrained)}); "
+            f"fine-tune it first with `bertforge finetune --task {task.name}`"
+        )
+    return net
+
+
+def _score(task: Task, model: Any, data: Encoded, opts: DataOptions, pad_token_id: int, device: torch.device) -> dict[str, Any]:
+    outputs, loss = run_model(model, data.features, opts.eval_batch_size, pad_token_id, device, opts.progress)
+    metrics = task.score(data, outputs, model.config, opts)
+    if loss is not None:
+        metrics["loss"] = loss
+    return metrics
+
+
+def _load_tokenizer(model: str | Path) -> Any:
+    from ..tokenizer import Tokenizer
+
+    return Tokenizer.from_pretrained(model)
+
+
+def _make(cls: type, settings: dict[str, Any]) -> Any:
+    """`cls(**settings)`, with an unknown or missing setting reported as a BertforgeError."""
+    try:
+        return cls(**settings)
+    except TypeError as err:
+        raise BertforgeError(f"bad settings: {err}") from None
+
+
+def _check_out(out: Path, overwrite: bool) -> None:
+    """Refuse an output directory that holds anything but (with `overwrite`) an earlier run's output."""
+    if out.exists() and not out.is_dir():
+        raise BertforgeError(f"{out}: --out exists and is not a directory")
+    if not out.is_dir() or not any(out.iterdir()):
+        return
+    if not (out / RUN_MARKER).is_file():
+        raise BertforgeError(f"{out}: --out holds files that are not a bertforge finetune run; choose another directory")
+    if not overwrite:
+        raise BertforgeError(f"{out}: --out already holds a fine-tuning run; pass --overwrite to replace it")

@@ -1,0 +1,387 @@
+"""Readers for the fine-tuning file formats. Every problem is a `BertforgeError` naming the file and line.
+
+* Classification: CSV or TSV with a header row (or without one, columns then named by 0-based index), or JSONL
+  (one JSON object a line). The format follows the file name: `.tsv`/`.tab` → TSV, `.jsonl`/`.json`/`.ndjson` →
+  JSONL, anything else → CSV. TSV is split on tabs with no quoting (the GLUE convention: quotes are text).
+* Token classification: CoNLL column files — one word a line, the word in the first column and the tag in the
+  last, blank lines between sentences, `-DOCSTART-` lines ignored.
+* Extractive QA: SQuAD v1.1 / v2.0 JSON; for prediction also JSONL objects with "question" and "context".
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import BertforgeError
+
+# ---------------------------------------------------------------------------------------------------- examples
+
+
+@dataclass
+class TextExample:
+    """One classification input: a text, an optional second text, and its label as written in the file."""
+
+    text: str
+    text_pair: str | None
+    label: Any  # str / int / float as read; None when the file has no labels
+    line: int  # 1-based line in the source file
+
+
+@dataclass
+class TaggedSentence:
+    """One sentence of a CoNLL file: its words, their tags (None when unlabelled) and where it starts."""
+
+    words: list[str]
+    tags: list[str] | None
+    line: int
+    char_spans: list[tuple[int, int]] | None = None  # character offsets of each word, for raw-text input
+    text: str | None = None
+
+
+@dataclass
+class QAExample:
+    """One SQuAD question with its context and gold answers ((text, character start) pairs)."""
+
+    id: str
+    question: str
+    context: str
+    answers: list[tuple[str, int]] = field(default_factory=list)
+    is_impossible: bool = False
+    line: int = 0
+
+
+# ---------------------------------------------------------------------------------------------------- helpers
+
+
+def _read_text(path: str | Path) -> str:
+    path = Path(path)
+    if not path.is_file():
+        raise BertforgeError(f"{path}: no such file")
+    try:
+        text = path.read_text(encoding="utf-8-sig")  # tolerate a byte-order mark
+    except UnicodeDecodeError as err:
+        raise BertforgeError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
+    except OSError as err:
+        raise BertforgeError(f"{path}: cannot read ({err.strerror})") from None
+    if not text.strip():
+        raise BertforgeError(f"{path}: the file is empty")
+    return text
+
+
+def file_format(path: str | Path) -> str:
+    """"tsv", "jsonl" or "csv", from the file name."""
+    suffix = Path(path).suffix.lower()
+    if suffix in (".tsv", ".tab"):
+        return "tsv"
+    if suffix in (".jsonl", ".json", ".ndjson"):
+        return "jsonl"
+    return "csv"
+
+
+def _rows(path: Path, text: str, no_header: bool) -> tuple[list[str] | None, list[tuple[int, list[str]]]]:
+    """The header (None with `no_header`) and (line number, cells) for each non-blank row of a CSV/TSV file."""
+    if file_format(path) == "tsv":
+        raw = [(n, line.rstrip("\r").split("\t")) for n, line in enumerate(text.split("\n"), 1)]
+        rows = [(n, cells) for n, cells in raw if any(c.strip() for c in cells)]
+    else:
+        reader = csv.reader(text.splitlines(keepends=True))
+        rows = []
+        try:
+            for cells in reader:
+                if any(c.strip() for c in cells):
+                    rows.append((reader.line_num, cells))
+        except csv.Error as err:
+            raise BertforgeError(f"{path}:{reader.line_num}: malformed CSV ({err})") from None
+    if no_header:
+        return None, rows
+    header = [c.strip() for c in rows[0][1]]
+    return header, rows[1:]
+
+
+def _column_index(path: Path, header: list[str] | None, column: str, option: str) -> int:
+    """Where `column` is: by name in the header, or as a 0-based index without one."""
+    if header is None:
+        if not column.isdigit():
+            raise BertforgeError(f"{path}: without a header, {option} must be a column index (0, 1, ...), got {column!r}")
+        return int(column)
+    if column not in header:
+        raise BertforgeError(f"{path}:1: no column {column!r} in the header (columns: {', '.join(header)})")
+    return header.index(column)
+
+
+def default_text_columns(columns: list[str]) -> tuple[str | None, str | None]:
+    """The text (and pair) columns to use when none is given: "text", "sentence", or "sentence1" + "sentence2"."""
+    for name in ("text", "sentence"):
+        if name in columns:
+            return name, None
+    if "sentence1" in columns:
+        return "sentence1", "sentence2" if "sentence2" in columns else None
+    return None, None
+
+
+# ---------------------------------------------------------------------------------------------------- classification
+
+
+def read_classification(
+    path: str | Path,
+    text_column: str | None = None,
+    text_pair_column: str | None = None,
+    label_column: str | None = "label",
+    no_header: bool = False,
+    require_labels: bool = True,
+) -> list[TextExample]:
+    """Read a CSV/TSV/JSONL classification file.
+
+    Args:
+        text_column / text_pair_column: where the text (and the optional second text of a pair) is; a header name,
+            a 0-based index with `no_header`, or a JSON key. None picks "text", "sentence" or "sentence1" (and
+            then "sentence2") when the file has them.
+        label_column: where the label is. With `require_labels` False (prediction) the label is read when the
+            column exists and otherwise left as None.
+        no_header: the CSV/TSV file has no header row (GLUE's CoLA files, for one).
+    """
+    path = Path(path)
+    text = _read_text(path)
+    if file_format(path) == "jsonl":
+        return _read_classification_jsonl(path, text, text_column, text_pair_column, label_column, require_labels)
+    header, rows = _rows(path, text, no_header)
+    if header is not None and text_column is None:
+        text_column, guessed_pair = default_text_columns(header)
+        text_pair_column = text_pair_column or guessed_pair
+    if text_column is None:
+        raise BertforgeError(f"{path}: name the text column with --text-column (no 'text' or 'sentence' column)")
+    text_at = _column_index(path, header, text_column, "--text-column")
+    pair_at = _column_index(path, header, text_pair_column, "--text-pair-column") if text_pair_column else None
+    label_at = None
+    if label_column is not None and (require_labels or (header is not None and label_column in header)):
+        label_at = _column_index(path, header, label_column, "--label-column")
+    needed = 1 + max(i for i in (text_at, pair_at, label_at) if i is not None)
+    examples = []
+    for line, cells in rows:
+        if len(cells) < needed:
+            raise BertforgeError(f"{path}:{line}: {len(cells)} column(s), expected at least {needed}")
+        label = cells[label_at].strip() if label_at is not None else None
+        if require_labels and label == "":
+            raise BertforgeError(f"{path}:{line}: the label is empty")
+        examples.append(TextExample(cells[text_at], cells[pair_at] if pair_at is not None else None, label, line))
+    if not examples:
+        raise BertforgeError(f"{path}: no examples (only a header?)")
+    return examples
+
+
+def _read_classification_jsonl(
+    path: Path,
+    text: str,
+    text_column: str | None,
+    text_pair_column: str | None,
+    label_column: str | None,
+    require_labels: bool,
+) -> list[TextExample]:
+    examples = []
+    for line, record in _jsonl_objects(path, text):
+        if text_column is None:
+            text_column, guessed_pair = default_text_columns(list(record))
+            text_pair_column = text_pair_column or guessed_pair
+            if text_column is None:
+                raise BertforgeError(f"{path}:{line}: name the text key with --text-column (no 'text' or 'sentence')")
+        values = []
+        for key in (text_column, text_pair_column):
+            if key is None:
+                values.append(None)
+            elif not isinstance(record.get(key), str):
+                problem = "no key" if key not in record else "not a string at key"
+                raise BertforgeError(f"{path}:{line}: {problem} {key!r}")
+            else:
+                values.append(record[key])
+        label = record.get(label_column) if label_column is not None else None
+        if require_labels:
+            if label_column not in record:
+                raise BertforgeError(f"{path}:{line}: no key {label_column!r} (the label)")
+            if isinstance(label, bool) or not isinstance(label, (str, int, float)) or label == "":
+                raise BertforgeError(f"{path}:{line}: the label must be a non-empty string or a number, got {label!r}")
+        examples.append(TextExample(values[0], values[1], label, line))
+    return examples
+
+
+def _jsonl_objects(path: Path, text: str) -> list[tuple[int, dict[str, Any]]]:
+    records = []
+    for line, raw in enumerate(text.split("\n"), 1):
+        if not raw.strip():
+            continue
+        try:
+            record = json.loads(raw)
+        except json.JSONDecodeError as err:
+            raise BertforgeError(f"{path}:{line}: invalid JSON ({err.msg})") from None
+        if not isinstance(record, dict):
+            raise BertforgeError(f"{path}:{line}: expected a JSON object, got {type(record).__name__}")
+        records.append((line, record))
+    if not records:
+        raise BertforgeError(f"{path}: no examples")
+    return records
+
+
+# ---------------------------------------------------------------------------------------------------- CoNLL
+
+
+def read_conll(path: str | Path, require_labels: bool = True) -> list[TaggedSentence]:
+    """Read a CoNLL column file: word first, tag last, blank lines between sentences, `-DOCSTART-` skipped.
+
+    Every word line must have as many columns as the first one. With `require_labels` False (prediction) a file
+    of one column is words only; otherwise the file needs at least two columns.
+    """
+    path = Path(path)
+    text = _read_text(path)
+    sentences: list[TaggedSentence] = []
+    words: list[str] = []
+    tags: list[str] = []
+    start = 0
+    columns = 0
+
+    def close() -> None:
+        if words:
+            sentences.append(TaggedSentence(list(words), list(tags) if columns > 1 else None, start))
+        words.clear()
+        tags.clear()
+
+    for line, raw in enumerate(text.split("\n"), 1):
+        cells = raw.split()
+        if not cells:
+            close()
+            continue
+        if cells[0] == "-DOCSTART-":
+            close()
+            continue
+        if columns == 0:
+            columns = len(cells)
+            if require_labels and columns < 2:
+                raise BertforgeError(f"{path}:{line}: one column only; expected the word first and the tag last")
+        if len(cells) != columns:
+            raise BertforgeError(f"{path}:{line}: {len(cells)} column(s), expected {columns} like the first line")
+        if not words:
+            start = line
+        words.append(cells[0])
+        tags.append(cells[-1])
+    close()
+    if not sentences:
+        raise BertforgeError(f"{path}: no sentences")
+    return sentences
+
+
+def read_token_inputs(path: str | Path, split_words: Any) -> list[TaggedSentence]:
+    """Unlabelled token-classification input: a CoNLL file, or JSONL objects with "tokens" (a list of words) or
+    "text" (split into words by `split_words(text) -> [(word, (start, end)), ...]`, the tokenizer's
+    pre-tokenizer, so that predicted entities can carry character offsets)."""
+    path = Path(path)
+    if file_format(path) != "jsonl":
+        return read_conll(path, require_labels=False)
+    sentences = []
+    for line, record in _jsonl_objects(path, _read_text(path)):
+        if isinstance(record.get("tokens"), list) and all(isinstance(w, str) for w in record["tokens"]):
+            sentences.append(TaggedSentence(list(record["tokens"]), None, line))
+        elif isinstance(record.get("text"), str):
+            pieces = split_words(record["text"])
+            sentences.append(
+                TaggedSentence([w for w, _ in pieces], None, line, [span for _, span in pieces], record["text"])
+            )
+        else:
+            raise BertforgeError(f"{path}:{line}: expected a 'tokens' list of strings or a 'text' string")
+    return sentences
+
+
+# ---------------------------------------------------------------------------------------------------- SQuAD
+
+
+def _id_lines(text: str) -> dict[str, int]:
+    """The line of each `"id": "..."` in a SQuAD file, to name lines in errors about a question."""
+    lines: dict[str, int] = {}
+    for match in re.finditer(r'"id"\s*:\s*"((?:[^"\\]|\\.)*)"', text):
+        lines.setdefault(json.loads(f'"{match.group(1)}"'), text.count("\n", 0, match.start()) + 1)
+    return lines
+
+
+def read_squad(path: str | Path, require_answers: bool = True) -> tuple[list[QAExample], bool]:
+    """Read a SQuAD JSON file; returns the questions and whether it is SQuAD 2.0 (has unanswerable questions).
+
+    Every answer must be found in its context at its `answer_start`; an answerable question needs at least one
+    answer when `require_answers` is set. Prediction input may also be JSONL with "question" and "context"
+    (and an optional "id").
+    """
+    path = Path(path)
+    text = _read_text(path)
+    if file_format(path) == "jsonl" and path.suffix.lower() != ".json":
+        return _read_qa_jsonl(path, text), False
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise BertforgeError(f"{path}:{err.lineno}: invalid JSON ({err.msg})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("data"), list):
+        raise BertforgeError(f"{path}:1: not a SQuAD file (expected an object with a 'data' list)")
+    lines = _id_lines(text)
+    version_2 = str(data.get("version", "")).startswith("v2") or '"is_impossible"' in text
+    examples: list[QAExample] = []
+    seen: set[str] = set()
+    for article in data["data"]:
+        for paragraph in article.get("paragraphs", []) if isinstance(article, dict) else []:
+            context = paragraph.get("context") if isinstance(paragraph, dict) else None
+            if not isinstance(context, str) or not context.strip():
+                raise BertforgeError(f"{path}: a paragraph of {article.get('title', '?')!r} has no context text")
+            for qa in paragraph.get("qas", []):
+                examples.append(_squad_question(path, qa, context, lines, version_2, require_answers, seen))
+    if not examples:
+        raise BertforgeError(f"{path}: no questions")
+    return examples, version_2
+
+
+def _squad_question(
+    path: Path,
+    qa: Any,
+    context: str,
+    lines: dict[str, int],
+    version_2: bool,
+    require_answers: bool,
+    seen: set[str],
+) -> QAExample:
+    if not isinstance(qa, dict) or not isinstance(qa.get("id"), str) or not isinstance(qa.get("question"), str):
+        raise BertforgeError(f"{path}: a question lacks a string 'id' or 'question' ({str(qa)[:80]})")
+    qid = qa["id"]
+    where = f"{path}:{lines.get(qid, 0)}: question {qid}"
+    if qid in seen:
+        raise BertforgeError(f"{where}: the id is used twice")
+    seen.add(qid)
+    impossible = bool(qa.get("is_impossible", False))
+    answers = []
+    for answer in qa.get("answers", []) or []:
+        if not isinstance(answer, dict) or not isinstance(answer.get("text"), str):
+            raise BertforgeError(f"{where}: an answer lacks its 'text'")
+        start = answer.get("answer_start")
+        if isinstance(start, bool) or not isinstance(start, int):
+            raise BertforgeError(f"{where}: answer {answer['text']!r} has no integer 'answer_start'")
+        found = context[start : start + len(answer["text"])]
+        if start < 0 or found != answer["text"]:
+            raise BertforgeError(
+                f"{where}: answer {answer['text']!r} does not match the context at answer_start={start} "
+                f"(the context there reads {found!r})"
+            )
+        answers.append((answer["text"], start))
+    if require_answers and not answers and not impossible:
+        hint = "" if version_2 else " (SQuAD 1.1 has no unanswerable questions)"
+        raise BertforgeError(f"{where}: no answers and not marked is_impossible{hint}")
+    if impossible:
+        answers = []
+    return QAExample(qid, qa["question"], context, answers, impossible, lines.get(qid, 0))
+
+
+def _read_qa_jsonl(path: Path, text: str) -> list[QAExample]:
+    examples = []
+    for line, record in _jsonl_objects(path, text):
+        if not isinstance(record.get("question"), str) or not isinstance(record.get("context"), str):
+            raise BertforgeError(f"{path}:{line}: expected string keys 'question' and 'context'")
+        if not record["context"].strip():
+            raise BertforgeError(f"{path}:{line}: the context is empty")
+        examples.append(QAExample(str(record.get("id", line)), record["question"], record["context"], line=line))
+    return examples

@@ -1,0 +1,350 @@
+"""The three fine-tuning tasks behind one interface, so that training, evaluation and prediction are task-free.
+
+A task reads its files, derives the label space from the training data (the `config.json` overrides:
+`id2label`, `label2id`, `problem_type`, ...), encodes examples into features (rejecting labels the model does not
+know), turns the model's raw outputs into metrics and into prediction records.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..config import BertConfig
+from ..errors import BertforgeError
+from ..model import BertForQuestionAnswering, BertForSequenceClassification, BertForTokenClassification
+from . import metrics as M
+from .config import DataOptions
+from .data import QAExample, TaggedSentence, TextExample, read_classification, read_conll, read_squad, read_token_inputs
+from .features import Feature, encode_classification, encode_tagged
+from .qa import Answer, Window, best_answers, encode_qa
+
+Output = dict[str, np.ndarray]  # one feature's model outputs, trimmed to its length
+
+
+@dataclass
+class Encoded:
+    """A file's examples, their features, and what maps features back to examples (QA windows)."""
+
+    path: Path
+    examples: list[Any]
+    features: list[Feature]
+    windows: list[Window] = field(default_factory=list)
+    version_2: bool = False  # qa: the data has unanswerable questions
+
+
+class Task:
+    """The interface; see the subclasses."""
+
+    name: str
+    model_class: type
+    default_max_length = 128
+    # Metric names a task reports; the first is the default main metric.
+    metric_names: tuple[str, ...] = ()
+
+    def read(self, path: str | Path, opts: DataOptions, labelled: bool) -> tuple[list[Any], bool]:
+        """The examples of a file, and (for qa) whether it is SQuAD 2.0."""
+        raise NotImplementedError
+
+    def label_overrides(self, examples: list[Any], path: Path) -> dict[str, Any]:
+        """The config.json fields that the training data decides."""
+        raise NotImplementedError
+
+    def encode(
+        self, tokenizer: Any, examples: list[Any], opts: DataOptions, config: BertConfig, path: Path, labelled: bool
+    ) -> Encoded:
+        raise NotImplementedError
+
+    def main_metric(self, config: BertConfig, requested: str | None) -> str:
+        """The metric that picks the best checkpoint: `requested`, or the task's default."""
+        names = self.metrics_for(config)
+        if requested is None:
+            return names[0]
+        if requested not in names:
+            raise BertforgeError(f"--metric {requested!r} is not reported for {self.name}; choose one of: {', '.join(names)}")
+        return requested
+
+    def metrics_for(self, config: BertConfig) -> tuple[str, ...]:
+        return self.metric_names
+
+    def score(self, data: Encoded, outputs: list[Output], config: BertConfig, opts: DataOptions) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def records(self, data: Encoded, outputs: list[Output], config: BertConfig, opts: DataOptions) -> list[dict]:
+        """One JSON-ready prediction per example."""
+        raise NotImplementedError
+
+    def max_length(self, opts: DataOptions, config: BertConfig) -> int:
+        length = opts.max_length or min(self.default_max_length, config.max_position_embeddings)
+        if length > config.max_position_embeddings:
+            raise BertforgeError(
+                f"--max-length {length} exceeds the model's max_position_embeddings ({config.max_position_embeddings})"
+            )
+        return length
+
+
+def lower_is_better(metric: str) -> bool:
+    return metric in ("mse", "loss")
+
+
+# ---------------------------------------------------------------------------------------------------- classification
+
+
+def _number(value: Any) -> float | None:
+    """The value as a finite float, or None when it is not a number."""
+    if isinstance(value, bool):
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _written_as_float(value: Any) -> bool:
+    """A JSON float, or a string number with a decimal point or an exponent ("0.5", "4.000", "1e-3")."""
+    if isinstance(value, float):
+        return True
+    return isinstance(value, str) and _number(value) is not None and any(c in value for c in ".eE")
+
+
+def _label_key(value: Any) -> str:
+    """The name a label has in `label2id`: ints and integer strings as their plain digits ("01" and 1 → "1")."""
+    text = str(value).strip()
+    if isinstance(value, int) or (text.lstrip("-").isdigit()):
+        return str(int(text))
+    return text
+
+
+class Classification(Task):
+    """Sentence or sentence-pair classification; regression when the training labels are written as floats."""
+
+    name = "classification"
+    model_class = BertForSequenceClassification
+    metric_names = ("accuracy", "f1", "macro_f1", "mcc")
+    regression_metric_names = ("pearson", "spearman", "mse")
+
+    def read(self, path: str | Path, opts: DataOptions, labelled: bool) -> tuple[list[TextExample], bool]:
+        examples = read_classification(
+            path, opts.text_column, opts.text_pair_column, opts.label_column, opts.no_header, require_labels=labelled
+        )
+        return examples, False
+
+    def label_overrides(self, examples: list[TextExample], path: Path) -> dict[str, Any]:
+        values = [e.label for e in examples]
+        numeric = all(_number(v) is not None for v in values)
+        if numeric and any(_written_as_float(v) for v in values):
+            return {"num_labels": 1, "problem_type": "regression", "id2label": {0: "LABEL_0"}, "label2id": {"LABEL_0": 0}}
+        keys = {_label_key(v) for v in values}
+        names = sorted(keys, key=int) if numeric else sorted(keys)
+        if len(names) < 2:
+            raise BertforgeError(f"{path}: every example has the label {names[0]!r}; classification needs at least two")
+        return {
+            "num_labels": len(names),
+            "problem_type": "single_label_classification",
+            "id2label": dict(enumerate(names)),
+            "label2id": {name: i for i, name in enumerate(names)},
+        }
+
+    def metrics_for(self, config: BertConfig) -> tuple[str, ...]:
+        return self.regression_metric_names if _is_regression(config) else self.metric_names
+
+    def encode(
+        self, tokenizer: Any, examples: list[TextExample], opts: DataOptions, config: BertConfig, path: Path,
+        labelled: bool,
+    ) -> Encoded:
+        labels = None
+        if labelled:
+            labels = [self._label_id(e, config, path) for e in examples]
+        features = encode_classification(tokenizer, examples, self.max_length(opts, config), labels)
+        return Encoded(path, examples, features)
+
+    def _label_id(self, example: TextExample, config: BertConfig, path: Path) -> int | float:
+        if _is_regression(config):
+            number = _number(example.label)
+            if number is None:
+                raise BertforgeError(f"{path}:{example.line}: label {example.label!r} is not a number (the model does regression)")
+            return number
+        label2id = config.label2id or {}
+        key = _label_key(example.label)
+        if key not in label2id:
+            known = ", ".join(sorted(label2id))
+            raise BertforgeError(f"{path}:{example.line}: label {example.label!r} was not seen in training (known: {known})")
+        return label2id[key]
+
+    def score(self, data: Encoded, outputs: list[Output], config: BertConfig, opts: DataOptions) -> dict[str, Any]:
+        gold = [f["labels"] for f in data.features]
+        if _is_regression(config):
+            return M.regression_metrics(gold, [float(o["logits"][0]) for o in outputs])
+        pred = [int(o["logits"].argmax()) for o in outputs]
+        return M.classification_metrics(gold, pred, config.num_labels)
+
+    def records(self, data: Encoded, outputs: list[Output], config: BertConfig, opts: DataOptions) -> list[dict]:
+        records = []
+        for example, output in zip(data.examples, outputs):
+            record: dict[str, Any] = {"line": example.line, "text": example.text}
+            if example.text_pair is not None:
+                record["text_pair"] = example.text_pair
+            if _is_regression(config):
+                record["score"] = float(output["logits"][0])
+            else:
+                probs = _softmax(output["logits"])
+                best = int(probs.argmax())
+                names = config.id2label or {i: str(i) for i in range(len(probs))}
+                record["label"] = names[best]
+                record["score"] = float(probs[best])
+                record["probabilities"] = {names[i]: float(p) for i, p in enumerate(probs)}
+            records.append(record)
+        return records
+
+
+def _is_regression(config: BertConfig) -> bool:
+    return config.problem_type == "regression" or config.num_labels == 1
+
+
+def _softmax(logits: np.ndarray) -> np.ndarray:
+    z = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    return z / z.sum(axis=-1, keepdims=True)
+
+
+# ---------------------------------------------------------------------------------------------------- NER
+
+
+class TokenClassification(Task):
+    """Word tagging (NER) from CoNLL files; scored on entities, span by span."""
+
+    name = "ner"
+    model_class = BertForTokenClassification
+    metric_names = ("f1", "precision", "recall", "accuracy")
+
+    def read(self, path: str | Path, opts: DataOptions, labelled: bool) -> tuple[list[TaggedSentence], bool]:
+        return read_conll(path) if labelled else read_token_inputs(path, _split_words), False
+
+    def label_overrides(self, examples: list[TaggedSentence], path: Path) -> dict[str, Any]:
+        tags = {t for s in examples for t in s.tags or []}
+        names = (["O"] if "O" in tags else []) + sorted(tags - {"O"})
+        if len(names) < 2:
+            raise BertforgeError(f"{path}: every word has the tag {names[0]!r}; tagging needs at least two tags")
+        return {"num_labels": len(names), "id2label": dict(enumerate(names)), "label2id": {n: i for i, n in enumerate(names)}}
+
+    def encode(
+        self, tokenizer: Any, examples: list[TaggedSentence], opts: DataOptions, config: BertConfig, path: Path,
+        labelled: bool,
+    ) -> Encoded:
+        tag_ids = None
+        if labelled:
+            label2id = config.label2id or {}
+            tag_ids = []
+            for sentence in examples:
+                for k, tag in enumerate(sentence.tags or []):
+                    if tag not in label2id:
+                        known = ", ".join(sorted(label2id))
+                        raise BertforgeError(f"{path}:{sentence.line + k}: tag {tag!r} was not seen in training (known: {known})")
+                tag_ids.append([label2id[t] for t in sentence.tags or []])
+        features = encode_tagged(tokenizer, examples, self.max_length(opts, config), tag_ids)
+        return Encoded(path, examples, features)
+
+    def predicted_tags(self, data: Encoded, outputs: list[Output], config: BertConfig) -> list[list[str]]:
+        """Each word's tag: the argmax at its first sub-token; "O" for a word left without tokens."""
+        names = config.id2label or {}
+        tags = []
+        for feature, output in zip(data.features, outputs):
+            best = output["logits"].argmax(-1)  # [S]
+            tags.append([names[int(best[p])] if p >= 0 else "O" for p in feature["word_starts"]])
+        return tags
+
+    def score(self, data: Encoded, outputs: list[Output], config: BertConfig, opts: DataOptions) -> dict[str, Any]:
+        return M.entity_metrics([s.tags for s in data.examples], self.predicted_tags(data, outputs, config))
+
+    def records(self, data: Encoded, outputs: list[Output], config: BertConfig, opts: DataOptions) -> list[dict]:
+        records = []
+        for sentence, tags in zip(data.examples, self.predicted_tags(data, outputs, config)):
+            entities = []
+            for kind, start, end in M.entity_spans(tags):
+                entity: dict[str, Any] = {"type": kind, "start": start, "end": end}
+                if sentence.char_spans is not None:
+                    char_start, char_end = sentence.char_spans[start][0], sentence.char_spans[end - 1][1]
+                    entity.update(text=sentence.text[char_start:char_end], char_start=char_start, char_end=char_end)
+                else:
+                    entity["text"] = " ".join(sentence.words[start:end])
+                entities.append(entity)
+            record: dict[str, Any] = {"line": sentence.line}
+            if sentence.text is not None:
+                record["text"] = sentence.text
+            record.update(tokens=sentence.words, tags=tags, entities=entities)
+            records.append(record)
+        return records
+
+
+_WORD_SPLITTER: Any = None
+
+
+def _split_words(text: str) -> list[tuple[str, tuple[int, int]]]:
+    """BERT's pre-tokenisation (whitespace, then punctuation apart), with character offsets."""
+    global _WORD_SPLITTER
+    if _WORD_SPLITTER is None:
+        from tokenizers.pre_tokenizers import BertPreTokenizer
+
+        _WORD_SPLITTER = BertPreTokenizer()
+    return _WORD_SPLITTER.pre_tokenize_str(text)
+
+
+# ---------------------------------------------------------------------------------------------------- QA
+
+NULL_ANSWER_KEY = "version_2_with_negative"  # config.json: the model was trained to say "no answer"
+
+
+class QuestionAnswering(Task):
+    """Extractive QA on SQuAD v1.1 / v2.0 files."""
+
+    name = "qa"
+    model_class = BertForQuestionAnswering
+    default_max_length = 384
+    metric_names = ("f1", "exact")
+
+    def read(self, path: str | Path, opts: DataOptions, labelled: bool) -> tuple[list[QAExample], bool]:
+        return read_squad(path, require_answers=labelled)
+
+    def label_overrides(self, examples: list[QAExample], path: Path) -> dict[str, Any]:
+        return {"num_labels": 2, NULL_ANSWER_KEY: any(e.is_impossible for e in examples)}
+
+    def encode(
+        self, tokenizer: Any, examples: list[QAExample], opts: DataOptions, config: BertConfig, path: Path,
+        labelled: bool,
+    ) -> Encoded:
+        features, windows = encode_qa(
+            tokenizer, examples, self.max_length(opts, config), opts.doc_stride, opts.max_query_length, labelled
+        )
+        return Encoded(path, examples, features, windows, any(e.is_impossible for e in examples))
+
+    def answers(self, data: Encoded, outputs: list[Output], config: BertConfig, opts: DataOptions) -> list[Answer]:
+        allow_null = data.version_2 or bool(config.extra.get(NULL_ANSWER_KEY, False))
+        return best_answers(
+            data.examples, data.windows, [o["start_logits"] for o in outputs], [o["end_logits"] for o in outputs],
+            opts.n_best, opts.max_answer_length, allow_null,
+        )
+
+    def score(self, data: Encoded, outputs: list[Output], config: BertConfig, opts: DataOptions) -> dict[str, Any]:
+        answers = self.answers(data, outputs, config, opts)
+        predictions = {e.id: a.text for e, a in zip(data.examples, answers)}
+        return M.squad_metrics(predictions, {e.id: [text for text, _ in e.answers] for e in data.examples})
+
+    def records(self, data: Encoded, outputs: list[Output], config: BertConfig, opts: DataOptions) -> list[dict]:
+        return [
+            {"id": e.id, "question": e.question, "answer": a.text, "start": a.start, "end": a.end,
+             "score": a.score, "null_score": a.null_score}
+            for e, a in zip(data.examples, self.answers(data, outputs, config, opts))
+        ]
+
+
+TASK_CLASSES: dict[str, type[Task]] = {"classification": Classification, "ner": TokenClassification, "qa": QuestionAnswering}
+
+
+def get_task(name: str) -> Task:
+    if name not in TASK_CLASSES:
+        raise BertforgeError(f"unknown task {name!r}; choose one of: {', '.join(TASK_CLASSES)}")
+    return TASK_CLASSES[name]()

@@ -1,0 +1,254 @@
+"""The fine-tuning loop: AdamW, linear warm-up and decay, gradient clipping, periodic evaluation, best-checkpoint
+keeping and early stopping; plus batched inference and the training-curve plot.
+
+Runs in fp32 on the CPU and under bf16 autocast on CUDA. Every random choice (head initialisation, dropout, batch
+order) comes from the run's seed, so a run repeats exactly on the same machine and thread count.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from .config import FinetuneConfig
+from .features import Feature, collate, inference_batches, training_batches
+
+log = logging.getLogger("bertforge")
+
+# Gradient-norm clipping threshold, as in BERT's original recipe.
+MAX_GRAD_NORM = 1.0
+
+
+def pick_device(name: str | None) -> torch.device:
+    """`name`, or CUDA when there is a GPU and the CPU otherwise."""
+    if name:
+        return torch.device(name)
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def autocast(device: torch.device) -> contextlib.AbstractContextManager[Any]:
+    """bf16 autocast on CUDA; nothing (fp32) elsewhere."""
+    if device.type == "cuda":
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+    """Two AdamW groups: matrices and embeddings decay; biases and LayerNorm weights (1-D tensors) do not."""
+    decay, no_decay = [], []
+    for name, param in model.named_parameters():
+        if not param.requires_grad:
+            continue
+        (no_decay if name.endswith(".bias") or "LayerNorm" in name else decay).append(param)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+def linear_schedule(optimizer: torch.optim.Optimizer, warmup_steps: int, total_steps: int) -> torch.optim.lr_scheduler.LambdaLR:
+    """Learning rate rising linearly from 0 over `warmup_steps`, then falling linearly to 0 at `total_steps`."""
+
+    def factor(step: int) -> float:
+        if step < warmup_steps:
+            return step / warmup_steps
+        return max(0.0, (total_steps - step) / max(1, total_steps - warmup_steps))
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+def move(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
+    return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+
+
+@torch.no_grad()
+def run_model(
+    model: torch.nn.Module,
+    features: Sequence[Feature],
+    batch_size: int,
+    pad_token_id: int,
+    device: torch.device,
+    progress: bool | None = None,
+    description: str = "evaluating",
+) -> tuple[list[dict[str, np.ndarray]], float | None]:
+    """The model's outputs for every feature (logits, or start/end logits), in the order of `features`, each cut
+    to the feature's length; and the mean loss when the features carry targets."""
+    was_training = model.training
+    model.eval()
+    outputs: list[dict[str, np.ndarray] | None] = [None] * len(features)
+    loss_sum, counted = 0.0, 0
+    batches = inference_batches([len(f["input_ids"]) for f in features], batch_size)
+    for indices in tqdm(batches, desc=description, leave=False, disable=_disable(progress)):
+        batch = move(collate([features[i] for i in indices], pad_token_id), device)
+        with autocast(device):
+            out = model(**batch)
+        if out.loss is not None:
+            loss_sum += out.loss.item() * len(indices)
+            counted += len(indices)
+        names = [k for k in ("logits", "start_logits", "end_logits") if getattr(out, k, None) is not None]
+        arrays = {k: getattr(out, k).float().cpu().numpy() for k in names}  # [B, L], [B, S, L] or [B, S]
+        for row, i in enumerate(indices):
+            n = len(features[i]["input_ids"])
+            outputs[i] = {k: (v[row] if k == "logits" and v.ndim == 2 else v[row, :n]) for k, v in arrays.items()}
+    model.train(was_training)
+    return outputs, (loss_sum / counted if counted else None)  # type: ignore[return-value]
+
+
+def _disable(progress: bool | None) -> bool | None:
+    """tqdm's `disable`: None lets tqdm hide the bar when stderr is not a terminal."""
+    return None if progress is None else not progress
+
+
+@dataclass
+class Evaluation:
+    step: int
+    epoch: float
+    metrics: dict[str, Any]
+
+
+@dataclass
+class TrainResult:
+    best: Evaluation | None = None
+    evaluations: list[Evaluation] = field(default_factory=list)
+    steps: int = 0
+    seconds: float = 0.0
+    stopped_early: bool = False
+
+
+def train(
+    model: torch.nn.Module,
+    train_features: Sequence[Feature],
+    evaluate: Callable[[], dict[str, Any]],
+    cfg: FinetuneConfig,
+    main_metric: str,
+    lower_is_better: bool,
+    pad_token_id: int,
+    device: torch.device,
+    metrics_file: Path,
+) -> TrainResult:
+    """Fine-tune `model` in place; on return it holds the weights of the best evaluation.
+
+    `evaluate()` scores the model on the dev set (a dict with `main_metric`). It runs at the end of each epoch
+    and every `cfg.eval_every` optimizer steps; training stops after `cfg.early_stop` evaluations in a row
+    without a better score. Training-loss records (every `cfg.log_every` steps) and evaluations are appended to
+    `metrics_file`, one JSON object a line.
+    """
+    generator = torch.Generator().manual_seed(cfg.seed)
+    lengths = [len(f["input_ids"]) for f in train_features]
+    batches_per_epoch = math.ceil(len(train_features) / cfg.batch_size)
+    steps_per_epoch = math.ceil(batches_per_epoch / cfg.grad_accum)
+    total_steps = steps_per_epoch * cfg.epochs
+    warmup_steps = math.ceil(total_steps * cfg.warmup_ratio)
+    optimizer = torch.optim.AdamW(parameter_groups(model, cfg.weight_decay), lr=cfg.lr, betas=(0.9, 0.999), eps=1e-8)
+    scheduler = linear_schedule(optimizer, warmup_steps, total_steps)
+    log.info(
+        "fine-tuning on %d features: %d epoch(s) x %d step(s), batch %d x %d accumulated, warm-up %d step(s), on %s",
+        len(train_features), cfg.epochs, steps_per_epoch, cfg.batch_size, cfg.grad_accum, warmup_steps, device,
+    )
+
+    result = TrainResult()
+    best_state: dict[str, torch.Tensor] | None = None
+    since_best = 0
+    step = 0
+    started = time.perf_counter()
+    model.to(device)
+    model.train()
+    with open(metrics_file, "a", encoding="utf-8") as sink, tqdm(
+        total=total_steps, desc="fine-tuning", unit="step", disable=_disable(cfg.progress)
+    ) as bar:
+
+        def record(entry: dict[str, Any]) -> None:
+            sink.write(json.dumps(entry) + "\n")
+            sink.flush()
+
+        def run_evaluation(epoch: float) -> bool:
+            """Score the model; keep it if best. True when early stopping says to stop."""
+            nonlocal best_state, since_best
+            metrics = evaluate()
+            entry = Evaluation(step, round(epoch, 4), metrics)
+            result.evaluations.append(entry)
+            record({"type": "eval", "step": step, "epoch": entry.epoch, **metrics})
+            value = metrics[main_metric]
+            better = result.best is None or (
+                value < result.best.metrics[main_metric] if lower_is_better else value > result.best.metrics[main_metric]
+            )
+            if better:
+                result.best = entry
+                best_state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+                since_best = 0
+            else:
+                since_best += 1
+            bar.write(f"step {step} (epoch {entry.epoch:g}): {main_metric} = {value:.4f}{' (best)' if better else ''}")
+            return cfg.early_stop is not None and since_best >= cfg.early_stop
+
+        stop = False
+        for epoch in range(cfg.epochs):
+            batches = training_batches(lengths, cfg.batch_size, generator, cfg.group_by_length)
+            losses: list[float] = []
+            for micro, indices in enumerate(batches):
+                batch = move(collate([train_features[i] for i in indices], pad_token_id), device)
+                with autocast(device):
+                    loss = model(**batch).loss
+                (loss / cfg.grad_accum).backward()
+                losses.append(loss.item())
+                if (micro + 1) % cfg.grad_accum and micro + 1 < len(batches):
+                    continue  # keep accumulating
+                torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_GRAD_NORM)
+                optimizer.step()
+                scheduler.step()
+                optimizer.zero_grad(set_to_none=True)
+                step += 1
+                bar.update(1)
+                if step % cfg.log_every == 0:
+                    mean_loss = sum(losses) / len(losses)
+                    bar.set_postfix(loss=f"{mean_loss:.4f}")
+                    record({"type": "train", "step": step, "epoch": round(epoch + (micro + 1) / len(batches), 4),
+                            "loss": mean_loss, "lr": scheduler.get_last_lr()[0]})
+                    losses = []
+                if cfg.eval_every and step % cfg.eval_every == 0 and micro + 1 < len(batches):
+                    if run_evaluation(epoch + (micro + 1) / len(batches)):
+                        stop = True
+                        break
+            if stop:
+                result.stopped_early = True
+                break
+            if run_evaluation(epoch + 1):  # every epoch ends with an evaluation
+                result.stopped_early = epoch + 1 < cfg.epochs
+                break
+    result.steps = step
+    result.seconds = time.perf_counter() - started
+    if best_state is not None:
+        model.load_state_dict(best_state)
+    return result
+
+
+def plot_curve(records: Iterator[dict[str, Any]] | Sequence[dict[str, Any]], main_metric: str, target: Path) -> None:
+    """Training loss and the dev main metric against the optimizer step, as a PNG (matplotlib's Agg canvas)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    records = list(records)
+    train_points = [(r["step"], r["loss"]) for r in records if r["type"] == "train"]
+    eval_points = [(r["step"], r[main_metric]) for r in records if r["type"] == "eval"]
+    figure = Figure(figsize=(7, 4), dpi=100)
+    FigureCanvasAgg(figure)
+    axis = figure.add_subplot()
+    axis.set_xlabel("optimizer step")
+    axis.set_ylabel("training loss", color="tab:blue")
+    if train_points:
+        axis.plot(*zip(*train_points), color="tab:blue", label="training loss")
+    dev_axis = axis.twinx()
+    dev_axis.set_ylabel(f"dev {main_metric}", color="tab:red")
+    if eval_points:
+        dev_axis.plot(*zip(*eval_points), color="tab:red", marker="o", label=f"dev {main_metric}")
+    figure.suptitle("fine-tuning")
+    figure.tight_layout()
+    figure.savefig(target, format="png")
