@@ -99,9 +99,9 @@ def evaluate(task: str, model: str | Path, data: str | Path, **options: Any) -> 
     opts = _make(DataOptions, options)
     opts.validate()
     the_task = get_task(task)
+    examples, _ = the_task.read(data, opts, labelled=True)
     tokenizer = _load_tokenizer(model)
     net = load_finetuned(the_task, model)
-    examples, _ = the_task.read(data, opts, labelled=True)
     encoded = the_task.encode(tokenizer, examples, opts, net.config, Path(data), labelled=True)
     return _score(the_task, net, encoded, opts, tokenizer.pad_token_id, pick_device(opts.device))
 
@@ -118,9 +118,9 @@ def predict(
     opts = _make(DataOptions, options)
     opts.validate()
     the_task = get_task(task)
+    examples, _ = the_task.read(input, opts, labelled=False)
     tokenizer = _load_tokenizer(model)
     net = load_finetuned(the_task, model)
-    examples, _ = the_task.read(input, opts, labelled=False)
     encoded = the_task.encode(tokenizer, examples, opts, net.config, Path(input), labelled=False)
     outputs, _ = run_model(
         net, encoded.features, opts.eval_batch_size, tokenizer.pad_token_id, pick_device(opts.device), opts.progress,
@@ -134,6 +134,10 @@ def predict(
 
 def load_finetuned(task: Task, model: str | Path) -> Any:
     """The task's model class from `model`, which must hold a trained head for it."""
+    architectures = BertConfig.from_pretrained(model).architectures or []
+    wanted = task.model_class.__name__
+    if architectures and wanted not in architectures:
+        raise BertforgeError(f"{model}: a {', '.join(architectures)} checkpoint, not a {wanted} for --task {task.name}")
     net = task.model_class.from_pretrained(model)
     untrained = [k for k in net.loading_info.missing_keys if k.startswith(HEAD_PREFIXES)]
     if untrained:

@@ -1,0 +1,28 @@
+"""`bertforge predict`: run a fine-tuned model over new inputs and write one JSON prediction a line."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..finetune.cli_options import DATA_OPTIONS, add_data_arguments, add_task_arguments, given
+
+NAME = "predict"
+HELP = "predict with a fine-tuned model; writes JSONL (one prediction per input)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_task_arguments(parser)
+    parser.add_argument("--input", required=True, metavar="FILE",
+                        help="inputs: CSV/TSV/JSONL (classification), CoNLL or JSONL with tokens/text (ner), "
+                        "SQuAD JSON or JSONL with question/context (qa)")
+    parser.add_argument("--output", required=True, metavar="FILE", help="predictions, JSONL")
+    add_data_arguments(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..finetune import predict
+
+    records = predict(args.task, args.model, args.input, args.output, **given(args, DATA_OPTIONS))
+    print(f"wrote {len(records)} prediction(s) to {args.output}", file=sys.stderr)
+    return 0
