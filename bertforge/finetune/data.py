@@ -305,7 +305,8 @@ def _id_lines(text: str) -> dict[str, int]:
 
 
 def read_squad(path: str | Path, require_answers: bool = True) -> tuple[list[QAExample], bool]:
-    """Read a SQuAD JSON file; returns the questions and whether it is SQuAD 2.0 (has unanswerable questions).
+    """Read a SQuAD JSON file; returns the questions and whether it is SQuAD 2.0 (by its "version", or because
+    it has unanswerable questions).
 
     Every answer must be found in its context at its `answer_start`; an answerable question needs at least one
     answer when `require_answers` is set. Prediction input may also be JSONL with "question" and "context"
@@ -322,7 +323,7 @@ def read_squad(path: str | Path, require_answers: bool = True) -> tuple[list[QAE
     if not isinstance(data, dict) or not isinstance(data.get("data"), list):
         raise BertforgeError(f"{path}:1: not a SQuAD file (expected an object with a 'data' list)")
     lines = _id_lines(text)
-    version_2 = str(data.get("version", "")).startswith("v2") or '"is_impossible"' in text
+    version_2 = str(data.get("version", "")).lstrip("v").startswith("2")
     examples: list[QAExample] = []
     seen: set[str] = set()
     for article in data["data"]:
@@ -334,7 +335,7 @@ def read_squad(path: str | Path, require_answers: bool = True) -> tuple[list[QAE
                 examples.append(_squad_question(path, qa, context, lines, version_2, require_answers, seen))
     if not examples:
         raise BertforgeError(f"{path}: no questions")
-    return examples, version_2
+    return examples, version_2 or any(e.is_impossible for e in examples)
 
 
 def _squad_question(

@@ -1,0 +1,102 @@
+"""Tiny generated data and a tiny BERT (hand-written WordPiece vocabulary, 2 layers of width 32) for the
+fine-tuning tests. Nothing here reads /work/shared."""
+
+from __future__ import annotations
+
+import json
+import string
+from pathlib import Path
+
+import pytest
+
+from bertforge import BertConfig, BertModel
+
+WORDS = (
+    "the a an is was not very good great fun bad awful boring movie film plot actors this it i loves hates likes "
+    "john mary peter lives works visited in at and of paris london berlin acme corp google where who does what city "
+    "company am ##ster ##dam ##s"
+).split()
+SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+PUNCTUATION = list(".,?!'-")
+
+
+def vocabulary() -> list[str]:
+    letters = list(string.ascii_lowercase) + [f"##{c}" for c in string.ascii_lowercase] + list(string.digits)
+    return SPECIALS + PUNCTUATION + WORDS + [t for t in letters if t not in WORDS]
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A randomly initialised 2-layer BERT with its tokenizer files (vocab.txt), as a checkpoint directory."""
+    import torch
+
+    directory = tmp_path_factory.mktemp("tiny_bert")
+    vocab = vocabulary()
+    (directory / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
+    (directory / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": True}), encoding="utf-8")
+    config = BertConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=64)
+    torch.manual_seed(0)
+    BertModel(config).save_pretrained(directory)
+    return directory
+
+
+POSITIVE = ["good movie", "a great film", "very good plot", "i loves this film", "great actors", "fun movie"]
+NEGATIVE = ["bad movie", "an awful film", "very boring plot", "i hates this film", "awful actors", "not fun"]
+
+
+def write_sentiment(path: Path, n: int = 24, labels: tuple[str, str] = ("neg", "pos")) -> Path:
+    """A TSV (header `sentence\\tlabel`) alternating negative and positive phrases."""
+    rows = ["sentence\tlabel"]
+    for i in range(n):
+        source, label = (POSITIVE, labels[1]) if i % 2 else (NEGATIVE, labels[0])
+        rows.append(f"{source[(i // 2) % len(source)]}\t{label}")
+    path.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    return path
+
+
+NER_SENTENCES = [
+    [("john", "B-PER"), ("lives", "O"), ("in", "O"), ("amsterdam", "B-LOC"), (".", "O")],
+    [("mary", "B-PER"), ("works", "O"), ("at", "O"), ("acme", "B-ORG"), ("corp", "I-ORG")],
+    [("peter", "B-PER"), ("visited", "O"), ("berlin", "B-LOC"), ("and", "O"), ("paris", "B-LOC")],
+    [("google", "B-ORG"), ("loves", "O"), ("london", "B-LOC")],
+]
+
+
+def write_conll(path: Path, copies: int = 3, docstart: bool = True) -> Path:
+    """CoNLL-2003 layout: word, POS, chunk, NER tag; -DOCSTART- and blank lines between sentences."""
+    lines = ["-DOCSTART- -X- -X- O", ""] if docstart else []
+    for _ in range(copies):
+        for sentence in NER_SENTENCES:
+            lines += [f"{word} NN B-NP {tag}" for word, tag in sentence] + [""]
+    path.write_text("\n".join(lines), encoding="utf-8")
+    return path
+
+
+QA_FACTS = [
+    ("john lives in paris and works at acme corp .", "where does john live ?", "paris"),
+    ("mary visited berlin . peter works at google in london .", "who works at google ?", "peter"),
+    ("the film was great . the actors of the film loves london .", "what city does the actors loves ?", "london"),
+]
+
+
+def write_squad(path: Path, version_2: bool = True, copies: int = 2) -> Path:
+    """A SQuAD file whose contexts are long enough to need several windows at max_length 32."""
+    filler = "the plot of this movie was very good and the actors were great . "
+    paragraphs = []
+    n = 0
+    for copy in range(copies):
+        for context, question, answer in QA_FACTS:
+            text = filler * (copy + 1) + context + " " + filler
+            qas = [{"id": f"q{n}", "question": question,
+                    "answers": [{"text": answer, "answer_start": text.index(" " + answer) + 1}],
+                    "is_impossible": False}]
+            n += 1
+            if version_2:
+                qas.append({"id": f"q{n}", "question": "who is the company of mary ?", "answers": [],
+                            "plausible_answers": [{"text": "acme", "answer_start": 0}], "is_impossible": True})
+                n += 1
+            paragraphs.append({"context": text, "qas": qas})
+    data = {"version": "v2.0" if version_2 else "1.1", "data": [{"title": "tiny", "paragraphs": paragraphs}]}
+    path.write_text(json.dumps(data, indent=1), encoding="utf-8")
+    return path

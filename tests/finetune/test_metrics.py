@@ -1,0 +1,149 @@
+"""Metric functions against hand-computed values and independent (scikit-learn-free) reference formulas."""
+
+import math
+import random
+
+import numpy as np
+import pytest
+
+from bertforge.finetune import metrics as M
+
+
+def test_binary_classification_by_hand():
+    gold = [1, 1, 0, 0, 1, 0]
+    pred = [1, 0, 0, 1, 1, 0]
+    # TP = 2 (0, 4), FN = 1 (1), FP = 1 (3), TN = 2 (2, 5)
+    assert M.accuracy(gold, pred) == pytest.approx(4 / 6)
+    assert M.f1_for_class(gold, pred, 1) == pytest.approx(2 / 3)
+    assert M.macro_f1(gold, pred) == pytest.approx(2 / 3)  # class 0 also has P = R = 2/3
+    assert M.matthews_corrcoef(gold, pred) == pytest.approx((2 * 2 - 1 * 1) / math.sqrt(3 * 3 * 3 * 3))
+    assert M.classification_metrics(gold, pred, 2).keys() == {"accuracy", "f1", "macro_f1", "mcc"}
+
+
+def test_f1_and_mcc_degenerate_cases():
+    assert M.f1_for_class([0, 0], [0, 0], positive=1) == 0.0  # no positives anywhere
+    assert M.matthews_corrcoef([0, 1, 0, 1], [1, 1, 1, 1]) == 0.0  # constant prediction: undefined -> 0
+    assert M.matthews_corrcoef([0, 1, 2], [0, 1, 2]) == pytest.approx(1.0)
+    assert M.matthews_corrcoef([0, 1, 0, 1], [1, 0, 1, 0]) == pytest.approx(-1.0)
+    with pytest.raises(ValueError):
+        M.accuracy([1], [1, 0])
+
+
+def gorodkin_mcc(gold, pred, k):
+    """The K-category correlation coefficient in Gorodkin's confusion-matrix form (an independent reference)."""
+    c = np.zeros((k, k))
+    for g, p in zip(gold, pred):
+        c[g, p] += 1
+    numerator = sum(c[a, a] * c[b, m] - c[a, b] * c[m, a] for a in range(k) for b in range(k) for m in range(k))
+    rows, cols = c.sum(1), c.sum(0)
+    first = sum(rows[a] * (rows.sum() - rows[a]) for a in range(k))
+    second = sum(cols[a] * (cols.sum() - cols[a]) for a in range(k))
+    return numerator / math.sqrt(first * second)
+
+
+def reference_macro_f1(gold, pred):
+    scores = []
+    for c in sorted(set(gold) | set(pred)):
+        tp = sum(g == p == c for g, p in zip(gold, pred))
+        fp = sum(p == c != g for g, p in zip(gold, pred))
+        fn = sum(g == c != p for g, p in zip(gold, pred))
+        scores.append(2 * tp / (2 * tp + fp + fn) if tp else 0.0)
+    return sum(scores) / len(scores)
+
+
+def test_multiclass_against_reference_formulas():
+    rng = random.Random(0)
+    for _ in range(20):
+        gold = [rng.randrange(4) for _ in range(50)]
+        pred = [g if rng.random() < 0.6 else rng.randrange(4) for g in gold]
+        assert M.matthews_corrcoef(gold, pred) == pytest.approx(gorodkin_mcc(gold, pred, 4))
+        assert M.macro_f1(gold, pred) == pytest.approx(reference_macro_f1(gold, pred))
+
+
+def test_pearson_spearman_by_hand():
+    # x mean 2, y mean 13/3: cov = 5, var_x = 2, var_y = 114/9
+    assert M.pearson([1, 2, 3], [2, 4, 7]) == pytest.approx(5 / math.sqrt(2 * 114 / 9))
+    assert M.pearson([1, 1, 1], [1, 2, 3]) == 0.0
+    assert M.ranks([10, 20, 20, 5]) == [2.0, 3.5, 3.5, 1.0]
+    x, y = [1, 2, 2, 3], [1, 3, 2, 4]
+    assert M.spearman(x, y) == pytest.approx(np.corrcoef([1, 2.5, 2.5, 4], [1, 3, 2, 4])[0, 1])
+    assert M.spearman([1, 2, 3, 4], [10, 20, 30, 1000]) == pytest.approx(1.0)
+    rng = np.random.default_rng(0)
+    a, b = rng.normal(size=40), rng.normal(size=40)
+    assert M.pearson(list(a), list(b)) == pytest.approx(np.corrcoef(a, b)[0, 1])
+    scores = M.regression_metrics([1.0, 2.0], [1.5, 2.0])
+    assert scores["mse"] == pytest.approx(0.125) and scores["pearson"] == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize(
+    "tags, spans",
+    [
+        # IOB2: every entity opens with B-
+        (["B-PER", "I-PER", "O", "B-LOC", "B-LOC", "I-LOC"], [("PER", 0, 2), ("LOC", 3, 4), ("LOC", 4, 6)]),
+        # IOB1 (original CoNLL-2003): I- opens an entity, B- only splits two adjacent entities of one type
+        (["I-PER", "I-PER", "B-PER", "O", "I-LOC", "I-ORG"], [("PER", 0, 2), ("PER", 2, 3), ("LOC", 4, 5), ("ORG", 5, 6)]),
+        # an I- after O or after another type opens a new entity (conlleval / seqeval default mode)
+        (["O", "I-MISC", "I-MISC", "B-PER", "I-LOC"], [("MISC", 1, 3), ("PER", 3, 4), ("LOC", 4, 5)]),
+        # IOBES
+        (["S-PER", "B-LOC", "E-LOC", "O", "B-ORG", "I-ORG", "E-ORG"], [("PER", 0, 1), ("LOC", 1, 3), ("ORG", 4, 7)]),
+        (["O", "O"], []),
+        (["B-PER"], [("PER", 0, 1)]),
+    ],
+)
+def test_entity_spans(tags, spans):
+    assert M.entity_spans(tags) == spans
+
+
+def test_iob1_and_iob2_encodings_score_the_same():
+    iob2 = [["B-PER", "I-PER", "B-PER", "O", "B-LOC"], ["O", "B-ORG", "I-ORG"]]
+    iob1 = [["I-PER", "I-PER", "B-PER", "O", "I-LOC"], ["O", "I-ORG", "I-ORG"]]
+    assert [M.entity_spans(s) for s in iob1] == [M.entity_spans(s) for s in iob2]
+    assert M.entity_metrics(iob2, iob1)["f1"] == 1.0
+    assert M.entity_metrics(iob1, iob2)["f1"] == 1.0
+
+
+def test_entity_metrics_by_hand():
+    gold = [["B-PER", "I-PER", "O", "B-LOC"], ["B-ORG", "O"]]
+    pred = [["B-PER", "I-PER", "O", "B-ORG"], ["B-ORG", "O"]]
+    scores = M.entity_metrics(gold, pred)
+    # gold: PER(0-2), LOC(3), ORG(s2 0); predicted: PER(0-2), ORG(3), ORG(s2 0); 2 of 3 right either way
+    assert scores["precision"] == pytest.approx(2 / 3)
+    assert scores["recall"] == pytest.approx(2 / 3)
+    assert scores["f1"] == pytest.approx(2 / 3)
+    assert scores["accuracy"] == pytest.approx(5 / 6)
+    per = scores["per_type"]
+    assert per["PER"] == {"precision": 1.0, "recall": 1.0, "f1": 1.0, "support": 1}
+    assert per["LOC"] == {"precision": 0.0, "recall": 0.0, "f1": 0.0, "support": 1}
+    assert per["ORG"]["precision"] == 0.5 and per["ORG"]["recall"] == 1.0
+    assert per["ORG"]["f1"] == pytest.approx(2 / 3) and per["ORG"]["support"] == 1
+
+
+def test_partial_span_is_wrong():
+    scores = M.entity_metrics([["B-ORG", "I-ORG", "I-ORG"]], [["B-ORG", "I-ORG", "O"]])
+    assert scores["f1"] == 0.0 and scores["accuracy"] == pytest.approx(2 / 3)
+
+
+def test_squad_normalisation_and_scores():
+    assert M.normalize_answer("The  Quick, brown fox!") == "quick brown fox"
+    assert M.normalize_answer("an apple a day") == "apple day"
+    assert M.normalize_answer("theatre") == "theatre"  # only whole-word articles go
+    assert M.exact_match("the Broncos", "Broncos") == 1.0
+    # prediction [cat, sat] vs gold [cat, sat, down]: P = 1, R = 2/3
+    assert M.token_f1("the cat sat", "a cat sat down") == pytest.approx(0.8)
+    assert M.token_f1("", "") == 1.0 and M.token_f1("x", "") == 0.0
+    gold = {
+        "q1": ["Denver Broncos", "Broncos"],
+        "q2": [],  # unanswerable
+        "q3": [],
+        "q4": ["Santa Clara, California"],
+    }
+    predictions = {"q1": "the Broncos", "q2": "", "q3": "Levi's Stadium", "q4": "Santa Clara"}
+    scores = M.squad_metrics(predictions, gold)
+    assert scores["exact"] == pytest.approx(50.0)
+    assert scores["f1"] == pytest.approx(100 * (1 + 1 + 0 + 0.8) / 4)
+    assert scores["total"] == 4
+    assert scores["HasAns_exact"] == pytest.approx(50.0) and scores["HasAns_f1"] == pytest.approx(90.0)
+    assert scores["NoAns_exact"] == pytest.approx(50.0) and scores["NoAns_total"] == 2
+    # SQuAD 1.1: no NoAns breakdown; the best of several gold answers counts; a missing prediction is ""
+    v1 = M.squad_metrics({"a": "Denver"}, {"a": ["Denver Broncos", "Denver"], "b": ["x"]})
+    assert v1["exact"] == 50.0 and "NoAns_exact" not in v1
