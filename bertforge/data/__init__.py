@@ -1,0 +1,42 @@
+"""Streaming pretraining data: corpus reading, BERT/RoBERTa instance creation, dynamic masking, static shards.
+
+The training loop uses :class:`PretrainingStream`; tokenizer training uses :func:`iter_documents`.
+"""
+
+from bertforge.data.corpus import DEFAULT_CORPUS, CorpusReader, Document, iter_documents, list_corpus_files
+from bertforge.data.instances import (
+    IS_NEXT,
+    NO_LABEL,
+    NOT_NEXT,
+    Instance,
+    InstanceStream,
+    SequencePacker,
+    create_nsp_instances,
+    derive_seed,
+    truncate_pair,
+)
+from bertforge.data.masking import IGNORE_INDEX, MaskingCollator
+from bertforge.data.static import StaticShardReader, write_static_shards
+from bertforge.data.stream import PretrainingStream
+
+__all__ = [
+    "DEFAULT_CORPUS",
+    "IGNORE_INDEX",
+    "IS_NEXT",
+    "NOT_NEXT",
+    "NO_LABEL",
+    "CorpusReader",
+    "Document",
+    "Instance",
+    "InstanceStream",
+    "MaskingCollator",
+    "PretrainingStream",
+    "SequencePacker",
+    "StaticShardReader",
+    "create_nsp_instances",
+    "derive_seed",
+    "iter_documents",
+    "list_corpus_files",
+    "truncate_pair",
+    "write_static_shards",
+]

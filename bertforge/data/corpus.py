@@ -1,0 +1,394 @@
+"""Streaming corpus reader: documents out of text, gzip and JSON-lines files, in constant memory.
+
+Formats
+-------
+* ``*.txt`` (and any explicitly named file that is not ``.jsonl``/``.gz``): documents are separated by one or
+  more blank lines; inside a document every non-blank line is one sentence (or paragraph).
+* ``*.gz``: the same, gzip-compressed (``*.jsonl.gz`` is JSON lines, compressed).
+* ``*.jsonl``: one JSON object per line, one document per object; its ``text_field`` (default ``"text"``) holds
+  the document, whose lines are the sentences.
+
+Directories are walked recursively, in sorted order, taking ``.txt``, ``.gz`` and ``.jsonl`` files (hidden files
+and folders are skipped). Files are read line by line in binary and decoded per line with ``errors="replace"``;
+every byte that was not valid UTF-8 is counted in :attr:`CorpusReader.bytes_replaced`.
+
+Sharding across data-parallel ranks
+-----------------------------------
+``shard_by="document"`` (the default): documents are numbered in corpus order (0, 1, 2, ... over all files) and
+rank ``r`` of ``w`` keeps documents ``r, r + w, r + 2w, ...``. Ranks get disjoint, balanced data whatever the
+number of files; each rank scans (but does not tokenize) the documents of the others.
+``shard_by="file"``: rank ``r`` reads only files ``r, r + w, ...`` (needs at least ``w`` files). Cheaper I/O for
+corpora made of many similar-sized files.
+
+Resumable position
+------------------
+The reader's position is (epoch, file index, byte offset into the file's decompressed bytes, line number,
+document number); :meth:`CorpusReader.state_dict` returns it as plain JSON and :meth:`load_state_dict` seeks
+straight back to it (a plain file seeks in O(1); a gzip file re-decompresses up to the offset, which is no slower
+than reading it).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import zlib
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from bertforge.errors import BertforgeError
+
+CORPUS_SUFFIXES = (".txt", ".gz", ".jsonl")
+DEFAULT_CORPUS = Path(__file__).with_name("default_corpus.txt.gz")
+
+PathsLike = str | os.PathLike | Iterable[str | os.PathLike]
+
+
+@dataclass(slots=True)
+class Document:
+    """One document: its sentences, and which document of the corpus it is."""
+
+    sentences: list[str]
+    index: int  # number of the document in corpus order (unique within an epoch), before sharding
+    epoch: int
+    source: str  # "file:line" of its first line, for messages
+
+
+def _as_path_list(paths: PathsLike) -> list[Path]:
+    if isinstance(paths, (str, os.PathLike)):
+        return [Path(paths)]
+    out = [Path(p) for p in paths]
+    if not out:
+        raise BertforgeError("no corpus paths given")
+    return out
+
+
+def list_corpus_files(paths: PathsLike) -> list[Path]:
+    """Resolve files and directories (recursively, sorted) into the ordered list of corpus files."""
+    files: list[Path] = []
+    for path in _as_path_list(paths):
+        if path.is_file():
+            files.append(path)
+        elif path.is_dir():
+            found = []
+            for root, dirs, names in os.walk(path):
+                dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+                for name in sorted(names):
+                    if not name.startswith(".") and name.endswith(CORPUS_SUFFIXES):
+                        found.append(Path(root) / name)
+            if not found:
+                raise BertforgeError(f"corpus directory {path} has no .txt, .gz or .jsonl files")
+            files.extend(sorted(found, key=lambda p: p.relative_to(path).parts))
+        elif path.exists():
+            raise BertforgeError(f"corpus path {path} is neither a file nor a directory")
+        else:
+            raise BertforgeError(f"corpus path {path} does not exist")
+    return files
+
+
+def _is_jsonl(path: Path) -> bool:
+    name = path.name
+    return name.endswith(".jsonl") or name.endswith(".jsonl.gz")
+
+
+def decode_line(raw: bytes) -> tuple[str, int]:
+    """Decode one line of UTF-8; invalid bytes become U+FFFD. Returns (text, number of bytes replaced)."""
+    try:
+        return raw.decode("utf-8"), 0
+    except UnicodeDecodeError:
+        pass
+    parts: list[str] = []
+    replaced = 0
+    rest = raw
+    while rest:
+        try:
+            parts.append(rest.decode("utf-8"))
+            break
+        except UnicodeDecodeError as err:
+            parts.append(rest[: err.start].decode("utf-8"))
+            parts.append("\ufffd")
+            replaced += err.end - err.start
+            rest = rest[err.end :]
+    return "".join(parts), replaced
+
+
+class CorpusReader:
+    """Reads the documents of one rank's shard, cycling over the corpus forever (or once, with ``cycle=False``).
+
+    ``min_docs``: at the end of every pass, fewer documents than this for this rank is an error (1: an empty
+    corpus; 2: what next-sentence prediction needs, a "random other document").
+    """
+
+    def __init__(
+        self,
+        paths: PathsLike,
+        *,
+        text_field: str = "text",
+        rank: int = 0,
+        world_size: int = 1,
+        shard_by: str = "document",
+        min_docs: int = 1,
+        cycle: bool = True,
+    ) -> None:
+        if world_size < 1 or not 0 <= rank < world_size:
+            raise BertforgeError(f"rank {rank} is not in range for world_size {world_size}")
+        if shard_by not in ("document", "file"):
+            raise BertforgeError(f"shard_by must be 'document' or 'file', not {shard_by!r}")
+        all_files = list_corpus_files(paths)
+        if shard_by == "file":
+            if len(all_files) < world_size:
+                raise BertforgeError(
+                    f"shard_by='file' needs at least one file per rank: {len(all_files)} files for "
+                    f"world_size {world_size} (use shard_by='document')"
+                )
+            self.files = all_files[rank::world_size]
+        else:
+            self.files = all_files
+        self.text_field = text_field
+        self.rank = rank
+        self.world_size = world_size
+        self.shard_by = shard_by
+        self.min_docs = min_docs
+        self.cycle = cycle
+        # position
+        self.epoch = 0
+        self.file_idx = 0
+        self.offset = 0
+        self.line_no = 0
+        self.doc_index = 0  # documents seen (all ranks) in this epoch
+        self.rank_docs = 0  # documents kept by this rank in this epoch
+        self.docs_per_epoch: int | None = None  # known after the first full pass
+        # statistics
+        self.docs_read = 0
+        self.bytes_read = 0
+        self.bytes_replaced = 0
+        self._fh: BinaryIO | None = None
+
+    # ------------------------------------------------------------------ reading
+    def _open(self) -> BinaryIO:
+        path = self.files[self.file_idx]
+        try:
+            if path.name.endswith(".gz"):
+                fh: BinaryIO = gzip.open(path, "rb")  # type: ignore[assignment]
+            else:
+                fh = open(path, "rb")
+            if self.offset:
+                fh.seek(self.offset)
+        except FileNotFoundError:
+            raise BertforgeError(f"corpus file {path} disappeared while reading") from None
+        except (OSError, EOFError, zlib.error) as err:
+            raise BertforgeError(f"corpus file {path}: cannot read it: {err}") from None
+        return fh
+
+    def _readline(self) -> bytes:
+        if self._fh is None:
+            self._fh = self._open()
+        try:
+            raw = self._fh.readline()
+        except (OSError, EOFError, zlib.error) as err:
+            raise BertforgeError(
+                f"corpus file {self.files[self.file_idx]}: corrupt or truncated after line {self.line_no}: {err}"
+            ) from None
+        self.offset += len(raw)
+        self.bytes_read += len(raw)
+        if raw:
+            self.line_no += 1
+        return raw
+
+    def _text(self, raw: bytes) -> str:
+        text, replaced = decode_line(raw)
+        self.bytes_replaced += replaced
+        if self.line_no == 1 and text.startswith("\ufeff"):
+            text = text[1:]
+        return text
+
+    def _read_text_document(self) -> tuple[list[str], int] | None:
+        sentences: list[str] = []
+        first_line = 0
+        while True:
+            raw = self._readline()
+            if not raw:
+                return (sentences, first_line) if sentences else None
+            line = self._text(raw).strip()
+            if not line:
+                if sentences:
+                    return sentences, first_line
+                continue
+            if not sentences:
+                first_line = self.line_no
+            sentences.append(line)
+
+    def _read_jsonl_document(self) -> tuple[list[str], int] | None:
+        path = self.files[self.file_idx]
+        while True:
+            raw = self._readline()
+            if not raw:
+                return None
+            line = self._text(raw).strip()
+            if not line:
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise BertforgeError(f"{path}:{self.line_no}: not valid JSON: {err}") from None
+            if not isinstance(record, dict):
+                raise BertforgeError(f"{path}:{self.line_no}: expected a JSON object, got {type(record).__name__}")
+            if self.text_field not in record:
+                fields = ", ".join(sorted(map(str, record))) or "none"
+                raise BertforgeError(
+                    f"{path}:{self.line_no}: no text field {self.text_field!r} (fields: {fields}); "
+                    f"choose one with --text-field"
+                )
+            text = record[self.text_field]
+            if text is None:
+                continue
+            if not isinstance(text, str):
+                raise BertforgeError(
+                    f"{path}:{self.line_no}: field {self.text_field!r} is {type(text).__name__}, not a string"
+                )
+            sentences = [s.strip() for s in text.splitlines()]
+            sentences = [s for s in sentences if s]
+            if sentences:
+                return sentences, self.line_no
+
+    def _end_of_pass(self) -> None:
+        kept = self.rank_docs
+        if kept < self.min_docs:
+            where = ", ".join(map(str, self.files[:3])) + (" ..." if len(self.files) > 3 else "")
+            who = f" for rank {self.rank} of {self.world_size}" if self.world_size > 1 else ""
+            if kept == 0:
+                raise BertforgeError(f"corpus {where} has no text{who}: every file is empty or blank")
+            raise BertforgeError(
+                f"corpus {where} has only {kept} document{'s' if kept != 1 else ''}{who}; next-sentence "
+                f"prediction needs at least {self.min_docs} (separate documents with a blank line, or turn NSP off)"
+            )
+        if self.docs_per_epoch is None:
+            self.docs_per_epoch = kept
+
+    def next_document(self) -> Document | None:
+        """The next document of this rank's shard; ``None`` only when ``cycle=False`` and the pass is over."""
+        while True:
+            if self.file_idx >= len(self.files):
+                self._end_of_pass()
+                if not self.cycle:
+                    return None
+                self.epoch += 1
+                self.file_idx = self.offset = self.line_no = 0
+                self.doc_index = self.rank_docs = 0
+                continue
+            read = self._read_jsonl_document if _is_jsonl(self.files[self.file_idx]) else self._read_text_document
+            found = read()
+            if found is None:
+                self.close()
+                self.file_idx += 1
+                self.offset = self.line_no = 0
+                continue
+            sentences, first_line = found
+            index = self.doc_index
+            self.doc_index += 1
+            if self.shard_by == "document" and index % self.world_size != self.rank:
+                continue
+            self.rank_docs += 1
+            self.docs_read += 1
+            return Document(sentences, index, self.epoch, f"{self.files[self.file_idx]}:{first_line}")
+
+    def __iter__(self) -> Iterator[Document]:
+        while (doc := self.next_document()) is not None:
+            yield doc
+
+    def close(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+
+    # ------------------------------------------------------------------ state
+    def position(self) -> dict[str, Any]:
+        return {
+            "epoch": self.epoch,
+            "file_idx": self.file_idx,
+            "offset": self.offset,
+            "line_no": self.line_no,
+            "doc_index": self.doc_index,
+            "rank_docs": self.rank_docs,
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            **self.position(),
+            "docs_per_epoch": self.docs_per_epoch,
+            "files": self._fingerprint(),
+            "shard": [self.rank, self.world_size, self.shard_by],
+            "stats": self.stats_dict(),
+        }
+
+    def seek(self, position: dict[str, Any]) -> None:
+        self.close()
+        for key in ("epoch", "file_idx", "offset", "line_no", "doc_index", "rank_docs"):
+            setattr(self, key, int(position[key]))
+
+    def _fingerprint(self) -> list[list[Any]]:
+        """(file name, size) of every file: resuming checks the corpus is the same, wherever it now lives."""
+        out = []
+        for path in self.files:
+            try:
+                size = path.stat().st_size
+            except OSError:
+                size = -1
+            out.append([path.name, size])
+        return out
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        then, now = [list(f) for f in state["files"]], self._fingerprint()
+        if then != now:
+            diff = next(
+                (i for i, (a, b) in enumerate(zip(then, now, strict=False)) if a != b), min(len(then), len(now))
+            )
+            was = then[diff] if diff < len(then) else "nothing"
+            is_ = now[diff] if diff < len(now) else "nothing"
+            raise BertforgeError(
+                f"cannot resume: the corpus differs from the checkpoint's ({len(then)} files then, {len(now)} now; "
+                f"file {diff + 1} was {was} (name, bytes), is {is_})"
+            )
+        if list(state["shard"]) != [self.rank, self.world_size, self.shard_by]:
+            raise BertforgeError(
+                f"cannot resume: checkpoint was rank/world_size/shard_by {state['shard']}, now "
+                f"{[self.rank, self.world_size, self.shard_by]}"
+            )
+        self.seek(state)
+        self.docs_per_epoch = state["docs_per_epoch"]
+        self.load_stats(state["stats"])
+
+    def stats_dict(self) -> dict[str, int]:
+        return {"docs_read": self.docs_read, "bytes_read": self.bytes_read, "bytes_replaced": self.bytes_replaced}
+
+    def load_stats(self, stats: dict[str, int]) -> None:
+        self.docs_read = int(stats["docs_read"])
+        self.bytes_read = int(stats["bytes_read"])
+        self.bytes_replaced = int(stats["bytes_replaced"])
+
+
+def iter_documents(
+    paths: PathsLike,
+    *,
+    text_field: str = "text",
+    rank: int = 0,
+    world_size: int = 1,
+    shard_by: str = "document",
+    as_documents: bool = False,
+) -> Iterator[str] | Iterator[list[str]]:
+    """One pass over the corpus, for tokenizer training: yields each sentence line (or, with
+    ``as_documents=True``, each document as its list of lines). Raises BertforgeError if nothing is yielded."""
+    reader = CorpusReader(
+        paths, text_field=text_field, rank=rank, world_size=world_size, shard_by=shard_by, min_docs=1, cycle=False
+    )
+    try:
+        for doc in reader:
+            if as_documents:
+                yield doc.sentences
+            else:
+                yield from doc.sentences
+    finally:
+        reader.close()

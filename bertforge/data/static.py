@@ -1,0 +1,227 @@
+"""Static masking (the original BERT recipe): write masked instances to disk once, ``dupe_factor`` times over.
+
+``write_static_shards(stream, out_dir, dupe_factor, shard_size)`` runs a :class:`PretrainingStream` for
+``dupe_factor`` epochs (each epoch has its own sentence pairs and its own masks) and writes what it yields, in
+order, to ``out_dir/shard-00000.safetensors``, ... (``shard_size`` instances each, never more than one shard in
+memory) plus ``out_dir/index.json``. Each shard holds, padded to ``max_seq_length``: ``input_ids`` (int32, already
+masked), ``token_type_ids`` (uint8), ``labels`` (int32, -100 where nothing is predicted), ``lengths`` (int32) and,
+with NSP, ``next_sentence_label`` (int8). No pickle anywhere.
+
+:class:`StaticShardReader` iterates batches over such a directory, forever (or ``max_epochs``), with a shuffled
+shard order and a shuffled row order per shard and epoch; rank ``r`` of ``w`` takes every ``w``-th row of each
+shuffled shard. Its position (epoch, shard, row) is its :meth:`~StaticShardReader.state_dict`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors.numpy import load_file, save_file
+
+from bertforge.data.instances import derive_seed
+from bertforge.data.stream import PretrainingStream
+from bertforge.errors import BertforgeError
+
+INDEX_NAME = "index.json"
+FORMAT = "bertforge-static-mlm"
+
+
+def _pad_rows(array: np.ndarray, length: int, value: int) -> np.ndarray:
+    if array.shape[1] == length:
+        return array
+    out = np.full((array.shape[0], length), value, dtype=array.dtype)
+    out[:, : array.shape[1]] = array
+    return out
+
+
+def write_static_shards(
+    stream: PretrainingStream, out_dir: str | os.PathLike, dupe_factor: int = 5, shard_size: int = 100_000
+) -> dict[str, Any]:
+    """Write ``dupe_factor`` epochs of masked instances from ``stream`` (consumed) as shards; returns the index."""
+    if dupe_factor < 1:
+        raise BertforgeError(f"dupe_factor must be at least 1 (got {dupe_factor})")
+    if shard_size < 1:
+        raise BertforgeError(f"shard_size must be at least 1 (got {shard_size})")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    if (out / INDEX_NAME).exists():
+        raise BertforgeError(f"{out} already holds static shards ({INDEX_NAME}); choose an empty directory")
+    start = stream.instances.epoch if stream.instances.docs_processed else 0
+    stream.instances.max_epochs = start + dupe_factor
+    length = stream.max_seq_length
+    pad_id = stream.collator.pad_id
+    shards: list[dict[str, Any]] = []
+    parts: dict[str, list[np.ndarray]] = {}
+    held = 0
+
+    def flush() -> None:
+        nonlocal parts, held
+        if not held:
+            return
+        arrays = {key: np.concatenate(chunks) for key, chunks in parts.items()}
+        name = f"shard-{len(shards):05d}.safetensors"
+        save_file(arrays, str(out / name))
+        shards.append({"file": name, "count": int(held)})
+        parts, held = {}, 0
+
+    for batch in stream:
+        mask = batch["attention_mask"].numpy()
+        rows = {
+            "input_ids": _pad_rows(batch["input_ids"].numpy().astype(np.int32), length, pad_id),
+            "token_type_ids": _pad_rows(batch["token_type_ids"].numpy().astype(np.uint8), length, 0),
+            "labels": _pad_rows(batch["labels"].numpy().astype(np.int32), length, -100),
+            "lengths": mask.sum(axis=1).astype(np.int32),
+        }
+        if "next_sentence_label" in batch:
+            rows["next_sentence_label"] = batch["next_sentence_label"].numpy().astype(np.int8)
+        n = len(mask)
+        pos = 0
+        while pos < n:
+            take = min(n - pos, shard_size - held)
+            for key, value in rows.items():
+                parts.setdefault(key, []).append(value[pos : pos + take])
+            held += take
+            pos += take
+            if held == shard_size:
+                flush()
+    flush()
+    if not shards:
+        raise BertforgeError("the stream produced no instances to write")
+    index = {
+        "format": FORMAT,
+        "version": 1,
+        "max_seq_length": length,
+        "pad_id": pad_id,
+        "nsp": stream.nsp,
+        "dupe_factor": dupe_factor,
+        "total": sum(s["count"] for s in shards),
+        "shards": shards,
+        "stats": stream.stats,
+    }
+    tmp = out / (INDEX_NAME + ".tmp")
+    tmp.write_text(json.dumps(index, indent=1), encoding="utf-8")
+    tmp.replace(out / INDEX_NAME)
+    return index
+
+
+class StaticShardReader:
+    """Batches (dicts of torch tensors, padded to the longest in the batch) from a static shard directory."""
+
+    def __init__(
+        self,
+        directory: str | os.PathLike,
+        batch_size: int = 32,
+        *,
+        seed: int = 0,
+        rank: int = 0,
+        world_size: int = 1,
+        shuffle: bool = True,
+        max_epochs: int | None = None,
+    ) -> None:
+        self.directory = Path(directory)
+        index_path = self.directory / INDEX_NAME
+        if not index_path.is_file():
+            raise BertforgeError(f"{self.directory} is not a static shard directory (no {INDEX_NAME})")
+        try:
+            self.index = json.loads(index_path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as err:
+            raise BertforgeError(f"{index_path}: cannot read it: {err}") from None
+        if self.index.get("format") != FORMAT:
+            raise BertforgeError(f"{index_path}: not a {FORMAT} index")
+        if world_size < 1 or not 0 <= rank < world_size:
+            raise BertforgeError(f"rank {rank} is not in range for world_size {world_size}")
+        if batch_size < 1:
+            raise BertforgeError(f"batch_size must be at least 1 (got {batch_size})")
+        self.batch_size = batch_size
+        self.seed, self.rank, self.world_size = seed, rank, world_size
+        self.shuffle = shuffle
+        self.max_epochs = max_epochs
+        self.pad_id = int(self.index["pad_id"])
+        self.epoch = 0
+        self.shard_pos = 0  # position in this epoch's shard order
+        self.row_pos = 0  # position in this rank's rows of that shard
+        self._loaded: tuple[tuple[int, int], dict[str, np.ndarray], list[int]] | None = None
+
+    def _shard_order(self, epoch: int) -> list[int]:
+        order = list(range(len(self.index["shards"])))
+        if self.shuffle:
+            random.Random(derive_seed(self.seed, epoch, "shard-order")).shuffle(order)
+        return order
+
+    def _rows(self, epoch: int, shard: int) -> tuple[dict[str, np.ndarray], list[int]]:
+        key = (epoch, shard)
+        if self._loaded is None or self._loaded[0] != key:
+            info = self.index["shards"][shard]
+            path = self.directory / info["file"]
+            try:
+                arrays = load_file(str(path))
+            except Exception as err:
+                raise BertforgeError(f"{path}: cannot read shard: {err}") from None
+            rows = list(range(int(info["count"])))
+            if self.shuffle:
+                random.Random(derive_seed(self.seed, epoch, shard, "rows")).shuffle(rows)
+            self._loaded = (key, arrays, rows[self.rank :: self.world_size])
+        return self._loaded[1], self._loaded[2]
+
+    def __iter__(self) -> StaticShardReader:
+        return self
+
+    def __next__(self) -> dict[str, torch.Tensor]:
+        picked: list[tuple[dict[str, np.ndarray], int]] = []
+        while len(picked) < self.batch_size:
+            if self.max_epochs is not None and self.epoch >= self.max_epochs:
+                break
+            order = self._shard_order(self.epoch)
+            if self.shard_pos >= len(order):
+                self.epoch += 1
+                self.shard_pos = self.row_pos = 0
+                continue
+            arrays, rows = self._rows(self.epoch, order[self.shard_pos])
+            if self.row_pos >= len(rows):
+                self.shard_pos += 1
+                self.row_pos = 0
+                continue
+            take = rows[self.row_pos : self.row_pos + self.batch_size - len(picked)]
+            picked.extend((arrays, r) for r in take)
+            self.row_pos += len(take)
+        if not picked:
+            raise StopIteration
+        lengths = [int(arrays["lengths"][r]) for arrays, r in picked]
+        width = max(lengths)
+        batch: dict[str, Any] = {}
+        for key, dtype in (("input_ids", torch.long), ("token_type_ids", torch.long), ("labels", torch.long)):
+            batch[key] = torch.from_numpy(np.stack([a[key][r, :width] for a, r in picked]).astype(np.int64)).to(dtype)
+        batch["attention_mask"] = (torch.arange(width).unsqueeze(0) < torch.tensor(lengths).unsqueeze(1)).long()
+        if "next_sentence_label" in picked[0][0]:
+            batch["next_sentence_label"] = torch.tensor(
+                [int(a["next_sentence_label"][r]) for a, r in picked], dtype=torch.long
+            )
+        return {k: batch[k] for k in ("input_ids", "token_type_ids", "attention_mask", "labels")} | (
+            {"next_sentence_label": batch["next_sentence_label"]} if "next_sentence_label" in batch else {}
+        )
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "epoch": self.epoch,
+            "shard_pos": self.shard_pos,
+            "row_pos": self.row_pos,
+            "seed": self.seed,
+            "rank": self.rank,
+            "world_size": self.world_size,
+            "total": self.index["total"],
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        mine = (self.seed, self.rank, self.world_size, self.index["total"])
+        theirs = (state["seed"], state["rank"], state["world_size"], state["total"])
+        if mine != theirs:
+            raise BertforgeError(
+                f"cannot resume: static reader state is for (seed, rank, world_size, total)={theirs}, not {mine}"
+            )
+        self.epoch, self.shard_pos, self.row_pos = int(state["epoch"]), int(state["shard_pos"]), int(state["row_pos"])

@@ -1,0 +1,186 @@
+"""``PretrainingStream``: corpus files in, masked batches out, forever, in constant memory, exactly resumable.
+
+    stream = PretrainingStream(paths, tokenize, cls_id=..., sep_id=..., pad_id=..., mask_id=..., vocab_size=...)
+    batch = next(stream)          # input_ids, token_type_ids, attention_mask, labels[, next_sentence_label]
+    state = stream.state_dict()   # JSON-serialisable
+    PretrainingStream(...same arguments...).load_state_dict(state)   # continues with the very same batches
+
+Pipeline: :class:`~bertforge.data.corpus.CorpusReader` (this rank's documents, cycling over epochs) ->
+:class:`~bertforge.data.instances.InstanceStream` (BERT NSP pairs or RoBERTa packed sequences, shuffle buffer) ->
+:class:`~bertforge.data.masking.MaskingCollator` (pad to the longest in the batch, dynamic masking). Each part's
+docstring has the details.
+
+Seeds: instance creation uses (seed, rank, epoch, document number), the shuffle buffer (seed, rank, epoch), the
+masking generator (seed, rank); so ranks and epochs all differ, and nothing touches a global RNG.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from bertforge.data.corpus import DEFAULT_CORPUS, CorpusReader, PathsLike
+from bertforge.data.instances import Instance, InstanceStream, Tokenize, derive_seed
+from bertforge.data.masking import MaskingCollator
+from bertforge.errors import BertforgeError
+
+STATE_VERSION = 1
+
+
+class PretrainingStream:
+    """Endless iterator of masked pretraining batches (dicts of torch tensors)."""
+
+    def __init__(
+        self,
+        paths: PathsLike | None,
+        tokenize: Tokenize,
+        *,
+        cls_id: int,
+        sep_id: int,
+        pad_id: int,
+        mask_id: int,
+        vocab_size: int,
+        is_continuation: Sequence[bool] | Callable[[int], bool] | None = None,
+        max_seq_length: int = 128,
+        batch_size: int = 32,
+        nsp: bool = True,
+        whole_word_mask: bool = False,
+        mlm_probability: float = 0.15,
+        short_seq_prob: float = 0.1,
+        seed: int = 0,
+        rank: int = 0,
+        world_size: int = 1,
+        text_field: str = "text",
+        shuffle_buffer: int = 10000,
+        doc_buffer: int = 1000,
+        doc_buffer_tokens: int = 4_000_000,
+        shard_by: str = "document",
+        max_predictions: int | None = None,
+        special_ids: Sequence[int] = (),
+        pad_to_multiple_of: int | None = None,
+        max_epochs: int | None = None,
+    ) -> None:
+        if batch_size < 1:
+            raise BertforgeError(f"batch_size must be at least 1 (got {batch_size})")
+        if paths is None:
+            paths = DEFAULT_CORPUS
+        self.batch_size = batch_size
+        self.nsp = nsp
+        self.max_seq_length = max_seq_length
+        self.seed, self.rank, self.world_size = seed, rank, world_size
+        self.reader = CorpusReader(
+            paths,
+            text_field=text_field,
+            rank=rank,
+            world_size=world_size,
+            shard_by=shard_by,
+            min_docs=2 if nsp else 1,
+        )
+        self.instances = InstanceStream(
+            self.reader,
+            tokenize,
+            cls_id=cls_id,
+            sep_id=sep_id,
+            max_seq_length=max_seq_length,
+            nsp=nsp,
+            short_seq_prob=short_seq_prob,
+            seed=seed,
+            rank=rank,
+            shuffle_buffer=shuffle_buffer,
+            doc_buffer=doc_buffer,
+            doc_buffer_tokens=doc_buffer_tokens,
+            max_epochs=max_epochs,
+        )
+        self.collator = MaskingCollator(
+            cls_id=cls_id,
+            sep_id=sep_id,
+            pad_id=pad_id,
+            mask_id=mask_id,
+            vocab_size=vocab_size,
+            mlm_probability=mlm_probability,
+            max_predictions=max_predictions,
+            whole_word_mask=whole_word_mask,
+            is_continuation=is_continuation,
+            special_ids=special_ids,
+            pad_to_multiple_of=pad_to_multiple_of,
+            nsp=nsp,
+            seed=derive_seed(seed, rank, "masking"),
+        )
+        self.batches = 0
+        self._config = {
+            "nsp": nsp,
+            "max_seq_length": max_seq_length,
+            "seed": seed,
+            "rank": rank,
+            "world_size": world_size,
+            "shard_by": shard_by,
+            "whole_word_mask": whole_word_mask,
+            "mlm_probability": mlm_probability,
+            "short_seq_prob": short_seq_prob,
+            "vocab_size": vocab_size,
+        }
+
+    def __iter__(self) -> PretrainingStream:
+        return self
+
+    def next_instances(self, n: int | None = None) -> list[Instance]:
+        """The next ``n`` (default ``batch_size``) unmasked instances; fewer only at the end of a finite stream."""
+        out: list[Instance] = []
+        for _ in range(self.batch_size if n is None else n):
+            try:
+                out.append(next(self.instances))
+            except StopIteration:
+                break
+        return out
+
+    def __next__(self) -> dict[str, Any]:
+        instances = self.next_instances()
+        if not instances:
+            raise StopIteration
+        self.batches += 1
+        return self.collator(instances)
+
+    @property
+    def epoch(self) -> int:
+        """Epoch of the documents currently being turned into instances (0-based)."""
+        return self.instances.epoch
+
+    @property
+    def stats(self) -> dict[str, Any]:
+        return {
+            "epoch": self.instances.epoch,
+            "batches": self.batches,
+            "instances": self.instances.instances_made,
+            "docs_processed": self.instances.docs_processed,
+            "docs_read": self.reader.docs_read,
+            "docs_per_epoch": self.reader.docs_per_epoch,
+            "bytes_read": self.reader.bytes_read,
+            "bytes_replaced": self.reader.bytes_replaced,
+            "files": len(self.reader.files),
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to continue with the same batches, as plain JSON types."""
+        return {
+            "version": STATE_VERSION,
+            "config": dict(self._config),
+            "batches": self.batches,
+            "instances": self.instances.state_dict(),
+            "collator": self.collator.state_dict(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state.get("version") != STATE_VERSION:
+            raise BertforgeError(f"cannot resume: data state version {state.get('version')} is not {STATE_VERSION}")
+        for key, value in state["config"].items():
+            if self._config.get(key) != value:
+                raise BertforgeError(
+                    f"cannot resume: the data checkpoint has {key}={value!r} but this run has "
+                    f"{key}={self._config.get(key)!r}"
+                )
+        self.instances.load_state_dict(state["instances"])
+        self.collator.load_state_dict(state["collator"])
+        self.batches = int(state["batches"])
+
+    def close(self) -> None:
+        self.reader.close()

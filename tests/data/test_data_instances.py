@@ -1,0 +1,238 @@
+import random
+
+import pytest
+from data_helpers import CLS, SEP, WordVocab, tagged_docs, write_txt
+
+from bertforge.data import (
+    IS_NEXT,
+    NO_LABEL,
+    NOT_NEXT,
+    CorpusReader,
+    InstanceStream,
+    PretrainingStream,
+    truncate_pair,
+)
+from bertforge.errors import BertforgeError
+
+
+def make_stream(path, vocab, **kw):
+    return PretrainingStream(path, vocab.tokenize, **vocab.special_kwargs(), **kw)
+
+
+def take(stream, n):
+    out = []
+    while len(out) < n:
+        out.extend(stream.next_instances())
+    return out[:n]
+
+
+def split_pair(inst):
+    ids = inst.input_ids
+    return ids[1 : inst.num_a - 1], ids[inst.num_a : -1]
+
+
+def positions(vocab, docs, tokens):
+    """(doc, position of each token inside its document) for a run of tagged tokens."""
+    tags = [vocab.tag(t) for t in tokens]
+    doc_ids = {d for d, _, _ in tags}
+    assert len(doc_ids) == 1, f"segment mixes documents {doc_ids}"
+    d = doc_ids.pop()
+    offsets = [0]
+    for sentence in docs[d]:
+        offsets.append(offsets[-1] + len(sentence.split()))
+    return d, [offsets[s] + w for _, s, w in tags], offsets
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    docs = tagged_docs(40, seed=1)
+    return write_txt(tmp_path / "corpus.txt", docs), docs, WordVocab(docs)
+
+
+def test_nsp_layout_lengths_and_segment_ids(corpus):
+    path, docs, vocab = corpus
+    stream = make_stream(path, vocab, max_seq_length=24, batch_size=16, shuffle_buffer=50)
+    instances = take(stream, 600)
+    labels = [inst.next_sentence_label for inst in instances]
+    for inst in instances:
+        ids = inst.input_ids
+        assert len(ids) <= 24
+        assert ids[0] == CLS and ids[inst.num_a - 1] == SEP and ids[-1] == SEP
+        assert ids.count(SEP) == 2 and ids.count(CLS) == 1
+        a, b = split_pair(inst)
+        assert a and b
+        assert inst.token_type_ids == [0] * (len(a) + 2) + [1] * (len(b) + 1)
+        assert inst.next_sentence_label in (IS_NEXT, NOT_NEXT)
+    assert 0.25 < labels.count(IS_NEXT) / len(labels) < 0.6
+    batch = stream.collator(instances[:8])
+    for row, inst in enumerate(instances[:8]):
+        n = len(inst.input_ids)
+        assert batch["token_type_ids"][row, :n].tolist() == inst.token_type_ids
+        assert batch["token_type_ids"][row, n:].sum() == 0
+
+
+def test_nsp_segments_respect_documents(corpus):
+    """A is a contiguous run of one document; IsNext B follows it in the same document; NotNext B comes from
+    another document (tags name the document of every token)."""
+    path, docs, vocab = corpus
+    stream = make_stream(path, vocab, max_seq_length=20, shuffle_buffer=30, short_seq_prob=0.3)
+    counts = {IS_NEXT: 0, NOT_NEXT: 0}
+    for inst in take(stream, 800):
+        a, b = split_pair(inst)
+        doc_a, pos_a, _ = positions(vocab, docs, a)
+        doc_b, pos_b, _ = positions(vocab, docs, b)
+        assert pos_a == list(range(pos_a[0], pos_a[0] + len(a)))
+        assert pos_b == list(range(pos_b[0], pos_b[0] + len(b)))
+        counts[inst.next_sentence_label] += 1
+        if inst.next_sentence_label == IS_NEXT:
+            assert doc_b == doc_a and pos_b[0] > pos_a[-1]
+        else:
+            assert doc_b != doc_a
+    assert min(counts.values()) > 100
+
+
+def test_is_next_is_the_exact_continuation(corpus):
+    """Without truncation (long max length): A is whole sentences i..j-1, IsNext B exactly sentences j..k-1 of
+    the same document, NotNext B whole sentences of another document."""
+    path, docs, vocab = corpus
+    stream = make_stream(path, vocab, max_seq_length=512, short_seq_prob=0.0, shuffle_buffer=10)
+    seen_is_next = 0
+    for inst in take(stream, 300):
+        a, b = split_pair(inst)
+        doc_a, pos_a, offsets_a = positions(vocab, docs, a)
+        doc_b, pos_b, offsets_b = positions(vocab, docs, b)
+        assert pos_a[0] in offsets_a and pos_a[-1] + 1 in offsets_a  # whole sentences
+        assert pos_b[0] in offsets_b and pos_b[-1] + 1 in offsets_b
+        if inst.next_sentence_label == IS_NEXT:
+            seen_is_next += 1
+            assert doc_b == doc_a and pos_b[0] == pos_a[-1] + 1
+        else:
+            assert doc_b != doc_a
+    assert seen_is_next > 30
+
+
+def test_not_next_never_same_document_in_tiny_corpus_over_epochs(tmp_path):
+    docs = tagged_docs(3, seed=7, sentences=(1, 3))
+    vocab = WordVocab(docs)
+    stream = make_stream(write_txt(tmp_path / "c.txt", docs), vocab, max_seq_length=16, shuffle_buffer=5)
+    not_next = 0
+    for inst in take(stream, 400):
+        a, b = split_pair(inst)
+        same = vocab.tag(a[0])[0] == vocab.tag(b[0])[0]
+        assert same == (inst.next_sentence_label == IS_NEXT)
+        not_next += inst.next_sentence_label == NOT_NEXT
+    assert stream.epoch >= 10 and not_next > 100
+    assert len(stream.instances.window) <= 3
+
+
+def test_truncate_pair_trims_longer_side_at_random_ends():
+    fronts = backs = 0
+    for seed in range(50):
+        a, b = list(range(10)), list(range(100, 103))
+        truncate_pair(a, b, 8, random.Random(seed))
+        assert len(a) == 5 and b == [100, 101, 102]
+        assert a == list(range(a[0], a[0] + 5))
+        fronts += a[0] > 0
+        backs += a[-1] < 9
+    assert fronts > 5 and backs > 5
+    a, b = [1, 2, 3], [4, 5, 6, 7, 8, 9]
+    truncate_pair(a, b, 4, random.Random(0))
+    assert len(a) == 2 and len(b) == 2
+
+
+def test_short_seq_prob_makes_shorter_sequences(tmp_path):
+    docs = tagged_docs(20, seed=2, sentences=(20, 30), words=(8, 10))
+    vocab = WordVocab(docs)
+    path = write_txt(tmp_path / "long.txt", docs)
+    full = [len(i.input_ids) for i in take(make_stream(path, vocab, max_seq_length=64, short_seq_prob=0.0), 200)]
+    short = [len(i.input_ids) for i in take(make_stream(path, vocab, max_seq_length=64, short_seq_prob=1.0), 200)]
+    assert sum(full) / len(full) > 55 and max(full) == 64
+    assert sum(short) / len(short) < 50
+
+
+def test_single_document_with_nsp_is_an_error(tmp_path):
+    docs = tagged_docs(1, seed=3, sentences=(5, 5))
+    vocab = WordVocab(docs)
+    path = write_txt(tmp_path / "one.txt", docs)
+    with pytest.raises(BertforgeError, match="only 1 document.*next-sentence prediction"):
+        next(make_stream(path, vocab))
+    batch = next(make_stream(path, vocab, nsp=False, max_seq_length=8, batch_size=4))
+    assert "next_sentence_label" not in batch
+    two = write_txt(tmp_path / "two.txt", tagged_docs(2, seed=3))
+    with pytest.raises(BertforgeError, match="rank 1 of 2"):
+        next(make_stream(two, WordVocab(tagged_docs(2, seed=3)), rank=1, world_size=2))
+
+
+def test_no_nsp_packs_full_sequences_across_documents(tmp_path):
+    docs = tagged_docs(6, seed=5)
+    vocab = WordVocab(docs)
+    stream = make_stream(write_txt(tmp_path / "c.txt", docs), vocab, nsp=False, max_seq_length=16, shuffle_buffer=0)
+    instances = take(stream, 60)  # several epochs of this corpus
+    content = []
+    for inst in instances:
+        assert len(inst.input_ids) == 16
+        assert inst.input_ids[0] == CLS and inst.input_ids[-1] == SEP
+        assert inst.token_type_ids == [0] * 16 and inst.next_sentence_label == NO_LABEL
+        assert inst.input_ids[1] != SEP  # no separator at a sequence start
+        content.extend(inst.input_ids[1:-1])
+    doc_tokens = [[t for s in vocab.tokenize(doc) for t in s] for doc in docs]
+    flat = [t for t in content if t != SEP]
+    expected = [t for _ in range(20) for doc in doc_tokens for t in doc][: len(flat)]
+    assert flat == expected
+    for i, t in enumerate(content[:-1]):  # every separator sits exactly between two documents
+        if t == SEP:
+            assert vocab.tag(content[i + 1])[1:] == (0, 0)
+            assert vocab.tag(content[i - 1])[0] != vocab.tag(content[i + 1])[0] or len(docs) == 1
+    assert stream.epoch >= 2
+
+
+def test_epochs_and_seeds_change_the_data(corpus):
+    path, docs, vocab = corpus
+
+    def instances(seed, max_epochs):
+        reader = CorpusReader(path)
+        stream = InstanceStream(
+            reader,
+            vocab.tokenize,
+            cls_id=CLS,
+            sep_id=SEP,
+            max_seq_length=24,
+            seed=seed,
+            shuffle_buffer=0,
+            max_epochs=max_epochs,
+        )
+        return [tuple(i.input_ids) for i in stream]
+
+    one, two = instances(0, 1), instances(0, 2)
+    assert two[: len(one)] == one
+    assert sorted(two[len(one) :]) != sorted(one)  # epoch 1 makes different pairs than epoch 0
+    assert instances(1, 1) != one
+    assert instances(0, 1) == one
+
+
+def test_seed_and_rank_make_different_batches(corpus):
+    path, docs, vocab = corpus
+    a = next(make_stream(path, vocab, seed=0))["input_ids"]
+    b = next(make_stream(path, vocab, seed=0))["input_ids"]
+    c = next(make_stream(path, vocab, seed=1))["input_ids"]
+    assert a.equal(b) and not a.equal(c)
+    ranks = [take(make_stream(path, vocab, rank=r, world_size=2, shuffle_buffer=20), 150) for r in range(2)]
+    doc_sets = [{vocab.tag(split_pair(i)[0][0])[0] for i in insts} for insts in ranks]
+    assert doc_sets[0] and doc_sets[1] and not doc_sets[0] & doc_sets[1]
+    assert doc_sets[0] | doc_sets[1] == set(range(40))
+
+
+def test_not_next_excludes_later_epoch_copy_of_the_same_document(tmp_path):
+    """With two documents the window briefly holds the next epoch's copy of the current document: it must never
+    be used as the "random other document"."""
+    docs = tagged_docs(2, seed=11, sentences=(12, 12), words=(2, 3))
+    vocab = WordVocab(docs)
+    path = write_txt(tmp_path / "two.txt", docs)
+    not_next = 0
+    for seed in range(15):
+        stream = make_stream(path, vocab, max_seq_length=8, short_seq_prob=0.0, shuffle_buffer=0, seed=seed)
+        for inst in take(stream, 40):
+            a, b = split_pair(inst)
+            assert (vocab.tag(a[0])[0] == vocab.tag(b[0])[0]) == (inst.next_sentence_label == IS_NEXT)
+            not_next += inst.next_sentence_label == NOT_NEXT
+    assert not_next > 100
