@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 from tqdm.auto import tqdm
+from tqdm.contrib.logging import logging_redirect_tqdm
 
 from .config import FinetuneConfig
 from .features import Feature, collate, inference_batches, training_batches
@@ -161,7 +162,7 @@ def train(
     started = time.perf_counter()
     model.to(device)
     model.train()
-    with open(metrics_file, "a", encoding="utf-8") as sink, tqdm(
+    with open(metrics_file, "a", encoding="utf-8") as sink, logging_redirect_tqdm(), tqdm(
         total=total_steps, desc="fine-tuning", unit="step", disable=_disable(cfg.progress)
     ) as bar:
 
@@ -186,7 +187,7 @@ def train(
                 since_best = 0
             else:
                 since_best += 1
-            bar.write(f"step {step} (epoch {entry.epoch:g}): {main_metric} = {value:.4f}{' (best)' if better else ''}")
+            log.info("step %d (epoch %g): dev %s = %.4f%s", step, entry.epoch, main_metric, value, " (best)" if better else "")
             return cfg.early_stop is not None and since_best >= cfg.early_stop
 
         stop = False
