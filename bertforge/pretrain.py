@@ -386,7 +386,7 @@ class Pretrainer:
         sched_state = load_state(path, "scheduler")
         rngs = load_state(path, "rng")
         data = load_state(path, "data")
-        options = StateDictOptions(full_state_dict=True, strict=True)
+        options = StateDictOptions(full_state_dict=True, strict=False)  # unused heads (NSP with --no-nsp) have no optimizer state
         set_model_state_dict(self.model, weights, options=options)
         set_optimizer_state_dict(self.model, self.optimizer, optim_state, options=options)
         self.scheduler.load_state_dict(sched_state)

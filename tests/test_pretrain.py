@@ -1,0 +1,188 @@
+"""Pretraining end to end on tiny generated corpora: outputs, exact resume, skipped steps, bad input."""
+
+import json
+import math
+import random
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from bertforge import BertforgeError
+from bertforge.pretrain import PretrainArgs, Pretrainer, list_checkpoints, pretrain
+
+WORDS = ("river stone light garden window morning letter winter castle forest ship market song "
+         "quiet bright heavy ancient golden silver gentle walked opened carried watched found gave").split()
+
+
+def make_corpus(path: Path, docs: int = 40, seed: int = 0) -> Path:
+    rng = random.Random(seed)
+    lines = []
+    for d in range(docs):
+        for _ in range(rng.randint(3, 8)):
+            lines.append(" ".join(rng.choice(WORDS) for _ in range(rng.randint(4, 12))) + " .")
+        lines.append("")
+    path.write_text("\n".join(lines), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def corpus_and_tokenizer(tmp_path_factory):
+    from bertforge.tokenizer import Tokenizer
+
+    root = tmp_path_factory.mktemp("pretrain")
+    corpus = make_corpus(root / "corpus.txt")
+    tok = Tokenizer.train([str(corpus)], vocab_size=120, show_progress=False)
+    tok.save_pretrained(root / "tok")
+    config = root / "config.json"
+    config.write_text(json.dumps(dict(vocab_size=120, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                      intermediate_size=64, max_position_embeddings=64)))
+    return corpus, root / "tok", config
+
+
+def args(corpus_and_tokenizer, out, **kw) -> PretrainArgs:
+    corpus, tok, config = corpus_and_tokenizer
+    base = dict(corpus=[str(corpus)], tokenizer=str(tok), config=str(config), out=str(out), max_steps=12,
+                batch_size=4, seq_len=32, lr=1e-3, warmup_steps=2, save_every=4, log_every=2, progress=False,
+                demo=False)
+    base.update(kw)
+    return PretrainArgs(**base)
+
+
+def weights(out: Path) -> dict[str, torch.Tensor]:
+    return load_file(str(out / "model" / "model.safetensors"))
+
+
+def test_run_writes_everything_transformers_can_load(corpus_and_tokenizer, tmp_path):
+    transformers = pytest.importorskip("transformers")
+    out = tmp_path / "run"
+    pretrain(args(corpus_and_tokenizer, out, keep_last=2))
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [2, 4, 6, 8, 10, 12]
+    for key in ("loss", "mlm_loss", "nsp_loss", "lr", "grad_norm", "tokens_per_s", "mlm_accuracy"):
+        assert all(math.isfinite(r[key]) for r in rows), key
+    assert (out / "training_curves.png").stat().st_size > 1000
+    assert any((out / "tensorboard").iterdir())
+    assert [s for s, _ in list_checkpoints(out)] == [8, 12]  # keep_last=2
+    hf, info = transformers.BertForPreTraining.from_pretrained(out / "model", output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"]
+    hf_tok = transformers.AutoTokenizer.from_pretrained(out / "model")
+    assert hf_tok("river stone")["input_ids"][0] == hf_tok.cls_token_id
+
+
+def test_loss_starts_near_ln_vocab_and_falls(corpus_and_tokenizer, tmp_path):
+    out = tmp_path / "run"
+    pretrain(args(corpus_and_tokenizer, out, max_steps=60, log_every=1, save_every=60, warmup_steps=5))
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert abs(rows[0]["mlm_loss"] - math.log(120)) < 0.7
+    first = sum(r["mlm_loss"] for r in rows[:5]) / 5
+    last = sum(r["mlm_loss"] for r in rows[-5:]) / 5
+    assert last < first - 0.3, (first, last)  # a random-word corpus: the floor is about ln(len(WORDS))
+
+
+class Interrupt(Exception):
+    pass
+
+
+@pytest.mark.parametrize("nsp", [True, False])
+def test_interrupted_and_resumed_run_is_bitwise_identical(corpus_and_tokenizer, tmp_path, monkeypatch, nsp):
+    straight = tmp_path / "straight"
+    pretrain(args(corpus_and_tokenizer, straight, nsp=nsp))
+
+    broken = tmp_path / "broken"
+    real_step = Pretrainer.train_step
+
+    def crash_after_seven(self):
+        if self.step == 7:
+            raise Interrupt()
+        return real_step(self)
+
+    monkeypatch.setattr(Pretrainer, "train_step", crash_after_seven)
+    with pytest.raises(Interrupt):
+        pretrain(args(corpus_and_tokenizer, broken, nsp=nsp))
+    monkeypatch.setattr(Pretrainer, "train_step", real_step)
+    assert [s for s, _ in list_checkpoints(broken)] == [4]
+    pretrain(args(corpus_and_tokenizer, broken, nsp=nsp, resume=True))
+
+    a, b = weights(straight), weights(broken)
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+    rows_a = (straight / "metrics.jsonl").read_text().splitlines()
+    rows_b = (broken / "metrics.jsonl").read_text().splitlines()
+    strip = lambda rows: [{k: v for k, v in json.loads(r).items() if k != "tokens_per_s"} for r in rows]
+    assert strip(rows_a) == strip(rows_b)
+
+
+def test_non_finite_loss_is_skipped_and_counted(corpus_and_tokenizer, tmp_path, monkeypatch):
+    real = Pretrainer.forward_backward
+
+    def poison_step_three(self, batch, scale):
+        stats = real(self, batch, scale)
+        if self.step == 2:  # the third step
+            for p in self.model.parameters():
+                if p.grad is not None:
+                    p.grad.fill_(float("nan"))
+            stats["loss"] = torch.tensor(float("nan"))
+        return stats
+
+    monkeypatch.setattr(Pretrainer, "forward_backward", poison_step_three)
+    trainer = Pretrainer(args(corpus_and_tokenizer, tmp_path / "run", max_steps=5, save_every=5))
+    trainer.run()
+    assert trainer.skipped_steps == 1
+    assert all(torch.isfinite(p).all() for p in trainer.model.parameters())
+    state = trainer.optimizer.state_dict()["state"]
+    assert all(torch.isfinite(t).all() for s in state.values() for t in s.values() if torch.is_tensor(t))
+
+
+def test_corrupt_newest_checkpoint_falls_back_to_previous(corpus_and_tokenizer, tmp_path, caplog):
+    out = tmp_path / "run"
+    pretrain(args(corpus_and_tokenizer, out, max_steps=8))
+    newest = out / "checkpoints" / "step-8" / "model.safetensors"
+    newest.write_bytes(newest.read_bytes()[:100])
+    trainer = Pretrainer(args(corpus_and_tokenizer, out, max_steps=8, resume=True))
+    trainer.resume()
+    assert trainer.step == 4
+    assert "step-8" in caplog.text and "unusable" in caplog.text
+
+
+def test_refuses_an_output_dir_holding_another_run(corpus_and_tokenizer, tmp_path):
+    out = tmp_path / "run"
+    pretrain(args(corpus_and_tokenizer, out, max_steps=2))
+    with pytest.raises(BertforgeError, match="--resume .* --overwrite"):
+        pretrain(args(corpus_and_tokenizer, out, max_steps=2))
+    pretrain(args(corpus_and_tokenizer, out, max_steps=2, overwrite=True))
+    with pytest.raises(BertforgeError, match="differ.*seq_len"):
+        pretrain(args(corpus_and_tokenizer, out, max_steps=4, seq_len=48, resume=True))
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (dict(seq_len=100), "max_position_embeddings"),
+        (dict(corpus=["/nonexistent/corpus.txt"]), "does not exist"),
+        (dict(batch_size=0), "batch-size"),
+        (dict(config="gigantic"), "neither a preset"),
+    ],
+)
+def test_bad_settings_get_clear_errors(corpus_and_tokenizer, tmp_path, change, message):
+    with pytest.raises(BertforgeError, match=message):
+        pretrain(args(corpus_and_tokenizer, tmp_path / "run", **change))
+
+
+def test_tokenizer_without_mask_token_is_refused(corpus_and_tokenizer, tmp_path):
+    _, tok, _ = corpus_and_tokenizer
+    bad = tmp_path / "badtok"
+    bad.mkdir()
+    vocab = [t for t in (Path(tok) / "vocab.txt").read_text().splitlines() if t != "[MASK]"]
+    (bad / "vocab.txt").write_text("\n".join(vocab) + "\n")
+    with pytest.raises(BertforgeError, match=r"\[MASK\]"):
+        pretrain(args(corpus_and_tokenizer, tmp_path / "run", tokenizer=str(bad)))
+
+
+def test_single_document_corpus_with_nsp_is_refused(corpus_and_tokenizer, tmp_path):
+    single = tmp_path / "one.txt"
+    single.write_text("river stone light .\ngarden window morning .\nletter winter castle .\n")
+    with pytest.raises(BertforgeError, match="(?i)document"):
+        pretrain(args(corpus_and_tokenizer, tmp_path / "run", corpus=[str(single)]))
