@@ -8,6 +8,7 @@ know), turns the model's raw outputs into metrics and into prediction records.
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,8 +38,8 @@ class Encoded:
     version_2: bool = False  # qa: the data has unanswerable questions
 
 
-class Task:
-    """The interface; see the subclasses."""
+class Task(ABC):
+    """What training, evaluation and prediction need to know about a task."""
 
     name: str
     model_class: type
@@ -46,18 +47,19 @@ class Task:
     # Metric names a task reports; the first is the default main metric.
     metric_names: tuple[str, ...] = ()
 
+    @abstractmethod
     def read(self, path: str | Path, opts: DataOptions, labelled: bool) -> tuple[list[Any], bool]:
         """The examples of a file, and (for qa) whether it is SQuAD 2.0."""
-        raise NotImplementedError
 
+    @abstractmethod
     def label_overrides(self, examples: list[Any], path: Path) -> dict[str, Any]:
         """The config.json fields that the training data decides."""
-        raise NotImplementedError
 
+    @abstractmethod
     def encode(
         self, tokenizer: Any, examples: list[Any], opts: DataOptions, config: BertConfig, path: Path, labelled: bool
     ) -> Encoded:
-        raise NotImplementedError
+        """Features for the model; with `labelled`, targets too, and an error for a label the model lacks."""
 
     def main_metric(self, config: BertConfig, requested: str | None) -> str:
         """The metric that picks the best checkpoint: `requested`, or the task's default."""
@@ -69,16 +71,19 @@ class Task:
         return requested
 
     def metrics_for(self, config: BertConfig) -> tuple[str, ...]:
+        """The metrics that can pick the best checkpoint of this model; the first is the default."""
         return self.metric_names
 
+    @abstractmethod
     def score(self, data: Encoded, outputs: list[Output], config: BertConfig, opts: DataOptions) -> dict[str, Any]:
-        raise NotImplementedError
+        """The task's metrics from the model's outputs for every feature."""
 
+    @abstractmethod
     def records(self, data: Encoded, outputs: list[Output], config: BertConfig, opts: DataOptions) -> list[dict]:
         """One JSON-ready prediction per example."""
-        raise NotImplementedError
 
     def max_length(self, opts: DataOptions, config: BertConfig) -> int:
+        """`--max-length`, or the task's default capped at the model's positions."""
         length = opts.max_length or min(self.default_max_length, config.max_position_embeddings)
         if length > config.max_position_embeddings:
             raise BertforgeError(
@@ -88,7 +93,8 @@ class Task:
 
 
 def lower_is_better(metric: str) -> bool:
-    return metric in ("mse", "loss")
+    """Whether a smaller value of `metric` is the better one (mean squared error)."""
+    return metric == "mse"
 
 
 # ---------------------------------------------------------------------------------------------------- classification
@@ -151,6 +157,7 @@ class Classification(Task):
         }
 
     def metrics_for(self, config: BertConfig) -> tuple[str, ...]:
+        """Correlations and MSE for a regression model, class metrics otherwise."""
         return self.regression_metric_names if _is_regression(config) else self.metric_names
 
     def encode(

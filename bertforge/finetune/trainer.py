@@ -139,8 +139,8 @@ def train(
 
     `evaluate()` scores the model on the dev set (a dict with `main_metric`). It runs at the end of each epoch
     and every `cfg.eval_every` optimizer steps; training stops after `cfg.early_stop` evaluations in a row
-    without a better score. Training-loss records (every `cfg.log_every` steps) and evaluations are appended to
-    `metrics_file`, one JSON object a line.
+    without a better score. Training-loss records (every `cfg.log_every` steps and at each epoch's end) and
+    evaluations are appended to `metrics_file`, one JSON object a line.
     """
     generator = torch.Generator().manual_seed(cfg.seed)
     lengths = [len(f["input_ids"]) for f in train_features]
@@ -208,7 +208,7 @@ def train(
                 optimizer.zero_grad(set_to_none=True)
                 step += 1
                 bar.update(1)
-                if step % cfg.log_every == 0:
+                if step % cfg.log_every == 0 or micro + 1 == len(batches):
                     mean_loss = sum(losses) / len(losses)
                     bar.set_postfix(loss=f"{mean_loss:.4f}")
                     record({"type": "train", "step": step, "epoch": round(epoch + (micro + 1) / len(batches), 4),

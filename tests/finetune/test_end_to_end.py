@@ -185,6 +185,8 @@ def bad_inputs(tmp_path: Path) -> list[tuple[str, list[str], str]]:
     conll = write_conll(tmp_path / "ner.txt", copies=1)
     broken = tmp_path / "broken.txt"
     broken.write_text("john NN B-PER\nlives O\n")
+    misc = tmp_path / "misc.txt"
+    misc.write_text("john NN B-PER\nlives NN O\n\nthe DT O\neuro NN B-MISC\n")
     squad = write_squad(tmp_path / "squad.json")
     data = json.loads(squad.read_text())
     data["data"][0]["paragraphs"][2]["qas"][0]["answers"][0]["answer_start"] -= 2
@@ -195,6 +197,7 @@ def bad_inputs(tmp_path: Path) -> list[tuple[str, list[str], str]]:
         ("classification", [good, unseen], r"unseen.tsv:3: label 'meh' was not seen in training"),
         ("classification", [empty, good], r"empty.tsv: the file is empty"),
         ("ner", [conll, broken], r"broken.txt:2: 2 column\(s\), expected 3"),
+        ("ner", [conll, misc], r"misc.txt:5: tag 'B-MISC' was not seen in training"),
         ("qa", [moved, squad], r"moved.json:\d+: question q4: answer 'london' does not match the context"),
     ]
 
