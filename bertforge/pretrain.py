@@ -187,6 +187,11 @@ class Pretrainer:
         self.model = BertForPreTraining(self.config).to(self.rt.device)
         if args.gradient_checkpointing:
             self.model.gradient_checkpointing_enable()
+        if not args.nsp:
+            # MLM alone: the pooler and NSP head get no gradient, so freeze them (DDP wants a gradient for every
+            # trainable weight); they are still saved, so the model keeps the BertForPreTraining layout.
+            for module in (self.model.bert.pooler, self.model.cls.seq_relationship):
+                module.requires_grad_(False)
         self.train_model = self.wrap_model(self.model)
         fused = self.rt.device.type == "cuda" and args.optimizer == "adamw"
         self.optimizer = make_optimizer(self.model, args.optimizer, args.lr, args.weight_decay, fused=fused)
