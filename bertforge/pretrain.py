@@ -21,6 +21,7 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -273,7 +274,7 @@ class Pretrainer:
                 from .data import iter_documents
 
                 log.info("training a WordPiece vocabulary (%d tokens) on %s", a.vocab_size, ", ".join(self.corpus))
-                lines = _take_mb(iter_documents(self.corpus, text_field=a.text_field), a.tokenizer_sample_mb)
+                lines = take_mb(iter_documents(self.corpus, text_field=a.text_field), a.tokenizer_sample_mb)
                 tok = Tokenizer.train(lines, vocab_size=a.vocab_size, lowercase=a.lowercase, show_progress=a.progress)
                 tok.save_pretrained(own)
             barrier(self.rt)
@@ -548,7 +549,8 @@ class _null:
         return False
 
 
-def _take_mb(lines, megabytes: float):
+def take_mb(lines: Iterator[str], megabytes: float) -> Iterator[str]:
+    """The first `megabytes` of a stream of lines (for training a vocabulary on a sample of a huge corpus)."""
     budget = int(megabytes * 1_000_000)
     for line in lines:
         yield line

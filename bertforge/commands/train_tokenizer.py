@@ -14,6 +14,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--min-frequency", type=int, default=2)
     p.add_argument("--cased", action="store_true", help="keep case and accents")
     p.add_argument("--text-field", default="text", help="the text field of .jsonl input")
+    p.add_argument("--sample-mb", type=float, default=None, help="train on the first N MB of the corpus only (default: all of it)")
     p.add_argument("--out", required=True, metavar="DIR")
 
 
@@ -22,6 +23,7 @@ def run(args: argparse.Namespace) -> int:
 
     from ..data import iter_documents
     from ..errors import BertforgeError
+    from ..pretrain import take_mb
     from ..tokenizer import Tokenizer
 
     if args.vocab_size < 10:
@@ -30,6 +32,8 @@ def run(args: argparse.Namespace) -> int:
         if not Path(path).exists():
             raise BertforgeError(f"corpus path {path} does not exist")
     lines = iter_documents(args.corpus, text_field=args.text_field)
+    if args.sample_mb is not None:
+        lines = take_mb(lines, args.sample_mb)
     tok = Tokenizer.train(lines, vocab_size=args.vocab_size, lowercase=not args.cased, min_frequency=args.min_frequency)
     tok.save_pretrained(args.out)
     print(f"vocabulary of {tok.vocab_size:,} tokens written to {args.out}")
