@@ -307,10 +307,12 @@ def hf_squad(model_dir: str, train: Path, dev: Path, hp: dict[str, Any], out: Pa
                 score = float(starts[s] + ends[e])
                 if i not in best or score > best[i][0]:
                     best[i] = (score, dev_rows[i]["context"][offsets[s][0] : offsets[e][1]])
-    predictions = {}
+    predictions, spans, margins = {}, {}, {}
     for i, row in enumerate(dev_rows):
-        predictions[row["id"]] = "" if i not in best or null[i] > best[i][0] else best[i][1]
-    scores = M.squad_metrics(predictions, {r["id"]: [a["text"] for a in r["answers"]] for r in dev_rows})
+        span_score, span_text = best.get(i, (-math.inf, ""))
+        predictions[row["id"]] = "" if null[i] > span_score else span_text
+        spans[row["id"]], margins[row["id"]] = span_text, null[i] - span_score
+    scores = M.squad_metrics(predictions, {r["id"]: [a["text"] for a in r["answers"]] for r in dev_rows}, spans, margins)
     eval_seconds = time.perf_counter() - eval_started
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import csv
+import io
 import json
 import re
 from dataclasses import dataclass, field
@@ -89,7 +90,7 @@ def _rows(path: Path, text: str, no_header: bool) -> tuple[list[str] | None, lis
         raw = [(n, line.rstrip("\r").split("\t")) for n, line in enumerate(text.split("\n"), 1)]
         rows = [(n, cells) for n, cells in raw if any(c.strip() for c in cells)]
     else:
-        reader = csv.reader(text.splitlines(keepends=True))
+        reader = csv.reader(io.StringIO(text, newline=""))  # csv handles line ends inside quoted cells
         rows = []
         try:
             for cells in reader:

@@ -236,20 +236,32 @@ def token_f1(prediction: str, gold: str) -> float:
     return precision_recall_f1(same, len(pred_tokens), len(gold_tokens))[2]
 
 
-def squad_metrics(predictions: dict[str, str], gold_answers: dict[str, list[str]]) -> dict[str, float]:
+def _question_scores(prediction: str, answers: list[str]) -> tuple[float, float]:
+    """(EM, F1) of a prediction against the best-matching of a question's normalised-nonempty answers."""
+    return max(exact_match(prediction, a) for a in answers), max(token_f1(prediction, a) for a in answers)
+
+
+def squad_metrics(
+    predictions: dict[str, str],
+    gold_answers: dict[str, list[str]],
+    span_predictions: dict[str, str] | None = None,
+    null_margins: dict[str, float] | None = None,
+) -> dict[str, float | None]:
     """Exact Match and F1 in percent, each question scored against its best-matching gold answer.
 
     `gold_answers` maps a question id to its answer texts; an empty list (or only answers that normalise to "")
     marks an unanswerable SQuAD 2.0 question, whose only correct prediction is "". As in the official v2.0 script,
-    "HasAns_*" and "NoAns_*" break the scores down when the data has both kinds of question.
+    "HasAns_*" and "NoAns_*" break the scores down when the data has both kinds of question, and, given each
+    question's best non-empty answer (`span_predictions`) and how far the "no answer" score exceeds that answer's
+    (`null_margins`, the script's "na_prob"), "best_exact" / "best_f1" are the scores at the best threshold t for
+    "answer only when margin <= t", with that t in "best_exact_thresh" / "best_f1_thresh" (None: never answer).
     """
     scores: dict[str, tuple[float, float]] = {}
     has_answer: dict[str, bool] = {}
     for qid, answers in gold_answers.items():
         answers = [a for a in answers if normalize_answer(a)] or [""]
         has_answer[qid] = answers != [""]
-        prediction = predictions.get(qid, "")
-        scores[qid] = (max(exact_match(prediction, a) for a in answers), max(token_f1(prediction, a) for a in answers))
+        scores[qid] = _question_scores(predictions.get(qid, ""), answers)
 
     def summary(ids: list[str], prefix: str) -> dict[str, float]:
         return {
@@ -264,7 +276,38 @@ def squad_metrics(predictions: dict[str, str], gold_answers: dict[str, list[str]
     if answerable and unanswerable:
         metrics.update(summary(answerable, "HasAns_"))
         metrics.update(summary(unanswerable, "NoAns_"))
+    if span_predictions is not None and null_margins is not None and unanswerable:
+        span_scores = {
+            q: _question_scores(span_predictions.get(q, ""), [a for a in gold_answers[q] if normalize_answer(a)] or [""])
+            for q in scores
+        }
+        for index, name in enumerate(("exact", "f1")):
+            best, threshold = _best_null_threshold({q: s[index] for q, s in span_scores.items()}, span_predictions,
+                                                   has_answer, null_margins)
+            metrics[f"best_{name}"], metrics[f"best_{name}_thresh"] = best, threshold
     return metrics
+
+
+def _best_null_threshold(
+    answer_scores: dict[str, float], span_predictions: dict[str, str], has_answer: dict[str, bool],
+    null_margins: dict[str, float],
+) -> tuple[float, float | None]:
+    """The best score (percent) over thresholds t of "answer when margin <= t, else say no answer", and its t.
+
+    Starts from "never answer" (every unanswerable question right) and lets the questions answer in order of
+    rising margin: an answerable one gains its answer's score, an unanswerable one loses its point when the
+    answer is not empty.
+    """
+    current = best = float(sum(not has_answer[q] for q in answer_scores))
+    threshold = None
+    for qid in sorted(answer_scores, key=lambda q: null_margins[q]):
+        if has_answer[qid]:
+            current += answer_scores[qid]
+        elif span_predictions.get(qid, ""):
+            current -= 1
+        if current > best:
+            best, threshold = current, null_margins[qid]
+    return 100.0 * best / len(answer_scores), threshold
 
 
 def _check_lengths(a: Sequence[object], b: Sequence[object]) -> None:

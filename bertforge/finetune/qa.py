@@ -41,6 +41,8 @@ class Answer:
     end: int
     score: float  # start + end logit of the chosen span (of [CLS] for "no answer")
     null_score: float  # start + end logit of [CLS], the lowest over the example's windows
+    span_text: str  # the best non-empty answer, even where "no answer" won ("" when no span was valid)
+    span_score: float  # its start + end logit (-inf when no span was valid)
 
 
 def answer_token_span(offsets: Sequence[tuple[int, int]], char_start: int, char_end: int) -> tuple[int, int] | None:
@@ -137,9 +139,10 @@ def best_answers(
                     best[i] = (score, window.offsets[s][0], window.offsets[e][1])
     answers = []
     for example, candidate, null_score in zip(examples, best, null):
-        if candidate is None or (allow_null and null_score > candidate[0] + null_threshold):
-            answers.append(Answer("", -1, -1, null_score, null_score))
+        span_score, start, end = candidate if candidate is not None else (float("-inf"), -1, -1)
+        span_text = example.context[start:end] if candidate is not None else ""
+        if candidate is None or (allow_null and null_score > span_score + null_threshold):
+            answers.append(Answer("", -1, -1, null_score, null_score, span_text, span_score))
         else:
-            score, start, end = candidate
-            answers.append(Answer(example.context[start:end], start, end, score, null_score))
+            answers.append(Answer(span_text, start, end, span_score, null_score, span_text, span_score))
     return answers

@@ -337,8 +337,13 @@ class QuestionAnswering(Task):
 
     def score(self, data: Encoded, outputs: list[Output], config: BertConfig, opts: DataOptions) -> dict[str, Any]:
         answers = self.answers(data, outputs, config, opts)
-        predictions = {e.id: a.text for e, a in zip(data.examples, answers)}
-        return M.squad_metrics(predictions, {e.id: [text for text, _ in e.answers] for e in data.examples})
+        ids = [e.id for e in data.examples]
+        return M.squad_metrics(
+            {q: a.text for q, a in zip(ids, answers)},
+            {e.id: [text for text, _ in e.answers] for e in data.examples},
+            span_predictions={q: a.span_text for q, a in zip(ids, answers)},
+            null_margins={q: a.null_score - a.span_score for q, a in zip(ids, answers)},
+        )
 
     def records(self, data: Encoded, outputs: list[Output], config: BertConfig, opts: DataOptions) -> list[dict]:
         return [

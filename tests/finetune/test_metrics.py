@@ -147,3 +147,16 @@ def test_squad_normalisation_and_scores():
     # SQuAD 1.1: no NoAns breakdown; the best of several gold answers counts; a missing prediction is ""
     v1 = M.squad_metrics({"a": "Denver"}, {"a": ["Denver Broncos", "Denver"], "b": ["x"]})
     assert v1["exact"] == 50.0 and "NoAns_exact" not in v1
+
+
+def test_squad_best_null_threshold_by_hand():
+    gold = {"q1": ["paris"], "q2": [], "q3": ["london"], "q4": []}
+    spans = {"q1": "Paris", "q2": "berlin", "q3": "rome", "q4": "x"}
+    margins = {"q1": -2.0, "q2": 1.0, "q3": 0.5, "q4": 3.0}  # no-answer score minus best span score
+    final = {"q1": "Paris", "q2": "", "q3": "", "q4": ""}
+    scores = M.squad_metrics(final, gold, spans, margins)
+    # never answering gets q2 and q4 (2/4); answering q1 (margin -2) adds 1 -> 3/4; q3 adds 0, q2 and q4 lose 1
+    assert scores["best_exact"] == pytest.approx(75.0) and scores["best_exact_thresh"] == -2.0
+    assert scores["best_f1"] == pytest.approx(75.0) and scores["best_f1_thresh"] == -2.0
+    hopeless = M.squad_metrics(final, gold, {q: "x" for q in gold}, margins)
+    assert hopeless["best_f1"] == pytest.approx(50.0) and hopeless["best_f1_thresh"] is None
