@@ -65,7 +65,7 @@ def high_water_kb(pid: int) -> int:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--gb", type=float, default=3.0)
-    p.add_argument("--config", default="base")
+    p.add_argument("--config", default="mini", help="model size; the corpus side of memory is what this measures")
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--tokenizer-sample-mb", type=float, default=64)
     p.add_argument("--workdir", default=None, help="where to write the corpus (default: a temporary directory)")

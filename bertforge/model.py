@@ -351,12 +351,13 @@ class BertPreTrainedModel(nn.Module):
 
 
 class BertModel(BertPreTrainedModel):
-    def __init__(self, config: BertConfig, add_pooling_layer: bool = True) -> None:
+    def __init__(self, config: BertConfig, add_pooling_layer: bool = True, *, initialize: bool = True) -> None:
         super().__init__(config)
         self.embeddings = BertEmbeddings(config)
         self.encoder = BertEncoder(config)
         self.pooler = BertPooler(config) if add_pooling_layer else None
-        self.init_weights()
+        if initialize:  # a head class initialises the whole tree once, body included
+            self.init_weights()
 
     def forward(
         self,
@@ -430,7 +431,7 @@ class BertForPreTraining(BertPreTrainedModel):
 
     def __init__(self, config: BertConfig) -> None:
         super().__init__(config)
-        self.bert = BertModel(config)
+        self.bert = BertModel(config, initialize=False)
         self.cls = BertPreTrainingHeads(config)
         self.init_weights()
 
@@ -465,7 +466,7 @@ class BertForMaskedLM(BertPreTrainedModel):
 
     def __init__(self, config: BertConfig) -> None:
         super().__init__(config)
-        self.bert = BertModel(config, add_pooling_layer=False)
+        self.bert = BertModel(config, add_pooling_layer=False, initialize=False)
         self.cls = BertPreTrainingHeads(config, nsp=False)
         self.init_weights()
 
@@ -489,7 +490,7 @@ class BertForMaskedLM(BertPreTrainedModel):
 class BertForNextSentencePrediction(BertPreTrainedModel):
     def __init__(self, config: BertConfig) -> None:
         super().__init__(config)
-        self.bert = BertModel(config)
+        self.bert = BertModel(config, initialize=False)
         self.cls = BertPreTrainingHeads(config, mlm=False)
         self.init_weights()
 
@@ -521,7 +522,7 @@ class BertForSequenceClassification(_ClassifierMixin, BertPreTrainedModel):
 
     def __init__(self, config: BertConfig) -> None:
         super().__init__(config)
-        self.bert = BertModel(config)
+        self.bert = BertModel(config, initialize=False)
         self.classifier = Dense(config.hidden_size, config.num_labels)
         self.init_weights()
 
@@ -564,7 +565,7 @@ class BertForTokenClassification(_ClassifierMixin, BertPreTrainedModel):
 
     def __init__(self, config: BertConfig) -> None:
         super().__init__(config)
-        self.bert = BertModel(config, add_pooling_layer=False)
+        self.bert = BertModel(config, add_pooling_layer=False, initialize=False)
         self.classifier = Dense(config.hidden_size, config.num_labels)
         self.init_weights()
 
@@ -595,7 +596,7 @@ class BertForQuestionAnswering(BertPreTrainedModel):
         super().__init__(config)
         if config.num_labels != 2:
             raise BertforgeError(f"BertForQuestionAnswering needs num_labels == 2 (start, end), got {config.num_labels}")
-        self.bert = BertModel(config, add_pooling_layer=False)
+        self.bert = BertModel(config, add_pooling_layer=False, initialize=False)
         self.qa_outputs = Dense(config.hidden_size, 2)
         self.init_weights()
 
