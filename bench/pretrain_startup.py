@@ -15,6 +15,7 @@ import argparse
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -85,9 +86,10 @@ def main() -> None:
     print(f"train-tokenizer on the first {args.tokenizer_sample_mb:g} MB: {time.perf_counter() - t:.0f} s")
 
     out = work / "run"
+    shutil.rmtree(out, ignore_errors=True)  # so that metrics.jsonl appears only with this run's first step
     cmd = bf + ["pretrain", "--corpus", str(corpus), "--tokenizer", str(work / "tok"), "--config", args.config,
                 "--max-steps", str(args.steps), "--log-every", "1", "--save-every", str(10**6), "--batch-size", "8",
-                "--out", str(out), "--overwrite", "--no-progress"]
+                "--out", str(out), "--no-progress"]
     t = time.perf_counter()
     child = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     first_step, peak_kb = None, 0
