@@ -76,8 +76,11 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     corpus = work / "corpus.txt"
     t = time.perf_counter()
-    size = write_corpus(corpus, args.gb)
-    print(f"corpus: {size / 1e9:.2f} GB written in {time.perf_counter() - t:.0f} s ({corpus})")
+    if corpus.exists() and abs(corpus.stat().st_size - args.gb * 1e9) < 0.01 * args.gb * 1e9:
+        print(f"corpus: reusing {corpus} ({corpus.stat().st_size / 1e9:.2f} GB)")
+    else:
+        size = write_corpus(corpus, args.gb)
+        print(f"corpus: {size / 1e9:.2f} GB written in {time.perf_counter() - t:.0f} s ({corpus})")
 
     bf = [sys.executable, "-m", "bertforge"]
     t = time.perf_counter()
