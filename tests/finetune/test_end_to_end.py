@@ -243,3 +243,18 @@ def test_command_line_exit_code_and_single_line(tmp_path, tiny_model):
     assert done.stderr.strip().splitlines() == [
         f"bertforge finetune: error: {data}:1: no column 'label' in the header (columns: sentence, stars)"
     ]
+
+
+def test_header_less_tsv_with_column_indices(tmp_path, tiny_model, capsys):
+    """CoLA's layout: source, label, original mark, sentence; no header row."""
+    rows = [f"src\t{i % 2}\t\t{'good movie' if i % 2 else 'movie good the'}" for i in range(16)]
+    (tmp_path / "cola.tsv").write_text("\n".join(rows) + "\n")
+    summary = finetune(capsys, tiny_model, "classification", tmp_path / "cola.tsv", tmp_path / "cola.tsv",
+                       tmp_path / "cola", "--no-header", "--text-column", "3", "--label-column", "1",
+                       "--metric", "mcc")
+    assert summary["main_metric"] == "mcc"
+    assert json.loads((tmp_path / "cola" / "model" / "config.json").read_text())["id2label"] == {"0": "0", "1": "1"}
+    assert main(["finetune", "--task", "classification", "--model", str(tiny_model), "--train",
+                 str(tmp_path / "cola.tsv"), "--dev", str(tmp_path / "cola.tsv"), "--out", str(tmp_path / "x"),
+                 "--no-header", "--text-column", "3", "--label-column", "1", "--metric", "pearson"]) == 2
+    assert "--metric 'pearson' is not reported for classification" in capsys.readouterr().err
