@@ -1,0 +1,64 @@
+"""Inference pipelines: `bertforge.pipeline(task, model=DIR, **options)`.
+
+    >>> embed = bertforge.pipeline("embed", model="all-MiniLM-L6-v2/")
+    >>> embed(["a sentence", "another one"]).shape
+    (2, 384)
+
+Tasks: "embed", "fill-mask", "text-classification", "token-classification", "question-answering". Every pipeline
+takes one input or a list of any length (`pipe.stream(iterable)` yields results one by one), tokenizes in a
+background thread, sorts inputs by length into batches with no padding at all, and returns results in input order.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from ..errors import BertforgeError
+from .base import Pipeline
+
+TASKS: dict[str, str] = {
+    "embed": "EmbedPipeline",
+    "fill-mask": "FillMaskPipeline",
+    "text-classification": "TextClassificationPipeline",
+    "token-classification": "TokenClassificationPipeline",
+    "question-answering": "QuestionAnsweringPipeline",
+}
+MODULES = {
+    "embed": "embed",
+    "fill-mask": "fill_mask",
+    "text-classification": "classification",
+    "token-classification": "classification",
+    "question-answering": "question_answering",
+}
+ALIASES = {
+    "feature-extraction": "embed",
+    "sentence-embedding": "embed",
+    "fill_mask": "fill-mask",
+    "sentiment-analysis": "text-classification",
+    "text_classification": "text-classification",
+    "ner": "token-classification",
+    "token_classification": "token-classification",
+    "qa": "question-answering",
+    "question_answering": "question-answering",
+}
+
+
+def pipeline_class(task: str) -> type[Pipeline]:
+    """The Pipeline subclass for a task name (or alias)."""
+    name = ALIASES.get(task, task)
+    if name not in TASKS:
+        raise BertforgeError(f"unknown task {task!r}; choose one of: {', '.join(TASKS)}")
+    module = importlib.import_module(f".{MODULES[name]}", __name__)
+    return getattr(module, TASKS[name])
+
+def pipeline(task: str, model: Any, **kwargs: Any) -> Pipeline:
+    """Build the pipeline for `task` on `model` (a model directory, or a loaded model with `tokenizer=`).
+
+    Options common to all tasks: tokenizer, max_length, batch_tokens, batch_size, progress, num_threads (see
+    `bertforge.pipelines.base.Pipeline`); task options: see each pipeline class.
+    """
+    return pipeline_class(task)(model, **kwargs)
+
+
+__all__ = ["ALIASES", "TASKS", "Pipeline", "pipeline", "pipeline_class"]

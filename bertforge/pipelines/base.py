@@ -1,0 +1,330 @@
+"""What every pipeline shares: loading, tokenizing in the background, length-sorted packed batches, order.
+
+A pipeline turns inputs into *features* (token-id sequences; one per input, or several for QA windows), runs the
+features through the model in batches of similar length with no padding (`engine.PackedEncoder`), hands each
+batch's hidden states to the task's head, and finally folds each input's feature outputs into its result.
+
+Inputs are processed in chunks: while chunk k is computed, chunk k+1 is tokenized, sorted and packed in a
+background thread. Results come back in input order.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from itertools import islice
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor
+
+from ..errors import BertforgeError
+from ..model import BertPreTrainedModel
+from .engine import PackedBatch, PackedEncoder, pack
+
+log = logging.getLogger("bertforge")
+
+#: Inputs tokenized (and sorted by length) together; larger chunks sort better, smaller ones start sooner.
+CHUNK_SIZE = 2048
+#: Show a progress bar (on a terminal) from this many inputs on, unless `progress` says otherwise.
+PROGRESS_MIN_INPUTS = 512
+
+
+@dataclass
+class Feature:
+    """One sequence for the model. `item` is the input it belongs to (its index within the chunk)."""
+
+    item: int
+    input_ids: list[int]
+    token_type_ids: list[int] | None = None
+    extra: Any = None  # what the task's postprocessing needs (offsets, windows, ...)
+
+
+@dataclass
+class Chunk:
+    """A slice of the inputs, tokenized, with its features grouped into packed batches."""
+
+    inputs: list[Any]
+    features: list[Feature]
+    batches: list[tuple[list[int], PackedBatch]] = field(default_factory=list)  # (feature indices, batch)
+    truncated: int = 0  # inputs cut to max_length
+
+
+def available_cpus() -> int:
+    """CPUs this process may run on (the affinity mask, not the machine's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def configure_threads(num_threads: int | None) -> None:
+    """Use `num_threads` intra-op threads; by default no more than the CPUs this process may use.
+
+    PyTorch's default (one thread per physical core) is right for a dedicated machine; inside a container limited
+    to fewer CPUs than the host has, it oversubscribes, which OpenMP punishes badly.
+    """
+    if num_threads is not None:
+        if num_threads < 1:
+            raise BertforgeError(f"num_threads must be at least 1, got {num_threads}")
+        torch.set_num_threads(num_threads)
+    elif "OMP_NUM_THREADS" not in os.environ and torch.get_num_threads() > available_cpus():
+        torch.set_num_threads(available_cpus())
+
+
+@contextlib.contextmanager
+def quiet_loading() -> Iterator[None]:
+    """Silence the loader's "newly initialised weights" notes: the pipeline checks its heads itself."""
+    logger = logging.getLogger("bertforge")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def load_model(cls: type[BertPreTrainedModel], path: Path) -> BertPreTrainedModel:
+    with quiet_loading():
+        model = cls.from_pretrained(path)
+    return model.eval()
+
+
+def make_batches(lengths: Sequence[int], batch_tokens: int, batch_size: int) -> list[list[int]]:
+    """Indices of the features in batches: longest first, each batch at most `batch_tokens` real tokens (or one
+    sequence) and `batch_size` sequences. Within a batch the lengths are non-increasing, as packing needs."""
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    batches: list[list[int]] = []
+    current: list[int] = []
+    tokens = 0
+    for i in order:
+        if current and (tokens + lengths[i] > batch_tokens or len(current) >= batch_size):
+            batches.append(current)
+            current, tokens = [], 0
+        current.append(i)
+        tokens += lengths[i]
+    if current:
+        batches.append(current)
+    return batches
+
+
+class Pipeline:
+    """Base class. Subclasses set `task`, `model_class`, and implement `featurize`, `head` and `postprocess`.
+
+    Args:
+        model: a model directory (config.json, weights, tokenizer files), or a loaded bertforge model (then pass
+            `tokenizer` too).
+        tokenizer: a `bertforge.Tokenizer`; by default loaded from the model directory.
+        max_length: longest input in tokens, special tokens included; longer inputs are truncated with a
+            warning (QA windows them instead). Default: the model's limit.
+        batch_tokens: real tokens per batch (no padding is computed, so this is the work per batch).
+        batch_size: most sequences per batch.
+        progress: show a progress bar; None: for long inputs when writing to a terminal.
+        num_threads: PyTorch intra-op threads; None: PyTorch's default, capped at the CPUs this process may use.
+    """
+
+    task: ClassVar[str] = ""
+    model_class: ClassVar[type[BertPreTrainedModel]]
+
+    def __init__(
+        self,
+        model: str | os.PathLike[str] | BertPreTrainedModel,
+        *,
+        tokenizer: Any = None,
+        max_length: int | None = None,
+        batch_tokens: int = 4096,
+        batch_size: int = 256,
+        progress: bool | None = None,
+        num_threads: int | None = None,
+    ) -> None:
+        configure_threads(num_threads)
+        if isinstance(model, BertPreTrainedModel):
+            if tokenizer is None:
+                raise BertforgeError(f"{self.task}: pass tokenizer= together with a model object")
+            self.model_dir: Path | None = None
+            self.model = model.eval()
+            self.check_model(self.model, type(model).__name__)
+        else:
+            path = Path(model)
+            if not path.is_dir():
+                raise BertforgeError(f"{path}: no such model directory")
+            self.model_dir = path
+            self.model = self.load(path)
+        if tokenizer is None:
+            from ..tokenizer import Tokenizer
+
+            tokenizer = Tokenizer.from_pretrained(self.model_dir)
+        self.tokenizer = tokenizer
+        config = self.model.config
+        limit = min(config.max_position_embeddings, tokenizer.model_max_length)
+        if max_length is None:
+            max_length = limit
+        if not isinstance(max_length, int) or isinstance(max_length, bool) or not 2 < max_length <= limit:
+            raise BertforgeError(f"max_length must be an integer in 3..{limit} for this model, got {max_length!r}")
+        if batch_tokens < 1 or batch_size < 1:
+            raise BertforgeError(f"batch_tokens and batch_size must be positive, got {batch_tokens} and {batch_size}")
+        self.max_length = max_length
+        self.batch_tokens = batch_tokens
+        self.batch_size = batch_size
+        self.progress = progress
+        self.encoder = PackedEncoder(self.model.base_model)
+
+    # ------------------------------------------------------------------ loading and checks
+    def load(self, path: Path) -> BertPreTrainedModel:
+        """Load `model_class` from `path` and check that the checkpoint has what the task needs."""
+        model = load_model(self.model_class, path)
+        self.check_model(model, str(path))
+        return model
+
+    def check_model(self, model: BertPreTrainedModel, source: str) -> None:
+        """Raise BertforgeError when the task's head was not in the checkpoint (see `loading_info`)."""
+
+    @staticmethod
+    def missing(model: BertPreTrainedModel, prefix: str) -> bool:
+        """Whether weights named `prefix...` were initialised because the checkpoint lacked them."""
+        info = getattr(model, "loading_info", None)
+        return info is not None and any(key.startswith(prefix) for key in info.missing_keys)
+
+    # ------------------------------------------------------------------ task hooks
+    def featurize(self, inputs: list[Any]) -> tuple[list[Feature], int]:
+        """Tokenize a chunk of inputs into features; returns them and how many inputs were truncated."""
+        raise NotImplementedError
+
+    def head(self, batch: PackedBatch, hidden: Tensor, features: list[Feature]) -> list[Any]:
+        """The task's outputs for each sequence of `batch`, from its hidden states [T, H]."""
+        raise NotImplementedError
+
+    def postprocess(self, item: Any, outputs: list[Any], features: list[Feature]) -> Any:
+        """An input's result from the outputs of its features."""
+        raise NotImplementedError
+
+    def check_input(self, item: Any, index: int) -> None:
+        """Raise BertforgeError for an input the task cannot take (`index` names it in the message)."""
+        if not isinstance(item, str):
+            raise BertforgeError(f"{self.task}: input {index} is a {type(item).__name__}, expected a string")
+
+    # ------------------------------------------------------------------ shared tokenization
+    def encode(self, texts: list[Any], pairs: list[Any] | None = None, **kwargs: Any) -> tuple[dict[str, list], int]:
+        """Tokenize like the tokenizer's batch call; inputs over `max_length` are truncated ("longest_first",
+        as transformers does). Returns the encodings and how many inputs were cut."""
+        if not texts:
+            return {"input_ids": [], "token_type_ids": []}, 0
+        enc = self.tokenizer(texts, pairs, **kwargs)
+        long = [i for i, ids in enumerate(enc["input_ids"]) if len(ids) > self.max_length]
+        if long:
+            cut = self.tokenizer(
+                [texts[i] for i in long],
+                [pairs[i] for i in long] if pairs is not None else None,
+                truncation=True,
+                max_length=self.max_length,
+                **kwargs,
+            )
+            for key in enc:
+                for j, i in enumerate(long):
+                    enc[key][i] = cut[key][j]
+        return enc, len(long)
+
+    # ------------------------------------------------------------------ running
+    def prepare(self, inputs: list[Any], offset: int) -> Chunk:
+        """Tokenize and pack one chunk (runs in the background thread)."""
+        for i, item in enumerate(inputs):
+            self.check_input(item, offset + i)
+        features, truncated = self.featurize(inputs)
+        chunk = Chunk(inputs, features, truncated=truncated)
+        lengths = [len(f.input_ids) for f in features]
+        for indices in make_batches(lengths, self.batch_tokens, self.batch_size):
+            with_types = any(features[i].token_type_ids is not None for i in indices)
+            batch = pack(
+                [features[i].input_ids for i in indices],
+                [features[i].token_type_ids or [0] * lengths[i] for i in indices] if with_types else None,
+            )
+            chunk.batches.append((indices, batch))
+        return chunk
+
+    def compute(self, chunk: Chunk) -> list[Any]:
+        """Each input's result for a prepared chunk, in input order."""
+        outputs: list[Any] = [None] * len(chunk.features)
+        with torch.inference_mode():
+            for indices, batch in chunk.batches:
+                hidden = self.encoder(batch)  # [T, H]
+                for i, out in zip(indices, self.head(batch, hidden, [chunk.features[i] for i in indices])):
+                    outputs[i] = out
+        by_item: list[list[int]] = [[] for _ in chunk.inputs]
+        for i, feature in enumerate(chunk.features):
+            by_item[feature.item].append(i)
+        return [
+            self.postprocess(item, [outputs[i] for i in idx], [chunk.features[i] for i in idx])
+            for item, idx in zip(chunk.inputs, by_item)
+        ]
+
+    def stream(self, inputs: Iterable[Any], total: int | None = None) -> Iterator[Any]:
+        """Results one by one, in input order, for any iterable of inputs (read CHUNK_SIZE at a time)."""
+        if total is None and hasattr(inputs, "__len__"):
+            total = len(inputs)  # type: ignore[arg-type]
+        bar = self._progress_bar(total)
+        truncated = 0
+        iterator = iter(inputs)
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="bertforge-tokenize") as pool:
+            offset = 0
+
+            def submit() -> Future[Chunk] | None:
+                nonlocal offset
+                items = list(islice(iterator, CHUNK_SIZE))
+                if not items:
+                    return None
+                future = pool.submit(self.prepare, items, offset)
+                offset += len(items)
+                return future
+
+            pending = submit()
+            try:
+                while pending is not None:
+                    chunk = pending.result()
+                    pending = submit()  # tokenize the next chunk while this one runs
+                    truncated += chunk.truncated
+                    results = self.compute(chunk)
+                    if bar is not None:
+                        bar.update(len(results))
+                    yield from results
+            finally:
+                if pending is not None:
+                    pending.cancel()
+                if bar is not None:
+                    bar.close()
+                if truncated:
+                    self.warn_truncated(truncated)
+
+    def warn_truncated(self, count: int) -> None:
+        log.warning(
+            "%s: %d input%s longer than max_length=%d tokens %s truncated",
+            self.task, count, "s" if count != 1 else "", self.max_length, "were" if count != 1 else "was",
+        )
+
+    def _progress_bar(self, total: int | None) -> Any:
+        if self.progress is False or (self.progress is None and (total or 0) < PROGRESS_MIN_INPUTS):
+            return None
+        from tqdm.auto import tqdm
+
+        return tqdm(total=total, desc=self.task, unit="input", disable=None if self.progress is None else False)
+
+    def __call__(self, inputs: Any) -> Any:
+        """One input → its result; a list (or other sequence) of inputs → a list of results."""
+        if self.is_single(inputs):
+            return next(iter(self.stream([inputs])))
+        if isinstance(inputs, (str, bytes)) or not isinstance(inputs, Iterable):
+            raise BertforgeError(f"{self.task}: expected a string or a list of them, got {type(inputs).__name__}")
+        return list(self.stream(inputs))
+
+    def is_single(self, inputs: Any) -> bool:
+        """Whether `inputs` is one input rather than a collection of them."""
+        return isinstance(inputs, str)
+
+    def __repr__(self) -> str:
+        where = self.model_dir if self.model_dir is not None else type(self.model).__name__
+        return f"{type(self).__name__}(model={str(where)!r}, max_length={self.max_length})"
+

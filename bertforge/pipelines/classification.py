@@ -1,0 +1,267 @@
+"""Text classification (one label per text or text pair) and token classification (entities with character spans).
+
+Both follow transformers' pipelines of the same names: the same score functions, the same sub-word-to-word and
+B-/I- grouping rules, so the labels and scores agree on the same checkpoint.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from ..errors import BertforgeError
+from ..model import BertForSequenceClassification, BertForTokenClassification, BertPreTrainedModel
+from .base import Feature, Pipeline
+from .engine import PackedBatch
+
+SCORE_FUNCTIONS = ("softmax", "sigmoid", "none")
+AGGREGATIONS = ("none", "simple", "first", "average", "max")
+_HEADLESS_HINT = "fine-tune one with `bertforge finetune --task {task} --model DIR --train FILE --dev FILE --out DIR`"
+
+
+def _labels(model: BertPreTrainedModel) -> dict[int, str]:
+    config = model.config
+    return dict(config.id2label) if config.id2label else {i: f"LABEL_{i}" for i in range(config.num_labels)}
+
+
+def _check_architecture(model: BertPreTrainedModel, source: str, wanted: str, task: str) -> None:
+    """A checkpoint saved from another head class (say token classification for text classification) has a
+    `classifier.*` of the same shape: refuse it by its recorded architecture rather than give nonsense."""
+    heads = {"BertForSequenceClassification", "BertForTokenClassification", "BertForQuestionAnswering"}
+    recorded = [a for a in (model.config.architectures or []) if a in heads]
+    if recorded and wanted not in recorded:
+        raise BertforgeError(f"{source} is a {recorded[0]} checkpoint, not {wanted}: it cannot do {task}")
+
+
+class TextClassificationPipeline(Pipeline):
+    """`pipeline("text-classification", model=DIR)`: a text, a (text, text_pair) tuple or a
+    {"text", "text_pair"} dict → {"label", "score"}; a list of them → a list of results.
+
+    Args:
+        top_k: 1 (default) gives the best {"label", "score"}; k > 1 or None gives a list of the k best (None:
+            all labels), best first.
+        function_to_apply: "softmax", "sigmoid" or "none"; by default, as transformers: none for regression,
+            sigmoid for multi-label or one-label models, softmax otherwise.
+    """
+
+    task = "text-classification"
+    model_class = BertForSequenceClassification
+
+    def __init__(self, model: Any, *, top_k: int | None = 1, function_to_apply: str | None = None, **kwargs: Any) -> None:
+        super().__init__(model, **kwargs)
+        if top_k is not None and (not isinstance(top_k, int) or top_k < 1):
+            raise BertforgeError(f"text-classification: top_k must be a positive integer or None, got {top_k!r}")
+        config = self.model.config
+        if function_to_apply is None:
+            if config.problem_type == "regression":
+                function_to_apply = "none"
+            elif config.problem_type == "multi_label_classification" or config.num_labels == 1:
+                function_to_apply = "sigmoid"
+            else:
+                function_to_apply = "softmax"
+        function_to_apply = function_to_apply.lower()
+        if function_to_apply not in SCORE_FUNCTIONS:
+            raise BertforgeError(f"function_to_apply must be one of {', '.join(SCORE_FUNCTIONS)}, got {function_to_apply!r}")
+        self.function_to_apply = function_to_apply
+        self.top_k = top_k
+        self.id2label = _labels(self.model)
+
+    def check_model(self, model: BertPreTrainedModel, source: str) -> None:
+        _check_architecture(model, source, "BertForSequenceClassification", self.task)
+        if self.missing(model, "classifier.") or self.missing(model, "bert.pooler."):
+            part = "classifier.*" if self.missing(model, "classifier.") else "bert.pooler.*"
+            raise BertforgeError(
+                f"{source} has no sequence-classification head ({part} is not in the checkpoint): "
+                + _HEADLESS_HINT.format(task="classification")
+            )
+
+    @staticmethod
+    def split(item: Any) -> tuple[Any, Any]:
+        """(text, text_pair or None) of an input."""
+        if isinstance(item, Mapping):
+            return item.get("text"), item.get("text_pair")
+        if isinstance(item, tuple) and len(item) == 2:
+            return item
+        return item, None
+
+    def is_single(self, inputs: Any) -> bool:
+        return isinstance(inputs, (str, Mapping)) or (isinstance(inputs, tuple) and len(inputs) == 2)
+
+    def check_input(self, item: Any, index: int) -> None:
+        text, pair = self.split(item)
+        if not isinstance(text, str) or (pair is not None and not isinstance(pair, str)):
+            raise BertforgeError(
+                f"text-classification: input {index} must be a string, a (text, text_pair) tuple or a "
+                f'{{"text", "text_pair"}} dict of strings, got {item!r:.80}'
+            )
+
+    def featurize(self, inputs: list[Any]) -> tuple[list[Feature], int]:
+        split = [self.split(item) for item in inputs]
+        singles = [i for i, (_, pair) in enumerate(split) if pair is None]
+        pairs = [i for i, (_, pair) in enumerate(split) if pair is not None]
+        features: list[Feature] = []
+        truncated = 0
+        for indices, with_pair in ((singles, False), (pairs, True)):
+            enc, cut = self.encode(
+                [split[i][0] for i in indices], [split[i][1] for i in indices] if with_pair else None
+            )
+            truncated += cut
+            for i, ids, types in zip(indices, enc["input_ids"], enc["token_type_ids"]):
+                features.append(Feature(i, ids, types if with_pair else None))
+        return features, truncated
+
+    def head(self, batch: PackedBatch, hidden: Tensor, features: list[Feature]) -> list[np.ndarray]:
+        model: BertForSequenceClassification = self.model  # type: ignore[assignment]
+        pooled = model.bert.pooler.dense(hidden[batch.starts]).tanh()  # [B, H] from each [CLS]
+        return list(model.classifier(pooled).float().numpy())  # [B, num_labels]
+
+    def postprocess(self, item: Any, outputs: list[np.ndarray], features: list[Feature]) -> Any:
+        logits = outputs[0].astype(np.float64)
+        if self.function_to_apply == "softmax":
+            scores = np.exp(logits - logits.max())
+            scores /= scores.sum()
+        elif self.function_to_apply == "sigmoid":
+            scores = 1.0 / (1.0 + np.exp(-logits))
+        else:
+            scores = logits
+        if self.top_k == 1:
+            best = int(scores.argmax())
+            return {"label": self.id2label[best], "score": float(scores[best])}
+        order = np.argsort(-scores, kind="stable")[: self.top_k]
+        return [{"label": self.id2label[int(i)], "score": float(scores[i])} for i in order]
+
+
+class TokenClassificationPipeline(Pipeline):
+    """`pipeline("token-classification", model=DIR)`: a text → its entities, each a dict with "entity_group"
+    (or "entity" and "index" without aggregation), "score", "word", and the character span "start", "end".
+
+    Args:
+        aggregation_strategy: "first" (default: a word takes its first sub-token's label; adjacent words with the
+            same tag, B-/I- aware, form one entity), "average" / "max" (a word's label from its sub-tokens' mean
+            scores / its most confident sub-token), "simple" (sub-tokens grouped without word boundaries) or
+            "none" (one result per sub-token). Same rules as transformers' pipeline.
+        ignore_labels: labels left out of the results (default ["O"]).
+    """
+
+    task = "token-classification"
+    model_class = BertForTokenClassification
+
+    def __init__(
+        self, model: Any, *, aggregation_strategy: str = "first", ignore_labels: list[str] | None = None, **kwargs: Any
+    ) -> None:
+        super().__init__(model, **kwargs)
+        aggregation_strategy = aggregation_strategy.lower()
+        if aggregation_strategy not in AGGREGATIONS:
+            raise BertforgeError(f"aggregation_strategy must be one of {', '.join(AGGREGATIONS)}, got {aggregation_strategy!r}")
+        self.aggregation = aggregation_strategy
+        self.ignore_labels = set(ignore_labels if ignore_labels is not None else ["O"])
+        self.id2label = _labels(self.model)
+
+    def check_model(self, model: BertPreTrainedModel, source: str) -> None:
+        _check_architecture(model, source, "BertForTokenClassification", self.task)
+        if self.missing(model, "classifier."):
+            raise BertforgeError(
+                f"{source} has no token-classification head (classifier.* is not in the checkpoint): "
+                + _HEADLESS_HINT.format(task="ner")
+            )
+
+    def featurize(self, inputs: list[str]) -> tuple[list[Feature], int]:
+        enc, truncated = self.encode(inputs, return_offsets_mapping=True, return_special_tokens_mask=True)
+        features = [
+            Feature(i, ids, None, (offsets, special))
+            for i, (ids, offsets, special) in enumerate(
+                zip(enc["input_ids"], enc["offset_mapping"], enc["special_tokens_mask"])
+            )
+        ]
+        return features, truncated
+
+    def head(self, batch: PackedBatch, hidden: Tensor, features: list[Feature]) -> list[np.ndarray]:
+        model: BertForTokenClassification = self.model  # type: ignore[assignment]
+        probs = model.classifier(hidden).float().softmax(dim=-1)  # [T, num_labels]
+        return list(torch.split(probs, batch.lengths))  # per sequence [len, num_labels]
+
+    def postprocess(self, item: str, outputs: list[Tensor], features: list[Feature]) -> list[dict[str, Any]]:
+        scores = outputs[0].numpy()  # [len, num_labels]
+        feature = features[0]
+        offsets, special = feature.extra
+        tokens = []  # one per non-special token: its piece, scores, span, position, whether it continues a word
+        for index, (token_id, (start, end), is_special) in enumerate(zip(feature.input_ids, offsets, special)):
+            if is_special:
+                continue
+            piece = self.tokenizer.convert_ids_to_tokens(token_id)
+            original = item[start:end]
+            continues = len(piece) != len(original)  # "##ing" is longer than "ing": a word piece
+            if token_id == self.tokenizer.unk_token_id:
+                piece, continues = original, False
+            tokens.append({"word": piece, "scores": scores[index], "start": start, "end": end, "index": index,
+                           "is_subword": continues})
+        if self.aggregation in ("none", "simple"):
+            entities = [self._token_entity(t) for t in tokens]
+        else:
+            entities = self._word_entities(tokens)
+        if self.aggregation != "none":
+            entities = self._group(entities)
+        key = "entity" if self.aggregation == "none" else "entity_group"
+        return [e for e in entities if e[key] not in self.ignore_labels]
+
+    def _token_entity(self, token: dict[str, Any]) -> dict[str, Any]:
+        best = int(token["scores"].argmax())
+        return {"entity": self.id2label[best], "score": float(token["scores"][best]), "index": token["index"],
+                "word": token["word"], "start": token["start"], "end": token["end"]}
+
+    def _join(self, pieces: list[str]) -> str:
+        decoder = self.tokenizer.backend.decoder
+        return decoder.decode(pieces) if decoder is not None else " ".join(pieces)
+
+    def _word_entities(self, tokens: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """One entity per word (a token and the sub-word pieces after it), labelled by the strategy."""
+        words: list[list[dict[str, Any]]] = []
+        for token in tokens:
+            if words and token["is_subword"]:
+                words[-1].append(token)
+            else:
+                words.append([token])
+        entities = []
+        for pieces in words:
+            if self.aggregation == "first":
+                scores = pieces[0]["scores"]
+            elif self.aggregation == "max":
+                scores = max(pieces, key=lambda t: t["scores"].max())["scores"]
+            else:  # average
+                scores = np.nanmean(np.stack([t["scores"] for t in pieces]), axis=0)
+            best = int(scores.argmax())
+            entities.append({"entity": self.id2label[best], "score": float(scores[best]),
+                             "word": self._join([t["word"] for t in pieces]),
+                             "start": pieces[0]["start"], "end": pieces[-1]["end"]})
+        return entities
+
+    @staticmethod
+    def _tag(label: str) -> tuple[str, str]:
+        """("B" or "I", type) of a label; a label without a B-/I- prefix counts as a continuation."""
+        if label.startswith(("B-", "I-")):
+            return label[0], label[2:]
+        return "I", label
+
+    def _group(self, entities: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Merge adjacent entities of one type into groups; a B- tag always starts a new group."""
+        groups: list[list[dict[str, Any]]] = []
+        for entity in entities:
+            bi, tag = self._tag(entity["entity"])
+            if groups and tag == self._tag(groups[-1][-1]["entity"])[1] and bi != "B":
+                groups[-1].append(entity)
+            else:
+                groups.append([entity])
+        return [
+            {
+                "entity_group": group[0]["entity"].split("-", 1)[-1],
+                "score": float(np.nanmean([e["score"] for e in group])),
+                "word": self._join([e["word"] for e in group]),
+                "start": group[0]["start"],
+                "end": group[-1]["end"],
+            }
+            for group in groups
+        ]

@@ -1,0 +1,112 @@
+"""Sentence embeddings: mean or [CLS] pooling of the last hidden states, optionally L2-normalised."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from ..errors import BertforgeError
+from ..model import BertModel
+from .base import Feature, Pipeline
+from .engine import PackedBatch, length_groups
+
+POOLINGS = ("mean", "cls")
+
+
+def sentence_transformers_settings(path: Path | None) -> dict[str, Any]:
+    """Pooling, normalisation and maximum length a sentence-transformers model directory declares, if any.
+
+    Reads `modules.json` (is there a Normalize module?), the Pooling module's `config.json` and
+    `sentence_bert_config.json` (max_seq_length). Unreadable files are ignored: they are only defaults.
+    """
+    if path is None:
+        return {}
+
+    def read(file: Path) -> Any:
+        try:
+            return json.loads(file.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            return None
+
+    settings: dict[str, Any] = {}
+    modules = read(path / "modules.json")
+    if isinstance(modules, list):
+        types = [m.get("type", "") for m in modules if isinstance(m, dict)]
+        settings["normalize"] = any(t.endswith(".Normalize") for t in types)
+        for m in modules:
+            if isinstance(m, dict) and str(m.get("type", "")).endswith(".Pooling"):
+                pooling = read(path / str(m.get("path", "")) / "config.json")
+                if isinstance(pooling, dict):
+                    if pooling.get("pooling_mode_cls_token"):
+                        settings["pooling"] = "cls"
+                    elif pooling.get("pooling_mode_mean_tokens"):
+                        settings["pooling"] = "mean"
+    st_config = read(path / "sentence_bert_config.json")
+    if isinstance(st_config, dict) and isinstance(st_config.get("max_seq_length"), int):
+        settings["max_length"] = st_config["max_seq_length"]
+    return settings
+
+
+class EmbedPipeline(Pipeline):
+    """`pipeline("embed", model=DIR)`: texts → float32 array [n, hidden] (one text → [hidden]).
+
+    Args:
+        pooling: "mean" (average of the token vectors, [CLS] and [SEP] included, as sentence-transformers does)
+            or "cls" (the [CLS] token's last hidden state). Default: what a sentence-transformers directory
+            declares, else "mean".
+        normalize: scale each embedding to unit length. Default: whether a sentence-transformers directory has a
+            Normalize module, else False.
+        Other arguments: see `Pipeline`. `max_length` defaults to sentence-transformers' `max_seq_length` if the
+        directory gives one.
+    """
+
+    task = "embed"
+    model_class = BertModel
+
+    def __init__(self, model: Any, *, pooling: str | None = None, normalize: bool | None = None, **kwargs: Any) -> None:
+        directory = None if isinstance(model, torch.nn.Module) else Path(model)
+        defaults = sentence_transformers_settings(directory if directory is not None and directory.is_dir() else None)
+        if kwargs.get("max_length") is None and "max_length" in defaults:
+            kwargs["max_length"] = defaults["max_length"]
+        super().__init__(model, **kwargs)
+        pooling = pooling if pooling is not None else defaults.get("pooling", "mean")
+        if pooling not in POOLINGS:
+            raise BertforgeError(f"embed: pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
+        self.pooling = pooling
+        self.normalize = bool(normalize if normalize is not None else defaults.get("normalize", False))
+        self.hidden_size = self.model.config.hidden_size
+
+    def featurize(self, inputs: list[str]) -> tuple[list[Feature], int]:
+        enc, truncated = self.encode(inputs)
+        return [Feature(i, ids) for i, ids in enumerate(enc["input_ids"])], truncated
+
+    def head(self, batch: PackedBatch, hidden: Tensor, features: list[Feature]) -> list[np.ndarray]:
+        if self.pooling == "cls":
+            pooled = hidden[batch.starts]  # [B, H]
+        else:
+            # A batch's sequences lie end to end, equal lengths in runs: each run is a dense [n, L, H] block.
+            pooled = torch.cat(
+                [hidden[s : s + n * L].view(n, L, -1).mean(dim=1) for s, n, L in length_groups(batch.lengths)]
+            )  # [B, H]
+        if self.normalize:
+            pooled = F.normalize(pooled, dim=-1)
+        return list(pooled.numpy())
+
+    def postprocess(self, item: str, outputs: list[np.ndarray], features: list[Feature]) -> np.ndarray:
+        return outputs[0]
+
+    def __call__(self, inputs: str | Iterable[str]) -> np.ndarray:
+        """One text → [hidden]; a list of texts → [n, hidden] (float32)."""
+        if isinstance(inputs, str):
+            return super().__call__(inputs)
+        rows = super().__call__(inputs)
+        if not rows:
+            return np.zeros((0, self.hidden_size), dtype=np.float32)
+        return np.stack(rows)

@@ -1,0 +1,105 @@
+"""Fill-mask: the most likely tokens, with probabilities, for each [MASK] of a text."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from ..errors import BertforgeError
+from ..model import BertForMaskedLM, BertPreTrainedModel
+from .base import Feature, Pipeline
+from .engine import PackedBatch
+
+
+class FillMaskPipeline(Pipeline):
+    """`pipeline("fill-mask", model=DIR)`: a text with one or more [MASK] tokens → predictions.
+
+    The result of a text with one mask is a list of `top_k` dicts {"score", "token", "token_str", "sequence"}
+    (best first), as transformers' fill-mask pipeline gives; with several masks, one such list per mask. Only the
+    masked positions go through the vocabulary projection.
+
+    Args:
+        top_k: predictions per mask (default 5).
+        targets: restrict predictions to these vocabulary tokens.
+    """
+
+    task = "fill-mask"
+    model_class = BertForMaskedLM
+
+    def __init__(self, model: Any, *, top_k: int = 5, targets: list[str] | None = None, **kwargs: Any) -> None:
+        super().__init__(model, **kwargs)
+        if not isinstance(top_k, int) or top_k < 1:
+            raise BertforgeError(f"fill-mask: top_k must be a positive integer, got {top_k!r}")
+        self.mask_id = self.tokenizer.mask_token_id
+        self.target_ids: Tensor | None = None
+        if targets is not None:
+            vocab = self.tokenizer.get_vocab()
+            unknown = [t for t in targets if t not in vocab]
+            if unknown or not targets:
+                raise BertforgeError(f"fill-mask: targets must be vocabulary tokens; not in the vocabulary: {unknown}")
+            self.target_ids = torch.tensor(sorted({vocab[t] for t in targets}))
+        vocab_size = self.model.config.vocab_size if self.target_ids is None else len(self.target_ids)
+        self.top_k = min(top_k, vocab_size)
+
+    def check_model(self, model: BertPreTrainedModel, source: str) -> None:
+        if self.missing(model, "cls.predictions."):
+            architectures = ", ".join(model.config.architectures or []) or "no head"
+            raise BertforgeError(
+                f"{source} has no MLM head (cls.predictions.*; the checkpoint is {architectures}): pretrain one with "
+                f"`bertforge pretrain --corpus FILE ...`, or use a checkpoint saved from BertForMaskedLM or "
+                f"BertForPreTraining"
+            )
+
+    def check_input(self, item: Any, index: int) -> None:
+        super().check_input(item, index)
+        if self.tokenizer.mask_token not in item:
+            raise BertforgeError(f"fill-mask: input {index} has no {self.tokenizer.mask_token} token: {item[:80]!r}")
+
+    def featurize(self, inputs: list[str]) -> tuple[list[Feature], int]:
+        enc, truncated = self.encode(inputs)
+        features = [Feature(i, ids) for i, ids in enumerate(enc["input_ids"])]
+        for f in features:
+            if self.mask_id not in f.input_ids:  # it was there before truncation
+                raise BertforgeError(
+                    f"fill-mask: every {self.tokenizer.mask_token} of input {f.item} lies beyond "
+                    f"max_length={self.max_length} tokens"
+                )
+        return features, truncated
+
+    def head(self, batch: PackedBatch, hidden: Tensor, features: list[Feature]) -> list[tuple[np.ndarray, np.ndarray]]:
+        rows = (batch.input_ids == self.mask_id).nonzero().squeeze(1)  # [N] packed positions of the masks
+        model: BertForMaskedLM = self.model  # type: ignore[assignment]
+        logits = model.cls.predictions(hidden[rows], model.bert.embeddings.word_embeddings.weight)  # [N, V]
+        probs = logits.float().softmax(dim=-1)
+        if self.target_ids is not None:
+            probs = probs[:, self.target_ids]
+        scores, ids = probs.topk(self.top_k, dim=-1)  # [N, k]
+        if self.target_ids is not None:
+            ids = self.target_ids[ids]
+        counts = [seq.count(self.mask_id) for seq in (f.input_ids for f in features)]
+        return list(zip(np.split(scores.numpy(), np.cumsum(counts)[:-1]), np.split(ids.numpy(), np.cumsum(counts)[:-1])))
+
+    def postprocess(self, item: str, outputs: list[Any], features: list[Feature]) -> list[Any]:
+        scores, ids = outputs[0]  # [masks, k] each
+        input_ids = np.array(features[0].input_ids)
+        positions = np.flatnonzero(input_ids == self.mask_id)
+        single = len(positions) == 1
+        pad = self.tokenizer.pad_token_id
+        result = []
+        for position, row_scores, row_ids in zip(positions, scores, ids):
+            predictions = []
+            for score, token in zip(row_scores.tolist(), row_ids.tolist()):
+                filled = input_ids.copy()
+                filled[position] = token
+                filled = filled[filled != pad]
+                predictions.append({
+                    "score": score,
+                    "token": token,
+                    "token_str": self.tokenizer.decode([token], skip_special_tokens=False),
+                    "sequence": self.tokenizer.decode(filled.tolist(), skip_special_tokens=single),
+                })
+            result.append(predictions)
+        return result[0] if single else result
