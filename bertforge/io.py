@@ -16,6 +16,32 @@ from pathlib import Path
 
 from .errors import BertforgeError
 
+try:  # safetensors' writer reports a full disk or a failed write as SafetensorError, not OSError
+    from safetensors import SafetensorError as _SafetensorError
+except ImportError:  # pragma: no cover - safetensors is a dependency
+    _SafetensorError = OSError
+
+# What a failed write raises; each becomes a BertforgeError naming the target.
+WRITE_ERRORS: tuple[type[Exception], ...] = (OSError, _SafetensorError)
+
+
+def _current_umask() -> int:
+    try:  # Linux: read it without changing it (os.umask both sets and gets, racing with other threads)
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _publish_mode(path: Path, directory: bool) -> None:
+    """`mkstemp`/`mkdtemp` create 0600/0700; give the result the mode a plain `open`/`mkdir` would have."""
+    os.chmod(path, (0o777 if directory else 0o666) & ~_current_umask())
+
 
 def fsync_dir(path: str | Path) -> None:
     """Make a rename inside `path` durable."""
@@ -31,8 +57,8 @@ def fsync_dir(path: str | Path) -> None:
         os.close(fd)
 
 
-def _describe(err: OSError, target: Path) -> BertforgeError:
-    reason = err.strerror or str(err)
+def _describe(err: Exception, target: Path) -> BertforgeError:
+    reason = (err.strerror if isinstance(err, OSError) else None) or str(err)
     return BertforgeError(f"cannot write {target}: {reason}")
 
 
@@ -48,16 +74,48 @@ def atomic_write(target: str | Path, write: Callable[[Path], None]) -> None:
     tmp = Path(tmp_name)
     try:
         write(tmp)
+        _publish_mode(tmp, directory=False)  # after: a writer may have replaced the file
         with open(tmp, "rb+") as fh:
             os.fsync(fh.fileno())
         os.replace(tmp, target)
-    except OSError as err:
+    except WRITE_ERRORS as err:
         tmp.unlink(missing_ok=True)
         raise _describe(err, target) from None
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
     fsync_dir(target.parent)
+
+
+def atomic_write_files(directory: str | Path, writers: dict[str, Callable[[Path], None]]) -> None:
+    """Write several files of `directory` so that a failure leaves all of them as they were.
+
+    Every `writers[name](tmp_path)` runs (and is fsynced) before the first rename, so a full disk or a failed
+    write changes nothing; only a crash between the renames themselves could mix old and new files.
+    """
+    directory = Path(directory)
+    staged: list[tuple[Path, Path]] = []
+    current = directory
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        for name, write in writers.items():
+            current = directory / name
+            fd, tmp_name = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=directory)
+            os.close(fd)
+            staged.append((Path(tmp_name), current))
+            write(Path(tmp_name))
+            _publish_mode(Path(tmp_name), directory=False)
+            with open(tmp_name, "rb+") as fh:
+                os.fsync(fh.fileno())
+        for tmp, target in staged:
+            current = target
+            os.replace(tmp, target)
+    except WRITE_ERRORS as err:
+        raise _describe(err, current) from None
+    finally:
+        for tmp, _ in staged:
+            tmp.unlink(missing_ok=True)
+    fsync_dir(directory)
 
 
 def atomic_write_bytes(target: str | Path, data: bytes) -> None:
@@ -80,14 +138,15 @@ def atomic_directory(target: str | Path) -> Iterator[Path]:
         tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
     except OSError as err:
         raise _describe(err, target) from None
+    old = None
     try:
+        _publish_mode(tmp, directory=True)
         yield tmp
         for file in tmp.rglob("*"):
             if file.is_file():
                 with open(file, "rb+") as fh:
                     os.fsync(fh.fileno())
         fsync_dir(tmp)
-        old = None
         if target.exists():
             old = target.with_name(f".{target.name}.old-{os.getpid()}")
             os.replace(target, old)
@@ -95,9 +154,19 @@ def atomic_directory(target: str | Path) -> Iterator[Path]:
         fsync_dir(target.parent)
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
-    except OSError as err:
-        shutil.rmtree(tmp, ignore_errors=True)
+    except WRITE_ERRORS as err:
+        _undo(tmp, old, target)
         raise _describe(err, target) from None
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        _undo(tmp, old, target)
         raise
+
+
+def _undo(tmp: Path, old: Path | None, target: Path) -> None:
+    """After a failed `atomic_directory`: drop the new directory and put the previous `target` back."""
+    shutil.rmtree(tmp, ignore_errors=True)
+    if old is not None and old.exists() and not target.exists():
+        try:
+            os.replace(old, target)
+        except OSError:
+            pass
