@@ -20,7 +20,7 @@ from safetensors.torch import load_file, save_file
 
 from .config import CONFIG_NAME, BertConfig
 from .errors import BertforgeError
-from .io import atomic_write
+from .io import atomic_write_files
 
 log = logging.getLogger("bertforge")
 
@@ -95,8 +95,12 @@ def _read_pickle_weights(file: Path) -> dict[str, torch.Tensor]:
     try:
         state = torch.load(file, map_location="cpu", weights_only=True, mmap=False)
     except Exception as err:  # the restricted unpickler raises many types; all mean "refused"
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise BertforgeError(f"{file}: refused to load (only plain tensors are accepted; {first})") from None
+        lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+        # PyTorch's message opens with advice to turn the check off and ends with a pointer to its docs; the line
+        # between them names what was refused ("unsupported GLOBAL posix.system ...")
+        advice = ("Weights only load failed", "Please file an issue", "Check the documentation")
+        reason = next((line for line in lines if not line.startswith(advice)), lines[0] if lines else type(err).__name__)
+        raise BertforgeError(f"{file}: refused to load (only plain tensors are accepted; {reason})") from None
     if isinstance(state, dict) and "state_dict" in state and isinstance(state["state_dict"], dict):
         state = state["state_dict"]
     if not isinstance(state, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()):
@@ -110,11 +114,14 @@ def _read_sharded(root: Path) -> dict[str, torch.Tensor]:
         index = json.loads(index_file.read_text(encoding="utf-8"))
         weight_map = index["weight_map"]
         assert isinstance(weight_map, dict)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AssertionError):
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError, KeyError, TypeError, AssertionError):
         raise BertforgeError(f"{index_file}: not a valid shard index (expected a JSON object with 'weight_map')") from None
+    names = list(weight_map.values())
+    for shard in names:  # every name is checked before set() could meet an unhashable one (a list, a dict)
+        _checked_name(root, shard, "shard")
     state: dict[str, torch.Tensor] = {}
-    for shard in sorted(set(weight_map.values()), key=str):
-        file = _checked_name(root, shard, "shard")
+    for shard in sorted(set(names)):
+        file = root / shard
         if not file.is_file():
             raise BertforgeError(f"{index_file}: shard {shard!r} is missing")
         state.update(_read_safetensors(file))
@@ -145,7 +152,7 @@ def convert_state_dict(
                 f"{source}: weight {key!r} has shape {list(tensor.shape)}, the model expects {list(own[new].shape)} "
                 f"(does config.json match the weights?)"
             )
-        if not (tensor.is_floating_point() or tensor.is_complex()):
+        if not tensor.is_floating_point():  # complex would lose its imaginary part without a word
             raise BertforgeError(f"{source}: weight {key!r} has non-float dtype {tensor.dtype}")
         mapped[new] = tensor
     missing = [k for k in own if k not in mapped]
@@ -163,16 +170,27 @@ def load_pretrained(cls: type[M], path: str | Path, **overrides: Any) -> M:
     config_dir = path if path.is_dir() else path.parent
     config = BertConfig.from_pretrained(config_dir, **overrides)
     state, source = read_state_dict(path)
-    model = cls(config)  # type: ignore[call-arg]
-    mapped, info = convert_state_dict(state, model, source)
+    # Match the weights against a model without storage first: a config.json whose sizes disagree with the
+    # weights (or a hostile one: a 10-million-word vocabulary, 1,000 layers) is refused before anything is allocated.
+    with torch.device("meta"):
+        skeleton = cls(config)  # type: ignore[call-arg]
+    mapped, info = convert_state_dict(state, skeleton, source)
     if not mapped:
         raise BertforgeError(f"{source}: none of its weights belong to a BERT model")
     body_missing = [k for k in info.missing_keys if k.removeprefix("bert.").startswith(("embeddings.", "encoder."))]
     if body_missing:
-        raise BertforgeError(f"{source}: the encoder weights are incomplete; missing {body_missing[:3]} and {len(body_missing) - len(body_missing[:3])} more")
+        raise BertforgeError(
+            f"{source}: the encoder weights are incomplete; missing {body_missing[:3]} and "
+            f"{len(body_missing) - len(body_missing[:3])} more (does config.json match the weights?)"
+        )
+    del skeleton
+    model = cls(config)  # type: ignore[call-arg]
     model.load_state_dict(mapped, strict=False)
-    if any(not torch.isfinite(p).all() for p in mapped.values()):
-        raise BertforgeError(f"{source}: the weights contain NaN or infinite values")
+    loaded = model.state_dict()
+    # checked after the copy, in the model's dtype: float64 beyond float32's range only becomes inf there
+    bad = next((k for k in mapped if not torch.isfinite(loaded[k]).all()), None)
+    if bad is not None:
+        raise BertforgeError(f"{source}: the weights contain NaN or infinite values (first: {bad!r})")
     model.loading_info = info  # type: ignore[attr-defined]
     if info.missing_keys:
         log.warning(
@@ -191,8 +209,13 @@ def save_pretrained(model: torch.nn.Module, path: str | Path) -> None:
     config: BertConfig = model.config  # type: ignore[assignment]
     config.architectures = [type(model).__name__]
     state = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}
-    atomic_write(path / WEIGHTS_NAME, lambda tmp: save_file(state, str(tmp), metadata={"format": "pt"}))
-    config.save_pretrained(path)
+    config_text = json.dumps(config.to_dict(), indent=2) + "\n"
+    # both files are written before either replaces its old version: a full disk cannot leave new weights
+    # beside an old config.json (or the reverse)
+    atomic_write_files(path, {
+        WEIGHTS_NAME: lambda tmp: save_file(state, str(tmp), metadata={"format": "pt"}),
+        CONFIG_NAME: lambda tmp: tmp.write_text(config_text, encoding="utf-8"),
+    })
 
 
 __all__ = ["KEY_RULES", "LoadingInfo", "load_pretrained", "read_state_dict", "save_pretrained", "CONFIG_NAME"]

@@ -172,6 +172,10 @@ class BertConfig:
             data = json.loads(file.read_text(encoding="utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as err:
             raise BertforgeError(f"{file}: not valid JSON ({err})") from None
+        except RecursionError:
+            raise BertforgeError(f"{file}: not a model config (JSON nested too deeply)") from None
+        except OSError as err:
+            raise BertforgeError(f"{file}: cannot read it ({err.strerror or err})") from None
         if not isinstance(data, dict):
             raise BertforgeError(f"{file}: expected a JSON object")
         data.update(overrides)

@@ -80,5 +80,6 @@ def load_state(directory: str | Path, name: str) -> Any:
         return _decode(structure, tensors)
     except FileNotFoundError:
         raise BertforgeError(f"{json_file}: missing") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, SafetensorError, KeyError, TypeError, ValueError) as err:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, SafetensorError, KeyError, TypeError, ValueError,
+            RecursionError) as err:
         raise BertforgeError(f"{directory}: state {name!r} is unreadable ({type(err).__name__}: {err})") from None
