@@ -11,6 +11,7 @@ import importlib
 import logging
 import sys
 import traceback
+from typing import NoReturn
 
 from . import __version__
 from .errors import BertforgeError
@@ -29,8 +30,16 @@ COMMANDS = [
 ]
 
 
+class OneLineErrorParser(argparse.ArgumentParser):
+    """argparse prints a usage block before its error; bertforge prints one line naming the problem."""
+
+    def error(self, message: str) -> NoReturn:
+        message = " ".join(message.split())  # argparse messages can hold newlines
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineErrorParser(
         prog="bertforge",
         description="Pretrain, fine-tune and use BERT models. Run `bertforge COMMAND --help` for a command's options.",
     )
@@ -51,9 +60,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _subparser(parser: argparse.ArgumentParser, command: str | None) -> argparse.ArgumentParser:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and command in action.choices:
+            return action.choices[command]
+    return parser
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        parser = build_parser()
+    except Exception as err:  # a broken subcommand module: a bug, but still one line unless --debug
+        if "--debug" in (sys.argv[1:] if argv is None else argv):
+            traceback.print_exc()
+        print(f"bertforge: internal error: {type(err).__name__}: {err} (rerun with --debug for the traceback)",
+              file=sys.stderr)
+        return 1
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # argparse would blame the top-level parser; name the subcommand whose options these are not
+        _subparser(parser, getattr(args, "command", None)).error(f"unrecognized arguments: {' '.join(unknown)}")
     if not getattr(args, "command", None):
         parser.print_help()
         return 0
