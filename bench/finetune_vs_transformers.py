@@ -4,7 +4,8 @@ For each task the same data subset, hyper-parameters and seed go to both:
 
 * sst2  — SST-2, a seeded sample of the training set, scored on the labelled test.tsv (872 sentences);
 * conll — CoNLL-2003 NER, seeded samples of train.txt and valid.txt, entity-level F1;
-* squad — the partial SQuAD 2.0 dev file, split by article into train and dev, EM/F1 with null answers.
+* squad — the partial SQuAD 2.0 dev file, split by article into train and dev, EM/F1 with null answers;
+  squad_answerable — the same without the unanswerable questions (a span must always be found).
 
 bertforge runs through `bertforge.finetune.finetune` (its defaults: batches grouped by length, dynamic padding).
 The transformers side is a plain PyTorch loop over `transformers`' own pieces: `AutoTokenizer` (the fast BERT
@@ -81,13 +82,20 @@ def prepare_conll(work: Path, n_train: int, n_dev: int, seed: int) -> tuple[Path
     return out[0], out[1]
 
 
-def prepare_squad(work: Path, dev_articles: int) -> tuple[Path, Path]:
+def prepare_squad(work: Path, dev_articles: int, answerable_only: bool) -> tuple[Path, Path]:
+    """The last `dev_articles` articles are the dev set. With `answerable_only`, unanswerable questions are
+    dropped and the files are marked SQuAD 1.1, so both sides must find spans (no "no answer")."""
     data = json.loads((DATA / "squad/dev-v2.0-first5articles.json").read_text(encoding="utf-8"))
     articles = data["data"]
+    if answerable_only:
+        for article in articles:
+            for paragraph in article["paragraphs"]:
+                paragraph["qas"] = [qa for qa in paragraph["qas"] if not qa.get("is_impossible")]
+    version = "1.1" if answerable_only else data["version"]
     paths = []
     for name, part in (("train", articles[:-dev_articles]), ("dev", articles[-dev_articles:])):
-        path = work / f"squad_{name}.json"
-        path.write_text(json.dumps({"version": data["version"], "data": part}), encoding="utf-8")
+        path = work / f"squad{'_answerable' if answerable_only else ''}_{name}.json"
+        path.write_text(json.dumps({"version": version, "data": part}), encoding="utf-8")
         paths.append(path)
     return paths[0], paths[1]
 
@@ -307,10 +315,11 @@ def hf_squad(model_dir: str, train: Path, dev: Path, hp: dict[str, Any], out: Pa
                 score = float(starts[s] + ends[e])
                 if i not in best or score > best[i][0]:
                     best[i] = (score, dev_rows[i]["context"][offsets[s][0] : offsets[e][1]])
+    allow_null = any(not row["answers"] for row in train_rows + dev_rows)  # SQuAD 2.0 data
     predictions, spans, margins = {}, {}, {}
     for i, row in enumerate(dev_rows):
         span_score, span_text = best.get(i, (-math.inf, ""))
-        predictions[row["id"]] = "" if null[i] > span_score else span_text
+        predictions[row["id"]] = "" if allow_null and null[i] > span_score else span_text
         spans[row["id"]], margins[row["id"]] = span_text, null[i] - span_score
     scores = M.squad_metrics(predictions, {r["id"]: [a["text"] for a in r["answers"]] for r in dev_rows}, spans, margins)
     eval_seconds = time.perf_counter() - eval_started
@@ -339,7 +348,9 @@ def ours(task: str, model_dir: str, train: Path, dev: Path, hp: dict[str, Any], 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--tasks", default="sst2,conll,squad")
+    parser.add_argument("--tasks", default="sst2,conll,squad",
+                        help="any of sst2, conll, squad, squad_answerable (SQuAD 2.0 data without its unanswerable "
+                        "questions, scored as SQuAD 1.1)")
     parser.add_argument("--work", default="/tmp/bertforge_finetune_bench")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=42)
@@ -358,14 +369,17 @@ def main() -> None:
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     common = dict(seed=args.seed, warmup_ratio=0.1, weight_decay=0.01, epochs=args.epochs)
+    qa_hp = dict(common, epochs=args.squad_epochs, batch_size=16, lr=1e-4, max_length=384, doc_stride=128, n_best=20,
+                 max_answer_length=30)
     plans = {
         "sst2": ("classification", hf_sst2, lambda: prepare_sst2(work, args.sst2_train, args.seed),
                  dict(common, batch_size=32, lr=5e-5, max_length=128), "accuracy"),
         "conll": ("ner", hf_conll, lambda: prepare_conll(work, args.conll_train, args.conll_dev, args.seed),
                   dict(common, batch_size=16, lr=1e-4, max_length=128), "f1"),
-        "squad": ("qa", hf_squad, lambda: prepare_squad(work, args.squad_dev_articles),
-                  dict(common, epochs=args.squad_epochs, batch_size=16, lr=1e-4, max_length=384, doc_stride=128,
-                       n_best=20, max_answer_length=30), "f1"),
+        "squad": ("qa", hf_squad, lambda: prepare_squad(work, args.squad_dev_articles, answerable_only=False),
+                  qa_hp, "f1"),
+        "squad_answerable": ("qa", hf_squad, lambda: prepare_squad(work, args.squad_dev_articles, True),
+                             qa_hp, "f1"),
     }
     results = {}
     for name in args.tasks.split(","):
