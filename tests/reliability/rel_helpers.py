@@ -1,0 +1,110 @@
+"""Shared pieces of the reliability tests: a tiny corpus, tokenizer, config and model, and a one-thread guard.
+
+The tests run on small shared CPU machines: every subprocess gets OMP_NUM_THREADS=1 (two busy cores and an
+oversubscribed OpenMP pool make a 20-step run take 20 s instead of 2 s), and in-process training uses one thread
+through `one_torch_thread()`, which restores the previous setting.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import torch
+
+WORDS = ("river stone light garden window morning letter winter castle forest ship market song "
+         "quiet bright heavy ancient golden silver gentle walked opened carried watched found gave").split()
+TINY_CONFIG = dict(vocab_size=120, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+                   max_position_embeddings=64)
+
+
+def make_corpus(path: Path, docs: int = 40, seed: int = 0) -> Path:
+    """Documents of random words, one sentence a line, a blank line between documents."""
+    rng = random.Random(seed)
+    lines = []
+    for _ in range(docs):
+        for _ in range(rng.randint(3, 8)):
+            lines.append(" ".join(rng.choice(WORDS) for _ in range(rng.randint(4, 12))) + " .")
+        lines.append("")
+    path.write_text("\n".join(lines), encoding="utf-8")
+    return path
+
+
+def make_run_inputs(root: Path) -> tuple[Path, Path, Path]:
+    """(corpus.txt, tokenizer dir, config.json) for a tiny pretraining run."""
+    from bertforge.tokenizer import Tokenizer
+
+    root.mkdir(parents=True, exist_ok=True)
+    corpus = make_corpus(root / "corpus.txt")
+    tok = Tokenizer.train([str(corpus)], vocab_size=TINY_CONFIG["vocab_size"], show_progress=False)
+    tok.save_pretrained(root / "tok")
+    config = root / "config.json"
+    config.write_text(json.dumps(TINY_CONFIG))
+    return corpus, root / "tok", config
+
+
+def make_model_dir(root: Path, tokenizer_dir: Path | None = None, seed: int = 0) -> Path:
+    """A tiny BertForPreTraining in Hugging Face layout (config.json + model.safetensors [+ tokenizer files])."""
+    from bertforge import BertConfig, BertForPreTraining
+    from bertforge.tokenizer import Tokenizer
+
+    torch.manual_seed(seed)
+    model = BertForPreTraining(BertConfig(**TINY_CONFIG))
+    model.save_pretrained(root)
+    if tokenizer_dir is not None:
+        Tokenizer.from_pretrained(tokenizer_dir).save_pretrained(root)
+    return root
+
+
+def subprocess_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", PYTHONUNBUFFERED="1")
+    env.pop("PYTHONWARNINGS", None)
+    return env
+
+
+def bertforge_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "bertforge", *args]
+
+
+@contextlib.contextmanager
+def one_torch_thread() -> Iterator[None]:
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    return t.detach().contiguous().reshape(-1).view(torch.uint8)
+
+
+def tensors_differ(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> list[str]:
+    """Names whose tensors differ in any bit (NaN payloads and the sign of zero included), or are on one side only."""
+    differ = sorted(set(a) ^ set(b))
+    for key in sorted(set(a) & set(b)):
+        x, y = a[key], b[key]
+        if x.dtype != y.dtype or x.shape != y.shape or not torch.equal(_bits(x), _bits(y)):
+            differ.append(key)
+    return differ
+
+
+def stray_temporaries(root: Path) -> list[Path]:
+    """Temporary files and directories the atomic writers leave only when something went wrong."""
+    return sorted(p for p in root.rglob(".*") if p.name.endswith(".tmp") or ".old-" in p.name)
+
+
+FIGURES: list[str] = []  # repeated in the terminal summary by conftest.py
+
+
+def report(line: str) -> None:
+    """Print a figure now (seen with -s) and keep it for the end-of-session summary (seen without)."""
+    print(line)
+    FIGURES.append(line)
