@@ -1,0 +1,304 @@
+"""A full disk and a read-only output directory: every save raises a BertforgeError that names the file and the
+reason, and leaves what was there before intact and loadable, with no temporary files behind.
+
+Failures are made three ways: RLIMIT_FSIZE (the kernel refuses a write past a chosen byte, so the real writers,
+safetensors' Rust code included, see a real I/O error: "File too large"), a tiny tmpfs (a real ENOSPC; only where
+`mount` is allowed) and patching (EROFS and failures at chosen calls). Tests run as root, so chmod cannot make a
+directory read-only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import random
+import shutil
+import signal
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+import torch
+
+from bertforge import BertConfig, BertForPreTraining, BertforgeError
+from bertforge import io as bf_io
+from bertforge.pretrain import PretrainArgs, Pretrainer, list_checkpoints
+from bertforge.state import load_state
+from rel_helpers import TINY_CONFIG, make_run_inputs, one_torch_thread, stray_temporaries, tensors_differ
+
+resource = pytest.importorskip("resource")
+
+
+@contextlib.contextmanager
+def file_size_limit(limit: int):
+    """Writes beyond `limit` bytes of any file fail with EFBIG (SIGXFSZ ignored) until the block ends."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, previous)
+
+
+def tiny_model(seed: int, **overrides) -> BertForPreTraining:
+    torch.manual_seed(seed)
+    return BertForPreTraining(BertConfig(**{**TINY_CONFIG, **overrides}))
+
+
+def snapshot(directory: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(directory.iterdir()) if p.is_file()}
+
+
+@pytest.fixture
+def saved(tmp_path) -> tuple[Path, dict[str, bytes], dict[str, torch.Tensor]]:
+    """A model directory holding a first save, its bytes and its weights."""
+    target = tmp_path / "model"
+    model = tiny_model(0)
+    model.save_pretrained(target)
+    return target, snapshot(target), {k: v.clone() for k, v in model.state_dict().items()}
+
+
+def assert_untouched(target: Path, before: dict[str, bytes], weights: dict[str, torch.Tensor]) -> None:
+    assert snapshot(target) == before, "the previous save was modified"
+    assert not stray_temporaries(target.parent), stray_temporaries(target.parent)
+    reloaded = BertForPreTraining.from_pretrained(target)
+    assert not tensors_differ(weights, reloaded.state_dict())
+
+
+# ---------------------------------------------------------------------------------------------- save_pretrained
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_save_pretrained_with_the_disk_full_at_a_random_byte(saved, seed):
+    """The new weights (a bigger vocabulary) stop at a random byte; the old save stays whole."""
+    target, before, weights = saved
+    bigger = tiny_model(seed + 1, vocab_size=400)
+    limit = random.Random(seed).randrange(1, len(before["model.safetensors"]))
+    with file_size_limit(limit), pytest.raises(BertforgeError) as caught:
+        bigger.save_pretrained(target)
+    message = str(caught.value)
+    assert "model.safetensors" in message and "File too large" in message, message
+    assert "\n" not in message
+    assert_untouched(target, before, weights)
+
+
+def test_save_pretrained_when_config_json_fails_after_the_weights(saved, monkeypatch):
+    """Weights written, then config.json fails: neither file may change (no new weights beside an old config)."""
+    target, before, weights = saved
+    real = Path.write_text
+
+    def full_disk(self, *args, **kwargs):
+        if self.name.startswith(".config.json."):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "write_text", full_disk)
+    with pytest.raises(BertforgeError, match=r"config\.json: No space left on device"):
+        tiny_model(1, vocab_size=400).save_pretrained(target)
+    monkeypatch.undo()
+    assert_untouched(target, before, weights)
+
+
+@pytest.mark.parametrize("where", ["mkstemp", "replace", "mkdir"])
+def test_save_pretrained_into_a_read_only_directory(saved, monkeypatch, where):
+    target, before, weights = saved
+    erofs = OSError(errno.EROFS, "Read-only file system")
+
+    def refuse(*args, **kwargs):
+        raise erofs
+
+    if where == "mkstemp":
+        monkeypatch.setattr(tempfile, "mkstemp", refuse)
+        destination = target
+    elif where == "replace":
+        monkeypatch.setattr(os, "replace", refuse)
+        destination = target
+    else:
+        monkeypatch.setattr(Path, "mkdir", refuse)
+        destination = target.parent / "new" / "model"
+    with pytest.raises(BertforgeError, match="Read-only file system") as caught:
+        tiny_model(1).save_pretrained(destination)
+    assert str(destination) in str(caught.value)
+    monkeypatch.undo()
+    assert_untouched(target, before, weights)
+
+
+@pytest.fixture
+def tiny_tmpfs(tmp_path):
+    """A 192 KiB tmpfs: a real ENOSPC. Skipped where mounting is not allowed."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    try:
+        done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=192k", "tmpfs", str(mount)], capture_output=True,
+                              timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        pytest.skip("cannot run mount")
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode(errors='replace').strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", str(mount)], capture_output=True, timeout=30)
+
+
+def test_save_pretrained_on_a_really_full_disk(tiny_tmpfs):
+    target = tiny_tmpfs / "model"
+    first = tiny_model(0)
+    first.save_pretrained(target)  # ~107 KB of 192 KiB
+    before = snapshot(target)
+    with pytest.raises(BertforgeError, match="No space left on device") as caught:
+        tiny_model(1).save_pretrained(target)  # the second copy does not fit beside the first
+    assert "model.safetensors" in str(caught.value)
+    assert_untouched(target, before, first.state_dict())
+
+
+# ---------------------------------------------------------------------------------------------- atomic_directory
+
+
+@pytest.mark.parametrize("failing_call", [1, 2])
+def test_atomic_directory_failing_rename_puts_the_old_directory_back(tmp_path, monkeypatch, failing_call):
+    """Replacing an existing directory takes two renames (old aside, new in); either may fail."""
+    target = tmp_path / "model"
+    target.mkdir()
+    (target / "weights").write_text("old")
+    real, calls = os.replace, []
+
+    def flaky(src, dst):
+        calls.append((src, dst))
+        if len(calls) == failing_call:
+            raise OSError(errno.EIO, "Input/output error")
+        return real(src, dst)
+
+    with pytest.raises(BertforgeError, match="Input/output error"):
+        with bf_io.atomic_directory(target) as tmp:
+            (tmp / "weights").write_text("new")
+            monkeypatch.setattr(os, "replace", flaky)
+    monkeypatch.undo()
+    assert (target / "weights").read_text() == "old"
+    assert not stray_temporaries(tmp_path), stray_temporaries(tmp_path)
+
+
+def test_atomic_writes_have_ordinary_permissions(tmp_path):
+    """mkstemp/mkdtemp make 0600/0700; a saved model must be readable like any other file (umask applies)."""
+    old = os.umask(0o022)
+    try:
+        tiny_model(0).save_pretrained(tmp_path / "model")
+        with bf_io.atomic_directory(tmp_path / "ckpt") as tmp:
+            (tmp / "x").write_text("x")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "model" / "model.safetensors").stat().st_mode & 0o777 == 0o644
+    assert (tmp_path / "model" / "config.json").stat().st_mode & 0o777 == 0o644
+    assert (tmp_path / "ckpt").stat().st_mode & 0o777 == 0o755
+
+
+# ---------------------------------------------------------------------------------------------- training checkpoints
+
+
+@pytest.fixture(scope="module")
+def run_inputs(tmp_path_factory):
+    return make_run_inputs(tmp_path_factory.mktemp("disk_inputs"))
+
+
+def run_args(run_inputs, out: Path, **kw) -> PretrainArgs:
+    corpus, tok, config = run_inputs
+    base = dict(corpus=[str(corpus)], tokenizer=str(tok), config=str(config), out=str(out), max_steps=4,
+                batch_size=4, seq_len=32, lr=1e-3, warmup_steps=2, save_every=2, log_every=2, progress=False,
+                demo=False)
+    return PretrainArgs(**{**base, **kw})
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_checkpoint_save_with_the_disk_full_keeps_the_previous_checkpoint(run_inputs, tmp_path, monkeypatch, seed):
+    """step-2 is saved; saving step-4 fails at a random byte of one of its files (weights, optimizer, data
+    position, ...): a BertforgeError names step-4, step-2 stays loadable, nothing temporary is left, and a resume
+    continues from step 2."""
+    out = tmp_path / "run"
+    real_save = Pretrainer.save_checkpoint
+    rng, limits = random.Random(seed), []
+
+    def save(self):
+        if self.step == 4:  # a random byte below the size of step-2's biggest file (data.json, ~2 MB)
+            biggest = max(f.stat().st_size for f in (out / "checkpoints" / "step-2").iterdir())
+            limits.append(rng.randrange(1, int(0.9 * biggest)))
+            with file_size_limit(limits[-1]):
+                return real_save(self)
+        return real_save(self)
+
+    monkeypatch.setattr(Pretrainer, "save_checkpoint", save)
+    with one_torch_thread(), pytest.raises(BertforgeError) as caught:
+        Pretrainer(run_args(run_inputs, out)).run()
+    message = str(caught.value)
+    assert "step-4" in message and "File too large" in message, (limits, message)
+    monkeypatch.undo()
+    assert [s for s, _ in list_checkpoints(out)] == [2]
+    assert not stray_temporaries(out), stray_temporaries(out)
+    step2 = out / "checkpoints" / "step-2"
+    BertForPreTraining.from_pretrained(step2)
+    for name in ("optimizer", "scheduler", "rng", "data"):
+        load_state(step2, name)
+    with one_torch_thread():
+        trainer = Pretrainer(run_args(run_inputs, out, resume=True))
+        trainer.resume()
+    assert trainer.step == 2
+
+
+def test_pretrain_cli_reports_a_full_disk_in_one_line(run_inputs, tmp_path, monkeypatch, capsys):
+    """The same failure through `bertforge pretrain`: exit 2 and one line naming the checkpoint, no traceback."""
+    from bertforge import cli
+
+    real_save = Pretrainer.save_checkpoint
+
+    def save(self):
+        with file_size_limit(50_000):
+            return real_save(self)
+
+    monkeypatch.setattr(Pretrainer, "save_checkpoint", save)
+    corpus, tok, config = run_inputs
+    with one_torch_thread():
+        rc = cli.main(["pretrain", "--corpus", str(corpus), "--tokenizer", str(tok), "--config", str(config),
+                       "--out", str(tmp_path / "run"), "--max-steps", "2", "--save-every", "2", "--batch-size", "4",
+                       "--seq-len", "32", "--no-progress"])
+    err = capsys.readouterr().err
+    assert rc == 2
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("bertforge pretrain: error: cannot write ") and "step-2" in last and "File too large" in last
+    assert "Traceback" not in err
+
+
+# ---------------------------------------------------------------------------------------------- pruning
+
+
+@pytest.mark.xfail(strict=True, reason="pretrain.py prunes old checkpoints with a plain shutil.rmtree: a kill midway "
+                   "leaves a half-deleted step-N that still has trainer_state.json, so list_checkpoints() calls it "
+                   "complete. Fix: rename it to a temporary '.step-N.deleting' name first, then rmtree.")
+def test_a_kill_while_pruning_leaves_no_half_checkpoint_listed(run_inputs, tmp_path, monkeypatch):
+    out = tmp_path / "run"
+    real_rmtree = shutil.rmtree
+
+    class Killed(BaseException):
+        pass
+
+    def dies_midway(path, *args, **kwargs):
+        path = Path(path)
+        if path.name.startswith("step-"):  # pruning a complete checkpoint: die after deleting a few files
+            for file in sorted(path.iterdir()):
+                if file.name != "trainer_state.json":
+                    file.unlink()
+                    break
+            raise Killed()
+        return real_rmtree(path, *args, **kwargs)
+
+    with one_torch_thread():
+        Pretrainer(run_args(run_inputs, out, max_steps=4, keep_last=1)).run()  # step-2, then step-4 prunes step-2
+    # the run above pruned normally; now again with the kill inside the pruning
+    monkeypatch.setattr(shutil, "rmtree", dies_midway)
+    with one_torch_thread(), pytest.raises(Killed):
+        Pretrainer(run_args(run_inputs, out, max_steps=6, keep_last=1, resume=True)).run()
+    monkeypatch.undo()
+    for step, path in list_checkpoints(out):
+        BertForPreTraining.from_pretrained(path)  # every checkpoint listed as complete must load
