@@ -1,0 +1,590 @@
+"""Corrupt and hostile files: every one gets a BertforgeError that names the file and the problem (or, where the
+damage is undetectable, such as a flipped bit deep inside a weight, the model simply loads).
+
+Weights (truncated, bit-flipped, lying headers, wrong shapes and dtypes), config.json (missing, wrong-typed and
+absurd fields, not JSON, an array, nested 100,000 deep), tokenizer files, a pytorch_model.bin carrying code, a
+shard index naming files outside the model directory, and training checkpoints whose state files are damaged.
+Then a mutation fuzzer: hundreds of randomly damaged checkpoints, no exception but BertforgeError.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import pickle
+import random
+import shutil
+import struct
+import time
+import warnings
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from bertforge import BertForPreTraining, BertModel, BertforgeError
+from bertforge.checkpoint import read_state_dict
+from bertforge.pretrain import PretrainArgs, Pretrainer, pretrain
+from bertforge.tokenizer import Tokenizer
+from rel_helpers import make_model_dir, make_run_inputs, one_torch_thread, report
+
+SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+
+
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory) -> Path:
+    return make_model_dir(tmp_path_factory.mktemp("pristine") / "model")
+
+
+@pytest.fixture
+def model_dir(pristine, tmp_path) -> Path:
+    """A fresh copy to damage."""
+    return Path(shutil.copytree(pristine, tmp_path / "model"))
+
+
+def load_error(directory: Path, cls=BertForPreTraining) -> str:
+    with pytest.raises(BertforgeError) as caught:
+        cls.from_pretrained(directory)
+    message = str(caught.value)
+    assert "\n" not in message, message
+    return message
+
+
+def header_of(blob: bytes) -> tuple[dict, bytes]:
+    n = struct.unpack("<Q", blob[:8])[0]
+    return json.loads(blob[8 : 8 + n]), blob[8 + n :]
+
+
+def with_header(header: dict, body: bytes) -> bytes:
+    raw = json.dumps(header).encode()
+    raw += b" " * (-len(raw) % 8)
+    return struct.pack("<Q", len(raw)) + raw + body
+
+
+# ---------------------------------------------------------------------------------------------- model.safetensors
+
+
+@pytest.mark.parametrize("cut", ["empty", "7 bytes", "inside the header", "after the header", "half", "last byte"])
+def test_truncated_weights(model_dir, cut):
+    weights = model_dir / "model.safetensors"
+    blob = weights.read_bytes()
+    n = struct.unpack("<Q", blob[:8])[0]
+    keep = {"empty": 0, "7 bytes": 7, "inside the header": 8 + n // 2, "after the header": 8 + n,
+            "half": len(blob) // 2, "last byte": len(blob) - 1}[cut]
+    weights.write_bytes(blob[:keep])
+    message = load_error(model_dir)
+    assert str(weights) in message and "not a readable safetensors file" in message
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_bit_flips_in_the_header(model_dir, seed):
+    weights = model_dir / "model.safetensors"
+    blob = bytearray(weights.read_bytes())
+    n = struct.unpack("<Q", blob[:8])[0]
+    rng = random.Random(seed)
+    where = rng.randrange(0, 8 + n)
+    blob[where] ^= 1 << rng.randrange(8)
+    weights.write_bytes(bytes(blob))
+    try:
+        BertForPreTraining.from_pretrained(model_dir)  # e.g. a flip inside a key name: that weight is "unexpected"
+    except BertforgeError as err:
+        assert str(weights) in str(err) or "config.json" in str(err)
+
+
+def test_bit_flips_in_the_body_load_or_are_reported(model_dir):
+    """Undetectable without a checksum unless a value turns NaN or infinite: then the weight is named."""
+    weights = model_dir / "model.safetensors"
+    header, body = header_of(weights.read_bytes())
+    body = bytearray(body)
+    start = header["bert.embeddings.word_embeddings.weight"]["data_offsets"][0]
+    body[start + 3] = 0x7F  # float32 little-endian: exponent all ones -> NaN or inf
+    body[start + 2] |= 0x80
+    weights.write_bytes(with_header(header, bytes(body)))
+    message = load_error(model_dir)
+    assert "NaN or infinite" in message and "word_embeddings" in message
+
+
+@pytest.mark.parametrize(
+    "lie",
+    ["length 2**63", "length past the end", "offsets past the end", "offsets reversed", "overlapping offsets",
+     "shape 2**40 x 2**40", "dtype int64 same size", "dtype unknown", "not JSON", "JSON array"],
+)
+def test_weights_with_a_lying_header(model_dir, lie):
+    weights = model_dir / "model.safetensors"
+    blob = weights.read_bytes()
+    header, body = header_of(blob)
+    name = "bert.embeddings.word_embeddings.weight"
+    entry = header[name]
+    start, end = entry["data_offsets"]
+    if lie == "length 2**63":
+        data = struct.pack("<Q", 2**63) + blob[8:]
+    elif lie == "length past the end":
+        data = struct.pack("<Q", len(blob)) + blob[8:]
+    else:
+        if lie == "offsets past the end":
+            entry["data_offsets"] = [start, len(body) + 4096]
+        elif lie == "offsets reversed":
+            entry["data_offsets"] = [end, start]
+        elif lie == "overlapping offsets":
+            entry["data_offsets"] = [start - 4, end - 4] if start else [start + 4, end + 4]
+        elif lie == "shape 2**40 x 2**40":
+            entry["shape"] = [2**40, 2**40]
+        elif lie == "dtype int64 same size":
+            entry["dtype"], entry["shape"] = "I64", [entry["shape"][0], entry["shape"][1] // 2]
+        elif lie == "dtype unknown":
+            entry["dtype"] = "F128"
+        data = with_header(header, body)
+        if lie == "not JSON":
+            data = struct.pack("<Q", 16) + b"{not json at all" + body
+        elif lie == "JSON array":
+            data = struct.pack("<Q", 8) + b"[1,2,3] " + body
+    weights.write_bytes(data)
+    started = time.perf_counter()
+    message = load_error(model_dir)
+    assert time.perf_counter() - started < 10  # nothing was allocated from the lie
+    assert str(weights) in message, message
+
+
+def test_weights_of_the_wrong_shape(model_dir):
+    state = read_state_dict(model_dir)[0]
+    state["bert.encoder.layer.1.attention.self.query.weight"] = torch.zeros(32, 16)
+    save_file(state, str(model_dir / "model.safetensors"))
+    message = load_error(model_dir)
+    assert "model.safetensors" in message and "attention.self.query.weight" in message
+    assert "[32, 16]" in message and "[32, 32]" in message
+
+
+@pytest.mark.parametrize("dtype, loads", [(torch.float16, True), (torch.bfloat16, True), (torch.float64, True),
+                                          (torch.float8_e4m3fn, True), (torch.float8_e5m2, True),
+                                          (torch.complex64, False), (torch.int64, False), (torch.bool, False)])
+def test_weight_dtypes(model_dir, dtype, loads):
+    """Real floating types convert to the model's float32; complex (which would lose its imaginary part without a
+    word), integer and boolean weights are refused."""
+    state = {k: v.to(dtype) for k, v in read_state_dict(model_dir)[0].items()}
+    save_file(state, str(model_dir / "model.safetensors"))
+    if loads:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # no "discarding the imaginary part" or similar on the way
+            BertForPreTraining.from_pretrained(model_dir)
+    else:
+        assert "non-float dtype" in load_error(model_dir)
+
+
+def test_float64_weights_beyond_float32_range_are_refused(model_dir):
+    state = read_state_dict(model_dir)[0]
+    state = {k: v.double() for k, v in state.items()}
+    state["bert.pooler.dense.weight"][0, 0] = 1e300  # finite in float64, inf once in the float32 model
+    save_file(state, str(model_dir / "model.safetensors"))
+    message = load_error(model_dir)
+    assert "NaN or infinite" in message and "pooler.dense.weight" in message
+
+
+# ---------------------------------------------------------------------------------------------- config.json
+
+
+def write_config(model_dir: Path, **changes) -> None:
+    config = json.loads((model_dir / "config.json").read_text())
+    for key, value in changes.items():
+        if value is DROP:
+            config.pop(key)
+        else:
+            config[key] = value
+    (model_dir / "config.json").write_text(json.dumps(config))
+
+
+DROP = object()
+CONFIG_CASES = {
+    "vocab_size missing": dict(vocab_size=DROP),
+    "hidden_size missing": dict(hidden_size=DROP),
+    "vocab_size a string": dict(vocab_size="120"),
+    "vocab_size a float": dict(vocab_size=120.0),
+    "vocab_size true": dict(vocab_size=True),
+    "vocab_size null": dict(vocab_size=None),
+    "vocab_size a list": dict(vocab_size=[120]),
+    "hidden_size negative": dict(hidden_size=-32),
+    "num_hidden_layers zero": dict(num_hidden_layers=0),
+    "vocab_size 10**12": dict(vocab_size=10**12),
+    "vocab_size 2**63": dict(vocab_size=2**63),
+    "vocab_size 9 million": dict(vocab_size=9_000_000),
+    "hidden_size 65536": dict(hidden_size=65536, num_attention_heads=1),
+    "num_hidden_layers 1000": dict(num_hidden_layers=1000),
+    "max_position_embeddings 1M": dict(max_position_embeddings=1_048_576),
+    "hidden not divisible by heads": dict(num_attention_heads=3),
+    "hidden_act unknown": dict(hidden_act="sigmoid"),
+    "hidden_act a list": dict(hidden_act=["gelu"]),
+    "dropout 1.5": dict(hidden_dropout_prob=1.5),
+    "dropout NaN": dict(attention_probs_dropout_prob=float("nan")),
+    "layer_norm_eps inf": dict(layer_norm_eps=float("inf")),
+    "pad_token_id beyond vocab": dict(pad_token_id=120),
+    "id2label a string": dict(id2label="abc"),
+    "id2label bad keys": dict(id2label={"x": "a"}),
+    "id2label with a gap": dict(id2label={"0": "a", "5": "b"}),
+    "label2id bad values": dict(label2id={"a": "b"}),
+    "model_type roberta": dict(model_type="roberta"),
+    "position_embedding_type relative": dict(position_embedding_type="relative_key"),
+}
+
+
+@pytest.mark.parametrize("case", list(CONFIG_CASES))
+def test_config_json_bad_fields(model_dir, case):
+    write_config(model_dir, **CONFIG_CASES[case])
+    started = time.perf_counter()
+    message = load_error(model_dir, cls=BertModel)
+    assert time.perf_counter() - started < 10, "a hostile size was allocated before being refused"
+    assert "config.json" in message, message  # the file, or "does config.json match the weights?"
+
+
+@pytest.mark.parametrize("text", ["", "{", "not json", "[]", "[{}]", "null", "42", '"a string"', "[" * 100_000,
+                                  '{"a":' * 100_000, b"\xff\xfe{}", "{'single': 'quotes'}"])
+def test_config_json_that_is_not_a_config(model_dir, text):
+    path = model_dir / "config.json"
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    message = load_error(model_dir)
+    assert str(path) in message, message
+
+
+def test_config_json_missing_or_a_directory(model_dir):
+    path = model_dir / "config.json"
+    path.unlink()
+    assert str(path) in load_error(model_dir)
+    path.mkdir()
+    assert str(path) in load_error(model_dir)
+
+
+# ---------------------------------------------------------------------------------------------- tokenizer files
+
+
+def write_vocab(directory: Path, tokens: list[str]) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "vocab.txt").write_text("".join(t + "\n" for t in tokens), encoding="utf-8")
+    return directory
+
+
+def tokenizer_error(directory: Path) -> str:
+    with pytest.raises(BertforgeError) as caught:
+        Tokenizer.from_pretrained(directory)
+    return str(caught.value)
+
+
+def test_tokenizer_duplicates_and_missing_specials(tmp_path):
+    """tests/test_tokenizer.py::test_vocab_txt_duplicates_and_missing_specials covers vocab.txt in depth; here the
+    same problems once more through each file that can carry them."""
+    assert "duplicate token 'river'" in tokenizer_error(write_vocab(tmp_path / "dup", SPECIALS + ["river", "river"]))
+    for missing in SPECIALS:
+        message = tokenizer_error(write_vocab(tmp_path / missing, [t for t in SPECIALS if t != missing] + ["river"]))
+        assert "vocab.txt" in message and missing in message
+    blank = write_vocab(tmp_path / "blank", SPECIALS + ["river", "", "", "stone"])
+    assert "duplicate token ''" in tokenizer_error(blank)
+
+
+@pytest.fixture(scope="module")
+def tokenizer_json(tmp_path_factory) -> dict:
+    root = tmp_path_factory.mktemp("tokjson")
+    tok = Tokenizer.train(iter(["river stone light garden window"] * 20), vocab_size=60, show_progress=False)
+    tok.save_pretrained(root)
+    return json.loads((root / "tokenizer.json").read_text())
+
+
+def write_tokenizer_json(directory: Path, data: dict | str) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "tokenizer.json").write_text(data if isinstance(data, str) else json.dumps(data))
+    return directory
+
+
+@pytest.mark.parametrize("bad_id", [-1, 2**40, "x", None])
+def test_tokenizer_json_ids_that_are_not_ids(tmp_path, tokenizer_json, bad_id):
+    data = json.loads(json.dumps(tokenizer_json))
+    data["model"]["vocab"]["zzz"] = bad_id
+    message = tokenizer_error(write_tokenizer_json(tmp_path, data))
+    assert "tokenizer.json" in message
+
+
+def test_tokenizer_json_without_mask(tmp_path, tokenizer_json):
+    data = json.loads(json.dumps(tokenizer_json))
+    del data["model"]["vocab"]["[MASK]"]
+    data["added_tokens"] = [t for t in data["added_tokens"] if t["content"] != "[MASK]"]
+    message = tokenizer_error(write_tokenizer_json(tmp_path, data))
+    assert "tokenizer.json" in message and "[MASK]" in message
+
+
+@pytest.mark.xfail(strict=True, reason="tokenizer.py accepts a tokenizer.json whose vocabulary gives one id to two "
+                   "tokens, or skips ids (vocab_size then disagrees with the largest id, and an embedding lookup "
+                   "fails later); fix: in _load_tokenizer_json check that the ids are exactly 0..N-1, each once")
+@pytest.mark.parametrize("change", ["two tokens one id", "an id past the end"])
+def test_tokenizer_json_vocabulary_ids_must_be_0_to_n(tmp_path, tokenizer_json, change):
+    data = json.loads(json.dumps(tokenizer_json))
+    vocab = data["model"]["vocab"]
+    vocab["zzz"] = 7 if change == "two tokens one id" else len(vocab) + 1000
+    assert "tokenizer.json" in tokenizer_error(write_tokenizer_json(tmp_path, data))
+
+
+@pytest.mark.xfail(strict=True, reason="tokenizer.py's JSON readers (_read_json_object, _load_tokenizer_json) let "
+                   "RecursionError out on a file nested 100,000 deep; fix: catch RecursionError with the JSON errors")
+@pytest.mark.parametrize("name", ["tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"])
+def test_tokenizer_files_nested_too_deeply(tmp_path, name):
+    write_vocab(tmp_path, SPECIALS + ["river"])
+    (tmp_path / name).write_text("[" * 100_000)
+    assert name in tokenizer_error(tmp_path)
+
+
+# ---------------------------------------------------------------------------------------------- pickles and shards
+
+
+class RunsCode:
+    """Unpickling this object would create the marker file."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+@pytest.mark.parametrize("how", ["torch.save", "plain pickle", "inside a state dict"])
+def test_pytorch_model_bin_that_would_run_code(model_dir, tmp_path, how):
+    marker = tmp_path / "code-ran"
+    state = read_state_dict(model_dir)[0]
+    (model_dir / "model.safetensors").unlink()
+    target = model_dir / "pytorch_model.bin"
+    if how == "torch.save":
+        torch.save({"weights": RunsCode(marker)}, target)
+    elif how == "plain pickle":
+        target.write_bytes(pickle.dumps({"weights": RunsCode(marker)}, protocol=2))
+    else:
+        torch.save({**state, "cls.predictions.bias": RunsCode(marker)}, target)
+    message = load_error(model_dir)
+    assert not marker.exists(), "the pickle ran code"
+    assert str(target) in message and "refused to load" in message, message
+    # and a genuine pickle of plain tensors is accepted
+    torch.save(state, target)
+    BertForPreTraining.from_pretrained(model_dir)
+
+
+@pytest.mark.parametrize("shard", ["../x.safetensors", "../../etc/passwd", "/etc/passwd", "sub/x.safetensors",
+                                   "..\\x.safetensors", "..", ".", "", None, 7, ["x.safetensors"],
+                                   {"a": "x.safetensors"}, "x\u0000.safetensors"])
+def test_shard_index_names_outside_the_model_directory(model_dir, tmp_path, shard):
+    outside = tmp_path / "x.safetensors"
+    shutil.copy(model_dir / "model.safetensors", outside)  # would load fine if it were reached
+    (model_dir / "model.safetensors").unlink()
+    index = model_dir / "model.safetensors.index.json"
+    index.write_text(json.dumps({"weight_map": {"bert.embeddings.word_embeddings.weight": shard,
+                                                "bert.pooler.dense.weight": "model-00001.safetensors"}}))
+    message = load_error(model_dir)
+    assert str(index) in message and "not a plain file name in the model directory" in message, message
+
+
+def test_shard_index_that_is_fine_loads(model_dir):
+    (model_dir / "model.safetensors").rename(model_dir / "model-00001-of-00001.safetensors")
+    names = read_state_dict(model_dir / "model-00001-of-00001.safetensors")[0]
+    (model_dir / "model.safetensors.index.json").write_text(
+        json.dumps({"weight_map": {k: "model-00001-of-00001.safetensors" for k in names}}))
+    BertForPreTraining.from_pretrained(model_dir)
+
+
+# ---------------------------------------------------------------------------------------------- training checkpoints
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory) -> tuple[tuple[Path, Path, Path], Path]:
+    root = tmp_path_factory.mktemp("ckpt")
+    inputs = make_run_inputs(root / "inputs")
+    with one_torch_thread():
+        pretrain(run_args(inputs, root / "run"))
+    return inputs, root / "run"
+
+
+def run_args(inputs, out: Path, **kw) -> PretrainArgs:
+    corpus, tok, config = inputs
+    return PretrainArgs(corpus=[str(corpus)], tokenizer=str(tok), config=str(config), out=str(out), max_steps=4,
+                        batch_size=4, seq_len=32, save_every=2, log_every=2, progress=False, demo=False, **kw)
+
+
+def resume_after_damage(finished_run, name: str, content: bytes) -> int:
+    """Damage one file of the newest checkpoint (step-4), resume, put the file back; the step resumed from."""
+    inputs, out = finished_run
+    target = out / "checkpoints" / "step-4" / name
+    good = target.read_bytes()
+    target.write_bytes(content)
+    try:
+        with one_torch_thread():
+            trainer = Pretrainer(run_args(inputs, out, resume=True))
+            trainer.resume()
+    finally:
+        target.write_bytes(good)
+    return trainer.step
+
+
+@pytest.mark.parametrize("name, content", [
+    pytest.param("model.safetensors", b"\x00" * 100, id="model.safetensors zeros"),
+    pytest.param("optimizer.safetensors", b"junk", id="optimizer.safetensors junk"),
+    pytest.param("optimizer.json", b"{", id="optimizer.json not JSON"),
+    pytest.param("optimizer.json", b"[]", id="optimizer.json empty list"),
+    pytest.param("trainer_state.json", b"\xff", id="trainer_state.json not UTF-8"),
+    pytest.param("rng.json", b"{}", id="rng.json empty object"),
+    pytest.param("data.json", b"[{}]", id="data.json empty state"),
+    pytest.param("data.json", b"[" * 100_000, id="data.json nested 100000 deep"),
+])
+def test_resume_falls_back_from_a_damaged_newest_checkpoint(finished_run, name, content):
+    assert resume_after_damage(finished_run, name, content) == 2
+
+
+@pytest.mark.xfail(strict=True, reason="Pretrainer.resume() falls back only on BertforgeError, OSError, KeyError, "
+                   "ValueError, RuntimeError: state files that parse but hold the wrong structure raise TypeError, "
+                   "IndexError or AttributeError, which end the run, and a non-integer step is accepted as is. Fix in "
+                   "pretrain.py: treat any Exception from load_checkpoint() as 'unusable', and check that "
+                   "trainer_state.json holds integers")
+@pytest.mark.parametrize("name, content", [
+    pytest.param("trainer_state.json", b"[]", id="trainer_state.json a list"),
+    pytest.param("trainer_state.json", b'{"step": "x", "skipped_steps": 0, "tokens_seen": 0, "world_size": 1}',
+                 id="trainer_state.json step a string"),
+    pytest.param("scheduler.json", b"[]", id="scheduler.json a list"),
+    pytest.param("rng.json", b"[]", id="rng.json empty list"),
+    pytest.param("rng.json", b"[1]", id="rng.json a number"),
+    pytest.param("data.json", b"[]", id="data.json empty list"),
+    pytest.param("data.json", b"[null]", id="data.json null"),
+])
+def test_resume_falls_back_from_state_files_with_the_wrong_structure(finished_run, name, content):
+    assert resume_after_damage(finished_run, name, content) == 2
+
+
+@pytest.mark.xfail(strict=True, reason="a run directory moved elsewhere cannot be resumed: run_config.json records "
+                   "'out' (and the corpus paths), and check_resumable() refuses any change outside "
+                   "RESUMABLE_CHANGES; fix in pretrain.py: leave 'out' out of the comparison (the data state already "
+                   "checks the corpus by file name and size, wherever it lives)")
+def test_a_moved_run_directory_resumes(finished_run, tmp_path):
+    inputs, run = finished_run
+    moved = Path(shutil.copytree(run, tmp_path / "moved"))
+    with one_torch_thread():
+        trainer = Pretrainer(run_args(inputs, moved, resume=True))
+        trainer.resume()
+    assert trainer.step == 4
+
+
+# ---------------------------------------------------------------------------------------------- mutation fuzzer
+
+ODD_VALUES = [-1, 0, 1, 2, 3, 7, 10**9, 2**63, -(2**63), 1.5, 1e308, float("nan"), float("inf"), "x", "", None, [],
+              {}, [1], {"0": "a"}, True, False, "gelu", 64, 32, 120, 9_000_000]
+DTYPES = ["F16", "BF16", "F64", "I64", "I8", "BOOL", "U8", "F8_E4M3", "F8_E5M2", "C64", "F32", "X", 5, None]
+
+
+def mutate_weights(rng: random.Random, blob: bytes) -> tuple[str, bytes]:
+    n = struct.unpack("<Q", blob[:8])[0]
+    kind = rng.choice(["flip header", "flip length", "flip body", "truncate", "insert", "delete", "append", "header"])
+    data = bytearray(blob)
+    if kind == "flip header":
+        for _ in range(rng.randint(1, 3)):
+            i = rng.randrange(8, 8 + n)
+            data[i] ^= 1 << rng.randrange(8)
+    elif kind == "flip length":
+        data[rng.randrange(8)] ^= 1 << rng.randrange(8)
+    elif kind == "flip body":
+        for _ in range(rng.randint(1, 20)):
+            i = rng.randrange(8 + n, len(data))
+            data[i] ^= 1 << rng.randrange(8)
+    elif kind == "truncate":
+        del data[rng.randrange(len(data)) :]
+    elif kind == "insert":
+        i = rng.randrange(8 + n) if rng.random() < 0.5 else rng.randrange(len(data))
+        data[i:i] = bytes(rng.randrange(256) for _ in range(rng.randint(1, 16)))
+    elif kind == "delete":
+        i = rng.randrange(len(data))
+        del data[i : i + rng.randint(1, 64)]
+    elif kind == "append":
+        data += bytes(rng.randrange(256) for _ in range(rng.randint(1, 64)))
+    else:  # a well-formed header that lies
+        header, body = header_of(blob)
+        name = rng.choice(list(header))
+        if name == "__metadata__":
+            header[name] = {"format": rng.choice(ODD_VALUES)}
+        else:
+            entry, field = header[name], rng.choice(["dtype", "shape", "data_offsets", "drop", "duplicate", "rename"])
+            if field == "dtype":
+                entry["dtype"] = rng.choice(DTYPES)
+            elif field == "shape":
+                entry["shape"] = rng.choice([[], [0], [-1], [2**40, 2**40], [1] * 40, entry["shape"][::-1],
+                                             [entry["shape"][0] + 1, *entry["shape"][1:]], "x", None])
+            elif field == "data_offsets":
+                s, e = entry["data_offsets"]
+                entry["data_offsets"] = rng.choice([[e, s], [s, e + 4], [s - 4, e - 4], [0, 0], [s, 2**63], [-1, e],
+                                                    "x", [s]])
+            elif field == "drop":
+                del header[name]
+            elif field == "duplicate":
+                header[name + ".copy"] = dict(entry)
+            else:
+                header["../" + name] = header.pop(name)
+        data = bytearray(with_header(header, body))
+    return f"weights: {kind}", bytes(data)
+
+
+def mutate_config(rng: random.Random, text: str) -> tuple[str, bytes]:
+    kind = rng.choice(["drop", "set", "set several", "truncate", "flip", "replace"])
+    config = json.loads(text)
+    if kind == "drop":
+        config.pop(rng.choice(list(config)))
+    elif kind in ("set", "set several"):
+        for _ in range(1 if kind == "set" else 3):
+            config[rng.choice(list(config))] = rng.choice(ODD_VALUES)
+    elif kind == "truncate":
+        return f"config: {kind}", text.encode()[: rng.randrange(len(text))]
+    elif kind == "flip":
+        data = bytearray(text.encode())
+        data[rng.randrange(len(data))] ^= 1 << rng.randrange(8)
+        return f"config: {kind}", bytes(data)
+    else:
+        return f"config: {kind}", rng.choice([b"[]", b"null", b"1", b'"x"', b"", b"{", b"\xff\xfe", b"[{}]"])
+    return f"config: {kind}", json.dumps(config).encode()
+
+
+def fuzz(pristine: Path, directory: Path, count: int, seed: int) -> None:
+    rng = random.Random(seed)
+    weights, config = (pristine / "model.safetensors").read_bytes(), (pristine / "config.json").read_text()
+    outcomes, crashes, slowest = Counter(), [], (0.0, "")
+    directory.mkdir()
+    started = time.perf_counter()
+    logging.disable(logging.WARNING)  # "weights not in the checkpoint, newly initialised": expected, and noisy
+    try:
+        for i in range(count):
+            what, w, c = [], weights, config.encode()
+            roll = rng.random()
+            if roll < 0.65:
+                label, w = mutate_weights(rng, weights)
+                what.append(label)
+            if roll > 0.45:
+                label, c = mutate_config(rng, config)
+                what.append(label)
+            (directory / "model.safetensors").write_bytes(w)
+            (directory / "config.json").write_bytes(c)
+            cls = rng.choice([BertForPreTraining, BertModel])
+            t = time.perf_counter()
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    cls.from_pretrained(directory)
+                outcomes["loaded"] += 1
+            except BertforgeError:
+                outcomes["BertforgeError"] += 1
+            except Exception as err:  # what this test hunts
+                crashes.append(f"#{i} {' + '.join(what)} -> {type(err).__name__}: {str(err)[:200]}")
+            slowest = max(slowest, (time.perf_counter() - t, " + ".join(what)))
+    finally:
+        logging.disable(logging.NOTSET)
+    seconds = time.perf_counter() - started
+    report(f"corrupt files tried {count}, non-BertforgeError crashes {len(crashes)} "
+           f"(refused {outcomes['BertforgeError']}, loaded {outcomes['loaded']}; slowest {slowest[0]:.2f}s: "
+           f"{slowest[1]}; {seconds:.1f}s)")
+    assert not crashes, "\n".join(crashes[:20])
+    assert slowest[0] < 10, f"a damaged checkpoint took {slowest[0]:.1f}s to refuse: {slowest[1]}"
+
+
+def test_mutation_fuzzer_fast(pristine, tmp_path):
+    fuzz(pristine, tmp_path / "fuzz", count=100, seed=1)
+
+
+@pytest.mark.slow
+def test_mutation_fuzzer_600(pristine, tmp_path):
+    fuzz(pristine, tmp_path / "fuzz", count=600, seed=2)
