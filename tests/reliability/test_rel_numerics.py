@@ -1,0 +1,161 @@
+"""Numerics of the training loop: a NaN or inf in the loss or in any gradient skips the update and is counted,
+leaving weights and optimizer state exactly as they were; a huge but finite loss spike is tamed by gradient
+clipping (post-clip norm <= max_grad_norm) and leaves the optimizer state finite and bounded; and two runs with
+the same seed end with bitwise-identical weights (different seeds do not)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from bertforge.pretrain import PretrainArgs, Pretrainer
+from rel_helpers import make_run_inputs, one_torch_thread, report, tensors_differ
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory):
+    return make_run_inputs(tmp_path_factory.mktemp("numerics"))
+
+
+def run_args(inputs, out: Path, **kw) -> PretrainArgs:
+    corpus, tok, config = inputs
+    base = dict(corpus=[str(corpus)], tokenizer=str(tok), config=str(config), out=str(out), max_steps=8,
+                batch_size=4, seq_len=32, lr=1e-3, warmup_steps=2, save_every=8, log_every=1, progress=False,
+                demo=False)
+    return PretrainArgs(**{**base, **kw})
+
+
+def snapshot(trainer: Pretrainer) -> dict[str, torch.Tensor]:
+    """Weights and every optimizer-state tensor, copied."""
+    out = {f"param {k}": v.detach().clone() for k, v in trainer.model.state_dict().items()}
+    for i, state in enumerate(trainer.optimizer.state_dict()["state"].values()):
+        for k, v in state.items():
+            if torch.is_tensor(v):
+                out[f"optim {i} {k}"] = v.clone()
+    return out
+
+
+def all_finite(tensors: dict[str, torch.Tensor]) -> bool:
+    return all(torch.isfinite(t).all() for t in tensors.values() if t.is_floating_point())
+
+
+# Poisons, by step (1-based) of an 8-step run: what goes wrong in that step's backward pass.
+POISONS = {
+    2: "NaN loss",
+    3: "inf in one gradient element",
+    5: "inf loss",
+    6: "NaN in one gradient element",
+    7: "-inf gradients everywhere",
+}
+
+
+def poison(stats: dict, model: torch.nn.Module, what: str) -> None:
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    if what == "NaN loss":
+        stats["loss"] = torch.tensor(float("nan"))
+    elif what == "inf loss":
+        stats["loss"] = torch.tensor(float("inf"))
+    elif what == "inf in one gradient element":
+        grads[len(grads) // 2].view(-1)[0] = float("inf")
+    elif what == "NaN in one gradient element":
+        grads[-1].view(-1)[-1] = float("nan")
+    else:
+        for g in grads:
+            g.fill_(float("-inf"))
+
+
+@pytest.mark.parametrize("grad_accum", [1, 2])
+def test_non_finite_steps_are_skipped_counted_and_change_nothing(inputs, tmp_path, monkeypatch, grad_accum):
+    real_fb, real_step = Pretrainer.forward_backward, Pretrainer.train_step
+    seen: dict[int, tuple[dict, dict]] = {}
+
+    def poisoned_forward_backward(self, batch, scale):
+        stats = real_fb(self, batch, scale)
+        micro = getattr(self, "_micro", 0)
+        self._micro = micro + 1
+        if self.step + 1 in POISONS and micro == 0:  # with grad_accum=2 only the first micro-batch is poisoned
+            poison(stats, self.model, POISONS[self.step + 1])
+        return stats
+
+    def watched_train_step(self):
+        self._micro = 0
+        before = snapshot(self)
+        result = real_step(self)
+        if self.step in POISONS:
+            seen[self.step] = (before, snapshot(self))
+        return result
+
+    monkeypatch.setattr(Pretrainer, "forward_backward", poisoned_forward_backward)
+    monkeypatch.setattr(Pretrainer, "train_step", watched_train_step)
+    with one_torch_thread():
+        trainer = Pretrainer(run_args(inputs, tmp_path / "run", grad_accum=grad_accum))
+        trainer.run()
+    assert trainer.skipped_steps == len(POISONS)
+    for step, (before, after) in seen.items():
+        assert not tensors_differ(before, after), f"step {step} ({POISONS[step]}) changed weights or optimizer state"
+    final = snapshot(trainer)
+    assert all_finite(final)
+    assert trainer.optimizer.state_dict()["state"], "no update was ever taken"
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["skipped_steps"] for r in rows] == [sum(s <= r["step"] for s in POISONS) for r in rows]
+    report(f"non-finite steps skipped {trainer.skipped_steps} / {len(POISONS)} injected (grad_accum={grad_accum}: "
+           f"{', '.join(POISONS.values())}); weights and optimizer state finite and unchanged by the skipped steps")
+
+
+@pytest.mark.parametrize("optimizer", ["adamw", pytest.param("lamb", marks=pytest.mark.slow)])
+def test_a_huge_finite_loss_spike_is_clipped(inputs, tmp_path, monkeypatch, optimizer):
+    """Step 4's loss and gradients are multiplied by 1e12 (finite in float32): the update is taken, with the
+    gradient clipped to norm 1, so Adam's second moment stays <= 1 and no weight jumps."""
+    spike = 1e12
+    real_fb = Pretrainer.forward_backward
+    post_clip: list[float] = []
+
+    def spiky(self, batch, scale):
+        stats = real_fb(self, batch, scale)
+        if self.step == 3:
+            for p in self.model.parameters():
+                if p.grad is not None:
+                    p.grad.mul_(spike)
+            stats["loss"] = stats["loss"] * spike
+        return stats
+
+    def watch_optimizer(trainer: Pretrainer) -> None:
+        def record(optimizer, args, kwargs):  # runs just before each update, after clipping
+            grads = [p.grad for p in trainer.model.parameters() if p.grad is not None]
+            post_clip.append(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])).item())
+
+        trainer.optimizer.register_step_pre_hook(record)
+
+    with one_torch_thread():
+        calm = Pretrainer(run_args(inputs, tmp_path / "calm", optimizer=optimizer))
+        calm.run()
+        monkeypatch.setattr(Pretrainer, "forward_backward", spiky)
+        trainer = Pretrainer(run_args(inputs, tmp_path / "spiky", optimizer=optimizer))
+        watch_optimizer(trainer)
+        trainer.run()
+    assert trainer.skipped_steps == 0, "a finite spike must not be skipped"
+    assert len(post_clip) == 8 and all(n <= 1.0 + 1e-6 for n in post_clip), post_clip
+    state = snapshot(trainer)
+    assert all_finite(state)
+    second_moments = [t for k, t in state.items() if k.endswith("exp_avg_sq")]
+    assert second_moments and max(t.max().item() for t in second_moments) <= 1.0 + 1e-6
+    drift = max((state[k] - v).abs().max().item() for k, v in snapshot(calm).items() if k.startswith("param"))
+    assert drift < 0.05, f"the spike moved a weight by {drift}"
+    rows = [json.loads(line) for line in (tmp_path / "spiky" / "metrics.jsonl").read_text().splitlines()]
+    assert math.isfinite(rows[3]["grad_norm"]) and rows[3]["grad_norm"] > 1e9  # the pre-clip norm is logged
+
+
+def test_same_seed_same_bits_other_seed_other_bits(inputs, tmp_path):
+    """Weights and optimizer state after 6 steps, bit for bit. (That a killed and resumed run ends bitwise equal to
+    an uninterrupted one, across processes, is test_rel_crash.py's job.)"""
+    states, losses = {}, {}
+    with one_torch_thread():
+        for name, seed in (("a", 3), ("b", 3), ("c", 4)):
+            trainer = Pretrainer(run_args(inputs, tmp_path / name, seed=seed))
+            losses[name] = [trainer.train_step()["loss"] for _ in range(6)]
+            states[name] = snapshot(trainer)
+    assert not tensors_differ(states["a"], states["b"]) and losses["a"] == losses["b"]
+    assert tensors_differ(states["a"], states["c"])
