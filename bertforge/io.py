@@ -40,7 +40,10 @@ def _current_umask() -> int:
 
 def _publish_mode(path: Path, directory: bool) -> None:
     """`mkstemp`/`mkdtemp` create 0600/0700; give the result the mode a plain `open`/`mkdir` would have."""
-    os.chmod(path, (0o777 if directory else 0o666) & ~_current_umask())
+    try:
+        os.chmod(path, (0o777 if directory else 0o666) & ~_current_umask())
+    except OSError:  # a filesystem without POSIX modes: the file is still good
+        pass
 
 
 def fsync_dir(path: str | Path) -> None:
