@@ -1,0 +1,231 @@
+"""Export a checkpoint to ONNX with dynamic batch and sequence axes, and check it against onnxruntime.
+
+The graph takes `input_ids`, `attention_mask` and `token_type_ids` ([batch, sequence] int64) and returns the
+outputs of the checkpoint's class: `last_hidden_state` and `pooler_output` for a BertModel, `logits` for the MLM,
+sequence- and token-classification heads, `start_logits` and `end_logits` for QA.
+
+The export goes through a small wrapper that always applies the attention mask (the model skips it when nothing is
+padded, a data-dependent branch a traced graph cannot keep) and calls the model's own submodules, so the exported
+arithmetic is the model's. The TorchScript-based exporter (`dynamo=False`) is used: it needs no extra packages and
+works offline.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from .errors import BertforgeError
+from .io import atomic_write
+from .model import (
+    MODEL_CLASSES,
+    BertForMaskedLM,
+    BertForPreTraining,
+    BertForQuestionAnswering,
+    BertForSequenceClassification,
+    BertForTokenClassification,
+    BertModel,
+    BertPreTrainedModel,
+)
+
+log = logging.getLogger("bertforge")
+
+INPUT_NAMES = ["input_ids", "attention_mask", "token_type_ids"]
+DEFAULT_OPSET = 17
+#: (batch, sequence) shapes the exported graph is checked on, beside the one it was traced with.
+CHECK_SHAPES = [(1, 5), (2, 17), (4, 64), (3, 128)]
+
+
+class ExportWrapper(nn.Module):
+    """input_ids, attention_mask, token_type_ids [B, S] → the model's outputs as a tuple of tensors."""
+
+    def __init__(self, model: BertPreTrainedModel) -> None:
+        super().__init__()
+        self.model = model
+        self.output_names = output_names(model)
+        self.eval()  # the exporter restores the wrapper's mode afterwards: it must be eval too
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor) -> tuple[Tensor, ...]:
+        bert: BertModel = self.model.base_model
+        x = bert.embeddings(input_ids, token_type_ids, None)  # [B, S, H]
+        mask = (1.0 - attention_mask[:, None, None, :].to(x.dtype)) * torch.finfo(x.dtype).min  # [B, 1, 1, S]
+        x, _, _ = bert.encoder(x, mask, False, False)  # [B, S, H]
+        m = self.model
+        if isinstance(m, BertForQuestionAnswering):
+            start, end = m.qa_outputs(x).unbind(-1)  # [B, S] each
+            return start, end
+        if isinstance(m, (BertForTokenClassification,)):
+            return (m.classifier(x),)  # [B, S, L]
+        if isinstance(m, BertForSequenceClassification):
+            return (m.classifier(bert.pooler(x)),)  # [B, L]
+        if isinstance(m, BertForMaskedLM):
+            return (m.cls.predictions(x, bert.embeddings.word_embeddings.weight),)  # [B, S, V]
+        if isinstance(m, BertForPreTraining):
+            return m.cls.predictions(x, bert.embeddings.word_embeddings.weight), m.cls.seq_relationship(bert.pooler(x))
+        if bert.pooler is not None:
+            return x, bert.pooler(x)
+        return (x,)
+
+
+def output_names(model: BertPreTrainedModel) -> list[str]:
+    if isinstance(model, BertForQuestionAnswering):
+        return ["start_logits", "end_logits"]
+    if isinstance(model, (BertForTokenClassification, BertForSequenceClassification, BertForMaskedLM)):
+        return ["logits"]
+    if isinstance(model, BertForPreTraining):
+        return ["prediction_logits", "seq_relationship_logits"]
+    return ["last_hidden_state", "pooler_output"] if model.base_model.pooler is not None else ["last_hidden_state"]
+
+
+def dynamic_axes(model: BertPreTrainedModel, names: list[str]) -> dict[str, dict[int, str]]:
+    """Batch (and, for per-token tensors, sequence) axes of every input and output."""
+    per_sequence = {"pooler_output", "seq_relationship_logits"}
+    if isinstance(model, BertForSequenceClassification):
+        per_sequence.add("logits")
+    axes = {name: {0: "batch", 1: "sequence"} for name in INPUT_NAMES}
+    for name in names:
+        axes[name] = {0: "batch"} if name in per_sequence else {0: "batch", 1: "sequence"}
+    return axes
+
+
+def load_for_export(path: Path, head: str = "auto") -> BertPreTrainedModel:
+    """The checkpoint as the class its config names (`head="auto"`, falling back to BertModel when that head's
+    weights are missing), as BertModel (`head="none"`), or as the named class."""
+    from .pipelines.base import load_model
+
+    config_file = path / "config.json"
+    if not config_file.is_file():
+        raise BertforgeError(f"{path}: not a model directory (no config.json)")
+    if head == "none":
+        return load_model(BertModel, path)
+    if head != "auto":
+        if head not in MODEL_CLASSES:
+            raise BertforgeError(f"unknown head class {head!r}; choose auto, none or one of: {', '.join(MODEL_CLASSES)}")
+        model = load_model(MODEL_CLASSES[head], path)
+        heads_missing = [k for k in model.loading_info.missing_keys if not k.startswith(("bert.pooler.", "pooler."))]
+        if heads_missing:
+            raise BertforgeError(f"{path} has no {head} head weights ({heads_missing[0]} is missing)")
+        return model
+    from .config import BertConfig
+
+    architectures = BertConfig.from_pretrained(path).architectures or []
+    cls = next((MODEL_CLASSES[a] for a in architectures if a in MODEL_CLASSES), BertModel)
+    model = load_model(cls, path)
+    if cls is not BertModel and model.loading_info.missing_keys:
+        log.warning("%s: config names %s but its head weights are missing; exporting BertModel", path, cls.__name__)
+        model = load_model(BertModel, path)
+    return model
+
+
+@dataclass
+class ExportReport:
+    path: Path
+    model_class: str
+    outputs: list[str]
+    max_diff: float  # largest |onnxruntime - torch| / max(1, |torch|) over the checked shapes, real tokens only
+    shapes: list[tuple[int, int]]
+
+
+def sample_inputs(batch: int, seq: int, vocab: int, seed: int) -> dict[str, Tensor]:
+    """Random ids with ragged lengths (every row keeps at least 2 tokens) and both segment ids."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(5, vocab, (batch, seq), generator=g)
+    lengths = torch.randint(min(2, seq), seq + 1, (batch,), generator=g)
+    lengths[0] = seq
+    mask = (torch.arange(seq)[None, :] < lengths[:, None]).long()
+    types = ((torch.arange(seq)[None, :] >= (lengths[:, None] // 2)) & mask.bool()).long()
+    return {"input_ids": ids * mask, "attention_mask": mask, "token_type_ids": types}
+
+
+def export_onnx(
+    model: BertPreTrainedModel | str | Path,
+    out: str | Path,
+    *,
+    head: str = "auto",
+    opset: int = DEFAULT_OPSET,
+    check: bool = True,
+    tolerance: float = 1e-4,
+) -> ExportReport:
+    """Write `out` (.onnx) and, with `check`, compare onnxruntime to PyTorch on several (batch, sequence) shapes.
+
+    Raises BertforgeError when the check fails (the file is not written then).
+    """
+    out = Path(out)
+    if out.suffix != ".onnx":
+        raise BertforgeError(f"{out}: the output file name must end in .onnx")
+    if not isinstance(model, nn.Module):
+        path = Path(model)
+        if not path.is_dir():
+            raise BertforgeError(f"{path}: no such model directory")
+        model = load_for_export(path, head)
+    model = model.eval()
+    wrapper = ExportWrapper(model)
+    config = model.config
+    example = sample_inputs(2, min(16, config.max_position_embeddings), config.vocab_size, seed=0)
+    shapes = [(b, s) for b, s in CHECK_SHAPES if s <= config.max_position_embeddings]
+    report = ExportReport(out, type(model).__name__, wrapper.output_names, float("nan"), shapes)
+
+    def write(tmp: Path) -> None:
+        with warnings.catch_warnings(), torch.no_grad():
+            warnings.simplefilter("ignore")  # tracer chatter about shapes read as Python ints
+            torch.onnx.export(
+                wrapper,
+                (example["input_ids"], example["attention_mask"], example["token_type_ids"]),
+                str(tmp),
+                input_names=INPUT_NAMES,
+                output_names=wrapper.output_names,
+                dynamic_axes=dynamic_axes(model, wrapper.output_names),
+                opset_version=opset,
+                do_constant_folding=True,
+                dynamo=False,
+            )
+        if check:
+            report.max_diff = check_onnx(tmp, wrapper, shapes, tolerance)
+
+    atomic_write(out, write)
+    return report
+
+
+def check_onnx(path: Path, wrapper: ExportWrapper, shapes: list[tuple[int, int]], tolerance: float) -> float:
+    """Largest |onnxruntime - torch| / max(1, max |torch|) over `shapes` (padding positions left out); raises
+    BertforgeError above `tolerance`."""
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        raise BertforgeError("checking the export needs onnxruntime (pip install onnxruntime), or skip the check") from None
+    try:
+        import onnx
+
+        onnx.checker.check_model(str(path))
+    except ImportError:
+        pass
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    vocab = wrapper.model.config.vocab_size
+    worst = 0.0
+    for seed, (batch, seq) in enumerate(shapes, start=1):
+        inputs = sample_inputs(batch, seq, vocab, seed)
+        with torch.no_grad():
+            expected = wrapper(**inputs)
+        got = session.run(None, {k: v.numpy() for k, v in inputs.items()})
+        real = inputs["attention_mask"].bool().numpy()
+        for name, want, have in zip(wrapper.output_names, expected, got):
+            want = want.numpy()
+            if have.shape != want.shape:
+                raise BertforgeError(f"ONNX output {name} has shape {have.shape} for input {batch}x{seq}, expected {want.shape}")
+            diff = np.abs(have - want)
+            if want.ndim >= 2 and want.shape[1] == seq:  # per-token output: compare real tokens only
+                diff = diff[real]
+            scale = max(1.0, float(np.abs(want).max()))
+            worst = max(worst, float(diff.max()) / scale)
+    if worst > tolerance:
+        raise BertforgeError(f"the ONNX graph disagrees with PyTorch (max relative difference {worst:.2e} > {tolerance})")
+    return worst
+
+
+__all__ = ["ExportReport", "ExportWrapper", "check_onnx", "dynamic_axes", "export_onnx", "load_for_export"]
