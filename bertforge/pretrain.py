@@ -55,7 +55,8 @@ DEMO_SENTENCES = [
 RUN_CONFIG = "run_config.json"
 CHECKPOINT_RE = re.compile(r"^step-(\d+)$")
 # Settings a resumed run may change; any other change would make the continuation a different run.
-RESUMABLE_CHANGES = {"max_steps", "save_every", "keep_last", "log_every", "resume", "overwrite", "progress", "demo"}
+# `out` is where the run lives, not what it is: a moved run directory resumes (the data state checks the corpus).
+RESUMABLE_CHANGES = {"max_steps", "save_every", "keep_last", "log_every", "resume", "overwrite", "progress", "demo", "out"}
 
 
 @dataclass
@@ -378,11 +379,16 @@ class Pretrainer:
                            "world_size": self.rt.world_size}
                 (tmp / "trainer_state.json").write_text(json.dumps(trainer) + "\n", encoding="utf-8")
             for _, old in list_checkpoints(self.out)[: -self.args.keep_last]:
-                shutil.rmtree(old, ignore_errors=True)
+                doomed = old.with_name(f".{old.name}.deleting")  # one atomic rename: never half-deleted yet listed
+                os.replace(old, doomed)
+                shutil.rmtree(doomed, ignore_errors=True)
         barrier(self.rt)
 
     def load_checkpoint(self, path: Path) -> None:
         trainer = json.loads((path / "trainer_state.json").read_text(encoding="utf-8"))
+        fields = ("step", "skipped_steps", "tokens_seen", "world_size")
+        if not isinstance(trainer, dict) or not all(type(trainer.get(k)) is int and trainer[k] >= 0 for k in fields):
+            raise BertforgeError(f"{path / 'trainer_state.json'}: expected non-negative integers {', '.join(fields)}")
         if trainer["world_size"] != self.rt.world_size:
             raise BertforgeError(
                 f"{path} was written by {trainer['world_size']} processes; resuming needs the same number (now {self.rt.world_size})"
@@ -405,8 +411,8 @@ class Pretrainer:
         for step, path in reversed(list_checkpoints(self.out)):
             try:
                 self.load_checkpoint(path)
-            except (BertforgeError, OSError, KeyError, ValueError, RuntimeError, json.JSONDecodeError) as err:
-                log.warning("checkpoint %s is unusable (%s); trying the previous one", path, err)
+            except Exception as err:  # whatever is wrong with a damaged checkpoint, the previous one may be fine
+                log.warning("checkpoint %s is unusable (%s: %s); trying the previous one", path, type(err).__name__, err)
                 continue
             log.info("resumed from %s (step %d)", path, step)
             return
@@ -499,6 +505,24 @@ class Pretrainer:
 
             bar = tqdm(total=a.max_steps, initial=self.step, desc="pretraining", unit="step", dynamic_ncols=True)
         self.model.train()
+        try:
+            self.train_loop(bar, metrics)
+        finally:
+            if bar is not None:
+                bar.close()
+            metrics.close()
+        final = self.out / "model"
+        if self.rt.is_main:
+            self.export(final)
+            if a.demo:
+                show_predictions(self.model, self.tokenizer, "after training", self.rt.device)
+            plot_metrics(self.out / "metrics.jsonl", self.out / "training_curves.png")
+            log.info("done: %d steps (%d skipped), %s tokens; model in %s", self.step, self.skipped_steps, f"{self.tokens_seen:,}", final)
+        barrier(self.rt)
+        return final
+
+    def train_loop(self, bar, metrics: "MetricsLog") -> None:
+        a = self.args
         window_tokens, window_start, window = 0, time.perf_counter(), []
         while self.step < a.max_steps:
             result = self.train_step()
@@ -518,18 +542,6 @@ class Pretrainer:
                 window_tokens, window_start, window = 0, time.perf_counter(), []
             if self.step % a.save_every == 0 or self.step == a.max_steps:
                 self.save_checkpoint()
-        if bar is not None:
-            bar.close()
-        metrics.close()
-        final = self.out / "model"
-        if self.rt.is_main:
-            self.export(final)
-            if a.demo:
-                show_predictions(self.model, self.tokenizer, "after training", self.rt.device)
-            plot_metrics(self.out / "metrics.jsonl", self.out / "training_curves.png")
-            log.info("done: %d steps (%d skipped), %s tokens; model in %s", self.step, self.skipped_steps, f"{self.tokens_seen:,}", final)
-        barrier(self.rt)
-        return final
 
     def export(self, target: Path) -> None:
         """`OUT/model/` in Hugging Face layout: config.json, model.safetensors and the tokenizer files."""

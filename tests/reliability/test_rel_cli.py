@@ -265,10 +265,6 @@ def test_real_entry_point_one_line(files, tmp_path):
     assert str(files["missing"]) in plain.stderr
 
 
-@pytest.mark.xfail(strict=True, reason="pretrain.py leaves its tqdm bar open when the run fails, so the error line is "
-                   "printed after the bar on the same terminal line ('pretraining: 0%|...| 0/1 [...]bertforge pretrain: "
-                   "error: ...') and the bar is drawn once more afterwards; fix in pretrain.py: close the bar in a "
-                   "try/finally around the training loop (or write a newline before raising)")
 def test_pretrain_error_with_the_progress_bar_on_starts_its_own_line(files, tmp_path, capsys):
     argv = ["pretrain", "--corpus", str(files["not_utf8"]), "--tokenizer", str(files["tok"]), "--out",
             str(tmp_path / "run"), "--max-steps", "1"]  # one document: NSP needs two; the bar is already up
