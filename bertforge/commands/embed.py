@@ -1,0 +1,106 @@
+"""`bertforge embed`: sentence embeddings of every line of a .txt file (or text of a .jsonl file) into a .npy file."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import logging
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import BertforgeError
+from ..io import atomic_write
+
+NAME = "embed"
+HELP = "embed the texts of a .txt (one a line) or .jsonl file into a .npy array [n, hidden]"
+
+log = logging.getLogger("bertforge")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", required=True, metavar="DIR", help="model directory (weights, config.json, tokenizer)")
+    parser.add_argument("--input", required=True, metavar="FILE",
+                        help=".txt: one text a line (row i of the output is line i); .jsonl: one JSON object a line")
+    parser.add_argument("--output", required=True, metavar="FILE", help="the embeddings, a float32 .npy file [n, hidden]")
+    parser.add_argument("--text-key", default="text", metavar="KEY", help="JSON key holding the text in .jsonl input (text)")
+    parser.add_argument("--pooling", choices=["mean", "cls"], default=None,
+                        help="default: what a sentence-transformers model declares, else mean")
+    norm = parser.add_mutually_exclusive_group()
+    norm.add_argument("--normalize", dest="normalize", action="store_true", default=None, help="unit-length embeddings")
+    norm.add_argument("--no-normalize", dest="normalize", action="store_false", help="raw pooled vectors")
+    parser.add_argument("--max-length", type=int, default=None, metavar="N",
+                        help="longest input in tokens; longer ones are truncated (default: the model's limit)")
+    parser.add_argument("--batch-tokens", type=int, default=4096, metavar="N", help="real tokens per batch (4096)")
+    parser.add_argument("--threads", type=int, default=None, metavar="N", help="PyTorch threads (default: the CPUs available)")
+    parser.add_argument("--no-progress", dest="progress", action="store_false", default=None, help="no progress bar")
+
+
+def read_lines(path: Path) -> list[str]:
+    """The file's lines as text (UTF-8, a BOM allowed), without line ends; a clear error for other encodings."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise BertforgeError(f"{path}: no such input file") from None
+    except OSError as err:
+        raise BertforgeError(f"{path}: cannot read ({err.strerror or err})") from None
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        line = data[: err.start].count(b"\n") + 1
+        raise BertforgeError(
+            f"{path}: not UTF-8 text (byte 0x{data[err.start]:02x} at offset {err.start}, line {line}); "
+            f"convert it first, e.g. `iconv -f latin1 -t utf-8`"
+        ) from None
+    text = io.StringIO(text, newline=None).read()  # \r\n and \r line ends become \n
+    if not text:
+        return []
+    lines = text.split("\n")  # not splitlines(): that also splits at form feeds, U+2028, ...
+    return lines[:-1] if text.endswith("\n") else lines
+
+
+def read_texts(path: Path, text_key: str) -> list[str]:
+    """Texts of a .txt file (every line, empty ones too) or a .jsonl file (every non-blank line)."""
+    suffix = path.suffix.lower()
+    if suffix not in (".txt", ".jsonl"):
+        raise BertforgeError(f"{path}: input must be a .txt (one text a line) or .jsonl file")
+    lines = read_lines(path)
+    if suffix == ".txt":
+        return lines
+    texts = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise BertforgeError(f"{path}, line {number}: not valid JSON ({err.msg})") from None
+        text = record.get(text_key) if isinstance(record, dict) else record
+        if not isinstance(text, str):
+            raise BertforgeError(f"{path}, line {number}: expected a JSON string or an object with a string {text_key!r}")
+        texts.append(text)
+    return texts
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..pipelines import pipeline
+
+    output = Path(args.output)
+    if output.suffix != ".npy":
+        raise BertforgeError(f"{output}: the output file name must end in .npy")
+    texts = read_texts(Path(args.input), args.text_key)
+    embed = pipeline("embed", model=args.model, pooling=args.pooling, normalize=args.normalize,
+                     max_length=args.max_length, batch_tokens=args.batch_tokens, num_threads=args.threads,
+                     progress=args.progress)
+    vectors = embed(texts)  # [n, hidden]
+
+    def write(tmp: Path) -> None:
+        with open(tmp, "wb") as fh:
+            np.save(fh, vectors)
+
+    atomic_write(output, write)
+    print(f"{len(texts)} texts -> {output} ({vectors.shape[0]} x {vectors.shape[1]} float32, "
+          f"{embed.pooling} pooling{', normalized' if embed.normalize else ''})", file=sys.stderr)
+    return 0
