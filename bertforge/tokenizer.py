@@ -18,6 +18,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 import tempfile
 import threading
 from collections.abc import Iterable, Iterator, Sequence
@@ -160,7 +161,7 @@ class Tokenizer:
             source = str(vocab_txt)
         else:
             raise BertforgeError(f"{directory}: holds neither tokenizer.json nor vocab.txt")
-        return cls(
+        tokenizer = cls(
             backend,
             special_tokens=special_tokens,
             normalization=normalization,
@@ -168,6 +169,9 @@ class Tokenizer:
             clean_up_tokenization_spaces=bool(config.get("clean_up_tokenization_spaces", False)),
             source=source,
         )
+        if source == str(tokenizer_json):  # (vocab.txt gives ids 0..N-1 by construction)
+            _check_vocabulary_ids(backend.get_vocab(with_added_tokens=False), tokenizer_json)
+        return tokenizer
 
     @classmethod
     def train(
@@ -305,9 +309,17 @@ class Tokenizer:
         with self._lock:
             self._set_truncation_and_padding(truncation_strategy, padding_strategy, max_length)
             try:
-                encodings = self._backend.encode_batch(
-                    inputs, add_special_tokens=add_special_tokens, is_pretokenized=is_split_into_words
-                )
+                try:
+                    encodings = self._backend.encode_batch(
+                        inputs, add_special_tokens=add_special_tokens, is_pretokenized=is_split_into_words
+                    )
+                except TypeError:  # perhaps a lone surrogate, which the backend cannot take: retry without
+                    cleaned = _without_surrogates(inputs)
+                    if cleaned is inputs:
+                        raise
+                    encodings = self._backend.encode_batch(
+                        cleaned, add_special_tokens=add_special_tokens, is_pretokenized=is_split_into_words
+                    )
             except Exception as error:  # the backend raises plain Exceptions, e.g. "Truncation error: ..."
                 raise BertforgeError(f"cannot encode the input: {error}") from error
             finally:
@@ -331,14 +343,30 @@ class Tokenizer:
         return result
 
     def encode_ids(self, texts: list[str]) -> list[list[int]]:
-        """Token ids of each text, without special tokens, truncation or padding (the fast path for pretraining)."""
+        """Token ids of each text, without special tokens, truncation or padding (the fast path for pretraining).
+
+        Lone surrogates (which UTF-8 cannot hold) are encoded as U+FFFD.
+        """
         with self._lock:
-            return [encoding.ids for encoding in self._backend.encode_batch(texts, add_special_tokens=False)]
+            try:
+                encodings = self._backend.encode_batch(texts, add_special_tokens=False)
+            except TypeError:  # perhaps a lone surrogate: retry without (only then, to keep the common path fast)
+                cleaned = _without_surrogates(texts)
+                if cleaned is texts:
+                    raise
+                encodings = self._backend.encode_batch(cleaned, add_special_tokens=False)
+            return [encoding.ids for encoding in encodings]
 
     def tokenize(self, text: str) -> list[str]:
         """The WordPiece tokens of `text`, without special tokens."""
         with self._lock:
-            return self._backend.encode(text, add_special_tokens=False).tokens
+            try:
+                return self._backend.encode(text, add_special_tokens=False).tokens
+            except TypeError:  # perhaps a lone surrogate: retry without
+                cleaned = _without_surrogates(text)
+                if cleaned is text:
+                    raise
+                return self._backend.encode(cleaned, add_special_tokens=False).tokens
 
     def decode(self, ids: Any, skip_special_tokens: bool = True) -> str | list[str]:
         """Turn token ids back into text, as `transformers` does.
@@ -497,6 +525,25 @@ def _bert_template(backend: tokenizers.Tokenizer, special_tokens: dict[str, str]
     )
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _without_surrogates(value: Any) -> Any:
+    """`value` (a string, or lists/tuples of them, nested) with every surrogate code point replaced by U+FFFD.
+
+    Returns `value` itself when nothing had to change. Python strings can hold lone surrogates (json.loads makes
+    one from "\\ud800", surrogateescape decoding from an undecodable byte); UTF-8, and so the backend, cannot.
+    """
+    if isinstance(value, str):
+        return _SURROGATE.sub("\ufffd", value) if _SURROGATE.search(value) else value
+    if isinstance(value, (list, tuple)):
+        cleaned = [_without_surrogates(item) for item in value]
+        if all(new is old for new, old in zip(cleaned, value)):
+            return value
+        return cleaned if isinstance(value, list) else tuple(cleaned)
+    return value
+
+
 # ---------------------------------------------------------------------- reading files
 
 
@@ -510,6 +557,8 @@ def _read_json_object(path: Path) -> dict[str, Any]:
         raise BertforgeError(f"{path}: cannot read the file ({error})") from error
     except json.JSONDecodeError as error:
         raise BertforgeError(f"{path}: invalid JSON ({error})") from error
+    except RecursionError as error:
+        raise BertforgeError(f"{path}: invalid JSON (nested too deeply)") from error
     if not isinstance(data, dict):
         raise BertforgeError(f"{path}: expected a JSON object, found {type(data).__name__}")
     return data
@@ -547,6 +596,8 @@ def _load_tokenizer_json(path: Path, fallback: Normalization) -> tuple[tokenizer
         data = json.loads(text)
     except json.JSONDecodeError as error:
         raise BertforgeError(f"{path}: invalid JSON ({error})") from error
+    except RecursionError as error:
+        raise BertforgeError(f"{path}: invalid JSON (nested too deeply)") from error
     try:
         backend = tokenizers.Tokenizer.from_str(text)
     except Exception as error:  # the Rust side raises plain Exceptions
@@ -559,6 +610,21 @@ def _load_tokenizer_json(path: Path, fallback: Normalization) -> tuple[tokenizer
             tokenize_chinese_chars=bool(normalizer.get("handle_chinese_chars", True)),
         )
     return backend, fallback
+
+
+def _check_vocabulary_ids(vocab: dict[str, Any], path: Path) -> None:
+    """Check that the token -> id map `vocab` gives the ids 0..N-1, each to exactly one token."""
+    owner: dict[int, str] = {}
+    for token, index in vocab.items():
+        if isinstance(index, bool) or not isinstance(index, int):
+            raise BertforgeError(f"{path}: vocabulary id of token {token!r} is not an integer: {index!r}")
+        if not 0 <= index < len(vocab):
+            raise BertforgeError(f"{path}: vocabulary id {index} of token {token!r} is outside 0..{len(vocab) - 1} "
+                                 f"(the ids of {len(vocab)} tokens must be exactly 0..{len(vocab) - 1})")
+        if index in owner:
+            raise BertforgeError(f"{path}: vocabulary gives id {index} to two tokens, {owner[index]!r} and {token!r}")
+        owner[index] = token
+    # N tokens, N distinct ids, all in 0..N-1: so every id in 0..N-1 is used exactly once.
 
 
 def _read_vocab_txt(path: Path) -> dict[str, int]:

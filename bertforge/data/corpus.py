@@ -33,6 +33,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -92,6 +93,16 @@ def list_corpus_files(paths: PathsLike) -> list[Path]:
 def _is_jsonl(path: Path) -> bool:
     name = path.name
     return name.endswith(".jsonl") or name.endswith(".jsonl.gz")
+
+
+# A surrogate code point left in a str by json.loads (an escaped lone surrogate such as "\\ud800"; escaped pairs are
+# joined into one character). Such text cannot be encoded as UTF-8, and the tokenizer backend rejects it.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def replace_surrogates(text: str) -> tuple[str, int]:
+    """`text` with every surrogate code point replaced by U+FFFD, and how many were replaced."""
+    return _SURROGATE.subn("\ufffd", text)
 
 
 def decode_line(raw: bytes) -> tuple[str, int]:
@@ -249,6 +260,9 @@ class CorpusReader:
                 raise BertforgeError(
                     f"{path}:{self.line_no}: field {self.text_field!r} is {type(text).__name__}, not a string"
                 )
+            if b"\\u" in raw:  # only a JSON escape can put a surrogate into the text
+                text, surrogates = replace_surrogates(text)
+                self.bytes_replaced += surrogates * 6  # each was written as a 6-byte escape, \\udXXX
             sentences = [s.strip() for s in text.splitlines()]
             sentences = [s for s in sentences if s]
             if sentences:

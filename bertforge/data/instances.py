@@ -269,6 +269,7 @@ class InstanceStream:
         self.epoch = 0  # epoch of the last document turned into instances
         self.instances_made = 0
         self.docs_processed = 0
+        self.docs_without_tokens = 0  # no-NSP: documents read in a row that produced no token
 
     # ------------------------------------------------------------------ documents
     def _tokenize(self, doc: Document) -> list[array]:
@@ -362,7 +363,16 @@ class InstanceStream:
             if self.max_epochs is not None and doc.epoch >= self.max_epochs:
                 return False
             self._enter_epoch(doc.epoch)
-            made = self.packer.add_document(self._tokenize(doc))
+            sentences = self._tokenize(doc)
+            if sentences:
+                self.docs_without_tokens = 0
+            else:
+                # Without this guard a corpus in which no document yields a token is read epoch after epoch forever.
+                self.docs_without_tokens += 1
+                per_epoch = self.reader.docs_per_epoch
+                if per_epoch is not None and self.docs_without_tokens > per_epoch:
+                    raise BertforgeError("no document of the corpus produces any token with this tokenizer")
+            made = self.packer.add_document(sentences)
         self.pending.extend(made)
         self.instances_made += len(made)
         self.docs_processed += 1

@@ -141,11 +141,6 @@ def test_tokenizer_survives_every_unicode_category(tok, categories):
            f"{outcome[1]:,} tokens, all ids in range")
 
 
-@pytest.mark.xfail(strict=True, reason="Tokenizer.encode_ids (the pretraining path) lets the backend's TypeError "
-                   "'TextEncodeInput must be Union[...]' out on a lone surrogate (which json.loads makes from '\\ud800'),"
-                   " and __call__ turns it into a BertforgeError that does not say what is wrong; fix in tokenizer.py: "
-                   "replace lone surrogates with U+FFFD (as undecodable bytes already are) or raise a BertforgeError "
-                   "naming the surrogate and its position")
 def test_tokenizer_lone_surrogates(tok):
     for call in (lambda: tok.encode_ids(["river \ud800 stone"]), lambda: tok("river \udc80 stone")):
         try:
@@ -250,10 +245,6 @@ def test_pipeline_corpus_without_a_single_token_nsp(tok, tmp_path, text):
     assert outcome[0] == "BertforgeError" and "token" in outcome[1], outcome
 
 
-@pytest.mark.xfail(strict=True, reason="with nsp=False (--no-nsp) InstanceStream._produce() reads epoch after epoch "
-                   "forever when no document yields a token (the NSP path has a guard in _fill_window); fix in "
-                   "bertforge/data/instances.py: count documents without tokens since the last token and raise the "
-                   "same BertforgeError once a whole epoch (reader.docs_per_epoch) has gone by")
 def test_pipeline_corpus_without_a_single_token_no_nsp(tok, tmp_path):
     path = tmp_path / "corpus.txt"
     path.write_text("\u200b\u200b\n\n\u200b\n\n\x01\x02\n")  # 3 documents; a few ms to refuse with NSP
@@ -261,10 +252,6 @@ def test_pipeline_corpus_without_a_single_token_no_nsp(tok, tmp_path):
     assert outcome[0] == "BertforgeError" and "token" in outcome[1], outcome
 
 
-@pytest.mark.xfail(strict=True, reason="a .jsonl corpus whose text holds an escaped lone surrogate ('\\ud800') "
-                   "crashes the data pipeline with TypeError from the tokenizer backend; fix in bertforge/data/"
-                   "corpus.py: in _read_jsonl_document replace lone surrogates by U+FFFD and count them in "
-                   "bytes_replaced, as undecodable bytes of .txt files already are (and see the tokenizer xfail)")
 @pytest.mark.parametrize("nsp", [True, False], ids=["nsp", "no-nsp"])
 def test_pipeline_jsonl_with_a_lone_surrogate(tok, tmp_path, nsp):
     path = tmp_path / "corpus.jsonl"
