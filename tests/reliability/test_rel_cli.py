@@ -10,6 +10,7 @@ Most cases call `bertforge.cli.main(argv)` in-process (a subprocess costs second
 from __future__ import annotations
 
 import argparse
+import re
 import subprocess
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from rel_helpers import bertforge_cmd, make_model_dir, make_run_inputs, one_torc
 
 # Options whose value is a model or tokenizer directory, an input file, or an output path, by `dest`.
 MODEL_DESTS = {"model", "model_dir", "tokenizer", "checkpoint", "pretrained"}
-INPUT_DESTS = {"input", "inputs", "data", "train", "dev", "test", "corpus", "file", "text_file", "texts"}
+INPUT_DESTS = {"input", "inputs", "data", "train", "dev", "test", "corpus", "file", "text_file"}
 OUTPUT_DESTS = {"out", "output", "output_dir", "save", "onnx", "out_file"}
 # Keep a command that accepts its (odd) input short.
 SHORT_RUN = {"max_steps": "1", "epochs": "1", "batch_size": "2", "seq_len": "16", "save_every": "1", "vocab_size": "60"}
@@ -124,7 +125,7 @@ def test_unknown_flag(command, capsys):
 
 @pytest.mark.parametrize("command", COMMANDS)
 def test_missing_required_arguments(command, capsys):
-    required = [flag(a) or a.dest for a in options_of(command) if a.required]
+    required = [argparse._get_action_name(a) for a in options_of(command) if a.required]
     if not required:
         pytest.skip(f"bertforge {command} has no argument that argparse requires")
     rc, _, err = invoke([command], capsys)
@@ -182,6 +183,14 @@ def files(tmp_path_factory) -> dict[str, Path]:
                 corpus=corpus, tok=tok, root=root)
 
 
+def output_suffix(action: argparse.Action) -> str:
+    """An output FILE whose help names a format (".npy", "image file (.png, ...)") gets that suffix."""
+    if action.metavar != "FILE":
+        return ""
+    found = re.search(r"\b(npy|onnx|png|pdf|svg|jpe?g|jsonl|json|csv|tsv|txt)\b", (action.help or "").lower())
+    return f".{found.group(1)}" if found else ""
+
+
 def argv_for(command: str, model: Path, data: Path, out_root: Path) -> list[str] | None:
     """Every required argument filled, path-like ones with `model` / `data` / fresh output paths; None when the
     command takes neither a model nor an input file."""
@@ -194,7 +203,7 @@ def argv_for(command: str, model: Path, data: Path, out_root: Path) -> list[str]
         elif dest in INPUT_DESTS:
             value, uses_files = str(data), True
         elif dest in OUTPUT_DESTS:
-            value = str(out_root / f"{command}-{dest}")
+            value = str(out_root / f"{command}-{dest}{output_suffix(action)}")
         elif dest in SHORT_RUN and option:
             value = SHORT_RUN[dest]
         elif option == "--no-progress":

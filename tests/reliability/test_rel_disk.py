@@ -283,6 +283,9 @@ def test_pretrain_cli_reports_a_full_disk_in_one_line(run_inputs, tmp_path, monk
 
 
 def test_a_kill_while_pruning_leaves_no_half_checkpoint_listed(run_inputs, tmp_path, monkeypatch):
+    """keep_last pruning killed midway (every file but trainer_state.json deleted: the worst order) must leave
+    nothing that list_checkpoints() calls complete, and the next start clears the remains. (A plain rmtree of
+    step-N left a listed half-checkpoint, until pretrain.py renamed the directory to '.step-N.deleting' first.)"""
     out = tmp_path / "run"
     real_rmtree = shutil.rmtree
 
@@ -291,20 +294,23 @@ def test_a_kill_while_pruning_leaves_no_half_checkpoint_listed(run_inputs, tmp_p
 
     def dies_midway(path, *args, **kwargs):
         path = Path(path)
-        if "step-" in path.name:  # pruning a complete checkpoint (under any name): die after deleting a file
-            for file in sorted(path.iterdir()):
+        if "step-" in path.name and path.parent.name == "checkpoints" and not path.name.endswith(".tmp"):
+            for file in sorted(path.iterdir()):  # pruning, under whatever name: delete, then die
                 if file.name != "trainer_state.json":
                     file.unlink()
-                    break
             raise Killed()
         return real_rmtree(path, *args, **kwargs)
 
     with one_torch_thread():
         Pretrainer(run_args(run_inputs, out, max_steps=4, keep_last=1)).run()  # step-2, then step-4 prunes step-2
-    # the run above pruned normally; now again with the kill inside the pruning
     monkeypatch.setattr(shutil, "rmtree", dies_midway)
     with one_torch_thread(), pytest.raises(Killed):
-        Pretrainer(run_args(run_inputs, out, max_steps=6, keep_last=1, resume=True)).run()
+        Pretrainer(run_args(run_inputs, out, max_steps=6, keep_last=1, resume=True)).run()  # step-6 prunes step-4
     monkeypatch.undo()
-    for step, path in list_checkpoints(out):
-        BertForPreTraining.from_pretrained(path)  # every checkpoint listed as complete must load
+    listed = list_checkpoints(out)
+    assert [step for step, _ in listed] == [6]
+    for _, path in listed:
+        BertForPreTraining.from_pretrained(path)
+    with one_torch_thread():
+        Pretrainer(run_args(run_inputs, out, max_steps=6, keep_last=1, resume=True))
+    assert not [p.name for p in (out / "checkpoints").iterdir() if p.name.startswith(".")]
