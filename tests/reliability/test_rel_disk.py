@@ -212,7 +212,8 @@ def run_args(run_inputs, out: Path, **kw) -> PretrainArgs:
     return PretrainArgs(**{**base, **kw})
 
 
-@pytest.mark.parametrize("failure", ["disk full, seed 0", "disk full, seed 1", "disk full, seed 2", "read-only"])
+@pytest.mark.parametrize("failure", ["disk full, seed 0", pytest.param("disk full, seed 1", marks=pytest.mark.slow),
+                                     pytest.param("disk full, seed 2", marks=pytest.mark.slow), "read-only"])
 def test_checkpoint_save_failure_keeps_the_previous_checkpoint(run_inputs, tmp_path, monkeypatch, failure):
     """step-2 is saved; saving step-4 fails - at a random byte of one of its files (weights, optimizer, data
     position, ...), or because the directory turned read-only: a BertforgeError names step-4 and the reason,
