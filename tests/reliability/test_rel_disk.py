@@ -212,6 +212,22 @@ def run_args(run_inputs, out: Path, **kw) -> PretrainArgs:
     return PretrainArgs(**{**base, **kw})
 
 
+@pytest.mark.xfail(strict=True, reason="tokenizer.py's _write_files_atomically writes through mkstemp and never "
+                   "widens its 0600 mode, so vocab.txt, tokenizer.json, ... of every saved model (OUT/model/ too) are "
+                   "unreadable to other users; fix: have it call bertforge.io.atomic_write_files (same all-or-nothing "
+                   "behaviour, umask permissions)")
+def test_saved_tokenizer_files_have_ordinary_permissions(run_inputs, tmp_path):
+    from bertforge.tokenizer import Tokenizer
+
+    old = os.umask(0o022)
+    try:
+        Tokenizer.from_pretrained(run_inputs[1]).save_pretrained(tmp_path / "tok")
+    finally:
+        os.umask(old)
+    modes = {p.name: oct(p.stat().st_mode & 0o777) for p in (tmp_path / "tok").iterdir()}
+    assert set(modes.values()) == {"0o644"}, modes
+
+
 @pytest.mark.parametrize("failure", ["disk full, seed 0", pytest.param("disk full, seed 1", marks=pytest.mark.slow),
                                      pytest.param("disk full, seed 2", marks=pytest.mark.slow), "read-only"])
 def test_checkpoint_save_failure_keeps_the_previous_checkpoint(run_inputs, tmp_path, monkeypatch, failure):
