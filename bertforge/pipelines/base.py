@@ -90,8 +90,38 @@ def quiet_loading() -> Iterator[None]:
 
 
 def load_model(cls: type[BertPreTrainedModel], path: Path) -> BertPreTrainedModel:
+    """`cls.from_pretrained(path)` in eval mode, without the random initialisation the loader overwrites anyway.
+
+    The model is built on the meta device (no memory, no init: `init_weights` costs seconds for a vocabulary-sized
+    embedding) and the checkpoint's tensors are assigned in place. Weights the checkpoint lacks are zero (the
+    pipelines refuse checkpoints without the head they need; see `Pipeline.check_model`), and
+    `model.loading_info` is set as `from_pretrained` sets it. Any irregular checkpoint goes through
+    `from_pretrained` itself, for its error messages.
+    """
+    from ..checkpoint import convert_state_dict, read_state_dict
+    from ..config import BertConfig
+
     with quiet_loading():
-        model = cls.from_pretrained(path)
+        try:
+            config = BertConfig.from_pretrained(path)
+            state, source = read_state_dict(path)
+            with torch.device("meta"):
+                model = cls(config)
+            mapped, info = convert_state_dict(state, model, source)
+        except BertforgeError:
+            return cls.from_pretrained(path).eval()
+        body = ("embeddings.", "encoder.")
+        regular = mapped and not any(k.removeprefix("bert.").startswith(body) for k in info.missing_keys)
+        own = model.state_dict()
+        tensors = {k: v.to(own[k].dtype).contiguous() for k, v in mapped.items()}
+        if not regular or not all(bool(torch.isfinite(t).all()) for t in tensors.values()):
+            return cls.from_pretrained(path).eval()  # raises the loader's own error
+        model.load_state_dict(tensors, strict=False, assign=True)
+        for key in info.missing_keys:
+            module_name, _, name = key.rpartition(".")
+            module = model.get_submodule(module_name)
+            setattr(module, name, torch.nn.Parameter(torch.zeros(own[key].shape, dtype=own[key].dtype)))
+    model.loading_info = info  # type: ignore[attr-defined]
     return model.eval()
 
 

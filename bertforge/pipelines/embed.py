@@ -71,15 +71,14 @@ class EmbedPipeline(Pipeline):
     model_class = BertModel
 
     def __init__(self, model: Any, *, pooling: str | None = None, normalize: bool | None = None, **kwargs: Any) -> None:
+        if pooling is not None and pooling not in POOLINGS:
+            raise BertforgeError(f"embed: pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
         directory = None if isinstance(model, torch.nn.Module) else Path(model)
         defaults = sentence_transformers_settings(directory if directory is not None and directory.is_dir() else None)
         if kwargs.get("max_length") is None and "max_length" in defaults:
             kwargs["max_length"] = defaults["max_length"]
         super().__init__(model, **kwargs)
-        pooling = pooling if pooling is not None else defaults.get("pooling", "mean")
-        if pooling not in POOLINGS:
-            raise BertforgeError(f"embed: pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
-        self.pooling = pooling
+        self.pooling = pooling if pooling is not None else defaults.get("pooling", "mean")
         self.normalize = bool(normalize if normalize is not None else defaults.get("normalize", False))
         self.hidden_size = self.model.config.hidden_size
 

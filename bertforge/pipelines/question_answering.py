@@ -168,3 +168,18 @@ class QuestionAnsweringPipeline(Pipeline):
             answers.append({"score": 0.0, "start": 0, "end": 0, "answer": ""})
         answers.sort(key=lambda a: -a["score"])
         return answers[0] if self.top_k == 1 else answers[: self.top_k]
+
+    def __call__(self, inputs: Any = None, *, question: Any = None, context: Any = None) -> Any:
+        """`pipe({"question": q, "context": c})`, `pipe((q, c))`, a list of either, or
+        `pipe(question=q, context=c)` (strings, or equally long lists of strings)."""
+        if inputs is None:
+            if question is None or context is None:
+                raise BertforgeError("question-answering: give inputs, or both question= and context=")
+            if isinstance(question, str) and isinstance(context, str):
+                inputs = {"question": question, "context": context}
+            elif isinstance(question, list) and isinstance(context, list) and len(question) == len(context):
+                inputs = [{"question": q, "context": c} for q, c in zip(question, context)]
+            else:
+                raise BertforgeError("question-answering: question= and context= must be two strings or two lists "
+                                     "of the same length")
+        return super().__call__(inputs)
