@@ -19,7 +19,6 @@ import gzip
 import json
 import os
 import re
-import tempfile
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -32,6 +31,7 @@ from tokenizers.models import WordPiece
 from tokenizers.trainers import WordPieceTrainer
 
 from bertforge.errors import BertforgeError
+from bertforge.io import atomic_write_files
 
 #: The special tokens every BERT vocabulary must hold, by role, with their usual spelling.
 DEFAULT_SPECIAL_TOKENS: dict[str, str] = {
@@ -669,24 +669,12 @@ def _lines_of(paths: list[Path]) -> Iterator[str]:
 
 
 def _write_files_atomically(directory: Path, contents: dict[str, str]) -> None:
-    """Write each name -> text into `directory` via temporary files that are then renamed into place."""
-    temporaries: dict[str, str] = {}
-    try:
-        for name, text in contents.items():
-            handle, temporary = tempfile.mkstemp(dir=directory, prefix=f".{name}.", suffix=".tmp")
-            temporaries[name] = temporary
-            with os.fdopen(handle, "w", encoding="utf-8", newline="\n") as file:
-                file.write(text)
-                file.flush()
-                os.fsync(file.fileno())
-        for name, temporary in temporaries.items():
-            os.replace(temporary, directory / name)
-    except OSError as error:
-        raise BertforgeError(f"{directory}: cannot save the tokenizer ({error})") from error
-    finally:
-        for temporary in temporaries.values():
-            if os.path.exists(temporary):
-                os.unlink(temporary)
+    """Write each name -> text into `directory`; every file is complete before any replaces its old version."""
+
+    def writer(text: str):
+        return lambda tmp: tmp.write_text(text, encoding="utf-8", newline="\n")
+
+    atomic_write_files(directory, {name: writer(text) for name, text in contents.items()})
 
 
 # ---------------------------------------------------------------------- __call__ helpers

@@ -212,10 +212,6 @@ def run_args(run_inputs, out: Path, **kw) -> PretrainArgs:
     return PretrainArgs(**{**base, **kw})
 
 
-@pytest.mark.xfail(strict=True, reason="tokenizer.py's _write_files_atomically writes through mkstemp and never "
-                   "widens its 0600 mode, so vocab.txt, tokenizer.json, ... of every saved model (OUT/model/ too) are "
-                   "unreadable to other users; fix: have it call bertforge.io.atomic_write_files (same all-or-nothing "
-                   "behaviour, umask permissions)")
 def test_saved_tokenizer_files_have_ordinary_permissions(run_inputs, tmp_path):
     from bertforge.tokenizer import Tokenizer
 
