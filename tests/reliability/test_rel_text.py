@@ -165,7 +165,8 @@ NORMAL = "".join(f"sentence number {i} is here .\nand another one for document {
                  for i in range(60))
 
 
-def stream_batches(tok: Tokenizer, paths: list[Path], *, nsp: bool, batches: int = 3) -> list[tuple[int, int]]:
+def stream_batches(tok: Tokenizer, paths: list[Path], *, nsp: bool, batches: int = 3) -> tuple[list, int]:
+    """Three checked batches; returns their shapes and how many corpus bytes the stream read to make them."""
     stream = PretrainingStream(
         [str(p) for p in paths], tok.encode_ids, cls_id=tok.cls_token_id, sep_id=tok.sep_token_id,
         pad_id=tok.pad_token_id, mask_id=tok.mask_token_id, vocab_size=tok.vocab_size, max_seq_length=SEQ_LEN,
@@ -179,39 +180,49 @@ def stream_batches(tok: Tokenizer, paths: list[Path], *, nsp: bool, batches: int
         assert ((labels == -100) | ((labels >= 0) & (labels < tok.vocab_size))).all()
         assert batch["attention_mask"].sum() > 0
         shapes.append(tuple(ids.shape))
+    bytes_read = stream.stats["bytes_read"]
     stream.close()
-    return shapes
+    return shapes, bytes_read
 
 
-def corpus_files(root: Path, case: str, categories: dict[str, list[int]]) -> list[Path]:
+def corpus_files(root: Path, case: str, categories: dict[str, list[int]]) -> tuple[list[Path], int]:
+    """The corpus files of `case`, the odd part first, and how many bytes must be read to have gone through it
+    (three batches of a plain corpus need far less: without this the odd part might never be reached)."""
     root.mkdir(parents=True, exist_ok=True)
     path = root / "corpus.txt"
     rng = random.Random(0)
     if case == "a 300 KB line":
-        path.write_text(NORMAL + ("lorem ipsum dolor sit amet " * 12_000)[:300_000] + "\n\n" + NORMAL)
-    elif case == "a million-character word":
-        path.write_text(NORMAL + "x" * 1_000_000 + "\n\n" + NORMAL)
-    elif case == "empty documents":
-        path.write_text("\n\n\n   \n\t\n\n" + NORMAL.replace("\n\n", "\n\n \n\n\t\t\n\n") + "\n\n\n")
+        path.write_text(("lorem ipsum dolor sit amet " * 12_000)[:300_000] + "\n\n" + NORMAL)
+        return [path], 300_000
+    if case == "a million-character word":
+        path.write_text("x" * 1_000_000 + "\n\n" + NORMAL)
+        return [path], 1_000_000
+    if case == "empty documents":
         (root / "empty.txt").write_text("")
         (root / "blank.txt").write_text("\n \n\t\n")
         (root / "empty.jsonl").write_text('{"text": ""}\n{"text": null}\n\n{"text": "\\n \\n"}\n')
-        return [root / "empty.txt", path, root / "blank.txt", root / "empty.jsonl"]
-    elif case == "binary junk":
+        path.write_text("\n\n\n   \n\t\n\n" + NORMAL.replace("\n\n", "\n\n \n\n\t\t\n\n") + "\n\n\n")
+        paths = [root / "empty.txt", root / "blank.txt", root / "empty.jsonl", path]
+        return paths, sum(p.stat().st_size for p in paths[:3]) + 100
+    if case == "binary junk":
         path.write_bytes(bytes(rng.randrange(256) for _ in range(300_000)))
-    elif case == "binary junk, gzipped":
+        return [path], 10_000  # all of the file is junk: any 10 KB of it will do
+    if case == "binary junk, gzipped":
         path = root / "corpus.txt.gz"
         path.write_bytes(gzip.compress(bytes(rng.randrange(256) for _ in range(300_000))))
-    elif case == "every Unicode category":
+        return [path], 10_000
+    if case == "every Unicode category":
         names = sorted(k for k in categories if k != "Cs")
         docs = ["\n".join(category_string(rng, categories, names, 300) for _ in range(4)) for _ in range(40)]
-        path.write_text("\n\n".join(docs), encoding="utf-8", errors="surrogatepass")
-    elif case == "CR, CRLF and form feeds":
+        path.write_text("\n\n".join(docs), encoding="utf-8")
+        return [path], 5_000
+    if case == "CR, CRLF and form feeds":
         path.write_bytes(NORMAL.replace("\n", "\r\n").encode() + b"\r\r" + NORMAL.replace("\n", "\r").encode()
                          + b"\x0c\x0b" + NORMAL.encode())
-    elif case == "NUL bytes and a BOM":
-        path.write_bytes(b"\xef\xbb\xbf" + NORMAL.replace(" ", " \x00 ").encode())
-    return [path]
+        return [path], 1_000
+    assert case == "NUL bytes and a BOM"
+    path.write_bytes(b"\xef\xbb\xbf" + NORMAL.replace(" ", " \x00 ").encode())
+    return [path], 1_000
 
 
 PIPELINE_CASES = ["a 300 KB line", "a million-character word", "empty documents", "binary junk", "binary junk, gzipped",
@@ -221,18 +232,23 @@ PIPELINE_CASES = ["a 300 KB line", "a million-character word", "empty documents"
 @pytest.mark.parametrize("nsp", [True, False], ids=["nsp", "no-nsp"])
 @pytest.mark.parametrize("case", PIPELINE_CASES)
 def test_pipeline_survives(tok, categories, tmp_path, case, nsp):
-    paths = corpus_files(tmp_path, case, categories)
+    paths, must_read = corpus_files(tmp_path, case, categories)
     outcome = in_child(lambda: stream_batches(tok, paths, nsp=nsp), 90)
     assert outcome[0] == "ok", outcome
+    assert outcome[1][1] >= must_read, f"only {outcome[1][1]} bytes read: the odd part was not reached"
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("nsp", [True, False], ids=["nsp", "no-nsp"])
 def test_pipeline_survives_a_10_mb_line(tok, tmp_path, nsp):
     path = tmp_path / "corpus.txt"
-    path.write_text(NORMAL + ("lorem ipsum dolor sit amet " * 400_000)[:10_000_000] + "\n\n" + NORMAL)
+    path.write_text(("lorem ipsum dolor sit amet " * 400_000)[:10_000_000] + "\n\n" + NORMAL)
+    started = time.perf_counter()
     outcome = in_child(lambda: stream_batches(tok, [path], nsp=nsp), 300)
     assert outcome[0] == "ok", outcome
+    assert outcome[1][1] >= 10_000_000
+    report(f"data pipeline ({'NSP' if nsp else 'no NSP'}): batches from a corpus opening with a 10 MB single line in "
+           f"{time.perf_counter() - started:.1f}s")
 
 
 @pytest.mark.parametrize("text", ["\u200b\u200b\n\n\u200b\n\n\u200b\n", "\x01\x02\n\n\x03\n\n\x7f\n",
