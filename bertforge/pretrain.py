@@ -46,10 +46,10 @@ from .state import load_state, save_state
 log = logging.getLogger("bertforge")
 
 DEFAULT_CORPUS = Path(__file__).parent / "data" / "default_corpus.txt.gz"
-DEMO_SENTENCES = [
-    "The old man walked slowly down the [MASK] towards the sea.",
-    "She opened the [MASK] and looked out at the garden.",
-    "It was the best of times, it was the worst of [MASK].",
+DEMO_SENTENCES = [  # in the style of the bundled corpus, The Devil's Dictionary (definitions, then verse)
+    "ABDICATION, n. An act whereby a [MASK] attests his sense of the high temperature of the throne.",
+    "A decent and customary mental attitude in the presence of [MASK].",
+    "The man who is always right is a [MASK] to his friends.",
     "He said that he would [MASK] her again in the morning.",
 ]
 RUN_CONFIG = "run_config.json"

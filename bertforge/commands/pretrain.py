@@ -8,7 +8,7 @@ NAME = "pretrain"
 HELP = "pretrain a BERT on your own corpus (with no arguments: a demo on the bundled corpus)"
 
 # The no-argument demo: a tiny BERT on the bundled public-domain corpus in a few minutes on 2 CPU cores.
-DEMO = dict(vocab_size=8000, max_steps=600, lr=1e-3, warmup_steps=60, save_every=200, out="runs/demo")
+DEMO = dict(vocab_size=8000, max_steps=300, lr=1e-3, warmup_steps=30, save_every=100, out="runs/demo")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
