@@ -81,7 +81,8 @@ def heads(tmp_path_factory, mlm_dir) -> dict[str, Path]:
 
 
 # ---------------------------------------------------------------------------------------------------- engine
-def test_packed_encoder_equals_padded_model():
+@pytest.mark.parametrize("backend", ["aten", "auto"])
+def test_packed_encoder_equals_padded_model(backend):
     torch.manual_seed(0)
     config = BertConfig(vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                         intermediate_size=48, max_position_embeddings=40)
@@ -92,7 +93,7 @@ def test_packed_encoder_equals_padded_model():
     batch = pack(seqs, types)
     assert length_groups(lengths) == [(0, 2, 9), (18, 1, 7), (25, 3, 3), (34, 1, 1)]
     with torch.inference_mode():
-        packed = PackedEncoder(model)(batch)  # [T, H]
+        packed = PackedEncoder(model, backend)(batch)  # [T, H]
         ids = torch.zeros(len(seqs), 9, dtype=torch.long)
         tt = torch.zeros_like(ids)
         mask = torch.zeros_like(ids)

@@ -156,6 +156,8 @@ class Pipeline:
         batch_size: most sequences per batch.
         progress: show a progress bar; None: for long inputs when writing to a terminal.
         num_threads: PyTorch intra-op threads; None: PyTorch's default, capped at the CPUs this process may use.
+        backend: matrix-multiply kernels: "auto" (oneDNN's fused kernels on CPU when available), "onednn" or
+            "aten" (`F.linear`, what the model itself uses).
     """
 
     task: ClassVar[str] = ""
@@ -171,6 +173,7 @@ class Pipeline:
         batch_size: int = 256,
         progress: bool | None = None,
         num_threads: int | None = None,
+        backend: str = "auto",
     ) -> None:
         configure_threads(num_threads)
         if isinstance(model, BertPreTrainedModel):
@@ -202,7 +205,10 @@ class Pipeline:
         self.batch_tokens = batch_tokens
         self.batch_size = batch_size
         self.progress = progress
-        self.encoder = PackedEncoder(self.model.base_model)
+        try:
+            self.encoder = PackedEncoder(self.model.base_model, backend)
+        except ValueError as err:
+            raise BertforgeError(f"{self.task}: {err}") from None
 
     # ------------------------------------------------------------------ loading and checks
     def load(self, path: Path) -> BertPreTrainedModel:
