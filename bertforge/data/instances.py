@@ -75,13 +75,54 @@ class Instance:
 # ---------------------------------------------------------------------------------------------- NSP pairs
 def truncate_pair(tokens_a: list[int], tokens_b: list[int], max_tokens: int, rng: random.Random) -> None:
     """Trim in place until len(a) + len(b) <= max_tokens: one token at a time from the longer segment (B on a
-    tie), from its front or its back at random."""
-    while len(tokens_a) + len(tokens_b) > max_tokens:
-        longer = tokens_a if len(tokens_a) > len(tokens_b) else tokens_b
+    tie), from its front or its back at random (front if ``rng.random() < 0.5``).
+
+    Linear time: each removal's draw and decision depend only on the two current lengths, so the removals are
+    simulated on the lengths and only counted (front/back, per segment), then applied with one slice deletion
+    each. The draws, the decisions and the result are exactly those of removing one token at a time.
+    """
+    if max_tokens < 0:
+        # Both segments are emptied, then the next removal fails (IndexError), as one token at a time would.
+        truncate_pair(tokens_a, tokens_b, 0, rng)
         if rng.random() < 0.5:
-            del longer[0]
+            del tokens_b[0]
         else:
-            longer.pop()
+            tokens_b.pop()
+        return
+    len_a, len_b = len(tokens_a), len(tokens_b)
+    excess = len_a + len_b - max_tokens  # removals still to make
+    if excess <= 0:
+        return
+    draw = rng.random
+    front_a = back_a = front_b = back_b = 0
+    # Phase 1: the longer segment alone, until the lengths are equal (or nothing is left to remove).
+    if len_a > len_b:
+        k = min(len_a - len_b, excess)
+        fronts = sum([draw() < 0.5 for _ in range(k)])
+        front_a, back_a = fronts, k - fronts
+        len_a -= k
+        excess -= k
+    elif len_b > len_a:
+        k = min(len_b - len_a, excess)
+        fronts = sum([draw() < 0.5 for _ in range(k)])
+        front_b, back_b = fronts, k - fronts
+        len_b -= k
+        excess -= k
+    # Phase 2 (equal lengths): B (a tie), then A (now longer by one), then B (a tie again), ... alternately.
+    if excess > 0:
+        fronts = [draw() < 0.5 for _ in range(excess)]
+        on_b, on_a = fronts[0::2], fronts[1::2]
+        f = sum(on_b)
+        front_b += f
+        back_b += len(on_b) - f
+        f = sum(on_a)
+        front_a += f
+        back_a += len(on_a) - f
+    for tokens, front, back in ((tokens_a, front_a, back_a), (tokens_b, front_b, back_b)):
+        if back:
+            del tokens[len(tokens) - back :]
+        if front:
+            del tokens[:front]
 
 
 def create_nsp_instances(
@@ -158,13 +199,19 @@ class SequencePacker:
         if self.seen_document and self.current:
             self.current.append(self.sep_id)  # document separator (skipped at a sequence start)
         self.seen_document = True
+        current, capacity = self.current, self.capacity
         for sentence in sentences:
-            self.current.extend(sentence)
-            while len(self.current) >= self.capacity:
-                content = self.current[: self.capacity]
-                self.current = self.current[self.capacity :]
-                ids = [self.cls_id, *content, self.sep_id]
+            current.extend(sentence)
+            # Walk an offset through the tokens and drop the cut sequences once (linear in the sentence length).
+            start = 0
+            while len(current) - start >= capacity:
+                ids = [self.cls_id]
+                ids += current[start : start + capacity]
+                ids.append(self.sep_id)
+                start += capacity
                 out.append(Instance(ids, len(ids), NO_LABEL))
+            if start:
+                del current[:start]
         return out
 
     def state_dict(self) -> dict[str, Any]:

@@ -1,4 +1,6 @@
+import json
 import random
+from array import array
 
 import pytest
 from data_helpers import CLS, SEP, WordVocab, tagged_docs, write_txt
@@ -8,8 +10,10 @@ from bertforge.data import (
     NO_LABEL,
     NOT_NEXT,
     CorpusReader,
+    Instance,
     InstanceStream,
     PretrainingStream,
+    SequencePacker,
     truncate_pair,
 )
 from bertforge.errors import BertforgeError
@@ -236,3 +240,135 @@ def test_not_next_excludes_later_epoch_copy_of_the_same_document(tmp_path):
             assert (vocab.tag(a[0])[0] == vocab.tag(b[0])[0]) == (inst.next_sentence_label == IS_NEXT)
             not_next += inst.next_sentence_label == NOT_NEXT
     assert not_next > 100
+
+
+# ---------------------------------------------------------------------------------------------- linear-time rewrites
+# The one-token-at-a-time implementations that truncate_pair and SequencePacker.add_document replaced (quadratic in
+# a sentence's length), kept as the reference: the new code must make the same draws and give the same results.
+
+
+def reference_truncate_pair(tokens_a, tokens_b, max_tokens, rng):
+    while len(tokens_a) + len(tokens_b) > max_tokens:
+        longer = tokens_a if len(tokens_a) > len(tokens_b) else tokens_b
+        if rng.random() < 0.5:
+            del longer[0]
+        else:
+            longer.pop()
+
+
+class ReferencePacker:
+    def __init__(self, max_seq_length, cls_id, sep_id):
+        self.capacity = max_seq_length - 2
+        self.cls_id = cls_id
+        self.sep_id = sep_id
+        self.current = []
+        self.seen_document = False
+
+    def add_document(self, sentences):
+        out = []
+        if self.seen_document and self.current:
+            self.current.append(self.sep_id)
+        self.seen_document = True
+        for sentence in sentences:
+            self.current.extend(sentence)
+            while len(self.current) >= self.capacity:
+                content = self.current[: self.capacity]
+                self.current = self.current[self.capacity :]
+                ids = [self.cls_id, *content, self.sep_id]
+                out.append(Instance(ids, len(ids), NO_LABEL))
+        return out
+
+    def state_dict(self):
+        return {"current": list(self.current), "seen_document": self.seen_document}
+
+
+def random_length(rng):
+    roll = rng.random()
+    if roll < 0.1:
+        return 0
+    if roll < 0.6:
+        return rng.randint(1, 20)
+    if roll < 0.9:
+        return rng.randint(1, 300)
+    return rng.randint(300, 3000)
+
+
+@pytest.mark.parametrize("case", range(400))
+def test_truncate_pair_matches_one_token_at_a_time(case):
+    cases = random.Random(case)
+    len_a, len_b = random_length(cases), random_length(cases)
+    if cases.random() < 0.2:
+        len_b = len_a + cases.choice([-1, 0, 1])  # near ties: the alternating phase from every start
+        len_b = max(len_b, 0)
+    total = len_a + len_b
+    max_tokens = cases.choice([0, 1, 2, 5, 61, 125, 509, cases.randint(0, total + 5), total, total + 1])
+    a, b = list(range(len_a)), list(range(10_000, 10_000 + len_b))
+    ref_a, ref_b = list(a), list(b)
+    rng, ref_rng = random.Random(case * 7 + 1), random.Random(case * 7 + 1)
+    id_a, id_b = id(a), id(b)
+    truncate_pair(a, b, max_tokens, rng)
+    reference_truncate_pair(ref_a, ref_b, max_tokens, ref_rng)
+    assert (a, b) == (ref_a, ref_b)
+    assert (id(a), id(b)) == (id_a, id_b)  # in place
+    assert rng.getstate() == ref_rng.getstate()
+
+
+@pytest.mark.parametrize("max_tokens", [-1, -3])
+def test_truncate_pair_negative_budget_fails_like_one_token_at_a_time(max_tokens):
+    for seed in range(8):
+        outcomes = []
+        for trim in (truncate_pair, reference_truncate_pair):
+            a, b, rng = [1, 2, 3], [4, 5], random.Random(seed)
+            with pytest.raises(IndexError) as err:
+                trim(a, b, max_tokens, rng)
+            outcomes.append((a, b, str(err.value), rng.getstate()))
+        assert outcomes[0] == outcomes[1]
+
+
+def test_truncate_pair_on_a_huge_segment_is_linear():
+    import time
+
+    for len_a, len_b in ((600_000, 3), (300_000, 300_000), (3, 600_000)):
+        a, b = list(range(len_a)), list(range(len_b))
+        ref_rng, rng = random.Random(5), random.Random(5)
+        started = time.perf_counter()
+        truncate_pair(a, b, 61, rng)
+        assert time.perf_counter() - started < 5  # about 0.1 s; one token at a time: about a minute
+        assert len(a) + len(b) == 61
+        for _ in range(len_a + len_b - 61):
+            ref_rng.random()
+        assert rng.getstate() == ref_rng.getstate()
+
+
+@pytest.mark.parametrize("case", range(300))
+def test_sequence_packer_matches_reslicing(case):
+    cases = random.Random(case)
+    max_seq_length = cases.choice([3, 4, 5, 8, 16, 64, cases.randint(3, 200)])
+    packer, ref = SequencePacker(max_seq_length, CLS, SEP), ReferencePacker(max_seq_length, CLS, SEP)
+    next_token = 100
+    for _ in range(cases.randint(1, 6)):
+        document = []
+        for _ in range(cases.randint(0, 5)):
+            n = random_length(cases)
+            document.append(list(range(next_token, next_token + n)) if cases.random() < 0.5
+                            else array("i", range(next_token, next_token + n)))
+            next_token += n
+        got, want = packer.add_document(document), ref.add_document(document)
+        assert [(i.input_ids, i.num_a, i.next_sentence_label) for i in got] == \
+            [(i.input_ids, i.num_a, i.next_sentence_label) for i in want]
+        assert packer.state_dict() == ref.state_dict()
+        assert json.dumps(packer.state_dict()) == json.dumps(ref.state_dict())
+        if cases.random() < 0.3:  # resume from the state
+            state = json.loads(json.dumps(packer.state_dict()))
+            packer = SequencePacker(max_seq_length, CLS, SEP)
+            packer.load_state_dict(state)
+
+
+def test_sequence_packer_on_a_huge_sentence_is_linear():
+    import time
+
+    started = time.perf_counter()
+    out = SequencePacker(64, CLS, SEP).add_document([list(range(600_000))])
+    assert time.perf_counter() - started < 5  # about 0.1 s; re-slicing: far longer
+    assert len(out) == 600_000 // 62 and out[-1].input_ids[1:-1] == list(range(600_000 - 600_000 % 62 - 62,
+                                                                                600_000 - 600_000 % 62))
