@@ -30,10 +30,12 @@ than reading it).
 
 from __future__ import annotations
 
+import codecs
 import gzip
 import json
 import os
 import re
+import threading
 import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -105,25 +107,31 @@ def replace_surrogates(text: str) -> tuple[str, int]:
     return _SURROGATE.subn("\ufffd", text)
 
 
+_REPLACED = threading.local()  # bytes replaced by the current decode_line call of this thread
+
+
+def _replace_and_count(err: UnicodeError) -> tuple[str, int]:
+    assert isinstance(err, UnicodeDecodeError)
+    _REPLACED.count += err.end - err.start
+    return "\ufffd", err.end
+
+
+codecs.register_error("bertforge.replace_and_count", _replace_and_count)
+
+
 def decode_line(raw: bytes) -> tuple[str, int]:
-    """Decode one line of UTF-8; invalid bytes become U+FFFD. Returns (text, number of bytes replaced)."""
+    """Decode one line of UTF-8; invalid bytes become U+FFFD. Returns (text, number of bytes replaced).
+
+    Each invalid sequence the UTF-8 decoder reports becomes one U+FFFD (as ``errors="replace"`` does), in one pass:
+    linear time however many invalid bytes a (long) line holds.
+    """
     try:
         return raw.decode("utf-8"), 0
     except UnicodeDecodeError:
         pass
-    parts: list[str] = []
-    replaced = 0
-    rest = raw
-    while rest:
-        try:
-            parts.append(rest.decode("utf-8"))
-            break
-        except UnicodeDecodeError as err:
-            parts.append(rest[: err.start].decode("utf-8"))
-            parts.append("\ufffd")
-            replaced += err.end - err.start
-            rest = rest[err.end :]
-    return "".join(parts), replaced
+    _REPLACED.count = 0
+    text = raw.decode("utf-8", "bertforge.replace_and_count")
+    return text, _REPLACED.count
 
 
 class CorpusReader:
