@@ -195,13 +195,13 @@ class Pretrainer:
             for module in (self.model.bert.pooler, self.model.cls.seq_relationship):
                 module.requires_grad_(False)
         self.train_model = self.wrap_model(self.model)
-        fused = self.rt.device.type == "cuda" and args.optimizer == "adamw"
-        self.optimizer = make_optimizer(self.model, args.optimizer, args.lr, args.weight_decay, fused=fused)
+        self.optimizer = make_optimizer(self.model, args.optimizer, args.lr, args.weight_decay)  # fused AdamW where it applies
         self.scheduler = warmup_decay(self.optimizer, args.warmup_steps, args.max_steps, args.decay)
         self.stream = self.build_stream()
         self.step = 0
         self.skipped_steps = 0
         self.tokens_seen = 0
+        self._pending_weights: tuple[dict, dict] | None = None  # read by load_checkpoint_local, applied after
 
     # ------------------------------------------------------------------ set-up
     def validate_args(self) -> None:
@@ -385,6 +385,15 @@ class Pretrainer:
         barrier(self.rt)
 
     def load_checkpoint(self, path: Path) -> None:
+        """Restore everything from one checkpoint directory (raises if it is unusable)."""
+        self.load_checkpoint_local(path)
+        if not self.all_ranks_agree(True):
+            raise BertforgeError(f"{path}: unusable on another rank")
+        self.load_checkpoint_weights()
+
+    def load_checkpoint_local(self, path: Path) -> None:
+        """Read and check every file and restore what is local to this rank (schedule, RNGs, data position); no
+        collectives, so that a failure here is agreed on before any rank enters the weights' collectives."""
         trainer = json.loads((path / "trainer_state.json").read_text(encoding="utf-8"))
         fields = ("step", "skipped_steps", "tokens_seen", "world_size")
         if not isinstance(trainer, dict) or not all(type(trainer.get(k)) is int and trainer[k] >= 0 for k in fields):
@@ -398,27 +407,54 @@ class Pretrainer:
         sched_state = load_state(path, "scheduler")
         rngs = load_state(path, "rng")
         data = load_state(path, "data")
+        self.stream.load_state_dict(data[self.rt.rank])
+        self.scheduler.load_state_dict(sched_state)
+        set_rng_state(rngs[self.rt.rank])
+        self._pending_weights = (weights, optim_state)
+        self.step, self.skipped_steps, self.tokens_seen = trainer["step"], trainer["skipped_steps"], trainer["tokens_seen"]
+
+    def load_checkpoint_weights(self) -> None:
+        """Model and optimizer state; under FSDP this shards the full tensors, a collective every rank enters."""
+        weights, optim_state = self._pending_weights
+        self._pending_weights = None
         options = StateDictOptions(full_state_dict=True, strict=False)  # unused heads (NSP with --no-nsp) have no optimizer state
         set_model_state_dict(self.model, weights, options=options)
         set_optimizer_state_dict(self.model, self.optimizer, optim_state, options=options)
-        self.scheduler.load_state_dict(sched_state)
-        set_rng_state(rngs[self.rt.rank])
-        self.stream.load_state_dict(data[self.rt.rank])
-        self.step, self.skipped_steps, self.tokens_seen = trainer["step"], trainer["skipped_steps"], trainer["tokens_seen"]
+
+    def all_ranks_agree(self, ok: bool) -> bool:
+        """True when `ok` holds on every rank (one all-reduce when distributed)."""
+        if not self.rt.distributed:
+            return ok
+        flag = torch.tensor(0.0 if ok else 1.0, device=self.rt.device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return not flag.item()
 
     def resume(self) -> None:
-        """Continue from the newest checkpoint that loads; a corrupt one is reported and the previous one tried."""
+        """Continue from the newest checkpoint that loads; a corrupt one is reported and the previous one tried.
+        Every rank takes the same decision (a rank alone falling back would leave the others in a collective)."""
         for step, path in reversed(list_checkpoints(self.out)):
+            error = None
             try:
-                self.load_checkpoint(path)
+                self.load_checkpoint_local(path)
             except Exception as err:  # whatever is wrong with a damaged checkpoint, the previous one may be fine
-                log.warning("checkpoint %s is unusable (%s: %s); trying the previous one", path, type(err).__name__, err)
+                error = f"{type(err).__name__}: {err}"
+            if self.all_ranks_agree(error is None):
+                try:  # every rank reads the same files, so every rank fails (or not) here alike
+                    self.load_checkpoint_weights()
+                except Exception as err:
+                    error = f"{type(err).__name__}: {err}"
+            else:
+                error = error or "unusable on another rank"
+            if not self.all_ranks_agree(error is None):
+                log.warning("checkpoint %s is unusable (%s); trying the previous one", path, error or "unusable on another rank")
                 continue
-            log.info("resumed from %s (step %d)", path, step)
+            if self.rt.is_main:
+                log.info("resumed from %s (step %d)", path, step)
             return
         if list_checkpoints(self.out):
             raise BertforgeError(f"no checkpoint in {self.out / 'checkpoints'} could be loaded")
-        log.info("--resume: no checkpoint in %s yet, starting from step 0", self.out)
+        if self.rt.is_main:
+            log.info("--resume: no checkpoint in %s yet, starting from step 0", self.out)
 
     # ------------------------------------------------------------------ the loop
     def forward_backward(self, batch: dict[str, torch.Tensor], scale: float) -> dict[str, torch.Tensor]:
@@ -497,8 +533,8 @@ class Pretrainer:
         if a.resume:
             self.resume()
         metrics = MetricsLog(self.out, self.step, enabled=self.rt.is_main)
-        if self.rt.is_main and a.demo and self.step == 0:
-            show_predictions(self.model, self.tokenizer, "before training", self.rt.device)
+        if a.demo and self.step == 0:
+            self.demo("before training")
         bar = None
         if self.rt.is_main and a.progress:
             from tqdm.auto import tqdm
@@ -512,10 +548,10 @@ class Pretrainer:
                 bar.close()
             metrics.close()
         final = self.out / "model"
+        self.export(final)  # every rank: gathering FSDP shards is a collective
+        if a.demo:
+            self.demo("after training")
         if self.rt.is_main:
-            self.export(final)
-            if a.demo:
-                show_predictions(self.model, self.tokenizer, "after training", self.rt.device)
             plot_metrics(self.out / "metrics.jsonl", self.out / "training_curves.png")
             log.info("done: %d steps (%d skipped), %s tokens; model in %s", self.step, self.skipped_steps, f"{self.tokens_seen:,}", final)
         barrier(self.rt)
@@ -543,9 +579,19 @@ class Pretrainer:
             if self.step % a.save_every == 0 or self.step == a.max_steps:
                 self.save_checkpoint()
 
+    def demo(self, title: str) -> None:
+        """[MASK] predictions for the demo sentences, logged by rank 0. Under FSDP each forward all-gathers the
+        shards, so every rank must run it (rank 0 alone would wait forever for the others); under DDP the bare
+        model is local and rank 0 alone runs it."""
+        if self.args.fsdp or self.rt.is_main:
+            show_predictions(self.model, self.tokenizer, title, self.rt.device, emit=self.rt.is_main)
+
     def export(self, target: Path) -> None:
-        """`OUT/model/` in Hugging Face layout: config.json, model.safetensors and the tokenizer files."""
+        """`OUT/model/` in Hugging Face layout: config.json, model.safetensors and the tokenizer files. Called on
+        every rank (under FSDP the full state dict is gathered collectively); rank 0 alone writes."""
         weights = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        if not self.rt.is_main:
+            return
         export = BertForPreTraining(self.config)
         export.load_state_dict(weights)
         with atomic_directory(target) as tmp:
@@ -648,8 +694,9 @@ def plot_metrics(metrics_file: Path, png: Path) -> None:
 
 
 @torch.no_grad()
-def show_predictions(model: BertForPreTraining, tokenizer, title: str, device: torch.device, k: int = 3) -> None:
-    """Print the top-k fillers for the [MASK] in a few sentences."""
+def show_predictions(model: BertForPreTraining, tokenizer, title: str, device: torch.device, k: int = 3,
+                     emit: bool = True) -> None:
+    """Print the top-k fillers for the [MASK] in a few sentences (`emit=False`: run the forwards, print nothing)."""
     was_training = model.training
     model.eval()
     lines = [f"[MASK] predictions {title}:"]
@@ -664,7 +711,8 @@ def show_predictions(model: BertForPreTraining, tokenizer, title: str, device: t
             top = probs.topk(k)
             guesses.append(", ".join(f"{t} ({p:.2f})" for t, p in zip(tokenizer.convert_ids_to_tokens(top.indices.tolist()), top.values.tolist())))
         lines.append(f"  {text}  ->  {' | '.join(guesses)}")
-    log.info("\n".join(lines))
+    if emit:
+        log.info("\n".join(lines))
     model.train(was_training)
 
 

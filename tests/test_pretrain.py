@@ -188,28 +188,86 @@ def test_single_document_corpus_with_nsp_is_refused(corpus_and_tokenizer, tmp_pa
         pretrain(args(corpus_and_tokenizer, tmp_path / "run", corpus=[str(single)]))
 
 
-@pytest.mark.parametrize("nsp", [True, pytest.param(False, marks=pytest.mark.slow)])
-def test_torchrun_two_cpu_processes_train_on_different_data(corpus_and_tokenizer, tmp_path, nsp):
-    """DDP over gloo: both ranks step together, rank 0 writes, and each rank's data position is its own."""
+def torchrun_pretrain(corpus_and_tokenizer, out: Path, *extra: str, timeout: float = 240):
+    """`bertforge pretrain` under `torchrun --nproc-per-node 2` on CPU (gloo); fails the test on a non-zero exit or a
+    hang (a collective that one rank alone enters never returns: the timeout turns that into a failure)."""
     import os
     import subprocess
     import sys
 
-    from bertforge.state import load_state
-
     corpus, tok, config = corpus_and_tokenizer
-    out = tmp_path / "ddp"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
            "-m", "bertforge", "pretrain", "--corpus", str(corpus), "--tokenizer", str(tok), "--config", str(config),
-           "--out", str(out), "--max-steps", "4", "--batch-size", "2", "--seq-len", "32", "--save-every", "4",
-           "--no-progress", "--device", "cpu"] + ([] if nsp else ["--no-nsp"])
+           "--out", str(out), "--batch-size", "2", "--seq-len", "32", "--no-progress", "--device", "cpu", *extra]
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env)
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired as err:
+        tail = (err.stderr or b"")[-3000:]
+        pytest.fail(f"torchrun {' '.join(extra)} hung for {timeout} s:\n{tail.decode(errors='replace') if isinstance(tail, bytes) else tail}")
     assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+def assert_loadable_model(model_dir: Path) -> None:
+    """A full Hugging Face-layout checkpoint: every weight present, loads here (and in transformers when installed)."""
+    from bertforge import BertForPreTraining
+
+    model = BertForPreTraining.from_pretrained(model_dir)
+    assert sum(p.numel() for p in model.parameters()) > 0
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+    try:
+        import transformers
+    except ImportError:
+        return
+    _, info = transformers.BertForPreTraining.from_pretrained(model_dir, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"]
+
+
+@pytest.mark.parametrize("nsp", [True, pytest.param(False, marks=pytest.mark.slow)])
+def test_torchrun_two_cpu_processes_train_on_different_data(corpus_and_tokenizer, tmp_path, nsp):
+    """DDP over gloo: both ranks step together, rank 0 writes, and each rank's data position is its own."""
+    from bertforge.state import load_state
+
+    out = tmp_path / "ddp"
+    torchrun_pretrain(corpus_and_tokenizer, out, "--max-steps", "4", "--save-every", "4", *([] if nsp else ["--no-nsp"]))
     (step, ckpt), = list_checkpoints(out)
     assert step == 4
     data = load_state(ckpt, "data")
     assert len(data) == 2 and data[0] != data[1]
-    assert (out / "model" / "model.safetensors").is_file()
+    assert_loadable_model(out / "model")
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert len({r["step"] for r in rows}) == len(rows)  # rank 0 alone logs
+
+
+def test_torchrun_fsdp_trains_resumes_and_exports(corpus_and_tokenizer, tmp_path):
+    """FSDP2 over gloo with the CLI's demo predictions on: every rank must enter the same collectives (rank 0 alone
+    running a forward or gathering the state dict hung forever). Then a resume from a checkpoint written under FSDP
+    ends bitwise where the uninterrupted run did, and OUT/model is a full Hugging Face checkpoint."""
+    import shutil
+
+    common = ["--fsdp", "--save-every", "2", "--keep-last", "3", "--log-every", "2", "--lr", "1e-2",
+              "--warmup-steps", "1", "--decay", "constant"]
+    straight = tmp_path / "straight"
+    torchrun_pretrain(corpus_and_tokenizer, straight, "--max-steps", "6", *common)
+    assert [s for s, _ in list_checkpoints(straight)] == [2, 4, 6]
+    assert_loadable_model(straight / "model")
+    final = weights(straight)
+    ckpt = load_file(str(straight / "checkpoints" / "step-6" / "model.safetensors"))
+    assert final.keys() == ckpt.keys() and all(torch.equal(final[k], ckpt[k]) for k in final)
+    assert not torch.equal(final["cls.predictions.bias"], torch.zeros_like(final["cls.predictions.bias"]))  # trained
+
+    # the same run killed after its step-4 checkpoint: resume it and finish
+    resumed = tmp_path / "resumed"
+    shutil.copytree(straight, resumed)
+    shutil.rmtree(resumed / "checkpoints" / "step-6")
+    shutil.rmtree(resumed / "model")
+    done = torchrun_pretrain(corpus_and_tokenizer, resumed, "--max-steps", "6", "--resume", *common)
+    assert "resumed from" in done.stdout + done.stderr
+    again = weights(resumed)
+    assert again.keys() == final.keys()
+    for k in final:
+        assert torch.equal(again[k], final[k]), k
+    rows = lambda out: [{k: v for k, v in json.loads(r).items() if k != "tokens_per_s"}
+                        for r in (out / "metrics.jsonl").read_text().splitlines()]
+    assert rows(resumed) == rows(straight)
