@@ -24,6 +24,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 
 from .config import FinetuneConfig
 from .features import Feature, collate, inference_batches, training_batches
+from ..optim import fused_adamw_supported
 
 log = logging.getLogger("bertforge")
 
@@ -148,7 +149,9 @@ def train(
     steps_per_epoch = math.ceil(batches_per_epoch / cfg.grad_accum)
     total_steps = steps_per_epoch * cfg.epochs
     warmup_steps = math.ceil(total_steps * cfg.warmup_ratio)
-    optimizer = torch.optim.AdamW(parameter_groups(model, cfg.weight_decay), lr=cfg.lr, betas=(0.9, 0.999), eps=1e-8)
+    groups = parameter_groups(model, cfg.weight_decay)
+    fused = fused_adamw_supported([p for g in groups for p in g["params"]])
+    optimizer = torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, 0.999), eps=1e-8, fused=fused or None)
     scheduler = linear_schedule(optimizer, warmup_steps, total_steps)
     log.info(
         "fine-tuning on %d features: %d epoch(s) x %d step(s), batch %d x %d accumulated, warm-up %d step(s), on %s",
