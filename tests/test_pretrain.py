@@ -81,6 +81,21 @@ def test_loss_starts_near_ln_vocab_and_falls(corpus_and_tokenizer, tmp_path):
     assert last < first - 0.3, (first, last)  # a random-word corpus: the floor is about ln(len(WORDS))
 
 
+def test_lamb_pretraining_loss_falls(corpus_and_tokenizer, tmp_path):
+    from bertforge.optim import Lamb
+
+    out = tmp_path / "run"
+    trainer = Pretrainer(args(corpus_and_tokenizer, out, optimizer="lamb", lr=3e-2, max_steps=60, log_every=1,
+                              save_every=60, warmup_steps=5))
+    assert isinstance(trainer.optimizer, Lamb)
+    trainer.run()
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert all(math.isfinite(r["loss"]) for r in rows) and rows[-1]["skipped_steps"] == 0
+    first = sum(r["mlm_loss"] for r in rows[:5]) / 5
+    last = sum(r["mlm_loss"] for r in rows[-5:]) / 5
+    assert last < first - 0.3, (first, last)
+
+
 class Interrupt(Exception):
     pass
 
