@@ -163,6 +163,32 @@ class BertEmbeddings(nn.Module):
         return F.dropout(x, self.dropout, self.training)
 
 
+@dataclass
+class Unpadded:
+    """Where the real tokens of a right- or left-padded [B, S] batch are: the encoder then runs its dense layers,
+    LayerNorms, GELU and dropout on the T real rows only ([T, H], T = Σ lengths), and only attention, which needs
+    whole sequences, sees the [B, S] layout again. Real tokens get exactly what the padded model computes for them
+    (padding keys are masked out either way); no FLOP is spent on padding outside attention."""
+
+    index: Tensor  # [T] flat positions b * S + s of the real tokens
+    batch: int
+    seq: int
+
+    @classmethod
+    def from_mask(cls, attention_mask: Tensor) -> "Unpadded":
+        B, S = attention_mask.shape
+        return cls(attention_mask.reshape(-1).nonzero().squeeze(1), B, S)
+
+    def unpad(self, x: Tensor) -> Tensor:
+        """[B, S, C] or [B*S, C] → [T, C]"""
+        return x.reshape(self.batch * self.seq, -1).index_select(0, self.index)
+
+    def pad(self, x: Tensor) -> Tensor:
+        """[T, C] → [B, S, C], zeros at padding."""
+        full = x.new_zeros(self.batch * self.seq, x.shape[-1]).index_copy(0, self.index, x)
+        return full.view(self.batch, self.seq, -1)
+
+
 class BertSelfAttention(nn.Module):
     """Query, key and value projections (kept apart for checkpoint names, run as one fused matmul)."""
 
@@ -196,10 +222,17 @@ class BertAttention(nn.Module):
         self.hidden_dropout = config.hidden_dropout_prob
         self.backend = config.attn_implementation
 
-    def forward(self, x: Tensor, mask: Tensor | None, output_attentions: bool) -> tuple[Tensor, Tensor | None]:
-        B, S, H = x.shape
+    def forward(
+        self, x: Tensor, mask: Tensor | None, output_attentions: bool, unpadded: Unpadded | None = None
+    ) -> tuple[Tensor, Tensor | None]:
+        """x: [B, S, H], or [T, H] with `unpadded` (the projections then skip padding; attention runs on [B, S])."""
+        H = x.shape[-1]
         nh = self.num_heads
-        q, k, v = self.self.qkv(x).view(B, S, 3, nh, H // nh).permute(2, 0, 3, 1, 4)  # 3 x [B, nh, S, hd]
+        qkv = self.self.qkv(x)  # [B, S, 3H] or [T, 3H]
+        if unpadded is not None:
+            qkv = unpadded.pad(qkv)  # [B, S, 3H], zeros at padding (masked keys; their query rows are dropped)
+        B, S = qkv.shape[:2]
+        q, k, v = qkv.view(B, S, 3, nh, H // nh).permute(2, 0, 3, 1, 4)  # 3 x [B, nh, S, hd]
         dropout = self.attn_dropout if self.training else 0.0
         probs = None
         if self.backend == "eager" or output_attentions:
@@ -211,6 +244,8 @@ class BertAttention(nn.Module):
         else:
             ctx = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)  # [B, nh, S, hd]
         ctx = ctx.transpose(1, 2).reshape(B, S, H)  # [B, S, H]
+        if unpadded is not None:
+            ctx = unpadded.unpad(ctx)  # [T, H]
         out = F.dropout(self.output.dense(ctx), self.hidden_dropout, self.training)
         return self.output.LayerNorm(out + x), probs
 
@@ -239,8 +274,10 @@ class BertLayer(nn.Module):
         self.act = config.hidden_act
         self.dropout = config.hidden_dropout_prob
 
-    def forward(self, x: Tensor, mask: Tensor | None, output_attentions: bool = False) -> tuple[Tensor, Tensor | None]:
-        x, probs = self.attention(x, mask, output_attentions)  # [B, S, H]
+    def forward(
+        self, x: Tensor, mask: Tensor | None, output_attentions: bool = False, unpadded: Unpadded | None = None
+    ) -> tuple[Tensor, Tensor | None]:
+        x, probs = self.attention(x, mask, output_attentions, unpadded)  # [B, S, H] or [T, H]
         h = activation(self.act, self.intermediate.dense(x))  # [B, S, 4H]
         h = F.dropout(self.output.dense(h), self.dropout, self.training)  # [B, S, H]
         return self.output.LayerNorm(h + x), probs
@@ -253,15 +290,20 @@ class BertEncoder(nn.Module):
         self.gradient_checkpointing = False
 
     def forward(
-        self, x: Tensor, mask: Tensor | None, output_attentions: bool, output_hidden_states: bool
+        self,
+        x: Tensor,
+        mask: Tensor | None,
+        output_attentions: bool,
+        output_hidden_states: bool,
+        unpadded: Unpadded | None = None,
     ) -> tuple[Tensor, tuple[Tensor, ...] | None, tuple[Tensor, ...] | None]:
         hidden = (x,) if output_hidden_states else None
         attentions: tuple[Tensor, ...] | None = () if output_attentions else None
         for layer in self.layer:
             if self.gradient_checkpointing and self.training and not output_attentions:
-                x, probs = torch.utils.checkpoint.checkpoint(layer, x, mask, False, use_reentrant=False)
+                x, probs = torch.utils.checkpoint.checkpoint(layer, x, mask, False, unpadded, use_reentrant=False)
             else:
-                x, probs = layer(x, mask, output_attentions)
+                x, probs = layer(x, mask, output_attentions, unpadded)
             if hidden is not None:
                 hidden = hidden + (x,)
             if attentions is not None:
@@ -367,10 +409,21 @@ class BertModel(BertPreTrainedModel):
         position_ids: Tensor | None = None,
         output_attentions: bool = False,
         output_hidden_states: bool = False,
+        *,
+        unpad: bool = False,
     ) -> BaseModelOutput:
+        """`unpad=True` runs the encoder on the real tokens only (see `Unpadded`) when the batch has padding and no
+        per-layer outputs are asked for. The real positions are the same either way; padding positions of
+        `last_hidden_state` are then zeros instead of values nobody should use. The heads whose outputs never
+        read padding positions (sparse MLM, NSP, sequence classification) turn it on."""
         x = self.embeddings(input_ids, token_type_ids, position_ids)  # [B, S, H]
         mask = extended_attention_mask(attention_mask, x.dtype)  # [B, 1, 1, S] or None
-        x, hidden, attentions = self.encoder(x, mask, output_attentions, output_hidden_states)
+        if unpad and mask is not None and not (output_attentions or output_hidden_states):
+            unpadded = Unpadded.from_mask(attention_mask)  # type: ignore[arg-type]
+            x, hidden, attentions = self.encoder(unpadded.unpad(x), mask, False, False, unpadded)  # [T, H]
+            x = unpadded.pad(x)  # [B, S, H]
+        else:
+            x, hidden, attentions = self.encoder(x, mask, output_attentions, output_hidden_states)
         pooled = self.pooler(x) if self.pooler is not None else None
         return BaseModelOutput(x, pooled, hidden, attentions)
 
@@ -447,7 +500,10 @@ class BertForPreTraining(BertPreTrainedModel):
         output_hidden_states: bool = False,
         sparse_mlm: bool = True,
     ) -> PreTrainingOutput:
-        out = self.bert(input_ids, attention_mask, token_type_ids, position_ids, output_attentions, output_hidden_states)
+        unpad = labels is not None and sparse_mlm  # then only labelled positions and [CLS] are read
+        out = self.bert(
+            input_ids, attention_mask, token_type_ids, position_ids, output_attentions, output_hidden_states, unpad=unpad
+        )
         word = self.bert.embeddings.word_embeddings.weight
         logits, mlm_loss = masked_lm(self.cls.predictions, word, out.last_hidden_state, labels, sparse_mlm)
         nsp_logits = self.cls.seq_relationship(out.pooler_output)  # [B, 2]
@@ -481,7 +537,10 @@ class BertForMaskedLM(BertPreTrainedModel):
         output_hidden_states: bool = False,
         sparse_mlm: bool = True,
     ) -> MaskedLMOutput:
-        out = self.bert(input_ids, attention_mask, token_type_ids, position_ids, output_attentions, output_hidden_states)
+        unpad = labels is not None and sparse_mlm  # then only labelled positions are read
+        out = self.bert(
+            input_ids, attention_mask, token_type_ids, position_ids, output_attentions, output_hidden_states, unpad=unpad
+        )
         word = self.bert.embeddings.word_embeddings.weight
         logits, loss = masked_lm(self.cls.predictions, word, out.last_hidden_state, labels, sparse_mlm)
         return MaskedLMOutput(loss, logits, out.hidden_states, out.attentions)
@@ -504,7 +563,9 @@ class BertForNextSentencePrediction(BertPreTrainedModel):
         output_attentions: bool = False,
         output_hidden_states: bool = False,
     ) -> SequenceClassifierOutput:
-        out = self.bert(input_ids, attention_mask, token_type_ids, position_ids, output_attentions, output_hidden_states)
+        out = self.bert(  # only [CLS] is read: skip padding
+            input_ids, attention_mask, token_type_ids, position_ids, output_attentions, output_hidden_states, unpad=True
+        )
         logits = self.cls.seq_relationship(out.pooler_output)  # [B, 2]
         loss = F.cross_entropy(logits.float(), labels.reshape(-1)) if labels is not None else None
         return SequenceClassifierOutput(loss, logits, out.hidden_states, out.attentions)
@@ -545,7 +606,9 @@ class BertForSequenceClassification(_ClassifierMixin, BertPreTrainedModel):
         output_attentions: bool = False,
         output_hidden_states: bool = False,
     ) -> SequenceClassifierOutput:
-        out = self.bert(input_ids, attention_mask, token_type_ids, position_ids, output_attentions, output_hidden_states)
+        out = self.bert(  # only [CLS] is read: skip padding
+            input_ids, attention_mask, token_type_ids, position_ids, output_attentions, output_hidden_states, unpad=True
+        )
         pooled = F.dropout(out.pooler_output, self._dropout_p(), self.training)
         logits = self.classifier(pooled)  # [B, num_labels]
         loss = None

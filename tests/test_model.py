@@ -192,6 +192,64 @@ def test_sparse_mlm_loss_and_gradients_equal_dense():
         assert torch.allclose(g1, g2, atol=1e-6)
 
 
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_unpadded_encoder_equals_padded(checkpointing):
+    """unpad=True (dense layers on the real tokens only) gives the padded model's real rows and the same gradients;
+    right and left padding, a full row and a one-token row."""
+    cfg = tiny_config()
+    torch.manual_seed(0)
+    model = bertforge.BertModel(cfg)
+    if checkpointing:
+        model.gradient_checkpointing_enable()
+    ids = torch.randint(5, cfg.vocab_size, (4, 13))
+    mask = torch.ones_like(ids)
+    mask[1, 6:] = 0  # right padding
+    mask[2, :9] = 0  # left padding
+    mask[3, 1:] = 0  # a single token
+    results = []
+    for unpad in (False, True):
+        model.zero_grad()
+        out = model(ids, attention_mask=mask, unpad=unpad)
+        (out.last_hidden_state[mask.bool()].square().sum() + out.pooler_output[[0, 1, 3]].sum()).backward()
+        results.append((out, {n: p.grad.clone() for n, p in model.named_parameters()}))
+    (padded, g_padded), (unpadded, g_unpadded) = results
+    real = mask.bool()
+    assert (unpadded.last_hidden_state[real] - padded.last_hidden_state[real]).abs().max() <= 1e-5
+    assert unpadded.last_hidden_state[~real].abs().max() == 0  # padding rows: zeros, not computed
+    assert (unpadded.pooler_output[[0, 1, 3]] - padded.pooler_output[[0, 1, 3]]).abs().max() <= 1e-6
+    for name, g in g_padded.items():
+        assert (g_unpadded[name] - g).abs().max() <= 1e-5 * max(1.0, g.abs().max().item()), name
+
+
+def test_unpad_is_off_when_per_layer_outputs_are_asked_for():
+    cfg = tiny_config()
+    model = bertforge.BertModel(cfg).eval()
+    x = _inputs(cfg)
+    out = model(**x, unpad=True, output_hidden_states=True)
+    assert len(out.hidden_states) == cfg.num_hidden_layers + 1 and out.hidden_states[-1].shape == (3, 11, cfg.hidden_size)
+    assert torch.equal(out.last_hidden_state, model(**x, output_hidden_states=True).last_hidden_state)
+    attentions = model(**x, unpad=True, output_attentions=True).attentions
+    assert len(attentions) == cfg.num_hidden_layers and attentions[0].shape == (3, cfg.num_attention_heads, 11, 11)
+
+
+def test_sequence_classifier_skips_padding_with_the_same_logits_and_gradients():
+    cfg = tiny_config()
+    torch.manual_seed(0)
+    model = bertforge.BertForSequenceClassification(cfg)
+    x = _inputs(cfg)
+    labels = torch.tensor([0, 2, 1])
+    out = model(**x, labels=labels)  # unpadded inside
+    out.loss.backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    pooled = model.bert(**x).pooler_output  # the padded reference
+    ref_logits = model.classifier(pooled)
+    torch.nn.functional.cross_entropy(ref_logits, labels).backward()
+    assert (out.logits - ref_logits).abs().max() <= 1e-6
+    for n, p in model.named_parameters():
+        assert (grads[n] - p.grad).abs().max() <= 1e-6, n
+
+
 def test_untrained_mlm_loss_is_about_ln_vocab():
     cfg = BertConfig.preset("tiny", vocab_size=30522)
     torch.manual_seed(0)
