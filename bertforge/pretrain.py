@@ -53,6 +53,9 @@ DEMO_SENTENCES = [  # in the style of the bundled corpus, The Devil's Dictionary
     "He said that he would [MASK] her again in the morning.",
 ]
 RUN_CONFIG = "run_config.json"
+STATIC_DIR = "static_shards"  # OUT/static_shards/rank-R-of-W/: --static-masking data, one directory per rank
+STATIC_SHARD_BYTES = 64 << 20  # about this much per shard: one is held in memory while writing, one while reading
+STATIC_WRITE_BATCH = 256  # instances masked together while writing static shards
 CHECKPOINT_RE = re.compile(r"^step-(\d+)$")
 # Settings a resumed run may change; any other change would make the continuation a different run.
 # `out` is where the run lives, not what it is: a moved run directory resumes (the data state checks the corpus).
@@ -82,6 +85,8 @@ class PretrainArgs:
     nsp: bool = True  # False: RoBERTa-style full-sentence packing, MLM loss only
     whole_word_mask: bool = False
     mlm_probability: float = 0.15
+    static_masking: bool = False  # mask once, write to OUT/static_shards, train from there (the original BERT recipe)
+    dupe_factor: int = 10  # static masking: each instance masked this many different ways (BERT's duplication factor)
     save_every: int = 500
     keep_last: int = 3
     log_every: int = 10
@@ -206,7 +211,8 @@ class Pretrainer:
     # ------------------------------------------------------------------ set-up
     def validate_args(self) -> None:
         a = self.args
-        for name in ("max_steps", "batch_size", "grad_accum", "seq_len", "save_every", "keep_last", "log_every", "vocab_size"):
+        for name in ("max_steps", "batch_size", "grad_accum", "seq_len", "save_every", "keep_last", "log_every", "vocab_size",
+                     "dupe_factor"):
             value = getattr(a, name)
             if not isinstance(value, int) or value < 1:
                 raise BertforgeError(f"--{name.replace('_', '-')} must be a positive integer, got {value!r}")
@@ -234,7 +240,8 @@ class Pretrainer:
                 raise BertforgeError(f"--out {out} exists and is not a directory")
             if out.is_dir() and any(out.iterdir()):
                 if a.overwrite:
-                    for name in ("checkpoints", "model", "tokenizer", "tensorboard", "metrics.jsonl", RUN_CONFIG, "training_curves.png"):
+                    for name in ("checkpoints", "model", "tokenizer", "tensorboard", "metrics.jsonl", RUN_CONFIG, "training_curves.png",
+                                 STATIC_DIR):
                         target = out / name
                         if target.is_dir():
                             shutil.rmtree(target)
@@ -327,6 +334,14 @@ class Pretrainer:
         return wrapped
 
     def build_stream(self):
+        """Dynamic masking: a `PretrainingStream` over this rank's share of the corpus. Static masking
+        (`static_masking`): that same stream's instances written to disk first, masked `dupe_factor` ways, then read
+        back by a `StaticShardReader` (whose position is saved in checkpoints like the stream's)."""
+        if self.args.static_masking:
+            return self.build_static_reader()
+        return self.data_stream(self.args.batch_size)
+
+    def data_stream(self, batch_size: int):
         from .data import PretrainingStream
 
         tok, a = self.tokenizer, self.args
@@ -341,7 +356,7 @@ class Pretrainer:
             vocab_size=tok.vocab_size,
             is_continuation=[t.startswith("##") for t in vocab] if a.whole_word_mask else None,
             max_seq_length=a.seq_len,
-            batch_size=a.batch_size,
+            batch_size=batch_size,
             nsp=a.nsp,
             whole_word_mask=a.whole_word_mask,
             mlm_probability=a.mlm_probability,
@@ -350,6 +365,35 @@ class Pretrainer:
             world_size=self.rt.world_size,
             text_field=a.text_field,
         )
+
+    def static_shard_dir(self) -> Path:
+        return self.out / STATIC_DIR / f"rank-{self.rt.rank:05d}-of-{self.rt.world_size:05d}"
+
+    def build_static_reader(self):
+        """Each rank writes its own share of the corpus (the documents its dynamic stream would read), streamed
+        into shards under a temporary name renamed into place when complete; a resumed run reuses them."""
+        from .data import StaticShardReader, write_duplicated_shards
+
+        a = self.args
+        directory = self.static_shard_dir()
+        if not (directory / "index.json").is_file():
+            tmp = directory.with_name(f".{directory.name}.tmp")
+            shutil.rmtree(tmp, ignore_errors=True)  # the remains of a write that was killed
+            if self.rt.is_main:
+                log.info("static masking: writing %d differently masked copies of the data to %s", a.dupe_factor, directory.parent)
+            rows = max(1024, STATIC_SHARD_BYTES // (9 * a.seq_len))  # int32 ids + int32 labels + uint8 types per token
+            write_duplicated_shards(lambda: self.data_stream(STATIC_WRITE_BATCH), tmp, a.dupe_factor, rows,
+                                    progress=a.progress and self.rt.is_main)
+            os.replace(tmp, directory)
+        reader = StaticShardReader(directory, a.batch_size, seed=a.seed)
+        index = reader.index
+        found = (index.get("dupe_factor"), index.get("max_seq_length"), index.get("nsp"))
+        if found != (a.dupe_factor, a.seq_len, a.nsp):
+            raise BertforgeError(
+                f"{directory} holds static shards for (dupe_factor, seq_len, nsp)={found}, not "
+                f"{(a.dupe_factor, a.seq_len, a.nsp)}; remove it or use --overwrite"
+            )
+        return reader
 
     # ------------------------------------------------------------------ checkpoints
     def save_checkpoint(self) -> None:

@@ -100,10 +100,12 @@ class Interrupt(Exception):
     pass
 
 
-@pytest.mark.parametrize("nsp", [True, False])
-def test_interrupted_and_resumed_run_is_bitwise_identical(corpus_and_tokenizer, tmp_path, monkeypatch, nsp):
+@pytest.mark.parametrize("nsp, static", [(True, False), (False, False), (True, True)],
+                         ids=["nsp", "no-nsp", "nsp-static-masking"])
+def test_interrupted_and_resumed_run_is_bitwise_identical(corpus_and_tokenizer, tmp_path, monkeypatch, nsp, static):
+    extra = dict(static_masking=True, dupe_factor=2) if static else {}
     straight = tmp_path / "straight"
-    pretrain(args(corpus_and_tokenizer, straight, nsp=nsp))
+    pretrain(args(corpus_and_tokenizer, straight, nsp=nsp, **extra))
 
     broken = tmp_path / "broken"
     real_step = Pretrainer.train_step
@@ -115,10 +117,18 @@ def test_interrupted_and_resumed_run_is_bitwise_identical(corpus_and_tokenizer, 
 
     monkeypatch.setattr(Pretrainer, "train_step", crash_after_seven)
     with pytest.raises(Interrupt):
-        pretrain(args(corpus_and_tokenizer, broken, nsp=nsp))
+        pretrain(args(corpus_and_tokenizer, broken, nsp=nsp, **extra))
     monkeypatch.setattr(Pretrainer, "train_step", real_step)
     assert [s for s, _ in list_checkpoints(broken)] == [4]
-    pretrain(args(corpus_and_tokenizer, broken, nsp=nsp, resume=True))
+    shards = sorted((broken / "static_shards").rglob("*"))
+    stamps = [(p, p.stat().st_mtime_ns) for p in shards]
+    pretrain(args(corpus_and_tokenizer, broken, nsp=nsp, resume=True, **extra))
+    assert [(p, p.stat().st_mtime_ns) for p in shards] == stamps  # the resumed run reads the shards, never rewrites them
+    if static:
+        from bertforge.state import load_state
+
+        data = load_state(broken / "checkpoints" / "step-12", "data")
+        assert set(data[0]) >= {"epoch", "shard_pos", "row_pos"}  # the shard reader's position, saved and restored
 
     a, b = weights(straight), weights(broken)
     assert a.keys() == b.keys()
@@ -128,6 +138,75 @@ def test_interrupted_and_resumed_run_is_bitwise_identical(corpus_and_tokenizer, 
     rows_b = (broken / "metrics.jsonl").read_text().splitlines()
     strip = lambda rows: [{k: v for k, v in json.loads(r).items() if k != "tokens_per_s"} for r in rows]
     assert strip(rows_a) == strip(rows_b)
+
+
+def static_rows(directory: Path) -> list[tuple[tuple, tuple, int]]:
+    """Every row of a static shard directory as (unmasked sequence with token types, masked labels, NSP label)."""
+    rows = []
+    for info in json.loads((directory / "index.json").read_text())["shards"]:
+        arrays = load_file(str(directory / info["file"]))
+        for i in range(info["count"]):
+            n = int(arrays["lengths"][i])
+            ids, labels = arrays["input_ids"][i, :n].long(), arrays["labels"][i, :n].long()
+            original = torch.where(labels != -100, labels, ids)
+            types = arrays["token_type_ids"][i, :n].long()
+            nsp = int(arrays["next_sentence_label"][i]) if "next_sentence_label" in arrays else -1
+            rows.append(((tuple(original.tolist()), tuple(types.tolist()), nsp), tuple(labels.tolist())))
+    return rows
+
+
+def test_static_masking_masks_each_instance_dupe_factor_ways(corpus_and_tokenizer, tmp_path):
+    from collections import Counter, defaultdict
+
+    from bertforge.data import StaticShardReader
+
+    out = tmp_path / "run"
+    stale = out / "static_shards" / ".rank-00000-of-00001.tmp"  # the remains of a killed write: replaced
+    stale.mkdir(parents=True)
+    (stale / "shard-00000.safetensors").write_bytes(b"junk")
+    trainer = Pretrainer(args(corpus_and_tokenizer, out, max_steps=6, static_masking=True, dupe_factor=3, resume=True))
+    assert isinstance(trainer.stream, StaticShardReader)
+    trainer.run()
+    assert not stale.exists()
+    directory = out / "static_shards" / "rank-00000-of-00001"
+    index = json.loads((directory / "index.json").read_text())
+    assert index["dupe_factor"] == 3 and index["nsp"] and index["max_seq_length"] == 32
+    rows = static_rows(directory)
+    assert len(rows) == index["total"] and index["total"] % 3 == 0
+    masks = defaultdict(list)
+    for instance, labels in rows:
+        masks[instance].append(labels)
+    # every instance is there dupe_factor times (a multiple, should the corpus repeat one), masked differently
+    assert all(len(m) % 3 == 0 for m in masks.values())
+    assert sum(len(m) for m in masks.values()) == len(rows) and len(masks) >= len(rows) // 3 - 2
+    differently = sum(len(set(m)) == len(m) for m in masks.values())
+    assert differently >= 0.9 * len(masks), (differently, len(masks))
+    # static: reading the shards again gives back the very same masked rows (the masks recur, epoch after epoch)
+    reader = StaticShardReader(directory, batch_size=64, seed=5, max_epochs=2)
+    seen = Counter()
+    for batch in reader:
+        for ids, labels, n in zip(batch["input_ids"], batch["labels"], batch["attention_mask"].sum(1)):
+            seen[tuple(torch.where(labels[:n] != -100, labels[:n], ids[:n]).tolist()), tuple(labels[:n].tolist())] += 1
+    assert seen == Counter([(instance[0], labels) for instance, labels in rows] * 2)
+    # a second, separately written run with the same settings writes the same shards
+    again = tmp_path / "again"
+    Pretrainer(args(corpus_and_tokenizer, again, max_steps=1, static_masking=True, dupe_factor=3))  # writes them
+    assert static_rows(again / "static_shards" / "rank-00000-of-00001") == rows
+
+
+def test_cli_static_masking(corpus_and_tokenizer, tmp_path):
+    from bertforge.cli import main
+
+    corpus, tok, config = corpus_and_tokenizer
+    out = tmp_path / "run"
+    argv = ["pretrain", "--corpus", str(corpus), "--tokenizer", str(tok), "--config", str(config), "--out", str(out),
+            "--max-steps", "2", "--batch-size", "4", "--seq-len", "32", "--no-progress", "--device", "cpu",
+            "--static-masking", "--dupe-factor", "2"]
+    assert main(argv) == 0
+    settings = json.loads((out / "run_config.json").read_text())
+    assert settings["static_masking"] is True and settings["dupe_factor"] == 2
+    assert json.loads((out / "static_shards" / "rank-00000-of-00001" / "index.json").read_text())["dupe_factor"] == 2
+    assert (out / "model" / "model.safetensors").is_file()
 
 
 def test_non_finite_loss_is_skipped_and_counted(corpus_and_tokenizer, tmp_path, monkeypatch):
@@ -239,13 +318,20 @@ def assert_loadable_model(model_dir: Path) -> None:
     assert not info["missing_keys"] and not info["unexpected_keys"]
 
 
-@pytest.mark.parametrize("nsp", [True, pytest.param(False, marks=pytest.mark.slow)])
-def test_torchrun_two_cpu_processes_train_on_different_data(corpus_and_tokenizer, tmp_path, nsp):
-    """DDP over gloo: both ranks step together, rank 0 writes, and each rank's data position is its own."""
+@pytest.mark.parametrize("nsp, static", [(True, False), pytest.param(False, False, marks=pytest.mark.slow), (True, True)],
+                         ids=["nsp", "no-nsp", "nsp-static-masking"])
+def test_torchrun_two_cpu_processes_train_on_different_data(corpus_and_tokenizer, tmp_path, nsp, static):
+    """DDP over gloo: both ranks step together, rank 0 writes, and each rank's data position is its own (with
+    --static-masking each rank writes and reads the shards of its own share of the documents)."""
     from bertforge.state import load_state
 
     out = tmp_path / "ddp"
-    torchrun_pretrain(corpus_and_tokenizer, out, "--max-steps", "4", "--save-every", "4", *([] if nsp else ["--no-nsp"]))
+    torchrun_pretrain(corpus_and_tokenizer, out, "--max-steps", "4", "--save-every", "4", *([] if nsp else ["--no-nsp"]),
+                      *(["--static-masking", "--dupe-factor", "2"] if static else []))
+    if static:
+        ranks = sorted(d.name for d in (out / "static_shards").iterdir())
+        assert ranks == ["rank-00000-of-00002", "rank-00001-of-00002"]
+        assert static_rows(out / "static_shards" / ranks[0]) != static_rows(out / "static_shards" / ranks[1])
     (step, ckpt), = list_checkpoints(out)
     assert step == 4
     data = load_state(ckpt, "data")

@@ -36,6 +36,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-nsp", action="store_true", help="RoBERTa-style full-sentence packing, no next-sentence prediction")
     p.add_argument("--whole-word-mask", action="store_true", help="mask whole words rather than word pieces")
     p.add_argument("--mlm-probability", type=float, default=d.mlm_probability)
+    p.add_argument("--static-masking", action="store_true",
+                   help="mask once, as the original BERT did: write the masked data to OUT/static_shards first, then train from it")
+    p.add_argument("--dupe-factor", type=int, default=d.dupe_factor,
+                   help=f"with --static-masking: how many different ways each instance is masked (default {d.dupe_factor})")
     p.add_argument("--save-every", type=int, default=None, help=f"checkpoint every N steps (default {d.save_every})")
     p.add_argument("--keep-last", type=int, default=d.keep_last, help="complete checkpoints to keep")
     p.add_argument("--log-every", type=int, default=d.log_every)
@@ -84,6 +88,8 @@ def run(args: argparse.Namespace) -> int:
         nsp=not args.no_nsp,
         whole_word_mask=args.whole_word_mask,
         mlm_probability=args.mlm_probability,
+        static_masking=args.static_masking,
+        dupe_factor=args.dupe_factor,
         save_every=pick("save_every"),
         keep_last=args.keep_last,
         log_every=args.log_every,

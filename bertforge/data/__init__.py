@@ -16,7 +16,7 @@ from bertforge.data.instances import (
     truncate_pair,
 )
 from bertforge.data.masking import IGNORE_INDEX, MaskingCollator
-from bertforge.data.static import StaticShardReader, write_static_shards
+from bertforge.data.static import StaticShardReader, write_duplicated_shards, write_static_shards
 from bertforge.data.stream import PretrainingStream
 
 __all__ = [
@@ -38,5 +38,6 @@ __all__ = [
     "iter_documents",
     "list_corpus_files",
     "truncate_pair",
+    "write_duplicated_shards",
     "write_static_shards",
 ]

@@ -7,6 +7,11 @@ memory) plus ``out_dir/index.json``. Each shard holds, padded to ``max_seq_lengt
 masked), ``token_type_ids`` (uint8), ``labels`` (int32, -100 where nothing is predicted), ``lengths`` (int32) and,
 with NSP, ``next_sentence_label`` (int8). No pickle anywhere.
 
+``write_duplicated_shards(make_stream, out_dir, dupe_factor, shard_size)`` is the recipe of BERT's
+``create_pretraining_data.py`` as RoBERTa describes it: one pass of instances, each masked ``dupe_factor``
+different ways (``make_stream()`` is called once per duplicate and must build the same stream; the masking
+generator carries on from one duplicate to the next, so the instances repeat and the masks do not).
+
 :class:`StaticShardReader` iterates batches over such a directory, forever (or ``max_epochs``), with a shuffled
 shard order and a shuffled row order per shard and epoch; rank ``r`` of ``w`` takes every ``w``-th row of each
 shuffled shard. Its position (epoch, shard, row) is its :meth:`~StaticShardReader.state_dict`.
@@ -17,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import random
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -40,37 +46,31 @@ def _pad_rows(array: np.ndarray, length: int, value: int) -> np.ndarray:
     return out
 
 
-def write_static_shards(
-    stream: PretrainingStream, out_dir: str | os.PathLike, dupe_factor: int = 5, shard_size: int = 100_000
-) -> dict[str, Any]:
-    """Write ``dupe_factor`` epochs of masked instances from ``stream`` (consumed) as shards; returns the index."""
-    if dupe_factor < 1:
-        raise BertforgeError(f"dupe_factor must be at least 1 (got {dupe_factor})")
-    if shard_size < 1:
-        raise BertforgeError(f"shard_size must be at least 1 (got {shard_size})")
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    if (out / INDEX_NAME).exists():
-        raise BertforgeError(f"{out} already holds static shards ({INDEX_NAME}); choose an empty directory")
-    start = stream.instances.epoch if stream.instances.docs_processed else 0
-    stream.instances.max_epochs = start + dupe_factor
-    length = stream.max_seq_length
-    pad_id = stream.collator.pad_id
-    shards: list[dict[str, Any]] = []
-    parts: dict[str, list[np.ndarray]] = {}
-    held = 0
+class _ShardWriter:
+    """Appends masked batches to ``shard-NNNNN.safetensors`` files of ``shard_size`` rows (one shard in memory)."""
 
-    def flush() -> None:
-        nonlocal parts, held
-        if not held:
+    def __init__(self, out: Path, length: int, pad_id: int, shard_size: int, progress: bool = False, desc: str = "") -> None:
+        self.out, self.length, self.pad_id, self.shard_size = out, length, pad_id, shard_size
+        self.shards: list[dict[str, Any]] = []
+        self.parts: dict[str, list[np.ndarray]] = {}
+        self.held = 0
+        self.bar = None
+        if progress:
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(desc=desc or "writing static shards", unit="inst", dynamic_ncols=True)
+
+    def flush(self) -> None:
+        if not self.held:
             return
-        arrays = {key: np.concatenate(chunks) for key, chunks in parts.items()}
-        name = f"shard-{len(shards):05d}.safetensors"
-        save_file(arrays, str(out / name))
-        shards.append({"file": name, "count": int(held)})
-        parts, held = {}, 0
+        arrays = {key: np.concatenate(chunks) for key, chunks in self.parts.items()}
+        name = f"shard-{len(self.shards):05d}.safetensors"
+        save_file(arrays, str(self.out / name))
+        self.shards.append({"file": name, "count": int(self.held)})
+        self.parts, self.held = {}, 0
 
-    for batch in stream:
+    def add(self, batch: dict[str, Any]) -> None:
+        length, pad_id = self.length, self.pad_id
         mask = batch["attention_mask"].numpy()
         rows = {
             "input_ids": _pad_rows(batch["input_ids"].numpy().astype(np.int32), length, pad_id),
@@ -83,31 +83,112 @@ def write_static_shards(
         n = len(mask)
         pos = 0
         while pos < n:
-            take = min(n - pos, shard_size - held)
+            take = min(n - pos, self.shard_size - self.held)
             for key, value in rows.items():
-                parts.setdefault(key, []).append(value[pos : pos + take])
-            held += take
+                self.parts.setdefault(key, []).append(value[pos : pos + take])
+            self.held += take
             pos += take
-            if held == shard_size:
-                flush()
-    flush()
-    if not shards:
-        raise BertforgeError("the stream produced no instances to write")
-    index = {
-        "format": FORMAT,
-        "version": 1,
-        "max_seq_length": length,
-        "pad_id": pad_id,
-        "nsp": stream.nsp,
-        "dupe_factor": dupe_factor,
-        "total": sum(s["count"] for s in shards),
-        "shards": shards,
-        "stats": stream.stats,
-    }
-    tmp = out / (INDEX_NAME + ".tmp")
-    tmp.write_text(json.dumps(index, indent=1), encoding="utf-8")
-    tmp.replace(out / INDEX_NAME)
-    return index
+            if self.held == self.shard_size:
+                self.flush()
+        if self.bar is not None:
+            self.bar.update(n)
+
+    def finish(self, **fields: Any) -> dict[str, Any]:
+        self.flush()
+        if self.bar is not None:
+            self.bar.close()
+        if not self.shards:
+            raise BertforgeError("the stream produced no instances to write")
+        index = {
+            "format": FORMAT,
+            "version": 1,
+            "max_seq_length": self.length,
+            "pad_id": self.pad_id,
+            **fields,
+            "total": sum(s["count"] for s in self.shards),
+            "shards": self.shards,
+        }
+        tmp = self.out / (INDEX_NAME + ".tmp")
+        tmp.write_text(json.dumps(index, indent=1), encoding="utf-8")
+        tmp.replace(self.out / INDEX_NAME)
+        return index
+
+
+def _check_output(out_dir: str | os.PathLike, dupe_factor: int, shard_size: int) -> Path:
+    if dupe_factor < 1:
+        raise BertforgeError(f"dupe_factor must be at least 1 (got {dupe_factor})")
+    if shard_size < 1:
+        raise BertforgeError(f"shard_size must be at least 1 (got {shard_size})")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    if (out / INDEX_NAME).exists():
+        raise BertforgeError(f"{out} already holds static shards ({INDEX_NAME}); choose an empty directory")
+    return out
+
+
+def write_static_shards(
+    stream: PretrainingStream, out_dir: str | os.PathLike, dupe_factor: int = 5, shard_size: int = 100_000,
+    progress: bool = False,
+) -> dict[str, Any]:
+    """Write ``dupe_factor`` epochs of masked instances from ``stream`` (consumed) as shards; returns the index."""
+    out = _check_output(out_dir, dupe_factor, shard_size)
+    start = stream.instances.epoch if stream.instances.docs_processed else 0
+    stream.instances.max_epochs = start + dupe_factor
+    writer = _ShardWriter(out, stream.max_seq_length, stream.collator.pad_id, shard_size, progress)
+    for batch in stream:
+        writer.add(batch)
+    return writer.finish(nsp=stream.nsp, dupe_factor=dupe_factor, stats=stream.stats)
+
+
+def write_duplicated_shards(
+    make_stream: Callable[[], PretrainingStream],
+    out_dir: str | os.PathLike,
+    dupe_factor: int = 10,
+    shard_size: int = 100_000,
+    progress: bool = False,
+) -> dict[str, Any]:
+    """One epoch of ``make_stream()``'s instances, masked ``dupe_factor`` different ways, as shards; returns the index.
+
+    ``make_stream`` is called once per duplicate and must return the same fresh stream each time (same corpus,
+    settings and seed): each pass yields the same instances, in the same order, while the masking generator goes on
+    from where the previous pass left it. Memory stays at one shard whatever the corpus size.
+    """
+    out = _check_output(out_dir, dupe_factor, shard_size)
+    writer = None
+    masking = None
+    stats: dict[str, Any] = {}
+    per_pass: list[int] = []
+    for dupe in range(dupe_factor):
+        stream = make_stream()
+        try:
+            if stream.instances.docs_processed:
+                raise BertforgeError("write_duplicated_shards needs a fresh stream from make_stream()")
+            stream.instances.max_epochs = 1
+            if masking is not None:
+                stream.collator.load_state_dict(masking)
+            if writer is None:
+                desc = f"static masking ({dupe_factor} duplicates)"
+                writer = _ShardWriter(out, stream.max_seq_length, stream.collator.pad_id, shard_size, progress, desc)
+            before = sum(s["count"] for s in writer.shards) + writer.held
+            for batch in stream:
+                writer.add(batch)
+            per_pass.append(sum(s["count"] for s in writer.shards) + writer.held - before)
+            if dupe == 0 and writer.bar is not None:
+                writer.bar.total = per_pass[0] * dupe_factor
+                writer.bar.refresh()
+            masking = stream.collator.state_dict()
+            nsp, stats = stream.nsp, stream.stats
+        finally:
+            close = getattr(stream, "close", None)
+            if close is not None:
+                close()
+        if per_pass[-1] != per_pass[0]:
+            raise BertforgeError(
+                f"duplicate {dupe + 1} of the stream made {per_pass[-1]} instances, the first {per_pass[0]}: "
+                "make_stream() must build the same stream every time"
+            )
+    assert writer is not None
+    return writer.finish(nsp=nsp, dupe_factor=dupe_factor, same_instances=True, stats=stats)
 
 
 class StaticShardReader:

@@ -72,3 +72,25 @@ def test_static_reader_batches_resume_and_ranks(tmp_path, corpus):
     per_rank = [rows(StaticShardReader(tmp_path / "s", 7, seed=1, rank=r, world_size=2, max_epochs=1)) for r in (0, 1)]
     assert abs(len(per_rank[0]) - len(per_rank[1])) <= len(index["shards"])
     assert sorted(per_rank[0] + per_rank[1]) == sorted(everything)
+
+
+def test_write_duplicated_shards_masks_the_same_instances_differently(tmp_path, corpus):
+    from bertforge.data import write_duplicated_shards
+
+    path, vocab = corpus
+    one = write_static_shards(make_stream(path, vocab, max_seq_length=32), tmp_path / "s1", 1, 1000)
+    index = write_duplicated_shards(lambda: make_stream(path, vocab, max_seq_length=32), tmp_path / "d", 3, 25,
+                                    progress=True)
+    assert index["dupe_factor"] == 3 and index["same_instances"] and index["total"] == 3 * one["total"]
+    rows = [r for r in StaticShardReader(tmp_path / "d", 1000, max_epochs=1, shuffle=False)]
+    ids = torch.cat([torch.nn.functional.pad(b["input_ids"], (0, 32 - b["input_ids"].shape[1])) for b in rows])
+    labels = torch.cat([torch.nn.functional.pad(b["labels"], (0, 32 - b["labels"].shape[1]), value=-100) for b in rows])
+    original = torch.where(labels != -100, labels, ids)
+    n = one["total"]
+    for k in (1, 2):  # pass k: the same instances in the same order, masked another way
+        assert torch.equal(original[k * n : (k + 1) * n], original[:n])
+        assert not torch.equal(labels[k * n : (k + 1) * n], labels[:n])
+    # a make_stream that does not rebuild the same stream is refused
+    streams = iter([make_stream(path, vocab, max_seq_length=32), make_stream(path, vocab, max_seq_length=32, seed=9)])
+    with pytest.raises(BertforgeError, match="same stream"):
+        write_duplicated_shards(lambda: next(streams), tmp_path / "bad", 2, 25)
