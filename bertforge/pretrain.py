@@ -109,6 +109,7 @@ class Runtime:
     world_size: int
     local_rank: int
     device: torch.device
+    owns_process_group: bool = False  # set up here (not by the caller): torn down here at the end of the run
 
     @property
     def is_main(self) -> bool:
@@ -136,9 +137,17 @@ def setup_runtime(device: str) -> Runtime:
         dev = torch.device("cpu")
     else:
         raise BertforgeError(f"unknown device {device!r}; choose auto, cpu or cuda")
-    if world > 1 and not dist.is_initialized():
+    owns = world > 1 and not dist.is_initialized()
+    if owns:
         dist.init_process_group("nccl" if dev.type == "cuda" else "gloo")
-    return Runtime(rank, world, local, dev)
+    return Runtime(rank, world, local, dev, owns)
+
+
+def teardown_runtime(rt: Runtime) -> None:
+    """Destroy the process group `setup_runtime` created. Left to interpreter exit, gloo's threads sometimes end the
+    process with `terminate called without an active exception` (SIGABRT) after a run that succeeded."""
+    if rt.owns_process_group and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def barrier(rt: Runtime) -> None:
@@ -763,4 +772,7 @@ def show_predictions(model: BertForPreTraining, tokenizer, title: str, device: t
 def pretrain(args: PretrainArgs | None = None, **kwargs: Any) -> Path:
     """Train a BERT from raw text; returns the directory of the final Hugging Face-layout model."""
     args = args or PretrainArgs(**kwargs)
-    return Pretrainer(args).run()
+    trainer = Pretrainer(args)
+    final = trainer.run()
+    teardown_runtime(trainer.rt)  # on success only: after an error, other ranks may still be inside a collective
+    return final
