@@ -2,14 +2,18 @@
 
 Each writer puts its bytes into a temporary name beside the target, fsyncs them, then renames over the target
 (`os.replace` is atomic on POSIX). A whole directory (a training checkpoint) is built under a temporary name and
-renamed into place in one step.
+renamed into place in one step; one that replaces an existing directory is swapped with it in one step too
+(Linux's `renameat2(RENAME_EXCHANGE)`), so the target name always holds a complete directory, the old or the new.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import errno
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -129,9 +133,57 @@ def atomic_write_text(target: str | Path, text: str) -> None:
     atomic_write_bytes(target, text.encode("utf-8"))
 
 
+_AT_FDCWD = -100
+_RENAME_EXCHANGE = 2
+
+
+def _load_renameat2() -> Callable[..., int] | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        function = ctypes.CDLL(None, use_errno=True).renameat2  # glibc >= 2.28, musl >= 1.2.3
+    except (OSError, AttributeError):
+        return None
+    function.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    function.restype = ctypes.c_int
+    return function
+
+
+_renameat2 = _load_renameat2()
+
+
+def exchange_paths(a: str | Path, b: str | Path) -> bool:
+    """Swap the entries `a` and `b` (both must exist) in one atomic step: Linux's `renameat2(RENAME_EXCHANGE)`.
+
+    Returns False, having changed nothing, where that is not available (not Linux, a libc or kernel without
+    renameat2, a filesystem without RENAME_EXCHANGE); raises OSError if the exchange itself fails.
+    """
+    if _renameat2 is None:
+        return False
+    if _renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP):
+        return False
+    raise OSError(code, os.strerror(code), str(a), None, str(b))
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(OSError):
+            path.unlink()
+
+
 @contextlib.contextmanager
 def atomic_directory(target: str | Path) -> Iterator[Path]:
-    """Yield a fresh temporary directory; on success it replaces `target` in one rename.
+    """Yield a fresh temporary directory; on success it takes the place of `target` in one atomic step.
+
+    An existing `target` is exchanged with the new directory in one step where the system can (Linux's
+    `renameat2(RENAME_EXCHANGE)`), then removed: whenever the process dies, `target` is a complete directory, the
+    old one or the new. Elsewhere it takes two renames (old aside, new in), and a kill between them leaves no
+    `target`, only the old directory beside it as `.NAME.old-PID`.
 
     On any error the temporary directory is removed and `target` (if it existed) is left as it was.
     """
@@ -150,6 +202,10 @@ def atomic_directory(target: str | Path) -> Iterator[Path]:
                 with open(file, "rb+") as fh:
                     os.fsync(fh.fileno())
         fsync_dir(tmp)
+        if target.exists() and exchange_paths(tmp, target):
+            fsync_dir(target.parent)
+            _remove(tmp)  # now the old directory
+            return
         if target.exists():
             old = target.with_name(f".{target.name}.old-{os.getpid()}")
             os.replace(target, old)

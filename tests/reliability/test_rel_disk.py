@@ -10,6 +10,7 @@ directory read-only.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import os
 import random
@@ -17,6 +18,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -26,7 +28,7 @@ from bertforge import BertConfig, BertForPreTraining, BertforgeError
 from bertforge import io as bf_io
 from bertforge.pretrain import PretrainArgs, Pretrainer, list_checkpoints
 from bertforge.state import load_state
-from rel_helpers import TINY_CONFIG, make_run_inputs, one_torch_thread, stray_temporaries, tensors_differ
+from rel_helpers import TINY_CONFIG, make_run_inputs, one_torch_thread, report, stray_temporaries, tensors_differ
 
 resource = pytest.importorskip("resource")
 
@@ -159,12 +161,30 @@ def test_save_pretrained_on_a_really_full_disk(tiny_tmpfs):
 # ---------------------------------------------------------------------------------------------- atomic_directory
 
 
+def no_exchange(monkeypatch, how: str) -> None:
+    """Make atomic_directory take its two-rename fallback: no renameat2 at all, or one failing as an old kernel
+    (ENOSYS) or a filesystem without RENAME_EXCHANGE (EINVAL) would."""
+    if how == "no renameat2":
+        monkeypatch.setattr(bf_io, "_renameat2", None)
+        return
+    code = errno.ENOSYS if how == "ENOSYS" else errno.EINVAL
+
+    def refuse(*args):
+        ctypes.set_errno(code)
+        return -1
+
+    monkeypatch.setattr(bf_io, "_renameat2", refuse)
+
+
+@pytest.mark.parametrize("how", ["no renameat2", "ENOSYS", "EINVAL"])
 @pytest.mark.parametrize("failing_call", [1, 2])
-def test_atomic_directory_failing_rename_puts_the_old_directory_back(tmp_path, monkeypatch, failing_call):
-    """Replacing an existing directory takes two renames (old aside, new in); either may fail."""
+def test_atomic_directory_failing_rename_puts_the_old_directory_back(tmp_path, monkeypatch, failing_call, how):
+    """Without RENAME_EXCHANGE, replacing an existing directory takes two renames (old aside, new in); either may
+    fail."""
     target = tmp_path / "model"
     target.mkdir()
     (target / "weights").write_text("old")
+    no_exchange(monkeypatch, how)
     real, calls = os.replace, []
 
     def flaky(src, dst):
@@ -178,8 +198,147 @@ def test_atomic_directory_failing_rename_puts_the_old_directory_back(tmp_path, m
             (tmp / "weights").write_text("new")
             monkeypatch.setattr(os, "replace", flaky)
     monkeypatch.undo()
+    assert len(calls) >= failing_call
     assert (target / "weights").read_text() == "old"
     assert not stray_temporaries(tmp_path), stray_temporaries(tmp_path)
+
+
+@pytest.mark.parametrize("how", ["no renameat2", "ENOSYS", "EINVAL"])
+def test_atomic_directory_without_exchange_replaces_in_two_renames(tmp_path, monkeypatch, how):
+    target = tmp_path / "model"
+    target.mkdir()
+    (target / "weights").write_text("old")
+    no_exchange(monkeypatch, how)
+    real, calls = os.replace, []
+    monkeypatch.setattr(os, "replace", lambda src, dst: calls.append((src, dst)) or real(src, dst))
+    with bf_io.atomic_directory(target) as tmp:
+        (tmp / "weights").write_text("new")
+    assert len(calls) == 2
+    assert (target / "weights").read_text() == "new"
+    assert sorted(tmp_path.iterdir()) == [target]
+
+
+linux_exchange = pytest.mark.skipif(bf_io._renameat2 is None, reason="renameat2 (Linux) is not available here")
+
+
+@linux_exchange
+def test_atomic_directory_replaces_with_one_exchange_on_linux(tmp_path, monkeypatch):
+    """On Linux an existing directory is swapped with the new one by renameat2(RENAME_EXCHANGE): no os.replace."""
+    with pytest.raises(FileNotFoundError):
+        bf_io.exchange_paths(tmp_path / "missing-a", tmp_path / "missing-b")
+    target = tmp_path / "model"
+    target.mkdir()
+    (target / "weights").write_text("old")
+    (target / "sub").mkdir()
+    (target / "sub" / "x").write_text("old")
+    real, exchanges, replaces = bf_io._renameat2, [], []
+
+    def spy(*args):
+        exchanges.append(args)
+        return real(*args)
+
+    monkeypatch.setattr(bf_io, "_renameat2", spy)
+    real_replace = os.replace
+    monkeypatch.setattr(os, "replace", lambda *args: replaces.append(args) or real_replace(*args))
+    with bf_io.atomic_directory(target) as tmp:
+        (tmp / "weights").write_text("new")
+    assert len(exchanges) == 1 and exchanges[0][4] == 2 and exchanges[0][3] == os.fsencode(target)
+    assert not replaces
+    assert (target / "weights").read_text() == "new" and sorted(p.name for p in target.iterdir()) == ["weights"]
+    assert sorted(tmp_path.iterdir()) == [target]  # the old directory was removed
+    with bf_io.atomic_directory(tmp_path / "fresh") as tmp:  # nothing to exchange with: a plain rename
+        (tmp / "weights").write_text("first")
+    monkeypatch.undo()
+    assert len(exchanges) == 1 and len(replaces) == 1
+    assert (tmp_path / "fresh" / "weights").read_text() == "first"
+
+
+@linux_exchange
+def test_atomic_directory_failing_exchange_leaves_the_old_directory(tmp_path, monkeypatch):
+    target = tmp_path / "model"
+    target.mkdir()
+    (target / "weights").write_text("old")
+
+    def failing(*args):
+        ctypes.set_errno(errno.EIO)
+        return -1
+
+    monkeypatch.setattr(bf_io, "_renameat2", failing)
+    with pytest.raises(BertforgeError, match="Input/output error"):
+        with bf_io.atomic_directory(target) as tmp:
+            (tmp / "weights").write_text("new")
+    assert (target / "weights").read_text() == "old"
+    assert not stray_temporaries(tmp_path), stray_temporaries(tmp_path)
+
+
+def generation(target: Path) -> int:
+    """The generation of the complete directory written by `replace_forever` that `target` names; fails the test if
+    `target` is missing (FileNotFoundError) or incomplete. A directory opened just before it was swapped out may lose
+    its files to the removal of the old directory: then `target` is looked at again."""
+    for _ in range(1000):
+        fd = os.open(target, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            found = []
+            for name in ("a", "sub/b"):
+                file = os.open(name, os.O_RDONLY, dir_fd=fd)
+                found.append(os.read(file, 100))
+                os.close(file)
+        except FileNotFoundError:
+            continue
+        finally:
+            os.close(fd)
+        assert found[0] and found[0] == found[1], f"incomplete directory: {found}"
+        return int(found[0])
+    pytest.fail(f"{target} stays incomplete")
+
+
+def replace_forever(target: Path, start: int) -> None:
+    n = start
+    while True:
+        n += 1
+        with bf_io.atomic_directory(target) as tmp:
+            (tmp / "a").write_text(str(n))
+            (tmp / "sub").mkdir()
+            (tmp / "sub" / "b").write_text(str(n))
+
+
+@linux_exchange
+def test_atomic_directory_target_is_always_complete(tmp_path):
+    """A process replaces `target` over and over while the test looks at it at every moment it can, and SIGKILLs
+    it at random moments: `target` is always there and always a complete directory, the old or the new one (two
+    renames leave a moment with no `target` at all)."""
+    target = tmp_path / "model"
+    with bf_io.atomic_directory(target) as tmp:
+        (tmp / "a").write_text("0")
+        (tmp / "sub").mkdir()
+        (tmp / "sub" / "b").write_text("0")
+    rng = random.Random(0)
+    looks = kills = 0
+    last = 0
+    for _ in range(20):
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child
+            try:
+                replace_forever(target, last)
+            finally:
+                os._exit(1)
+        try:
+            deadline = time.monotonic() + rng.uniform(0.05, 0.2)
+            while time.monotonic() < deadline:
+                generation(target)
+                looks += 1
+        finally:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        kills += 1
+        seen = generation(target)
+        assert seen >= last
+        last = seen
+        for leftover in stray_temporaries(tmp_path):  # a killed replacement's temporaries, as a new run finds them
+            shutil.rmtree(leftover, ignore_errors=True)
+    assert last > 20  # the child did replace the directory
+    report(f"atomic_directory with RENAME_EXCHANGE: {last} replacements, {looks:,} looks during them and {kills} "
+           f"SIGKILLs, target always a complete directory")
 
 
 def test_atomic_writes_have_ordinary_permissions(tmp_path):
