@@ -360,6 +360,93 @@ def test_pipeline_jsonl_with_a_lone_surrogate(tok, tmp_path, nsp):
     assert outcome[0] == "ok", outcome
 
 
+# ---------------------------------------------------------------------------------------------- long words
+
+
+def long_run_strings(rng: random.Random, categories: dict[str, list[int]], count: int) -> list[str]:
+    """Strings made of ASCII letter/digit runs around and far beyond WordPiece's 100-character limit, glued to
+    whatever could change a word's extent or length: whitespace, punctuation, controls, combining marks, CJK,
+    characters that lowercase to ASCII (the Kelvin sign) or into two characters, special-token spellings."""
+    names = sorted(k for k in categories if k != "Cs")
+    glue = [" ", "\t", "\u00a0", ".", "-", "'", "\x00", "\x7f", "\u200b", "\u0301", "\u0308\u0301", "\u4e00", "\u212a",
+            "\u0130", "\u00df", "\u00e9", "\u00c9", "\ufeff", "\ufffd", "[CLS]", "[MASK]", "[SEP]x", "x[PAD]", "##"]
+    out = []
+    for _ in range(count):
+        parts = []
+        for _ in range(rng.randint(1, 6)):
+            roll = rng.random()
+            if roll < 0.45:
+                n = rng.choice([rng.randint(95, 106), rng.randint(100, 3000), rng.randint(1, 10)])
+                parts.append("".join(rng.choice("abcxyzKQ019") for _ in range(n)))
+            elif roll < 0.85:
+                parts.append(rng.choice(glue))
+            else:
+                parts.append(category_string(rng, categories, names, rng.randint(1, 5)))
+        out.append("".join(parts))
+    return out
+
+
+def backend_ids(backend, texts: list[str]) -> list[list[int]]:
+    return [e.ids for e in backend.encode_batch(texts, add_special_tokens=False)]
+
+
+@pytest.mark.parametrize("normalization", ["uncased", "cased", "no accent stripping, no CJK split", "added word"])
+def test_encode_ids_shortcut_for_long_words_keeps_the_ids(tok, categories, normalization):
+    """encode_ids cuts runs of more than 101 ASCII letters and digits to 101 (one [UNK] word either way): the ids
+    are those of the backend on the uncut text, for every BERT normalizer setting; with an added token that
+    could match inside a run the cut is not made."""
+    import tokenizers
+    from tokenizers import normalizers
+
+    backend = tokenizers.Tokenizer.from_str(tok.backend.to_str())
+    if normalization == "cased":
+        backend.normalizer = normalizers.BertNormalizer(lowercase=False, strip_accents=False)
+    elif normalization == "no accent stripping, no CJK split":
+        backend.normalizer = normalizers.BertNormalizer(strip_accents=False, handle_chinese_chars=False)
+    ours = Tokenizer(backend)
+    if normalization == "added word":
+        backend.add_tokens(["xyz"])
+    texts = long_run_strings(random.Random(normalization), categories, 1500)
+    assert ours.encode_ids(texts) == backend_ids(backend, texts)
+    shortened = ours._shorten_long_runs(texts)
+    assert (shortened is texts) == (normalization == "added word")
+
+
+def test_encode_ids_of_a_million_character_word_is_fast(tok):
+    started = time.perf_counter()
+    assert tok.encode_ids(["x" * 1_000_000, "a " + "b1" * 500_000 + ". c"]) == [[100], backend_ids(tok.backend, ["a [UNK]. c"])[0]]
+    assert time.perf_counter() - started < 0.3  # the backend alone: about 0.5 s a million characters
+
+
+@pytest.mark.parametrize("nsp", [True, False], ids=["nsp", "no-nsp"])
+def test_pipeline_million_character_word_fills_a_large_shuffle_buffer(tok, tmp_path, nsp):
+    """21 documents, one of them a million-character word: a shuffle buffer of 2,000 instances takes the corpus
+    ~65 (NSP) or ~300 (no NSP) times, re-reading and re-tokenizing the word each time. Each took about 0.5 s in
+    the tokenizer's backend (the 10,000-instance default buffer: ~3 minutes with NSP, ~12 without); encode_ids
+    now cuts the word to 101 characters first (still one [UNK])."""
+    path = tmp_path / "corpus.txt"
+    path.write_text("x" * 1_000_000 + "\n\n" + "".join(
+        f"sentence number {i} is here .\nand another one for document {i} , with a few more words .\n\n"
+        for i in range(20)))
+
+    def fill() -> tuple[int, int]:
+        stream = PretrainingStream(
+            [str(path)], tok.encode_ids, cls_id=tok.cls_token_id, sep_id=tok.sep_token_id, pad_id=tok.pad_token_id,
+            mask_id=tok.mask_token_id, vocab_size=tok.vocab_size, max_seq_length=SEQ_LEN, batch_size=4, nsp=nsp,
+            shuffle_buffer=2000, doc_buffer=16,
+        )
+        next(stream)
+        return stream.stats["epoch"], stream.stats["bytes_read"]
+
+    started = time.perf_counter()
+    outcome = in_child(fill, 20)
+    assert outcome[0] == "ok", outcome
+    epochs, bytes_read = outcome[1]
+    assert epochs >= 50 and bytes_read >= 50_000_000
+    report(f"data pipeline ({'NSP' if nsp else 'no NSP'}): a 2,000-instance shuffle buffer from 21 documents, one a "
+           f"million-character word ({epochs} epochs) in {time.perf_counter() - started:.1f}s")
+
+
 # ---------------------------------------------------------------------------------------------- parity
 
 
