@@ -166,8 +166,8 @@ def create_nsp_instances(
                     )
                 start = rng.randint(0, len(other) - 1)
                 tokens_b: list[int] = []
-                for sentence in other[start:]:
-                    tokens_b.extend(sentence)
+                for j in range(start, len(other)):  # not other[start:]: a copy of a long document's sentences each time
+                    tokens_b.extend(other[j])
                     if len(tokens_b) >= target_b:
                         break
                 i -= len(chunk) - a_end  # the unused sentences of this chunk are read again
