@@ -1,6 +1,6 @@
 """The fast training path (sparse MLM decoder, unpadded encoder, fused AdamW) follows the reference path step by
 step: `transformers.BertForPreTraining` from the same weights, on the same padded batches, with the same optimizer
-settings and no dropout, gives the same losses (measured: within 1e-6) and the same weights (within 1e-6) after 25 steps.
+settings and no dropout, gives the same losses (measured: within 1e-6) and the same weights (within 1e-6) after 25 steps."""
 
 from __future__ import annotations
 
