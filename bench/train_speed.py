@@ -34,8 +34,36 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-import torch
-import torch.nn.functional as F
+
+def _apply_env_flags() -> None:
+    """--omp-wait-policy and --thp must reach libgomp / c10's allocator before torch loads: re-exec with the
+    environment variables set."""
+    wanted = {}
+    for i, a in enumerate(sys.argv):
+        if a.startswith("--omp-wait-policy"):
+            value = a.split("=", 1)[1] if "=" in a else (sys.argv[i + 1] if i + 1 < len(sys.argv) else "")
+            if value and value.lower() != "default":
+                wanted["OMP_WAIT_POLICY"] = value.upper()
+        if a == "--thp":
+            wanted["THP_MEM_ALLOC_ENABLE"] = "1"
+        if a == "--jemalloc":  # jemalloc that never gives freed pages back: reused memory takes no page faults
+            lib = next((p for p in ("/usr/lib/x86_64-linux-gnu/libjemalloc.so.2", "/usr/lib64/libjemalloc.so.2",
+                                    "/usr/lib/libjemalloc.so.2", "/usr/local/lib/libjemalloc.so.2") if os.path.exists(p)), None)
+            if lib is None:
+                sys.exit("--jemalloc: libjemalloc.so.2 not found (Debian/Ubuntu: apt-get install libjemalloc2)")
+            wanted["LD_PRELOAD"] = lib
+            wanted["MALLOC_CONF"] = "dirty_decay_ms:-1,muzzy_decay_ms:-1"
+    missing = {k: v for k, v in wanted.items() if os.environ.get(k, "").upper() != v.upper()}
+    if missing:
+        os.environ.update(missing)
+        os.execv(sys.executable, [sys.executable, *sys.argv])
+
+
+if __name__ == "__main__":
+    _apply_env_flags()
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -120,6 +148,9 @@ def step_flops(cfg: BertConfig, batch: dict[str, torch.Tensor], unpadded: bool =
 
 
 # ---------------------------------------------------------------------------------------------------- timing helpers
+CLOCK = time.perf_counter  # --clock cpu: time.process_time (this process's CPU seconds, all its threads)
+
+
 def sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize()
@@ -188,13 +219,13 @@ class Runner:
         if probe:
             probe.__enter__()
         sync(device)
-        t0 = time.perf_counter()
+        t0 = CLOCK()
         loss = self.loss_fn(self.model, batch)
         loss.backward()
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
         sync(device)
-        dt = time.perf_counter() - t0
+        dt = CLOCK() - t0
         if probe:
             probe.__exit__(None, None, None)
             self.mem.append((probe.peak, probe.growth))
@@ -205,37 +236,62 @@ class Runner:
         return dt
 
 
+def saved_activation_bytes(model, loss_fn, batch) -> int:
+    """Bytes of the distinct tensors autograd saves for backward in one training-mode forward (parameters
+    excluded): the activation memory, independent of the allocator (which RSS is not)."""
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    seen: dict[int, int] = {}
+
+    def pack(t):
+        st = t.untyped_storage()
+        if st.data_ptr() not in params:
+            seen[st.data_ptr()] = max(seen.get(st.data_ptr(), 0), st.nbytes())
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        loss = loss_fn(model, batch)
+    del loss
+    return sum(seen.values())
+
+
 class GemmPeak:
-    """fp32 GEMM throughput of the config's own shapes, F.linear like the model: x[B*S, H] @ W[4H, H]^T and
-    x[B*S, 4H] @ W[H, 4H]^T (FFN in / out). `sample()` runs a few and keeps the per-shape medians."""
+    """fp32 GEMM throughput of the config's own shapes, as the model calls them: x[B*S, H] @ W[4H, H]^T and
+    x[B*S, 4H] @ W[H, 4H]^T (FFN in / out), each with two backends: F.linear (ATen -> MKL sgemm, what bertforge and
+    transformers use today) and oneDNN (torch.ops.mkldnn._linear_pointwise, where this torch build has it).
+    `sample()` times each a few times per round; rates are medians over rounds; the peak is the best of them."""
 
     def __init__(self, rows: int, H: int, I: int, device: torch.device) -> None:
         g = torch.Generator().manual_seed(0)
         self.device = device
         self.cases = []
+        backends = [("mkl", F.linear)]
+        if device.type == "cpu" and onednn_available():
+            backends.append(("onednn", lambda x, w, b: _LP(x, w, b, "none", [], "")))
         for k, n in ((H, I), (I, H)):
             x = torch.randn(rows, k, generator=g).to(device)
             w = torch.randn(n, k, generator=g).to(device)
             b = torch.randn(n, generator=g).to(device)
-            self.cases.append((x, w, b, 2.0 * rows * k * n))
+            for name, fn in backends:
+                self.cases.append((name, fn, x, w, b, 2.0 * rows * k * n))
         self.samples: list[list[float]] = [[] for _ in self.cases]
         for _ in range(2):
             self.sample(2)  # warm-up
 
     def sample(self, n: int = 5) -> None:
-        for i, (x, w, b, fl) in enumerate(self.cases):
+        for i, (_, fn, x, w, b, fl) in enumerate(self.cases):
             ts = []
             for _ in range(n):
                 sync(self.device)
-                t0 = time.perf_counter()
-                F.linear(x, w, b)
+                t0 = CLOCK()
+                fn(x, w, b)
                 sync(self.device)
-                ts.append(time.perf_counter() - t0)
+                ts.append(CLOCK() - t0)
             self.samples[i].append(fl / statistics.median(ts))
 
-    def peak(self) -> float:
-        """Median over rounds of each shape's rate; the faster shape is the peak."""
-        return max(statistics.median(s) for s in self.samples if s)
+    def peak(self, backend: str | None = None) -> float:
+        """Best over shapes (and backends, unless one is named) of the median-over-rounds rate, FLOP/s."""
+        rates = [statistics.median(s) for c, s in zip(self.cases, self.samples) if s and backend in (None, c[0])]
+        return max(rates) if rates else float("nan")
 
 
 # ---------------------------------------------------------------------------------------------------- models
@@ -251,6 +307,7 @@ def build_pair(name: str, device: torch.device, seed: int = 0):
     """transformers' BertForPreTraining (its own init) and bertforge's loaded from it through a saved checkpoint."""
     import transformers
 
+    transformers.utils.logging.disable_progress_bar()
     cfg = BertConfig.preset(name, vocab_size=VOCAB)
     torch.manual_seed(seed)
     hf = transformers.BertForPreTraining(hf_config(cfg))
@@ -280,6 +337,71 @@ def loss_check(hf, ours, batch) -> tuple[float, float]:
 
 
 # ---------------------------------------------------------------------------------------------------- prototype
+_LP = None
+
+
+def onednn_available() -> bool:
+    global _LP
+    if _LP is None:
+        try:
+            op = torch.ops.mkldnn._linear_pointwise
+            x, w = torch.randn(4, 8), torch.randn(3, 8)
+            _LP = op if torch.allclose(op(x, w, None, "none", [], ""), x @ w.t(), atol=1e-5) else False
+        except Exception:  # noqa: BLE001 - no oneDNN in this build
+            _LP = False
+    return bool(_LP)
+
+
+@torch.library.custom_op("bertforge_bench::onednn_linear", mutates_args=())
+def _onednn_linear_2d(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
+    """[M, K] @ [N, K]^T (+ b) by oneDNN; an opaque op, so torch.compile calls it as it is (inductor's own lowering
+    of mkldnn._linear_pointwise only accepts frozen, constant weights)."""
+    return torch.ops.mkldnn._linear_pointwise(x, w, b, "none", [], "")
+
+
+@_onednn_linear_2d.register_fake
+def _(x, w, b):
+    return x.new_empty(x.shape[0], w.shape[0])
+
+
+class OneDnnLinear(torch.autograd.Function):
+    """y = x Wᵀ + b with all three GEMMs (forward, input grad, weight grad) done by oneDNN instead of MKL.
+
+    Same fp32 maths (results differ from MKL's only in summation order, ~1e-6 relative). On this AMD CPU MKL's
+    sgemm takes its AVX2 path while oneDNN uses AVX-512: about 2x the GEMM throughput."""
+
+    @staticmethod
+    def forward(ctx, x, w, b):
+        x2 = x.reshape(-1, x.shape[-1])
+        ctx.save_for_backward(x2, w)
+        ctx.has_bias, ctx.in_shape = b is not None, x.shape
+        return _onednn_linear_2d(x2, w, b).view(*x.shape[:-1], w.shape[0])
+
+    @staticmethod
+    def backward(ctx, gy):
+        x2, w = ctx.saved_tensors
+        gy2 = gy.reshape(-1, gy.shape[-1])
+        gx = gw = gb = None
+        if ctx.needs_input_grad[0]:
+            gx = _onednn_linear_2d(gy2, w.t(), None).view(ctx.in_shape)  # [T, N] @ [N, K]
+        if ctx.needs_input_grad[1]:
+            gw = _onednn_linear_2d(gy2.t(), x2.t(), None)  # [N, T] @ [T, K]
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            gb = gy2.sum(0)
+        return gx, gw, gb
+
+
+def onednn_linear(x, w, b=None):
+    return OneDnnLinear.apply(x, w, b)
+
+
+def rand_dropout(x, p: float, training: bool):
+    """Inverted dropout from a uniform draw (rand >= p) instead of bernoulli_: same distribution, other stream."""
+    if not training or p == 0.0:
+        return x
+    return x * (torch.rand_like(x) >= p) * (1.0 / (1.0 - p))
+
+
 class FastBert(torch.nn.Module):
     """Prototype of the recommended bertforge/model.py changes, run on a copy of a bertforge model (same weights,
     same maths; not part of the package). Options:
@@ -288,24 +410,30 @@ class FastBert(torch.nn.Module):
                (indices from the attention mask); q/k/v are scattered to [B, S, 3H] for SDPA and the context
                gathered back, so attention sees exactly what the padded model sees;
     fused_qkv  one persistent [3H, H] weight + [3H] bias per layer (no torch.cat of the three weights per call);
-    bool_mask  SDPA gets a boolean [B, 1, 1, S] keep-mask instead of the additive float one.
-    compile    torch.compile of the per-layer function (regional: one graph reused by every layer).
+    bool_mask  SDPA gets a boolean [B, 1, 1, S] keep-mask instead of the additive float one;
+    onednn     every Dense and the tied decoder through OneDnnLinear (oneDNN GEMMs, forward and backward);
+    fast_dropout  dropout masks from rand >= p instead of bernoulli_ (same distribution, other random stream),
+               attention written out (SDPA's math path: scores, softmax, dropout, @v) so its dropout is too;
+    compile_layers  torch.compile of the per-layer function (regional: one graph reused by every layer).
+    Assumes right padding ([CLS] at position 0), as bertforge's data pipeline produces.
     """
 
-    def __init__(self, ref: torch.nn.Module, unpad=True, fused_qkv=True, bool_mask=True, compile_layers=False):
+    def __init__(self, ref: torch.nn.Module, unpad=True, fused_qkv=True, bool_mask=True, onednn=False,
+                 fast_dropout=False, compile_layers=False):
         super().__init__()
         self.m = copy.deepcopy(ref)
         self.cfg = ref.config
         self.unpad, self.fused_qkv, self.bool_mask = unpad, fused_qkv, bool_mask
+        self.lin = onednn_linear if (onednn and onednn_available()) else F.linear
+        self.fast_dropout = fast_dropout
+        self.drop = rand_dropout if fast_dropout else F.dropout
         if fused_qkv:
             for layer in self.m.bert.encoder.layer:
                 sa = layer.attention.self
                 sa.qkv_weight = torch.nn.Parameter(torch.cat([sa.query.weight, sa.key.weight, sa.value.weight]).detach())
                 sa.qkv_bias = torch.nn.Parameter(torch.cat([sa.query.bias, sa.key.bias, sa.value.bias]).detach())
                 del sa.query, sa.key, sa.value
-        self.layer_fn = self._layer
-        if compile_layers:
-            self.layer_fn = torch.compile(self._layer, dynamic=None)
+        self.layer_fn = torch.compile(self._layer, dynamic=None) if compile_layers else self._layer
 
     def _qkv_params(self, sa):
         if self.fused_qkv:
@@ -313,29 +441,36 @@ class FastBert(torch.nn.Module):
         return (torch.cat([sa.query.weight, sa.key.weight, sa.value.weight]),
                 torch.cat([sa.query.bias, sa.key.bias, sa.value.bias]))
 
+    def _act(self, x):
+        return F.gelu(x) if self.cfg.hidden_act == "gelu" else bertforge.model.activation(self.cfg.hidden_act, x)
+
     def _layer(self, layer, x, flat, mask, B: int, S: int, p: float, training: bool):
-        cfg = self.cfg
+        cfg, lin, drop = self.cfg, self.lin, self.drop
         H, nh = cfg.hidden_size, cfg.num_attention_heads
         att = layer.attention
-        w, b = self._qkv_params(att.self)
-        qkv = F.linear(x, w, b)  # [T, 3H] or [B, S, 3H]
+        qkv = lin(x, *self._qkv_params(att.self))  # [T, 3H] or [B, S, 3H]
         if flat is not None:
             qkv = qkv.new_zeros(B * S, 3 * H).index_copy(0, flat, qkv)  # [B*S, 3H], zeros at padding
-        q, k, v = qkv.view(B, S, 3, nh, H // nh).permute(2, 0, 3, 1, 4)
-        ctx = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=cfg.attention_probs_dropout_prob if training else 0.0)
-        ctx = ctx.transpose(1, 2).reshape(B * S, H)
-        if flat is not None:
-            ctx = ctx.index_select(0, flat)  # [T, H]
+        q, k, v = qkv.view(B, S, 3, nh, H // nh).permute(2, 0, 3, 1, 4)  # 3 x [B, nh, S, hd]
+        attn_p = cfg.attention_probs_dropout_prob if training else 0.0
+        if self.fast_dropout and training and attn_p > 0:  # SDPA's math path, written out, rand-based dropout
+            scores = (q * (1.0 / math.sqrt(H // nh))) @ k.transpose(-1, -2)  # [B, nh, S, S]
+            if mask is not None:
+                scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min) if mask.dtype == torch.bool \
+                    else scores + mask
+            ctx = rand_dropout(scores.softmax(-1), attn_p, True) @ v
         else:
-            ctx = ctx.view(B, S, H)
-        out = F.dropout(att.output.dense(ctx), p, training)
+            ctx = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=attn_p)
+        ctx = ctx.transpose(1, 2).reshape(B * S, H)
+        ctx = ctx.index_select(0, flat) if flat is not None else ctx.view(B, S, H)  # [T, H] or [B, S, H]
+        out = drop(lin(ctx, att.output.dense.weight, att.output.dense.bias), p, training)
         x = att.output.LayerNorm(out + x)
-        h = F.gelu(layer.intermediate.dense(x)) if cfg.hidden_act == "gelu" else bertforge.model.activation(cfg.hidden_act, layer.intermediate.dense(x))
-        h = F.dropout(layer.output.dense(h), p, training)
+        h = self._act(lin(x, layer.intermediate.dense.weight, layer.intermediate.dense.bias))
+        h = drop(lin(h, layer.output.dense.weight, layer.output.dense.bias), p, training)
         return layer.output.LayerNorm(h + x)
 
     def forward(self, input_ids, attention_mask, token_type_ids, labels, next_sentence_label):
-        cfg, m = self.cfg, self.m
+        cfg, m, lin = self.cfg, self.m, self.lin
         B, S = input_ids.shape
         emb = m.bert.embeddings
         p = cfg.hidden_dropout_prob
@@ -348,29 +483,32 @@ class FastBert(torch.nn.Module):
             x = x + F.embedding(token_type_ids.reshape(-1)[flat], emb.token_type_embeddings.weight)  # [T, H]
         else:
             x = emb.word_embeddings(input_ids) + emb.position_embeddings.weight[:S]
-            x = x + emb.token_type_embeddings(token_type_ids)
-        x = F.dropout(emb.LayerNorm(x), p, self.training)
+            x = x + emb.token_type_embeddings(token_type_ids)  # [B, S, H]
+        x = self.drop(emb.LayerNorm(x), p, self.training)
         mask = None
         if padded:
-            keep = attention_mask[:, None, None, :].bool()
+            keep = attention_mask[:, None, None, :].bool()  # [B, 1, 1, S]
             mask = keep if self.bool_mask else (1.0 - keep.to(x.dtype)) * torch.finfo(x.dtype).min
         for layer in m.bert.encoder.layer:
             x = self.layer_fn(layer, x, flat, mask, B, S, p, self.training)
-        # heads: [CLS] rows, labelled rows
+        # heads: the [CLS] rows and the labelled rows
+        lengths = attention_mask.sum(1)
         if flat is not None:
             lab = labels.reshape(-1)[flat]
-            starts = torch.cumsum(attention_mask.sum(1), 0) - attention_mask.sum(1)  # row of each [CLS]
-            cls_rows = x.index_select(0, starts)
+            cls_rows = x.index_select(0, torch.cumsum(lengths, 0) - lengths)
         else:
             lab = labels.reshape(-1)
+            cls_rows = x[:, 0]
             x = x.reshape(B * S, -1)
-            cls_rows = x.view(B, S, -1)[:, 0]
         keep_rows = (lab != -100).nonzero().squeeze(1)
-        heads = m.cls
-        logits = heads.predictions(x.index_select(0, keep_rows), emb.word_embeddings.weight)
+        pred = m.cls.predictions
+        t = pred.transform
+        h = t.LayerNorm(self._act(lin(x.index_select(0, keep_rows), t.dense.weight, t.dense.bias)))
+        logits = lin(h, emb.word_embeddings.weight, pred.bias)  # [N, V], tied decoder
         mlm = F.cross_entropy(logits, lab[keep_rows])
-        pooled = torch.tanh(m.bert.pooler.dense(cls_rows))
-        nsp = F.cross_entropy(heads.seq_relationship(pooled), next_sentence_label.reshape(-1))
+        pooled = torch.tanh(lin(cls_rows, m.bert.pooler.dense.weight, m.bert.pooler.dense.bias))
+        nsp_dense = m.cls.seq_relationship
+        nsp = F.cross_entropy(lin(pooled, nsp_dense.weight, nsp_dense.bias), next_sentence_label.reshape(-1))
         return mlm + nsp
 
 
@@ -379,7 +517,7 @@ def fast_loss(model, batch):
 
 
 def make_adamw(model, kind: str) -> torch.optim.Optimizer:
-    if kind == "default":  # what bertforge.pretrain builds on CPU (fused only on CUDA) = for-loop on CPU
+    if kind == "default":  # what bertforge.pretrain builds: fused AdamW wherever the kernel applies
         return make_optimizer(model, "adamw", LR, WD)
     kwargs = dict(lr=LR, betas=(0.9, 0.999), eps=1e-6)
     kwargs["foreach" if kind == "foreach" else "fused"] = True
@@ -412,6 +550,9 @@ def ratio(a: Runner, b: Runner) -> float:
     return med([x / y for x, y in zip(a.times, b.times)])
 
 
+PROTO_KW = dict(unpad=True, fused_qkv=True, bool_mask=True, onednn=True)  # the same-maths changes, combined
+
+
 def run_config(name: str, args, device: torch.device) -> list[dict]:
     print(f"\n=== {name}: batch {BATCH[name] if args.batch is None else args.batch} x seq {SEQ} ===", flush=True)
     t0 = time.perf_counter()
@@ -420,59 +561,89 @@ def run_config(name: str, args, device: torch.device) -> list[dict]:
     n_enc = sum(p.numel() for n, p in ours.named_parameters() if ".encoder." in n)
     print(f"  params: {ours.num_parameters() / 1e6:.1f} M total, {n_enc / 1e6:.1f} M in the encoder "
           f"(built in {time.perf_counter() - t0:.1f} s)")
-    rows = []
-    for variant in args.variants:
-        batch = {k: v.to(device) for k, v in make_batch(B, SEQ, packed=(variant == "packed")).items()}
-        real = int(batch["attention_mask"].sum())
-        total = B * SEQ
-        n_lab = int((batch["labels"] != -100).sum())
-        fl = step_flops(cfg, batch)
+    proto = FastBert(ours, **PROTO_KW).to(device) if args.prototype else None
+    batches = {v: {k: t.to(device) for k, t in make_batch(B, SEQ, packed=(v == "packed")).items()} for v in args.variants}
+    for variant, batch in batches.items():  # loss checks first, while every model still has the initial weights
+        real, n_lab = int(batch["attention_mask"].sum()), int((batch["labels"] != -100).sum())
         a, b = loss_check(hf, ours, batch)
-        print(f"  [{variant}] real tokens {real}/{total} ({real / total:.1%}), labelled {n_lab}; "
+        print(f"  [{variant}] real tokens {real}/{B * SEQ} ({real / (B * SEQ):.1%}), labelled {n_lab}; "
               f"loss check (eval, same weights): transformers {a:.6f} bertforge {b:.6f} |diff| {abs(a - b):.2e} "
               f"({'within' if abs(a - b) <= 1e-4 else 'OUTSIDE'} 1e-4)", flush=True)
-        # fresh optimizers per variant; models keep training from where they are (timing only)
-        r_ours = Runner("bertforge", ours, ours_loss, make_adamw(ours, args.optimizer), fl.ours)
-        r_hf = Runner("transformers", hf, hf_loss, make_adamw(hf, args.optimizer), fl.hf)
+        if proto is not None:
+            proto.eval()
+            with torch.no_grad():
+                c = float(fast_loss(proto, batch))
+            proto.train()
+            print(f"  [{variant}] bf-prototype (unpad + fused QKV + bool mask + oneDNN linear; fused AdamW) loss "
+                  f"{c:.6f}, |diff| to bertforge {abs(c - b):.2e}")
+    rows = []
+    for variant, batch in batches.items():
+        real, total = int(batch["attention_mask"].sum()), B * SEQ
+        fl = step_flops(cfg, batch)
+        # fresh optimizers per variant; the models keep training from where they are (timing only)
+        runners = [Runner("bertforge", ours, ours_loss, make_adamw(ours, args.optimizer), fl.ours),
+                   Runner("transformers", hf, hf_loss, make_adamw(hf, args.optimizer), fl.hf)]
+        if proto is not None:
+            fl_p = step_flops(cfg, batch, unpadded=True).ours
+            runners.append(Runner("bf-prototype", proto, fast_loss, make_adamw(proto, "fused"), fl_p))
+        acts = {r.name: saved_activation_bytes(r.model, r.loss_fn, batch) for r in runners}
         gemm = GemmPeak(total, cfg.hidden_size, cfg.intermediate_size, device)
-        interleave([r_ours, r_hf], batch, device, args.warmup, args.repeats, gemm)
-        peak = gemm.peak()
-        for r in (r_ours, r_hf):
+        interleave(runners, batch, device, args.warmup, args.repeats, gemm)
+        peak, peak_mkl = gemm.peak(), gemm.peak("mkl")
+        for r in runners:
             t = med(r.times)
             rows.append(dict(config=name, variant=variant, impl=r.name, ms=t * 1e3, real_tps=real / t,
-                             total_tps=total / t, mfu=fl.useful / t / peak, hfu=r.flops_exec / t / peak,
-                             peak_gflops=peak / 1e9, mem_peak=r.mem[0][0], mem_growth=r.mem[0][1],
-                             speedup=ratio(r_hf, r_ours) if r is r_ours else 1.0,
-                             spread=(min(r.times) * 1e3, max(r.times) * 1e3)))
-        del r_ours, r_hf
+                             total_tps=total / t, mfu=fl.useful / t / peak, mfu_mkl=fl.useful / t / peak_mkl,
+                             hfu=r.flops_exec / t / peak, peak_gflops=peak / 1e9, peak_mkl_gflops=peak_mkl / 1e9,
+                             mem_peak=r.mem[0][0], mem_growth=r.mem[0][1], act=acts[r.name],
+                             speedup=ratio(runners[1], r), spread=(min(r.times) * 1e3, max(r.times) * 1e3)))
+        del runners
     if args.profile:
         profile_step(ours, ours_loss, make_adamw(ours, args.optimizer),
                      {k: v.to(device) for k, v in make_batch(B, SEQ, packed=False).items()}, device, args.profile_rows)
+        if proto is not None:
+            profile_step(proto, fast_loss, make_adamw(proto, "fused"),
+                         {k: v.to(device) for k, v in make_batch(B, SEQ, packed=False).items()}, device,
+                         args.profile_rows, title="bf-prototype")
     return rows
 
 
-def print_table(rows: list[dict]) -> None:
-    print("\nheadline: real (non-padding) tokens/s; 'pos/s' counts every position (B*S) including padding.")
-    print("MFU = useful FLOPs / time / peak (same useful count for both); HFU = FLOPs the implementation executes"
-          " / time / peak; peak = median fp32 GEMM GFLOP/s of the config's FFN shapes, measured in the same rounds.")
+def print_table(rows: list[dict], legend: bool = True) -> None:
+    if legend:
+        _legend()
     hdr = (f"{'config':7} {'batch':7} {'impl':13} {'ms/step':>8} {'(min-max)':>13} {'real tok/s':>11} {'pos/s':>8} "
-           f"{'x HF':>6} {'MFU':>6} {'HFU':>6} {'peak GF/s':>9} {'RSS peak':>10} {'step +RSS':>10}")
-    print(hdr)
+           f"{'x HF':>6} {'MFU':>6} {'MFU/mkl':>7} {'HFU':>6} {'peak GF/s':>9} {'mkl GF/s':>8} {'saved act':>10} "
+           f"{'RSS peak':>10} {'step +RSS':>10}")
+    print("\n" + hdr)
     print("-" * len(hdr))
     for r in rows:
         print(f"{r['config']:7} {r['variant']:7} {r['impl']:13} {r['ms']:8.0f} {r['spread'][0]:6.0f}-{r['spread'][1]:<6.0f} "
-              f"{r['real_tps']:11,.0f} {r['total_tps']:8,.0f} {r['speedup']:6.2f} {r['mfu']:6.1%} {r['hfu']:6.1%} "
-              f"{r['peak_gflops']:9.1f} {fmt_bytes(r['mem_peak']):>10} {fmt_bytes(r['mem_growth']):>10}")
+              f"{r['real_tps']:11,.0f} {r['total_tps']:8,.0f} {r['speedup']:6.2f} {r['mfu']:6.1%} {r['mfu_mkl']:7.1%} "
+              f"{r['hfu']:6.1%} {r['peak_gflops']:9.1f} {r['peak_mkl_gflops']:8.1f} {fmt_bytes(r['act']):>10} "
+              f"{fmt_bytes(r['mem_peak']):>10} {fmt_bytes(r['mem_growth']):>10}")
+
+
+def _legend() -> None:
+    print("\nheadline: real (non-padding) tokens/s; 'pos/s' counts every position (B*S) including padding;"
+          " 'x HF' = median per-round speed-up over transformers.")
+    print("MFU = useful FLOPs / time / peak, the same useful count for every row; peak = best fp32 GEMM rate of the"
+          " config's FFN shapes measured in the same rounds (over MKL via F.linear and oneDNN); 'MFU/mkl' uses the"
+          " F.linear (MKL) GEMM rate instead; HFU = FLOPs the row's implementation executes / time / peak.")
+    print("memory: 'saved act' = tensors autograd keeps for backward (exact, allocator-independent); 'RSS peak' = the"
+          " process's resident high-water mark during the step (every model of the run is resident: compare rows"
+          " through 'step +RSS', the growth over the RSS before the step, which allocator caching can hide).")
 
 
 # ---------------------------------------------------------------------------------------------------- profile
 CATEGORIES = [
-    ("matmul (linear/mm/addmm/bmm)", ("aten::mm", "aten::addmm", "aten::bmm", "aten::matmul", "aten::linear", "aten::baddbmm")),
+    ("matmul: linear (MKL mm/addmm or oneDNN)", ("aten::mm", "aten::addmm", "aten::matmul", "aten::linear",
+                                                "_linear_pointwise")),
+    ("matmul: attention bmm (SDPA math path)", ("aten::bmm", "aten::baddbmm")),
     ("attention (SDPA fwd+bwd)", ("scaled_dot_product", "flash_attention")),
     ("optimizer (AdamW)", ("adam", "_foreach", "aten::lerp", "aten::addcdiv", "aten::addcmul", "aten::sqrt", "aten::_fused")),
     ("layer norm", ("layer_norm",)),
     ("gelu", ("gelu",)),
-    ("dropout / RNG", ("dropout", "bernoulli")),
+    ("dropout / RNG", ("dropout", "bernoulli", "aten::rand", "uniform_")),
     ("embedding fwd/bwd", ("embedding",)),
     ("softmax / cross-entropy", ("softmax", "nll_loss", "cross_entropy")),
     ("copies / cat / index / zeros", ("aten::copy_", "aten::cat", "aten::index", "aten::clone", "aten::zero_", "aten::fill_",
@@ -490,7 +661,8 @@ def categorize(key: str) -> str:
     return "other"
 
 
-def profile_step(model, loss_fn, opt, batch, device, top: int, title: str = "bertforge") -> None:
+def profile_step(model, loss_fn, opt, batch, device, top: int, title: str = "bertforge", steps: int = 3) -> None:
+    """torch.profiler over `steps` training steps (averaged per step: one step is too noisy on a shared machine)."""
     from torch.profiler import ProfilerActivity, profile
 
     for _ in range(2):  # warm
@@ -501,21 +673,23 @@ def profile_step(model, loss_fn, opt, batch, device, top: int, title: str = "ber
     sync(device)
     t0 = time.perf_counter()
     with profile(activities=acts, record_shapes=False) as prof:
-        loss_fn(model, batch).backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        for _ in range(steps):
+            loss_fn(model, batch).backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
         sync(device)
-    wall = time.perf_counter() - t0
+    wall = (time.perf_counter() - t0) / steps
     ka = prof.key_averages()
-    print(f"\n--- profile: one {title} training step (padded batch), wall {wall * 1e3:.0f} ms under the profiler ---")
+    print(f"\n--- profile: {title} training step (padded batch), {steps} steps, {wall * 1e3:.0f} ms per step under "
+          f"the profiler; times below are totals over the {steps} steps ---")
     print(ka.table(sort_by="self_cpu_time_total", row_limit=top, max_name_column_width=60))
     total = sum(e.self_cpu_time_total for e in ka)
     cats: dict[str, float] = {}
     for e in ka:
         cats[categorize(e.key)] = cats.get(categorize(e.key), 0.0) + e.self_cpu_time_total
-    print("self CPU time by category (share of the step's self CPU time):")
+    print("self CPU time by category, per step (share of the step's self CPU time):")
     for k, v in sorted(cats.items(), key=lambda kv: -kv[1]):
-        print(f"  {k:34} {v / 1e3:9.1f} ms  {v / total:6.1%}")
+        print(f"  {k:40} {v / 1e3 / steps:9.1f} ms  {v / total:6.1%}")
 
 
 # ---------------------------------------------------------------------------------------------------- experiments
@@ -532,47 +706,68 @@ def experiments(name: str, args, device: torch.device) -> None:
     fl_unpad = step_flops(cfg, padded, unpadded=True)
     gemm = GemmPeak(B * SEQ, cfg.hidden_size, cfg.intermediate_size, device)
 
-    def check(proto, batch) -> float:
+    def check(proto, batch) -> str:
+        """Eval mode, same weights: |loss difference| and the worst relative gradient difference over parameters."""
         ours.eval(), proto.eval()
-        with torch.no_grad():
-            d = abs(float(ours_loss(ours, batch)) - float(fast_loss(proto, batch)))
+        la, lb = ours_loss(ours, batch), fast_loss(proto, batch)
+        la.backward(), lb.backward()
+        la, lb = la.detach(), lb.detach()
+        grads = dict(proto.m.named_parameters())
+        pairs = []
+        for n, p in ours.named_parameters():
+            if n.endswith("attention.self.key.bias"):  # its gradient is 0 in exact arithmetic (softmax ignores a
+                continue  # per-query constant): fp32 leaves ~1e-11 of noise, even MKL vs fp64 differ by 100%
+            q = grads.get(n)
+            if q is None:  # fused QKV: the matching slice of the fused gradient
+                parent, which, kind = n.rsplit(".", 2)
+                q_grad = grads[f"{parent}.qkv_{kind}"].grad.chunk(3)[("query", "key", "value").index(which)]
+            else:
+                q_grad = q.grad
+            if p.grad is not None and q_grad is not None:
+                pairs.append((p.grad, q_grad))
+        # relative to each tensor's largest gradient, floored at 1e-6 of the model's largest
+        floor = 1e-6 * max(float(a.abs().max()) for a, _ in pairs)
+        worst = max(float((a - b).abs().max()) / max(float(a.abs().max()), floor) for a, b in pairs)
+        ours.zero_grad(set_to_none=True), proto.zero_grad(set_to_none=True)
         ours.train(), proto.train()
-        return d
+        return f"|loss diff| {abs(float(la) - float(lb)):.2e}, max relative gradient diff {worst:.1e}"
 
     cases: list[tuple[str, Callable[[], Runner], dict]] = []
 
     def proto(label, batch=padded, opt="default", **kw):
         def build():
             p = FastBert(ours, **kw).to(device)
-            d = check(p, batch)
-            print(f"    {label}: |loss - bertforge loss| (eval) = {d:.2e}")
+            print(f"    {label} vs bertforge (eval, same weights): {check(p, batch)}")
             unp = kw.get("unpad", True) and batch is padded
             return Runner(label, p, fast_loss, make_adamw(p, opt), (fl_unpad if unp else fl).ours)
         cases.append((label, build, batch))
 
-    base_kw = dict(unpad=False, fused_qkv=False, bool_mask=False)
+    off = dict(unpad=False, fused_qkv=False, bool_mask=False, onednn=False, fast_dropout=False)
     wanted = set(args.experiment_list)
-    if "equiv" in wanted:  # the prototype with every option off = bertforge's maths in a different file (control)
-        proto("proto-control", **base_kw)
-    if "unpad" in wanted:
-        proto("unpad", **{**base_kw, "unpad": True})
-    if "fused_qkv" in wanted:
-        proto("fused-qkv", **{**base_kw, "fused_qkv": True})
-    if "bool_mask" in wanted:
-        proto("bool-mask", **{**base_kw, "bool_mask": True})
-    if "optim" in wanted:
-        for kind in ("foreach", "fused"):
+    if "equiv" in wanted:  # every option off = bertforge's maths re-written in this file (a control)
+        proto("proto-control", **off)
+    for opt_name in ("unpad", "fused_qkv", "bool_mask", "onednn", "fast_dropout"):
+        if opt_name in wanted:
+            proto(opt_name.replace("_", "-"), **{**off, opt_name: True})
+    if "optim" in wanted or "optim_fused" in wanted:
+        for kind in ("foreach", "fused") if "optim" in wanted else ("fused",):
             cases.append((f"adamw-{kind}", (lambda k=kind: Runner(f"adamw-{k}", copy.deepcopy(ours), ours_loss,
                                                                    None, fl.ours)), padded))
     if "all" in wanted:
-        proto("all(unpad+qkv+bool)+fused-adamw", opt="fused")
-        proto("all, packed batch", batch=packed, opt="fused")
+        proto("same-maths set + fused AdamW", opt="fused", **PROTO_KW)
+        proto("same-maths set + fused AdamW, packed", batch=packed, opt="fused", **PROTO_KW)
+    if "all" in wanted or "all_fast_dropout" in wanted:
+        proto("same-maths set + fast dropout + fused AdamW", opt="fused", fast_dropout=True, **PROTO_KW)
+    if "compile" in wanted or "compile_all" in wanted:
+        proto("same-maths set + compile + fused AdamW", opt="fused", compile_layers=True, **PROTO_KW)
     if "compile" in wanted:
-        proto("all+compile+fused-adamw", opt="fused", compile_layers=True)
+        proto("compile alone (regional, per layer)", compile_layers=True, **off)
 
     for label, build, batch in cases:
         print(f"  -- {label} vs bertforge ({'packed' if batch is packed else 'padded'} batch)", flush=True)
+        t0 = time.perf_counter()
         r = build()
+        built = time.perf_counter() - t0
         if r.opt is None:
             r.opt = make_adamw(r.model, label.split("-", 1)[1])
         base = Runner("bertforge", ours, ours_loss, make_adamw(ours, "default"), fl.ours)
@@ -586,7 +781,8 @@ def experiments(name: str, args, device: torch.device) -> None:
         tb, tr = med(base.times), med(r.times)
         print(f"     bertforge {tb * 1e3:7.0f} ms  {real / tb:9,.0f} tok/s  MFU {flu / tb / peak:6.1%}   |   "
               f"{label} {tr * 1e3:7.0f} ms  {real / tr:9,.0f} tok/s  MFU {flu / tr / peak:6.1%}   "
-              f"speed-up x{ratio(base, r):.3f}  (first step {first:.1f} s; peak {peak / 1e9:.0f} GF/s)", flush=True)
+              f"speed-up x{ratio(base, r):.3f}  (build+check {built:.1f} s, first step {first:.1f} s; "
+              f"peak {peak / 1e9:.0f} GF/s)", flush=True)
         del r, base
 
     if "threads" in wanted:
@@ -603,9 +799,9 @@ def experiments(name: str, args, device: torch.device) -> None:
         torch.set_num_threads(n0)
 
     if args.profile:
-        p = FastBert(ours, compile_layers=False).to(device)
+        p = FastBert(ours, **PROTO_KW).to(device)
         profile_step(p, fast_loss, make_adamw(p, "fused"), padded, device, args.profile_rows,
-                     title="prototype (unpad+fused-qkv+bool-mask, fused AdamW)")
+                     title="bf-prototype (unpad + fused QKV + bool mask + oneDNN linear, fused AdamW)")
 
 
 # ---------------------------------------------------------------------------------------------------- main
@@ -616,19 +812,39 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--repeats", type=int, default=5, help="measured interleaved rounds (default 5)")
     ap.add_argument("--warmup", type=int, default=2, help="warm-up steps per implementation (default 2)")
     ap.add_argument("--threads", type=int, default=None, help="intra-op threads (default: torch.get_num_threads())")
+    ap.add_argument("--omp-wait-policy", default="default", choices=["default", "passive", "active"],
+                    help="set OMP_WAIT_POLICY (re-executes the script); passive helps on an oversubscribed machine")
+    ap.add_argument("--thp", action="store_true",
+                    help="set THP_MEM_ALLOC_ENABLE=1 (re-executes the script): c10's CPU allocator then backs tensors"
+                         " over 2 MiB with transparent huge pages, so fresh large tensors fault 512x fewer pages")
+    ap.add_argument("--jemalloc", action="store_true",
+                    help="LD_PRELOAD libjemalloc.so.2 with MALLOC_CONF=dirty_decay_ms:-1,muzzy_decay_ms:-1 (re-executes"
+                         " the script): freed memory stays mapped and is reused without page faults")
+    ap.add_argument("--clock", default="wall", choices=["wall", "cpu"],
+                    help="wall: time.perf_counter (default); cpu: time.process_time, this process's CPU time, which "
+                         "leaves out the time other processes hold the cores (use with --threads 1 on a busy machine)")
     ap.add_argument("--batch", type=int, default=None, help="override the batch size (default 16; 8 for base)")
     ap.add_argument("--variants", default="padded,packed", help="padded, packed or both (default both)")
     ap.add_argument("--optimizer", default="default", choices=["default", "foreach", "fused"],
-                    help="AdamW implementation for the main comparison (default: make_optimizer's, for-loop on CPU)")
+                    help="AdamW implementation for the main comparison (default: make_optimizer's, fused where supported)")
+    ap.add_argument("--prototype", action="store_true",
+                    help="add a third row: bertforge + the recommended same-maths changes (bench-only prototype)")
     ap.add_argument("--profile", action="store_true", help="print the top ops of one bertforge step")
     ap.add_argument("--profile-rows", type=int, default=25)
     ap.add_argument("--experiments", action="store_true", help="A/B candidate speed-ups instead of the main table")
-    ap.add_argument("--experiment-list", default="unpad,fused_qkv,bool_mask,optim,all,compile,threads",
-                    help="subset of: equiv,unpad,fused_qkv,bool_mask,optim,all,compile,threads")
+    ap.add_argument("--experiment-list", default="unpad,fused_qkv,bool_mask,onednn,fast_dropout,optim,all,compile",
+                    help="subset of: equiv,unpad,fused_qkv,bool_mask,onednn,fast_dropout,optim (foreach and fused),"
+                         "optim_fused,all (+ packed + fast dropout),all_fast_dropout,compile (prototype, bertforge),"
+                         "compile_all,threads")
     args = ap.parse_args(argv)
     args.variants = [v for v in args.variants.split(",") if v]
     args.experiment_list = [v for v in args.experiment_list.split(",") if v]
     device = torch.device(args.device)
+    global CLOCK
+    if args.clock == "cpu":
+        if device.type == "cuda":
+            ap.error("--clock cpu measures host CPU time; use wall with --device cuda")
+        CLOCK = time.process_time
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = False  # fp32 means fp32
         torch.backends.cudnn.allow_tf32 = False
@@ -637,8 +853,19 @@ def main(argv: list[str] | None = None) -> None:
     import transformers
 
     print(f"torch {torch.__version__}, transformers {transformers.__version__}, device {device}, "
-          f"threads {torch.get_num_threads()} (os.cpu_count {os.cpu_count()}), fp32, train mode (dropout on)")
-    print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+          f"threads {torch.get_num_threads()} (os.cpu_count {os.cpu_count()}), fp32, train mode (dropout on), "
+          f"clock {args.clock}")
+    if args.clock == "cpu" and torch.get_num_threads() > 1:
+        print("note: --clock cpu with several threads adds up every thread's CPU time, spin-waits included")
+    load = os.getloadavg()
+    print(f"load average at start: {' '.join(f'{x:.2f}' for x in load)}; "
+          f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', '(unset)')}, "
+          f"THP_MEM_ALLOC_ENABLE={os.environ.get('THP_MEM_ALLOC_ENABLE', '(unset)')}, "
+          f"LD_PRELOAD={os.environ.get('LD_PRELOAD', '(unset)')}")
+    if device.type == "cpu" and load[0] > (os.cpu_count() or 1):
+        print(f"WARNING: load average {load[0]:.1f} > {os.cpu_count()} CPUs: other processes share the cores; absolute "
+              "times are inflated and multi-threaded ops stall when a thread is descheduled (try --threads 1 --clock cpu,"
+              " or --omp-wait-policy passive). Ratios are per-round, interleaved; the peak is measured in the same rounds.")
     if device.type == "cpu" and not _reset_hwm():
         print("note: /proc/self/clear_refs not writable: CPU memory is ru_maxrss, a whole-process high-water mark")
     rows: list[dict] = []
@@ -646,7 +873,9 @@ def main(argv: list[str] | None = None) -> None:
         if args.experiments:
             experiments(name, args, device)
         else:
-            rows.extend(run_config(name, args, device))
+            new = run_config(name, args, device)
+            print_table(new, legend=False)  # each config as it completes; all of them again at the end
+            rows.extend(new)
     if rows:
         print_table(rows)
     print(f"load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
