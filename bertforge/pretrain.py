@@ -134,7 +134,10 @@ def setup_runtime(device: str) -> Runtime:
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
     elif device == "cpu":
+        from .pipelines.base import configure_threads
+
         dev = torch.device("cpu")
+        configure_threads(None)  # one thread per CPU this process may use, unless OMP_NUM_THREADS says otherwise
     else:
         raise BertforgeError(f"unknown device {device!r}; choose auto, cpu or cuda")
     owns = world > 1 and not dist.is_initialized()
