@@ -44,6 +44,7 @@ class LoadingInfo:
     missing_keys: list[str] = field(default_factory=list)  # initialised from scratch
     unexpected_keys: list[str] = field(default_factory=list)  # in the file, not used by this class
     source: str = ""
+    mismatched_keys: list[str] = field(default_factory=list)  # head weights of another shape, initialised anew
 
 
 def rename_key(key: str) -> str | None:
@@ -129,13 +130,17 @@ def _read_sharded(root: Path) -> dict[str, torch.Tensor]:
 
 
 def convert_state_dict(
-    state: dict[str, torch.Tensor], model: torch.nn.Module, source: str
+    state: dict[str, torch.Tensor], model: torch.nn.Module, source: str, ignore_mismatched_sizes: bool = False
 ) -> tuple[dict[str, torch.Tensor], LoadingInfo]:
-    """Map checkpoint keys onto `model`'s names; check shapes. Returns the usable tensors and what was missing."""
+    """Map checkpoint keys onto `model`'s names; check shapes. Returns the usable tensors and what was missing.
+
+    A shape mismatch is an error, except that with `ignore_mismatched_sizes` a head weight (a classifier with
+    another number of labels) is left out, to be initialised anew; the encoder's weights must always fit."""
     own = model.state_dict()
     with_prefix = any(k.startswith("bert.") for k in own)
     mapped: dict[str, torch.Tensor] = {}
     unexpected: list[str] = []
+    mismatched: list[str] = []
     for key, tensor in state.items():
         new = rename_key(key)
         if new is None:
@@ -148,22 +153,33 @@ def convert_state_dict(
             unexpected.append(key)
             continue
         if tuple(tensor.shape) != tuple(own[new].shape):
+            if ignore_mismatched_sizes and not new.removeprefix("bert.").startswith(_BODY):
+                mismatched.append(f"{new} {list(tensor.shape)} -> {list(own[new].shape)}")
+                continue
+            hint = (
+                "does config.json match the weights?"
+                if new.removeprefix("bert.").startswith(_BODY)
+                else "a head trained for other labels? ignore_mismatched_sizes=True replaces it with a new one"
+            )
             raise BertforgeError(
-                f"{source}: weight {key!r} has shape {list(tensor.shape)}, the model expects {list(own[new].shape)} "
-                f"(does config.json match the weights?)"
+                f"{source}: weight {key!r} has shape {list(tensor.shape)}, the model expects {list(own[new].shape)} ({hint})"
             )
         if not tensor.is_floating_point():  # complex would lose its imaginary part without a word
             raise BertforgeError(f"{source}: weight {key!r} has non-float dtype {tensor.dtype}")
         mapped[new] = tensor
-    missing = [k for k in own if k not in mapped]
-    return mapped, LoadingInfo(missing, unexpected, source)
+    replaced = {m.split(" ", 1)[0] for m in mismatched}
+    missing = [k for k in own if k not in mapped and k not in replaced]
+    return mapped, LoadingInfo(missing, unexpected, source, mismatched)
 
 
 M = TypeVar("M", bound=torch.nn.Module)
 
 
-def load_pretrained(cls: type[M], path: str | Path, **overrides: Any) -> M:
-    """Build `cls` from a checkpoint directory; heads absent from the file are initialised and reported."""
+def load_pretrained(cls: type[M], path: str | Path, *, ignore_mismatched_sizes: bool = False, **overrides: Any) -> M:
+    """Build `cls` from a checkpoint directory; heads absent from the file are initialised and reported.
+
+    `overrides` change config fields (`num_labels=5`, ...). `ignore_mismatched_sizes=True` lets a head of another
+    shape in the file (a classifier trained for other labels) be replaced by a new one instead of an error."""
     path = Path(path)
     if not path.exists():
         raise BertforgeError(f"{path}: no such model directory")
@@ -174,7 +190,7 @@ def load_pretrained(cls: type[M], path: str | Path, **overrides: Any) -> M:
     # weights (or a hostile one: a 10-million-word vocabulary, 1,000 layers) is refused before anything is allocated.
     with torch.device("meta"):
         skeleton = cls(config)  # type: ignore[call-arg]
-    mapped, info = convert_state_dict(state, skeleton, source)
+    mapped, info = convert_state_dict(state, skeleton, source, ignore_mismatched_sizes)
     if not mapped:
         raise BertforgeError(f"{source}: none of its weights belong to a BERT model")
     body_missing = [k for k in info.missing_keys if k.removeprefix("bert.").startswith(("embeddings.", "encoder."))]
@@ -197,6 +213,12 @@ def load_pretrained(cls: type[M], path: str | Path, **overrides: Any) -> M:
             "%s: weights not in the checkpoint, newly initialised (train them before use): %s",
             cls.__name__,
             ", ".join(info.missing_keys),
+        )
+    if info.mismatched_keys:
+        log.warning(
+            "%s: checkpoint head weights of another shape, newly initialised: %s",
+            cls.__name__,
+            ", ".join(info.mismatched_keys),
         )
     if info.unexpected_keys:
         log.info("%s: checkpoint weights not used by this class: %s", cls.__name__, ", ".join(info.unexpected_keys))

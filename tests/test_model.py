@@ -302,3 +302,22 @@ def test_config_round_trip_and_transformers_reads_it(tmp_path):
     assert hf.hidden_size == 256 and hf.id2label == {0: "neg", 1: "pos"}
     with pytest.raises(BertforgeError, match="unknown config preset"):
         BertConfig.preset("gigantic")
+
+
+def test_ignore_mismatched_sizes_replaces_a_head_of_another_shape(tmp_path, caplog):
+    cfg = tiny_config(num_labels=3)
+    torch.manual_seed(0)
+    trained = bertforge.BertForSequenceClassification(cfg)
+    trained.save_pretrained(tmp_path)
+    with pytest.raises(BertforgeError, match=r"classifier\.(weight|bias).*ignore_mismatched_sizes=True"):
+        bertforge.BertForSequenceClassification.from_pretrained(tmp_path, num_labels=5)
+    with caplog.at_level("WARNING", logger="bertforge"):
+        model = bertforge.BertForSequenceClassification.from_pretrained(tmp_path, num_labels=5, ignore_mismatched_sizes=True)
+    assert model.classifier.weight.shape == (5, 32)
+    assert sorted(model.loading_info.mismatched_keys) == ["classifier.bias [3] -> [5]", "classifier.weight [3, 32] -> [5, 32]"]
+    assert model.loading_info.missing_keys == []
+    assert "another shape, newly initialised: classifier.bias [3] -> [5], classifier.weight" in caplog.text
+    assert torch.equal(model.bert.encoder.layer[0].output.dense.weight, trained.bert.encoder.layer[0].output.dense.weight)
+    # the encoder must always fit: a body of another shape is still an error
+    with pytest.raises(BertforgeError, match="does config.json match"):
+        bertforge.BertModel.from_pretrained(tmp_path, intermediate_size=40, ignore_mismatched_sizes=True)

@@ -56,7 +56,8 @@ def finetune(config: FinetuneConfig | None = None, **settings: Any) -> dict[str,
     dev_data = task.encode(tokenizer, dev_examples, opts, model_config, Path(cfg.dev), labelled=True)
 
     torch.manual_seed(cfg.seed)  # the new head's initialisation and dropout
-    model = task.model_class.from_pretrained(cfg.model, **overrides)
+    # a checkpoint fine-tuned for other labels gets a new head (with a warning that names it)
+    model = task.model_class.from_pretrained(cfg.model, ignore_mismatched_sizes=True, **overrides)
     device = pick_device(cfg.device)
 
     def evaluate_dev() -> dict[str, Any]:
