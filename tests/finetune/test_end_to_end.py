@@ -88,6 +88,23 @@ def test_sentence_pair_regression(tmp_path, tiny_model, capsys):
                         {"text": ["good movie"], "text_pair": ["great film"]})
 
 
+def test_finetuning_a_finetuned_classifier_for_other_labels_gets_a_new_head(tmp_path, tiny_model, capsys, caplog):
+    """A checkpoint fine-tuned for two labels, fine-tuned again for regression: the encoder carries over, the
+    [2, H] classifier is replaced by a new [1, H] one with a warning naming it."""
+    first = tmp_path / "sst"
+    write_sentiment(tmp_path / "train.tsv", 16)
+    finetune(capsys, tiny_model, "classification", tmp_path / "train.tsv", tmp_path / "train.tsv", first)
+    rows = ["sentence1,sentence2,score"] + [f"good movie,{'great film' if i % 2 else 'bad plot'},{i % 5}.5"
+                                           for i in range(16)]
+    (tmp_path / "sts.csv").write_text("\n".join(rows) + "\n")
+    with caplog.at_level("WARNING", logger="bertforge"):
+        summary = finetune(capsys, first / "model", "classification", tmp_path / "sts.csv", tmp_path / "sts.csv",
+                           tmp_path / "sts", "--label-column", "score")
+    assert summary["main_metric"] == "pearson"
+    assert "another shape, newly initialised: classifier" in caplog.text
+    assert json.loads((tmp_path / "sts" / "model" / "config.json").read_text())["num_labels"] == 1
+
+
 def test_ner_end_to_end(tmp_path, tiny_model, capsys):
     train, dev = write_conll(tmp_path / "train.txt"), write_conll(tmp_path / "dev.txt", copies=1)
     out = tmp_path / "ner"
