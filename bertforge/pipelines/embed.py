@@ -15,7 +15,7 @@ from torch import Tensor
 from ..errors import BertforgeError
 from ..model import BertModel
 from .base import Feature, Pipeline
-from .engine import PackedBatch, length_groups
+from .engine import PackedBatch
 
 POOLINGS = ("mean", "cls")
 
@@ -54,6 +54,18 @@ def sentence_transformers_settings(path: Path | None) -> dict[str, Any]:
     return settings
 
 
+def mean_pool(hidden: Tensor, lengths: list[int]) -> Tensor:
+    """Mean of each sequence's rows of a packed [T, H] matrix (sequences end to end) → [B, H].
+
+    One segment sum (`index_add_` of every row into its sequence's row) instead of a mean per length group and a
+    `cat`: one pass over [T, H] whatever the number of distinct lengths.
+    """
+    counts = torch.tensor(lengths)  # [B]
+    segment = torch.repeat_interleave(torch.arange(len(lengths)), counts)  # [T]: each row's sequence
+    sums = hidden.new_zeros(len(lengths), hidden.shape[-1]).index_add_(0, segment, hidden)  # [B, H]
+    return sums / counts.unsqueeze(1).to(hidden.dtype)
+
+
 class EmbedPipeline(Pipeline):
     """`pipeline("embed", model=DIR)`: texts → float32 array [n, hidden] (one text → [hidden]).
 
@@ -90,10 +102,7 @@ class EmbedPipeline(Pipeline):
         if self.pooling == "cls":
             pooled = hidden[batch.starts]  # [B, H]
         else:
-            # A batch's sequences lie end to end, equal lengths in runs: each run is a dense [n, L, H] block.
-            pooled = torch.cat(
-                [hidden[s : s + n * L].view(n, L, -1).mean(dim=1) for s, n, L in length_groups(batch.lengths)]
-            )  # [B, H]
+            pooled = mean_pool(hidden, batch.lengths)  # [B, H]
         if self.normalize:
             pooled = F.normalize(pooled, dim=-1)
         return list(pooled.numpy())
