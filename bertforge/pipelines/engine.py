@@ -134,15 +134,72 @@ def length_groups(lengths: list[int]) -> list[tuple[int, int, int]]:
     return groups
 
 
+#: Default `max_padding` of PackedEncoder: none, so a sequence's result does not depend on the rest of its batch
+#: (padded, masked calls agree with separate calls only up to float rounding). The embed pipeline uses 0.5.
+MAX_ATTENTION_PADDING = 0.0
+
+
+@dataclass
+class Bucket:
+    """Sequences [start row, start + real rows) sharing one attention call, padded to `length` when mask is set."""
+
+    start: int
+    count: int  # sequences
+    length: int  # the longest (all equal when mask is None)
+    real: int  # real rows (tokens)
+    mask: Tensor | None = None  # [count, 1, 1, length] bool, True = a real key
+    gather: Tensor | None = None  # [count * length] packed row of each padded position (padding: the sequence's first)
+    scatter: Tensor | None = None  # [real] padded position of each real row
+
+
+def attention_plan(lengths: list[int], max_padding: float = MAX_ATTENTION_PADDING) -> list[Bucket]:
+    """Attention calls for sequences of non-increasing `lengths` laid end to end.
+
+    Each run of equal length is a dense block needing no mask. Few sequences per run means many small calls, each
+    with a fixed cost (a parallel region), so consecutive runs are merged into one call padded to its longest
+    sequence while padding stays within `max_padding` of the real positions; padded keys are masked out, so the
+    real rows' results are those of separate calls (up to float rounding).
+    """
+    buckets: list[tuple[int, list[tuple[int, int, int]]]] = []  # (real rows, runs)
+    for run in length_groups(lengths):
+        if buckets:
+            real, runs = buckets[-1]
+            count = sum(n for _, n, _ in runs) + run[1]
+            total = real + run[1] * run[2]
+            if count * runs[0][2] <= (1 + max_padding) * total:
+                runs.append(run)
+                buckets[-1] = (total, runs)
+                continue
+        buckets.append((run[1] * run[2], [run]))
+    plan = []
+    for real, runs in buckets:
+        start, _, longest = runs[0]
+        count = sum(n for _, n, _ in runs)
+        if len(runs) == 1:
+            plan.append(Bucket(start, count, longest, real))
+            continue
+        seq_lengths = torch.tensor([L for _, n, L in runs for _ in range(n)])  # [count]
+        positions = torch.arange(longest)  # [longest]
+        valid = positions < seq_lengths[:, None]  # [count, longest]
+        seq_starts = start + torch.cumsum(seq_lengths, 0) - seq_lengths  # [count] first packed row
+        gather = torch.where(valid, seq_starts[:, None] + positions, seq_starts[:, None]).reshape(-1)
+        scatter = valid.reshape(-1).nonzero().squeeze(1)  # [real]
+        plan.append(Bucket(start, count, longest, real, valid[:, None, None, :], gather, scatter))
+    return plan
+
+
 class PackedEncoder:
     """A `BertModel`'s encoder for inference on `PackedBatch`es; returns the last hidden states [T, H].
 
     Args:
         bert: the model whose weights to use (read, not copied, except the stacked QKV matrices).
         backend: "onednn" (fused oneDNN kernels), "aten" (`F.linear`) or "auto" (oneDNN on CPU when available).
+        max_padding: runs of different lengths share one (padded, masked) attention call while the padded positions
+            stay within this fraction of the real ones (0: one call per run of equal length, no padding at all).
     """
 
-    def __init__(self, bert: BertModel, backend: str = "auto") -> None:
+    def __init__(self, bert: BertModel, backend: str = "auto", max_padding: float = MAX_ATTENTION_PADDING) -> None:
+        self.max_padding = max_padding
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
         on_cpu = bert.embeddings.word_embeddings.weight.device.type == "cpu"
@@ -192,17 +249,25 @@ class PackedEncoder:
             x = x + F.embedding(batch.token_type_ids, self.token_type)
         return F.layer_norm(x, x.shape[-1:], *self.emb_ln, self.eps)
 
-    def attention(self, qkv: Tensor, groups: list[tuple[int, int, int]]) -> Tensor:
+    def attention(self, qkv: Tensor, plan: list[Bucket]) -> Tensor:
         """qkv [T, 3H] → context [T, H], attending only within each sequence."""
         nh, hd = self.num_heads, self.head_dim
         outs = []
-        for start, n, L in groups:
-            q, k, v = qkv[start : start + n * L].view(n, L, 3, nh, hd).permute(2, 0, 3, 1, 4)  # 3 x [n, nh, L, hd]
-            ctx = F.scaled_dot_product_attention(q, k, v)  # [n, nh, L, hd]
-            outs.append(ctx.transpose(1, 2).reshape(n * L, nh * hd))  # [n*L, H]
+        for b in plan:
+            if b.mask is None:  # one run of equal length: a dense block, no mask, no copy
+                n, L = b.count, b.length
+                q, k, v = qkv[b.start : b.start + n * L].view(n, L, 3, nh, hd).permute(2, 0, 3, 1, 4)
+                ctx = F.scaled_dot_product_attention(q, k, v)  # [n, nh, L, hd]
+                outs.append(ctx.transpose(1, 2).reshape(n * L, nh * hd))  # [n*L, H]
+            else:  # several runs padded to the longest: one SDPA call, padded keys masked out
+                n, L = b.count, b.length
+                padded = qkv.index_select(0, b.gather)  # [n*L, 3H]; padding rows repeat a real row
+                q, k, v = padded.view(n, L, 3, nh, hd).permute(2, 0, 3, 1, 4)  # 3 x [n, nh, L, hd]
+                ctx = F.scaled_dot_product_attention(q, k, v, attn_mask=b.mask)  # [n, nh, L, hd]
+                outs.append(ctx.transpose(1, 2).reshape(n * L, nh * hd).index_select(0, b.scatter))  # [real, H]
         return outs[0] if len(outs) == 1 else torch.cat(outs)
 
-    def layer(self, x: Tensor, w: _Layer, groups: list[tuple[int, int, int]]) -> Tensor:
+    def layer(self, x: Tensor, w: _Layer, groups: list[Bucket]) -> Tensor:
         """One post-LN block: x = LN(x + Attn(x)); x = LN(x + FFN(x)), on [T, H]."""
         ctx = self.attention(w.qkv(x), groups)  # [T, H]
         x = F.layer_norm(w.out.add(ctx, x), x.shape[-1:], *w.ln1, self.eps)
@@ -210,7 +275,7 @@ class PackedEncoder:
         return F.layer_norm(w.ffn_out.add(h, x), x.shape[-1:], *w.ln2, self.eps)
 
     def __call__(self, batch: PackedBatch) -> Tensor:
-        groups = length_groups(batch.lengths)
+        groups = attention_plan(batch.lengths, self.max_padding)
         x = self.embed(batch)
         for w in self.layers:
             x = self.layer(x, w, groups)
