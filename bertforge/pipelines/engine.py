@@ -5,7 +5,8 @@ nh = heads, hd = head size, n = sequences in a length group, L = their common le
 
 The dense layers (QKV, attention output, feed-forward: nearly all of BERT's FLOPs) run on [T, H] rows, so no FLOP is
 spent on padding. Attention needs whole sequences: a batch's sequences are sorted by length, and each run of equal
-length is one dense [n, nh, L, hd] SDPA call without a mask.
+length is one dense [n, nh, L, hd] SDPA call without a mask; with `max_padding` > 0, consecutive runs share one call,
+padded to their longest sequence with the padded keys masked out (`attention_plan`).
 
 The weights are read from a `BertModel` once (the fused QKV matrix is concatenated once, not per call); the model
 is not changed. On CPU the projections go through oneDNN's fused linear kernels when PyTorch has them: bias, GELU
