@@ -609,6 +609,9 @@ class Pretrainer:
             self.demo("after training")
         if self.rt.is_main:
             plot_metrics(self.out / "metrics.jsonl", self.out / "training_curves.png")
+            summary = metrics_summary(self.out / "metrics.jsonl", self.config.vocab_size)
+            if summary:
+                log.info("%s", summary)
             log.info("done: %d steps (%d skipped), %s tokens; model in %s", self.step, self.skipped_steps, f"{self.tokens_seen:,}", final)
         barrier(self.rt)
         return final
@@ -671,6 +674,24 @@ def take_mb(lines: Iterator[str], megabytes: float) -> Iterator[str]:
         budget -= len(line) + 1
         if budget <= 0:
             return
+
+
+def metrics_summary(path: Path, vocab_size: int) -> str | None:
+    """One line: the MLM loss and accuracy of the first and the last logged step, against ln(V) (the loss of a
+    uniform guess), so that a user sees at once how far training went. None without two logged rows."""
+    try:
+        rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    except (OSError, json.JSONDecodeError):
+        return None
+    rows = [r for r in rows if isinstance(r, dict) and "mlm_loss" in r]
+    if len(rows) < 2:
+        return None
+    first, last = rows[0], rows[-1]
+    text = (f"MLM loss {first['mlm_loss']:.2f} (step {first['step']}) -> {last['mlm_loss']:.2f} (step {last['step']}); "
+            f"ln(vocab) = {math.log(vocab_size):.2f} is a uniform guess")
+    if "mlm_accuracy" in first and "mlm_accuracy" in last:
+        text += f"; MLM accuracy {first['mlm_accuracy']:.1%} -> {last['mlm_accuracy']:.1%}"
+    return text
 
 
 class MetricsLog:

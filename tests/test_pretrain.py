@@ -372,3 +372,16 @@ def test_torchrun_fsdp_trains_resumes_and_exports(corpus_and_tokenizer, tmp_path
     rows = lambda out: [{k: v for k, v in json.loads(r).items() if k != "tokens_per_s"}
                         for r in (out / "metrics.jsonl").read_text().splitlines()]
     assert rows(resumed) == rows(straight)
+
+
+def test_metrics_summary_line(tmp_path):
+    from bertforge.pretrain import metrics_summary
+
+    path = tmp_path / "metrics.jsonl"
+    assert metrics_summary(path, 100) is None  # no file
+    path.write_text('{"step": 10, "mlm_loss": 4.5, "mlm_accuracy": 0.01}\n')
+    assert metrics_summary(path, 100) is None  # one row: nothing to compare
+    path.write_text('{"step": 10, "mlm_loss": 4.5, "mlm_accuracy": 0.01}\n{"step": 90, "mlm_loss": 2.25, "mlm_accuracy": 0.3}\n')
+    assert metrics_summary(path, 100) == (
+        "MLM loss 4.50 (step 10) -> 2.25 (step 90); ln(vocab) = 4.61 is a uniform guess; MLM accuracy 1.0% -> 30.0%"
+    )
