@@ -140,7 +140,8 @@ def convert_state_dict(
     with_prefix = any(k.startswith("bert.") for k in own)
     mapped: dict[str, torch.Tensor] = {}
     unexpected: list[str] = []
-    mismatched: list[str] = []
+    mismatched: list[str] = []  # "name [file shape] -> [model shape]"
+    replaced: set[str] = set()  # their names
     for key, tensor in state.items():
         new = rename_key(key)
         if new is None:
@@ -153,12 +154,14 @@ def convert_state_dict(
             unexpected.append(key)
             continue
         if tuple(tensor.shape) != tuple(own[new].shape):
-            if ignore_mismatched_sizes and not new.removeprefix("bert.").startswith(_BODY):
+            in_body = new.removeprefix("bert.").startswith(_BODY)
+            if ignore_mismatched_sizes and not in_body:
                 mismatched.append(f"{new} {list(tensor.shape)} -> {list(own[new].shape)}")
+                replaced.add(new)
                 continue
             hint = (
                 "does config.json match the weights?"
-                if new.removeprefix("bert.").startswith(_BODY)
+                if in_body
                 else "a head trained for other labels? ignore_mismatched_sizes=True replaces it with a new one"
             )
             raise BertforgeError(
@@ -167,7 +170,6 @@ def convert_state_dict(
         if not tensor.is_floating_point():  # complex would lose its imaginary part without a word
             raise BertforgeError(f"{source}: weight {key!r} has non-float dtype {tensor.dtype}")
         mapped[new] = tensor
-    replaced = {m.split(" ", 1)[0] for m in mismatched}
     missing = [k for k in own if k not in mapped and k not in replaced]
     return mapped, LoadingInfo(missing, unexpected, source, mismatched)
 

@@ -440,13 +440,6 @@ class Pretrainer:
                 shutil.rmtree(doomed, ignore_errors=True)
         barrier(self.rt)
 
-    def load_checkpoint(self, path: Path) -> None:
-        """Restore everything from one checkpoint directory (raises if it is unusable)."""
-        self.load_checkpoint_local(path)
-        if not self.all_ranks_agree(True):
-            raise BertforgeError(f"{path}: unusable on another rank")
-        self.load_checkpoint_weights()
-
     def load_checkpoint_local(self, path: Path) -> None:
         """Read and check every file and restore what is local to this rank (schedule, RNGs, data position); no
         collectives, so that a failure here is agreed on before any rank enters the weights' collectives."""
