@@ -96,17 +96,13 @@ def truncate_pair(tokens_a: list[int], tokens_b: list[int], max_tokens: int, rng
     draw = rng.random
     front_a = back_a = front_b = back_b = 0
     # Phase 1: the longer segment alone, until the lengths are equal (or nothing is left to remove).
-    if len_a > len_b:
-        k = min(len_a - len_b, excess)
+    if len_a != len_b:
+        k = min(abs(len_a - len_b), excess)
         fronts = sum([draw() < 0.5 for _ in range(k)])
-        front_a, back_a = fronts, k - fronts
-        len_a -= k
-        excess -= k
-    elif len_b > len_a:
-        k = min(len_b - len_a, excess)
-        fronts = sum([draw() < 0.5 for _ in range(k)])
-        front_b, back_b = fronts, k - fronts
-        len_b -= k
+        if len_a > len_b:
+            front_a, back_a, len_a = fronts, k - fronts, len_a - k
+        else:
+            front_b, back_b, len_b = fronts, k - fronts, len_b - k
         excess -= k
     # Phase 2 (equal lengths): B (a tie), then A (now longer by one), then B (a tie again), ... alternately.
     if excess > 0:
