@@ -197,10 +197,11 @@ class Pretrainer:
         self.rt = setup_runtime(args.device)
         self.out = Path(args.out)
         self.corpus = [str(p) for p in args.corpus] or [str(DEFAULT_CORPUS)]
+        self.build_config()  # settings that the model config refuses fail here, before anything is written
+        self.autocast_dtype = self.pick_precision()
         self.prepare_output_dir()
         self.tokenizer = self.load_or_train_tokenizer()
-        self.config = self.build_config()
-        self.autocast_dtype = self.pick_precision()
+        self.config = self.build_config(self.tokenizer)
 
         torch.manual_seed(args.seed)
         self.model = BertForPreTraining(self.config).to(self.rt.device)
@@ -301,9 +302,10 @@ class Pretrainer:
             tok = Tokenizer.from_pretrained(own)
         return tok
 
-    def build_config(self) -> BertConfig:
-        a, tok = self.args, self.tokenizer
-        overrides = dict(vocab_size=tok.vocab_size, pad_token_id=tok.pad_token_id)
+    def build_config(self, tok=None) -> BertConfig:
+        """The preset or config.json, with the vocabulary size and pad id of `tok` (the file's own without one)."""
+        a = self.args
+        overrides = dict(vocab_size=tok.vocab_size, pad_token_id=tok.pad_token_id) if tok is not None else {}
         if a.config in PRESETS:
             config = BertConfig.preset(a.config, **overrides)
         elif Path(a.config).exists():

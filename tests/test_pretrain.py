@@ -263,6 +263,15 @@ def test_refuses_an_output_dir_holding_another_run(corpus_and_tokenizer, tmp_pat
 def test_bad_settings_get_clear_errors(corpus_and_tokenizer, tmp_path, change, message):
     with pytest.raises(BertforgeError, match=message):
         pretrain(args(corpus_and_tokenizer, tmp_path / "run", **change))
+    assert not (tmp_path / "run").exists()  # refused before anything was written
+
+
+def test_bad_seq_len_writes_nothing_from_the_cli(tmp_path):
+    """The CLI path with the default corpus and a vocabulary to train: refused before the tokenizer is trained."""
+    from bertforge.cli import main
+
+    assert main(["pretrain", "--config", "tiny", "--seq-len", "99999", "--out", str(tmp_path / "run")]) == 2
+    assert not (tmp_path / "run").exists()
 
 
 def test_tokenizer_without_mask_token_is_refused(corpus_and_tokenizer, tmp_path):
