@@ -20,6 +20,7 @@ from torch import Tensor, nn
 
 from .config import BertConfig
 from .errors import BertforgeError
+from .linear import linear
 
 IGNORE_INDEX = -100
 
@@ -112,7 +113,7 @@ class Dense(nn.Module):
         self.bias = nn.Parameter(torch.zeros(n_out)) if bias else None
 
     def forward(self, x: Tensor) -> Tensor:
-        return F.linear(x, self.weight, self.bias)
+        return linear(x, self.weight, self.bias)  # F.linear, or oneDNN's kernels on CPU (see bertforge.linear)
 
 
 class LayerNorm(nn.Module):
@@ -202,7 +203,7 @@ class BertSelfAttention(nn.Module):
     def qkv(self, x: Tensor) -> Tensor:
         weight = torch.cat([self.query.weight, self.key.weight, self.value.weight])  # [3H, H]
         bias = torch.cat([self.query.bias, self.key.bias, self.value.bias])  # [3H]
-        return F.linear(x, weight, bias)  # [B, S, 3H]
+        return linear(x, weight, bias)  # [B, S, 3H]
 
 
 class BertSelfOutput(nn.Module):
@@ -448,7 +449,7 @@ class BertLMPredictionHead(nn.Module):
         self.bias = nn.Parameter(torch.zeros(config.vocab_size))
 
     def forward(self, x: Tensor, word_embeddings: Tensor) -> Tensor:
-        return F.linear(self.transform(x), word_embeddings, self.bias)  # [..., V]
+        return linear(self.transform(x), word_embeddings, self.bias)  # [..., V]
 
 
 class BertPreTrainingHeads(nn.Module):

@@ -16,13 +16,13 @@ as the MKL path `F.linear` takes on AMD CPUs. Anything else (or `backend="aten"`
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ..linear import onednn_available
 from ..model import BertModel, activation
 
 
@@ -35,24 +35,6 @@ _FUSED_ACTIVATIONS = {
     "relu": ("relu", ""),
 }
 BACKENDS = ("auto", "onednn", "aten")
-
-
-@functools.cache
-def onednn_available() -> bool:
-    """Whether PyTorch has oneDNN's fused linear kernels and they compute what `F.linear` computes."""
-    try:
-        if not torch.backends.mkldnn.is_available():
-            return False
-        op = torch.ops.mkldnn._linear_pointwise
-        g = torch.Generator().manual_seed(0)
-        x, w, b, r = (torch.randn(*shape, generator=g) for shape in ((5, 16), (8, 16), (8,), (5, 8)))
-        with torch.inference_mode():
-            fused = op.binary(x, r, w, b, "add")
-            gelu = op(x, w, b, "gelu", [], "none")
-            return bool(torch.allclose(fused, F.linear(x, w, b) + r, atol=1e-5)
-                        and torch.allclose(gelu, F.gelu(F.linear(x, w, b)), atol=1e-5))
-    except (AttributeError, RuntimeError):
-        return False
 
 
 class InferenceLinear:

@@ -1,0 +1,126 @@
+"""y = x Wᵀ + b for the model's dense layers, with the matrix multiplies done by the fastest kernel PyTorch has.
+
+On CPU, `F.linear` runs MKL's sgemm. On AMD CPUs MKL takes its AVX2 path, and with two threads it reaches
+120-195 GFLOP/s on BERT's shapes here, where oneDNN's kernels (also inside PyTorch,
+`torch.ops.mkldnn._linear_pointwise`) reach 175-215 on the same shapes (AMD EPYC, 2 cores, 2026-11-23;
+`bench/train_speed.py` measures both). `linear` sends float32 CPU tensors through oneDNN for all three matrix
+multiplies of a dense layer (forward, input gradient, weight gradient) and everything else through `F.linear`.
+The maths is the same: results differ from `F.linear`'s by summation order only (~1e-6 relative).
+
+`set_linear_backend("aten")` (or BERTFORGE_LINEAR=aten in the environment) makes every layer use `F.linear`, the
+reference path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+from collections.abc import Iterator
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+BACKENDS = ("auto", "aten", "onednn")
+_backend = os.environ.get("BERTFORGE_LINEAR", "auto")
+
+
+@functools.cache
+def onednn_available() -> bool:
+    """Whether PyTorch has oneDNN's fused linear kernels and they compute what `F.linear` computes."""
+    try:
+        if not torch.backends.mkldnn.is_available():
+            return False
+        op = torch.ops.mkldnn._linear_pointwise
+        g = torch.Generator().manual_seed(0)
+        x, w, b, r = (torch.randn(*shape, generator=g) for shape in ((5, 16), (8, 16), (8,), (5, 8)))
+        with torch.inference_mode():
+            fused = op.binary(x, r, w, b, "add")
+            gelu = op(x, w, b, "gelu", [], "none")
+            plain = op(x, w, None, "none", [], "")
+            return bool(torch.allclose(fused, F.linear(x, w, b) + r, atol=1e-5)
+                        and torch.allclose(gelu, F.gelu(F.linear(x, w, b)), atol=1e-5)
+                        and torch.allclose(plain, x @ w.t(), atol=1e-5))
+    except (AttributeError, RuntimeError):
+        return False
+
+
+def set_linear_backend(backend: str) -> None:
+    """"auto" (oneDNN for float32 CPU tensors where PyTorch has it), "aten" (`F.linear` always) or "onednn"
+    (like auto, but an error where oneDNN is not available)."""
+    global _backend
+    if backend not in BACKENDS:
+        raise ValueError(f"linear backend must be one of {BACKENDS}, got {backend!r}")
+    if backend == "onednn" and not onednn_available():
+        raise ValueError("the oneDNN linear backend needs a PyTorch built with oneDNN (mkldnn)")
+    _backend = backend
+
+
+def get_linear_backend() -> str:
+    return _backend
+
+
+@contextlib.contextmanager
+def linear_backend(backend: str) -> Iterator[None]:
+    """`with linear_backend("aten"): ...` runs the block with that backend, then restores the previous one."""
+    before = _backend
+    set_linear_backend(backend)
+    try:
+        yield
+    finally:
+        set_linear_backend(before)
+
+
+class _OneDnnLinear(torch.autograd.Function):
+    """x Wᵀ + b with the forward and the input-gradient multiplies by oneDNN.
+
+    The weight gradient gᵀ x stays with MKL (`torch.mm` on transposed views): oneDNN would need contiguous
+    transposes of both activations, and those copies cost more than its faster kernel saves (measured here).
+    """
+
+    @staticmethod
+    def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:  # type: ignore[override]
+        x2 = x.reshape(-1, x.shape[-1]).contiguous()  # [M, K]
+        y = torch.ops.mkldnn._linear_pointwise(x2, weight, bias, "none", [], "")  # [M, N]
+        ctx.save_for_backward(x2, weight)
+        ctx.has_bias = bias is not None
+        return y.view(*x.shape[:-1], weight.shape[0])
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):  # type: ignore[override]
+        x2, weight = ctx.saved_tensors
+        g2 = grad.reshape(-1, grad.shape[-1]).contiguous()  # [M, N]
+        gx = gw = gb = None
+        if ctx.needs_input_grad[0]:  # [M, N] @ [N, K]: oneDNN reads Wᵀ as a view (its weight reorder transposes)
+            gx = torch.ops.mkldnn._linear_pointwise(g2, weight.t(), None, "none", [], "")
+            gx = gx.view(*grad.shape[:-1], weight.shape[1])
+        if ctx.needs_input_grad[1]:
+            gw = g2.t().mm(x2)  # [N, M] @ [M, K]
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            gb = g2.sum(0)
+        return gx, gw, gb
+
+
+def _use_onednn(x: Tensor, weight: Tensor) -> bool:
+    return (
+        _backend != "aten"
+        and type(x) is Tensor  # not a DTensor or other subclass
+        and type(weight) in (Tensor, torch.nn.Parameter)
+        and x.device.type == "cpu"
+        and x.dtype == torch.float32
+        and weight.dtype == torch.float32
+        and x.dim() >= 2
+        and x.numel() > 0
+        and not torch.is_autocast_enabled("cpu")
+        and not torch.compiler.is_compiling()
+        and not torch.jit.is_tracing()  # ONNX export records F.linear, a standard op
+        and onednn_available()
+    )
+
+
+def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """x [..., K] Wᵀ [K, N] + b [N] → [..., N]; see the module docstring for which kernel runs."""
+    if _use_onednn(x, weight):
+        return _OneDnnLinear.apply(x, weight, bias)
+    return F.linear(x, weight, bias)

@@ -1,0 +1,104 @@
+"""The oneDNN path of `bertforge.linear` computes what `F.linear` computes: outputs and all three gradients, for
+the layer alone and for a whole pretraining step. (oneDNN sums in another order, so the match is to float
+rounding, not bitwise.)"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import bertforge
+from bertforge.linear import get_linear_backend, linear, linear_backend, onednn_available, set_linear_backend
+
+needs_onednn = pytest.mark.skipif(not onednn_available(), reason="this PyTorch has no oneDNN linear kernels")
+
+
+def grads_of(fn, *tensors):
+    leaves = [t.detach().clone().requires_grad_(t.requires_grad) for t in tensors]
+    out = fn(*leaves)
+    g = torch.Generator().manual_seed(7)
+    out.backward(torch.randn(out.shape, generator=g))
+    return out.detach(), [t.grad if t.requires_grad else None for t in leaves]
+
+
+@needs_onednn
+@pytest.mark.parametrize("shape", [(37, 24), (3, 11, 24), (2, 3, 5, 24)])
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("strided", [False, True])
+def test_onednn_linear_equals_f_linear(shape, bias, strided):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(*shape[:-1], 2 * shape[-1], generator=g)[..., ::2] if strided else torch.randn(*shape, generator=g)
+    w = torch.randn(40, shape[-1], generator=g)
+    b = torch.randn(40, generator=g) if bias else None
+    x.requires_grad_(), w.requires_grad_()
+    if b is not None:
+        b.requires_grad_()
+    tensors = (x, w) + ((b,) if b is not None else ())
+    ref, ref_grads = grads_of(lambda *t: F.linear(*t), *tensors)
+    with linear_backend("onednn"):
+        out, grads = grads_of(lambda *t: linear(*t), *tensors)
+    assert out.shape == ref.shape
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+    for got, want in zip(grads, ref_grads):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+@needs_onednn
+def test_onednn_linear_respects_needs_grad():
+    x, w, b = torch.randn(6, 8), torch.randn(5, 8, requires_grad=True), torch.randn(5)
+    with linear_backend("onednn"):
+        linear(x, w, b).sum().backward()
+    torch.testing.assert_close(w.grad, torch.ones(6, 5).t() @ x)
+    assert x.grad is None and b.grad is None
+
+
+def test_other_tensors_take_f_linear():
+    """float64, bfloat16 autocast and empty inputs are not oneDNN's: the result is F.linear's, bit for bit."""
+    g = torch.Generator().manual_seed(0)
+    x, w, b = torch.randn(4, 8, generator=g, dtype=torch.float64), torch.randn(3, 8, generator=g, dtype=torch.float64), None
+    assert torch.equal(linear(x, w, b), F.linear(x, w, b))
+    x32, w32 = x.float(), w.float()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = linear(x32, w32)
+        assert out.dtype == torch.bfloat16 and torch.equal(out, F.linear(x32, w32))
+    assert linear(torch.empty(0, 8), w32).shape == (0, 3)
+
+
+def test_backend_switch():
+    before = get_linear_backend()
+    with linear_backend("aten"):
+        assert get_linear_backend() == "aten"
+    assert get_linear_backend() == before
+    with pytest.raises(ValueError, match="one of"):
+        set_linear_backend("blas")
+
+
+@needs_onednn
+def test_pretraining_step_same_loss_and_gradients_with_either_backend():
+    """A BertForPreTraining step (padded batch, unpadded encoder, sparse MLM, NSP): oneDNN against F.linear."""
+    cfg = bertforge.BertConfig(vocab_size=200, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                               intermediate_size=128, max_position_embeddings=32, hidden_dropout_prob=0.0,
+                               attention_probs_dropout_prob=0.0)
+    torch.manual_seed(0)
+    model = bertforge.BertForPreTraining(cfg)
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(5, 200, (4, 20), generator=g)
+    mask = torch.ones(4, 20, dtype=torch.long)
+    mask[1, 12:] = 0
+    mask[3, 5:] = 0
+    labels = torch.where((torch.rand(4, 20, generator=g) < 0.3) & (mask == 1), ids, torch.full_like(ids, -100))
+    labels[:, 1] = ids[:, 1]
+    nsp = torch.tensor([0, 1, 1, 0])
+    results = {}
+    for backend in ("aten", "onednn"):
+        model.zero_grad(set_to_none=True)
+        with linear_backend(backend):
+            loss = model(input_ids=ids, attention_mask=mask, labels=labels, next_sentence_label=nsp).loss
+            loss.backward()
+        results[backend] = (loss.item(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+    (loss_a, grads_a), (loss_o, grads_o) = results["aten"], results["onednn"]
+    assert abs(loss_a - loss_o) <= 1e-5 * abs(loss_a)
+    assert grads_a.keys() == grads_o.keys() and len(grads_a) > 20
+    for name, grad in grads_a.items():
+        assert (grads_o[name] - grad).abs().max() <= 1e-5 * max(1.0, grad.abs().max().item()), name
