@@ -220,6 +220,9 @@ class Pretrainer:
         self.skipped_steps = 0
         self.tokens_seen = 0
         self._pending_weights: tuple[dict, dict] | None = None  # read by load_checkpoint_local, applied after
+        # per-step metrics since the last row of metrics.jsonl; checkpointed, so that the first row after a resume
+        # averages the same steps as in an uninterrupted run
+        self.metrics_window: list[dict[str, float]] = []
 
     # ------------------------------------------------------------------ set-up
     def validate_args(self) -> None:
@@ -434,7 +437,7 @@ class Pretrainer:
                 save_state(tmp, "rng", rngs)
                 save_state(tmp, "data", data)
                 trainer = {"step": self.step, "skipped_steps": self.skipped_steps, "tokens_seen": self.tokens_seen,
-                           "world_size": self.rt.world_size}
+                           "world_size": self.rt.world_size, "metrics_window": self.metrics_window}
                 (tmp / "trainer_state.json").write_text(json.dumps(trainer) + "\n", encoding="utf-8")
             for _, old in list_checkpoints(self.out)[: -self.args.keep_last]:
                 doomed = old.with_name(f".{old.name}.deleting")  # one atomic rename: never half-deleted yet listed
@@ -463,6 +466,11 @@ class Pretrainer:
         set_rng_state(rngs[self.rt.rank])
         self._pending_weights = (weights, optim_state)
         self.step, self.skipped_steps, self.tokens_seen = trainer["step"], trainer["skipped_steps"], trainer["tokens_seen"]
+        window = trainer.get("metrics_window", [])  # absent in checkpoints of older versions: start a new window
+        valid = isinstance(window, list) and all(
+            isinstance(w, dict) and all(isinstance(v, (int, float)) for v in w.values()) for w in window
+        )
+        self.metrics_window = window if valid else []
 
     def load_checkpoint_weights(self) -> None:
         """Model and optimizer state; under FSDP this shards the full tensors, a collective every rank enters."""
@@ -613,11 +621,12 @@ class Pretrainer:
 
     def train_loop(self, bar, metrics: "MetricsLog") -> None:
         a = self.args
-        window_tokens, window_start, window = 0, time.perf_counter(), []
+        window = self.metrics_window  # restored by a resume; tokens/s counts this process's steps only
+        window_tokens, window_start = 0, time.perf_counter()
         while self.step < a.max_steps:
             result = self.train_step()
             window_tokens += result.pop("tokens")
-            window.append(result)
+            window.append({k: float(v) for k, v in result.items()})
             if bar is not None:
                 bar.update(1)
             if self.step % a.log_every == 0 or self.step == a.max_steps:
@@ -629,7 +638,9 @@ class Pretrainer:
                 metrics.write(row)
                 if bar is not None:
                     bar.set_postfix(loss=f"{row['loss']:.3f}", lr=f"{row['lr']:.2e}", tok_s=f"{row['tokens_per_s']:,.0f}")
-                window_tokens, window_start, window = 0, time.perf_counter(), []
+                if self.step % a.log_every == 0:  # a last row off the log_every grid keeps its window going, so that
+                    window.clear()  # a run resumed past max_steps logs the rows of one that never stopped there
+                window_tokens, window_start = 0, time.perf_counter()
             if self.step % a.save_every == 0 or self.step == a.max_steps:
                 self.save_checkpoint()
 

@@ -140,6 +140,40 @@ def test_interrupted_and_resumed_run_is_bitwise_identical(corpus_and_tokenizer, 
     assert strip(rows_a) == strip(rows_b)
 
 
+def test_metrics_rows_after_a_resume_average_the_same_steps(corpus_and_tokenizer, tmp_path, monkeypatch):
+    """log_every (5) off the checkpoint grid (4): the rows logged after a resume, from a crash or from a run
+    extended past its max_steps, equal an uninterrupted run's (the partial window is checkpointed)."""
+    settings = dict(nsp=False, log_every=5, decay="constant")  # a schedule that does not depend on max_steps
+    strip = lambda out: {r["step"]: {k: v for k, v in r.items() if k != "tokens_per_s"}
+                         for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())}
+    straight = tmp_path / "straight"
+    pretrain(args(corpus_and_tokenizer, straight, **settings))
+    expected = strip(straight)
+    assert sorted(expected) == [5, 10, 12]
+
+    crashed = tmp_path / "crashed"
+    real_step = Pretrainer.train_step
+
+    def crash_after_seven(self):
+        if self.step == 7:
+            raise Interrupt()
+        return real_step(self)
+
+    monkeypatch.setattr(Pretrainer, "train_step", crash_after_seven)
+    with pytest.raises(Interrupt):
+        pretrain(args(corpus_and_tokenizer, crashed, **settings))
+    monkeypatch.setattr(Pretrainer, "train_step", real_step)
+    pretrain(args(corpus_and_tokenizer, crashed, resume=True, **settings))  # from step 4, mid-window
+    assert strip(crashed) == expected
+
+    extended = tmp_path / "extended"
+    pretrain(args(corpus_and_tokenizer, extended, max_steps=6, **settings))  # a last row at 6, off the grid
+    pretrain(args(corpus_and_tokenizer, extended, resume=True, **settings))
+    rows = strip(extended)
+    assert sorted(rows) == [5, 6, 10, 12]
+    assert {step: rows[step] for step in (5, 10, 12)} == expected
+
+
 def static_rows(directory: Path) -> list[tuple[tuple, tuple, int]]:
     """Every row of a static shard directory as (unmasked sequence with token types, masked labels, NSP label)."""
     rows = []
