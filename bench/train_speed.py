@@ -820,6 +820,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--jemalloc", action="store_true",
                     help="LD_PRELOAD libjemalloc.so.2 with MALLOC_CONF=dirty_decay_ms:-1,muzzy_decay_ms:-1 (re-executes"
                          " the script): freed memory stays mapped and is reused without page faults")
+    ap.add_argument("--malloc-reuse", action="store_true",
+                    help="bertforge.system.reuse_freed_memory() first, as `bertforge pretrain` does on CPU (glibc keeps"
+                         " freed memory for reuse; process-wide, so transformers' steps get it too)")
     ap.add_argument("--clock", default="wall", choices=["wall", "cpu"],
                     help="wall: time.perf_counter (default); cpu: time.process_time, this process's CPU time, which "
                          "leaves out the time other processes hold the cores (use with --threads 1 on a busy machine)")
@@ -850,6 +853,11 @@ def main(argv: list[str] | None = None) -> None:
         torch.backends.cudnn.allow_tf32 = False
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.malloc_reuse:
+        from bertforge.system import reuse_freed_memory
+
+        if not reuse_freed_memory():
+            ap.error("--malloc-reuse: not available here (needs glibc; unset MALLOC_* and LD_PRELOAD)")
     import transformers
 
     print(f"torch {torch.__version__}, transformers {transformers.__version__}, device {device}, "
@@ -861,7 +869,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"load average at start: {' '.join(f'{x:.2f}' for x in load)}; "
           f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', '(unset)')}, "
           f"THP_MEM_ALLOC_ENABLE={os.environ.get('THP_MEM_ALLOC_ENABLE', '(unset)')}, "
-          f"LD_PRELOAD={os.environ.get('LD_PRELOAD', '(unset)')}")
+          f"LD_PRELOAD={os.environ.get('LD_PRELOAD', '(unset)')}, malloc reuse {'on' if args.malloc_reuse else 'off'}")
     if device.type == "cpu" and load[0] > (os.cpu_count() or 1):
         print(f"WARNING: load average {load[0]:.1f} > {os.cpu_count()} CPUs: other processes share the cores; absolute "
               "times are inflated and multi-threaded ops stall when a thread is descheduled (try --threads 1 --clock cpu,"

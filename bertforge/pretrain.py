@@ -135,9 +135,11 @@ def setup_runtime(device: str) -> Runtime:
         torch.backends.cudnn.allow_tf32 = True
     elif device == "cpu":
         from .pipelines.base import configure_threads
+        from .system import reuse_freed_memory
 
         dev = torch.device("cpu")
         configure_threads(None)  # one thread per CPU this process may use, unless OMP_NUM_THREADS says otherwise
+        reuse_freed_memory()  # no page faults on every step's large tensors (see bertforge.system)
     else:
         raise BertforgeError(f"unknown device {device!r}; choose auto, cpu or cuda")
     owns = world > 1 and not dist.is_initialized()

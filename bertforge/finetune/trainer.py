@@ -164,6 +164,10 @@ def train(
     step = 0
     started = time.perf_counter()
     model.to(device)
+    if device.type == "cpu":
+        from ..system import reuse_freed_memory
+
+        reuse_freed_memory()  # no page faults on every step's large tensors (see bertforge.system)
     model.train()
     with open(metrics_file, "a", encoding="utf-8") as sink, logging_redirect_tqdm(), tqdm(
         total=total_steps, desc="fine-tuning", unit="step", disable=_disable(cfg.progress)

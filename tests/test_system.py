@@ -1,0 +1,50 @@
+"""`reuse_freed_memory`: with it, a training step in steady state takes (almost) no page faults."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="a glibc setting")
+
+PROBE = r"""
+import resource, sys, torch
+from bertforge import BertConfig, BertForPreTraining
+from bertforge.system import reuse_freed_memory
+on = reuse_freed_memory() if sys.argv[1] == "on" else False
+torch.manual_seed(0)
+model = BertForPreTraining(BertConfig(vocab_size=30522, hidden_size=128, num_hidden_layers=1, num_attention_heads=2,
+                                      intermediate_size=256))
+ids = torch.randint(5, 30522, (8, 64))
+def step():  # the word-embedding gradient alone is 15.6 MB, allocated afresh every step
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    model(input_ids=ids, labels=ids, next_sentence_label=torch.zeros(8, dtype=torch.long)).loss.backward()
+    model.zero_grad(set_to_none=True)
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+faults = [step() for _ in range(4)]
+print(on, min(faults[2:]))
+"""
+
+
+def probe(mode: str, **env: str) -> tuple[bool, int]:
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_") and k != "LD_PRELOAD"}
+    out = subprocess.run([sys.executable, "-c", PROBE, mode], env={**environ, **env}, capture_output=True, text=True,
+                         check=True).stdout.split()
+    return out[0] == "True", int(out[1])
+
+
+def test_training_steps_reuse_freed_memory_without_page_faults():
+    on, faults_on = probe("on")
+    if not on:
+        pytest.skip("glibc's mallopt is not available here")
+    _, faults_off = probe("off")
+    assert faults_off > 5_000  # pages of 4 KiB: glibc mmaps every large block afresh
+    assert faults_on < faults_off / 20
+
+
+def test_the_user_can_opt_out():
+    assert probe("on", BERTFORGE_MALLOC="default")[0] is False
+    assert probe("on", MALLOC_ARENA_MAX="2")[0] is False  # the user tunes glibc's malloc: leave it alone
