@@ -100,6 +100,21 @@ class Interrupt(Exception):
     pass
 
 
+def crash_after_seven(monkeypatch, settings: PretrainArgs) -> None:
+    """Run `settings` until the eighth step starts, then stop it with an exception (a crash mid-run)."""
+    real_step = Pretrainer.train_step
+
+    def step(self):
+        if self.step == 7:
+            raise Interrupt()
+        return real_step(self)
+
+    monkeypatch.setattr(Pretrainer, "train_step", step)
+    with pytest.raises(Interrupt):
+        pretrain(settings)
+    monkeypatch.setattr(Pretrainer, "train_step", real_step)
+
+
 @pytest.mark.parametrize("nsp, static", [(True, False), (False, False), (True, True)],
                          ids=["nsp", "no-nsp", "nsp-static-masking"])
 def test_interrupted_and_resumed_run_is_bitwise_identical(corpus_and_tokenizer, tmp_path, monkeypatch, nsp, static):
@@ -108,17 +123,7 @@ def test_interrupted_and_resumed_run_is_bitwise_identical(corpus_and_tokenizer, 
     pretrain(args(corpus_and_tokenizer, straight, nsp=nsp, **extra))
 
     broken = tmp_path / "broken"
-    real_step = Pretrainer.train_step
-
-    def crash_after_seven(self):
-        if self.step == 7:
-            raise Interrupt()
-        return real_step(self)
-
-    monkeypatch.setattr(Pretrainer, "train_step", crash_after_seven)
-    with pytest.raises(Interrupt):
-        pretrain(args(corpus_and_tokenizer, broken, nsp=nsp, **extra))
-    monkeypatch.setattr(Pretrainer, "train_step", real_step)
+    crash_after_seven(monkeypatch, args(corpus_and_tokenizer, broken, nsp=nsp, **extra))
     assert [s for s, _ in list_checkpoints(broken)] == [4]
     shards = sorted((broken / "static_shards").rglob("*"))
     stamps = [(p, p.stat().st_mtime_ns) for p in shards]
@@ -152,17 +157,7 @@ def test_metrics_rows_after_a_resume_average_the_same_steps(corpus_and_tokenizer
     assert sorted(expected) == [5, 10, 12]
 
     crashed = tmp_path / "crashed"
-    real_step = Pretrainer.train_step
-
-    def crash_after_seven(self):
-        if self.step == 7:
-            raise Interrupt()
-        return real_step(self)
-
-    monkeypatch.setattr(Pretrainer, "train_step", crash_after_seven)
-    with pytest.raises(Interrupt):
-        pretrain(args(corpus_and_tokenizer, crashed, **settings))
-    monkeypatch.setattr(Pretrainer, "train_step", real_step)
+    crash_after_seven(monkeypatch, args(corpus_and_tokenizer, crashed, **settings))
     pretrain(args(corpus_and_tokenizer, crashed, resume=True, **settings))  # from step 4, mid-window
     assert strip(crashed) == expected
 
