@@ -3,9 +3,10 @@
 On CPU, `F.linear` runs MKL's sgemm. On AMD CPUs MKL takes its AVX2 path, and with two threads it reaches
 120-195 GFLOP/s on BERT's shapes here, where oneDNN's kernels (also inside PyTorch,
 `torch.ops.mkldnn._linear_pointwise`) reach 175-215 on the same shapes (AMD EPYC, 2 cores, 2026-11-23;
-`bench/train_speed.py` measures both). `linear` sends float32 CPU tensors through oneDNN for all three matrix
-multiplies of a dense layer (forward, input gradient, weight gradient) and everything else through `F.linear`.
-The maths is the same: results differ from `F.linear`'s by summation order only (~1e-6 relative).
+`bench/train_speed.py` measures both). `linear` sends float32 CPU tensors through oneDNN for the forward and
+input-gradient matrix multiplies of a dense layer (the weight gradient stays with MKL, see `_OneDnnLinear`) and
+everything else through `F.linear`. The maths is the same: results differ from `F.linear`'s by summation order
+only (~1e-6 relative).
 
 `set_linear_backend("aten")` (or BERTFORGE_LINEAR=aten in the environment) makes every layer use `F.linear`, the
 reference path.

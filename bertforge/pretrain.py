@@ -199,11 +199,13 @@ class Pretrainer:
         self.rt = setup_runtime(args.device)
         self.out = Path(args.out)
         self.corpus = [str(p) for p in args.corpus] or [str(DEFAULT_CORPUS)]
-        self.build_config()  # settings that the model config refuses fail here, before anything is written
+        base_config = self.build_config()  # settings the model config refuses fail here, before anything is written
         self.autocast_dtype = self.pick_precision()
         self.prepare_output_dir()
         self.tokenizer = self.load_or_train_tokenizer()
-        self.config = self.build_config(self.tokenizer)
+        self.config = dataclasses.replace(  # the vocabulary the model is trained with
+            base_config, vocab_size=self.tokenizer.vocab_size, pad_token_id=self.tokenizer.pad_token_id
+        )
 
         torch.manual_seed(args.seed)
         self.model = BertForPreTraining(self.config).to(self.rt.device)
@@ -307,14 +309,13 @@ class Pretrainer:
             tok = Tokenizer.from_pretrained(own)
         return tok
 
-    def build_config(self, tok=None) -> BertConfig:
-        """The preset or config.json, with the vocabulary size and pad id of `tok` (the file's own without one)."""
+    def build_config(self) -> BertConfig:
+        """The preset or config.json, checked against --seq-len (the tokenizer's vocabulary is applied later)."""
         a = self.args
-        overrides = dict(vocab_size=tok.vocab_size, pad_token_id=tok.pad_token_id) if tok is not None else {}
         if a.config in PRESETS:
-            config = BertConfig.preset(a.config, **overrides)
+            config = BertConfig.preset(a.config)
         elif Path(a.config).exists():
-            config = BertConfig.from_pretrained(a.config, **overrides)
+            config = BertConfig.from_pretrained(a.config)
         else:
             raise BertforgeError(f"--config {a.config!r} is neither a preset ({', '.join(PRESETS)}) nor a config.json path")
         if a.seq_len > config.max_position_embeddings:
