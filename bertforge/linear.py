@@ -23,6 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from .errors import BertforgeError
+
 BACKENDS = ("auto", "aten", "onednn")
 _backend = os.environ.get("BERTFORGE_LINEAR", "auto")
 
@@ -103,10 +105,21 @@ class _OneDnnLinear(torch.autograd.Function):
         return gx, gw, gb
 
 
+def check_linear_backend() -> None:
+    """Raise BertforgeError when BERTFORGE_LINEAR names no backend, or oneDNN where PyTorch lacks it (training
+    commands call this before they write anything; `set_linear_backend` checks its own argument)."""
+    if _backend not in BACKENDS:
+        raise BertforgeError(f"BERTFORGE_LINEAR must be one of {', '.join(BACKENDS)}, got {_backend!r}")
+    if _backend == "onednn" and not onednn_available():
+        raise BertforgeError("BERTFORGE_LINEAR=onednn, but this PyTorch has no oneDNN linear kernels (mkldnn)")
+
+
 def _use_onednn(x: Tensor, weight: Tensor) -> bool:
+    if _backend == "aten":
+        return False
+    check_linear_backend()
     return (
-        _backend != "aten"
-        and type(x) is Tensor  # not a DTensor or other subclass
+        type(x) is Tensor  # not a DTensor or other subclass
         and type(weight) in (Tensor, torch.nn.Parameter)
         and x.device.type == "cpu"
         and x.dtype == torch.float32

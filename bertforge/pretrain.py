@@ -121,6 +121,9 @@ class Runtime:
 
 
 def setup_runtime(device: str) -> Runtime:
+    from .linear import check_linear_backend
+
+    check_linear_backend()  # a misspelt BERTFORGE_LINEAR fails here, not at the first step after the output is made
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     local = int(os.environ.get("LOCAL_RANK", "0"))

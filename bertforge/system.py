@@ -16,6 +16,8 @@ import logging
 import os
 import sys
 
+from .errors import BertforgeError
+
 log = logging.getLogger("bertforge")
 
 _M_TRIM_THRESHOLD = -1  # mallopt parameters, from glibc's malloc.h
@@ -28,13 +30,16 @@ def reuse_freed_memory() -> bool:
 
     Returns whether the setting is in force. Does nothing where it does not apply or the user has chosen: not
     Linux, no glibc, `LD_PRELOAD` (another allocator), any `MALLOC_*` tunable in the environment, or
-    BERTFORGE_MALLOC=default. The memory a process holds then stays at its high-water mark until it exits, which
-    is what a training process reaches every step anyway.
+    BERTFORGE_MALLOC=default (values other than `reuse` and `default` are an error). The memory a process holds
+    then stays at its high-water mark until it exits, which is what a training process reaches every step anyway.
     """
     global _applied
+    choice = os.environ.get("BERTFORGE_MALLOC", "reuse").lower()
+    if choice not in ("reuse", "default"):
+        raise BertforgeError(f"BERTFORGE_MALLOC must be 'reuse' (the default) or 'default' (glibc's own), got {choice!r}")
     if _applied:
         return True
-    if sys.platform != "linux" or os.environ.get("BERTFORGE_MALLOC", "").lower() == "default":
+    if sys.platform != "linux" or choice == "default":
         return False
     if "LD_PRELOAD" in os.environ or any(k.startswith("MALLOC_") for k in os.environ):
         return False

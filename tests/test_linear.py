@@ -102,3 +102,12 @@ def test_pretraining_step_same_loss_and_gradients_with_either_backend():
     assert grads_a.keys() == grads_o.keys() and len(grads_a) > 20
     for name, grad in grads_a.items():
         assert (grads_o[name] - grad).abs().max() <= 1e-5 * max(1.0, grad.abs().max().item()), name
+
+
+def test_a_misspelt_environment_backend_is_an_error_that_names_it(monkeypatch):
+    import bertforge.linear as module
+    from bertforge.errors import BertforgeError
+
+    monkeypatch.setattr(module, "_backend", "onednnn")  # what BERTFORGE_LINEAR=onednnn sets at import
+    with pytest.raises(BertforgeError, match="BERTFORGE_LINEAR .*'onednnn'"):
+        linear(torch.randn(2, 4), torch.randn(3, 4))

@@ -295,6 +295,15 @@ def test_bad_settings_get_clear_errors(corpus_and_tokenizer, tmp_path, change, m
     assert not (tmp_path / "run").exists()  # refused before anything was written
 
 
+def test_misspelt_linear_backend_is_refused_before_anything_is_written(corpus_and_tokenizer, tmp_path, monkeypatch):
+    import bertforge.linear
+
+    monkeypatch.setattr(bertforge.linear, "_backend", "onednnn")  # what BERTFORGE_LINEAR=onednnn sets at import
+    with pytest.raises(BertforgeError, match="BERTFORGE_LINEAR must be one of .*'onednnn'"):
+        pretrain(args(corpus_and_tokenizer, tmp_path / "run"))
+    assert not (tmp_path / "run").exists()
+
+
 def test_bad_seq_len_writes_nothing_from_the_cli(tmp_path):
     """The CLI path with the default corpus and a vocabulary to train: refused before the tokenizer is trained."""
     from bertforge.cli import main

@@ -48,3 +48,12 @@ def test_training_steps_reuse_freed_memory_without_page_faults():
 def test_the_user_can_opt_out():
     assert probe("on", BERTFORGE_MALLOC="default")[0] is False
     assert probe("on", MALLOC_ARENA_MAX="2")[0] is False  # the user tunes glibc's malloc: leave it alone
+
+
+def test_a_misspelt_setting_is_an_error_that_names_it(monkeypatch):
+    from bertforge.errors import BertforgeError
+    from bertforge.system import reuse_freed_memory
+
+    monkeypatch.setenv("BERTFORGE_MALLOC", "off")
+    with pytest.raises(BertforgeError, match="BERTFORGE_MALLOC .*'off'"):
+        reuse_freed_memory()

@@ -275,3 +275,21 @@ def test_header_less_tsv_with_column_indices(tmp_path, tiny_model, capsys):
                  str(tmp_path / "cola.tsv"), "--dev", str(tmp_path / "cola.tsv"), "--out", str(tmp_path / "x"),
                  "--no-header", "--text-column", "3", "--label-column", "1", "--metric", "pearson"]) == 2
     assert "--metric 'pearson' is not reported for classification" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("setting", ["BERTFORGE_MALLOC=off", "BERTFORGE_LINEAR=onednnn"])
+def test_a_misspelt_speed_setting_fails_in_one_line_leaving_nothing(tmp_path, tiny_model, capsys, monkeypatch, setting):
+    import bertforge.linear
+
+    name, value = setting.split("=")
+    monkeypatch.setenv(name, value)
+    if name == "BERTFORGE_LINEAR":
+        monkeypatch.setattr(bertforge.linear, "_backend", value)  # the variable is read at import
+    train = write_sentiment(tmp_path / "train.tsv", 16)
+    out = tmp_path / "runs" / "sst"
+    rc = main(["finetune", "--task", "classification", "--model", str(tiny_model), "--train", str(train),
+               "--dev", str(train), "--out", str(out), *FAST])
+    err = capsys.readouterr().err
+    assert rc == 2 and f"{name} must be" in err and f"'{value}'" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "runs").exists() or not list((tmp_path / "runs").iterdir())
