@@ -177,22 +177,30 @@ def convert_state_dict(
 M = TypeVar("M", bound=torch.nn.Module)
 
 
-def load_pretrained(cls: type[M], path: str | Path, *, ignore_mismatched_sizes: bool = False, **overrides: Any) -> M:
+def load_pretrained(
+    cls: type[M], path: str | Path, *, ignore_mismatched_sizes: bool = False, quiet: bool = False, **overrides: Any
+) -> M:
     """Build `cls` from a checkpoint directory; heads absent from the file are initialised and reported.
 
-    `overrides` change config fields (`num_labels=5`, ...). `ignore_mismatched_sizes=True` lets a head of another
-    shape in the file (a classifier trained for other labels) be replaced by a new one instead of an error."""
+    The one loader every caller uses (`from_pretrained`, fine-tuning, the pipelines, ONNX export). `overrides`
+    change config fields (`num_labels=5`, ...). `ignore_mismatched_sizes=True` lets a head of another shape in the
+    file (a classifier trained for other labels) be replaced by a new one instead of an error. `quiet` leaves the
+    "newly initialised" warning out (for callers that check `model.loading_info` themselves).
+
+    The model is built without storage (on the meta device) and matched against the file first: a config.json
+    whose sizes disagree with the weights (or a hostile one: a 10-million-word vocabulary, 1,000 layers) is refused
+    before anything is allocated. Then the file's tensors become the parameters, and only the weights the file
+    lacks are allocated and initialised (no random init of a vocabulary-sized embedding that is overwritten).
+    """
     path = Path(path)
     if not path.exists():
         raise BertforgeError(f"{path}: no such model directory")
     config_dir = path if path.is_dir() else path.parent
     config = BertConfig.from_pretrained(config_dir, **overrides)
     state, source = read_state_dict(path)
-    # Match the weights against a model without storage first: a config.json whose sizes disagree with the
-    # weights (or a hostile one: a 10-million-word vocabulary, 1,000 layers) is refused before anything is allocated.
     with torch.device("meta"):
-        skeleton = cls(config)  # type: ignore[call-arg]
-    mapped, info = convert_state_dict(state, skeleton, source, ignore_mismatched_sizes)
+        model = cls(config)  # type: ignore[call-arg]
+    mapped, info = convert_state_dict(state, model, source, ignore_mismatched_sizes)
     if not mapped:
         raise BertforgeError(f"{source}: none of its weights belong to a BERT model")
     body_missing = [k for k in info.missing_keys if k.removeprefix("bert.").startswith(("embeddings.", "encoder."))]
@@ -201,30 +209,45 @@ def load_pretrained(cls: type[M], path: str | Path, *, ignore_mismatched_sizes: 
             f"{source}: the encoder weights are incomplete; missing {body_missing[:3]} and "
             f"{len(body_missing) - len(body_missing[:3])} more (does config.json match the weights?)"
         )
-    del skeleton
-    model = cls(config)  # type: ignore[call-arg]
-    model.load_state_dict(mapped, strict=False)
-    loaded = model.state_dict()
-    # checked after the copy, in the model's dtype: float64 beyond float32's range only becomes inf there
-    bad = next((k for k in mapped if not torch.isfinite(loaded[k]).all()), None)
-    if bad is not None:
-        raise BertforgeError(f"{source}: the weights contain NaN or infinite values (first: {bad!r})")
+    model.load_state_dict(_own_tensors(mapped, model.state_dict(), source), strict=False, assign=True)
+    fresh = [name for name, p in model.named_parameters() if p.is_meta]  # missing, or replaced (another shape)
+    for name in fresh:
+        owner, _, attr = name.rpartition(".")
+        old = getattr(model.get_submodule(owner), attr)
+        setattr(model.get_submodule(owner), attr, torch.nn.Parameter(torch.empty(old.shape, dtype=old.dtype)))
+    model.init_weights(only=set(fresh))  # type: ignore[operator]
     model.loading_info = info  # type: ignore[attr-defined]
-    if info.missing_keys:
+    _report(cls.__name__, info, quiet)
+    return model
+
+
+def _own_tensors(mapped: dict[str, torch.Tensor], own: dict[str, torch.Tensor], source: str) -> dict[str, torch.Tensor]:
+    """The file's tensors in the model's dtypes, each with storage of its own, all finite."""
+    out: dict[str, torch.Tensor] = {}
+    seen: set[int] = set()
+    for key, tensor in mapped.items():
+        t = tensor.to(own[key].dtype).contiguous()
+        if t.data_ptr() in seen:  # a pickle may store two weights as one tensor: parameters must not share it
+            t = t.clone()
+        seen.add(t.data_ptr())
+        # checked in the model's dtype: float64 beyond float32's range only becomes inf there
+        if not torch.isfinite(t).all():
+            raise BertforgeError(f"{source}: the weights contain NaN or infinite values (first: {key!r})")
+        out[key] = t
+    return out
+
+
+def _report(name: str, info: LoadingInfo, quiet: bool) -> None:
+    if info.missing_keys and not quiet:
         log.warning(
             "%s: weights not in the checkpoint, newly initialised (train them before use): %s",
-            cls.__name__,
+            name,
             ", ".join(info.missing_keys),
         )
     if info.mismatched_keys:
-        log.warning(
-            "%s: checkpoint head weights of another shape, newly initialised: %s",
-            cls.__name__,
-            ", ".join(info.mismatched_keys),
-        )
+        log.warning("%s: checkpoint head weights of another shape, newly initialised: %s", name, ", ".join(info.mismatched_keys))
     if info.unexpected_keys:
-        log.info("%s: checkpoint weights not used by this class: %s", cls.__name__, ", ".join(info.unexpected_keys))
-    return model
+        log.info("%s: checkpoint weights not used by this class: %s", name, ", ".join(info.unexpected_keys))
 
 
 def save_pretrained(model: torch.nn.Module, path: str | Path) -> None:

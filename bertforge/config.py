@@ -11,11 +11,10 @@ from typing import Any
 
 from .errors import BertforgeError
 from .io import atomic_write_text
+from .ops import ACTIVATIONS  # the activations the model implements, by their Hugging Face names
 
 CONFIG_NAME = "config.json"
 
-# Activations the model implements, by their Hugging Face names.
-ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "gelu_fast", "relu", "silu", "swish", "tanh")
 ATTENTION_BACKENDS = ("sdpa", "eager")
 
 # (layers, hidden, heads) of the presets; intermediate size is 4 x hidden.

@@ -8,8 +8,11 @@ input-gradient matrix multiplies of a dense layer (the weight gradient stays wit
 everything else through `F.linear`. The maths is the same: results differ from `F.linear`'s by summation order
 only (~1e-6 relative).
 
+Without autograd (inference), `linear` also fuses what follows the matrix multiply into oneDNN's kernel: the
+activation (`act`: GELU, ReLU) or a residual add (`residual`), which saves a pass over the output.
+
 `set_linear_backend("aten")` (or BERTFORGE_LINEAR=aten in the environment) makes every layer use `F.linear`, the
-reference path.
+reference path; `with linear_backend("aten"):` does it for one block of code in the current thread.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import threading
 from collections.abc import Iterator
 
 import torch
@@ -24,9 +28,20 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .errors import BertforgeError
+from .ops import activation_fn
 
 BACKENDS = ("auto", "aten", "onednn")
-_backend = os.environ.get("BERTFORGE_LINEAR", "auto")
+_backend = os.environ.get("BERTFORGE_LINEAR", "auto")  # the process's default
+_local = threading.local()  # `linear_backend(...)` blocks: a per-thread override
+
+# hidden_act -> oneDNN post-op (name, algorithm) that computes it inside the matrix multiply.
+_FUSED_ACTIVATIONS = {
+    "gelu": ("gelu", "none"),  # exact (erf) GELU
+    "gelu_new": ("gelu", "tanh"),
+    "gelu_pytorch_tanh": ("gelu", "tanh"),
+    "gelu_fast": ("gelu", "tanh"),
+    "relu": ("relu", ""),
+}
 
 
 @functools.cache
@@ -61,18 +76,23 @@ def set_linear_backend(backend: str) -> None:
 
 
 def get_linear_backend() -> str:
-    return _backend
+    return getattr(_local, "backend", None) or _backend
 
 
 @contextlib.contextmanager
 def linear_backend(backend: str) -> Iterator[None]:
-    """`with linear_backend("aten"): ...` runs the block with that backend, then restores the previous one."""
-    before = _backend
-    set_linear_backend(backend)
+    """`with linear_backend("aten"): ...` runs the block with that backend in this thread, then restores the
+    previous one (other threads keep theirs)."""
+    if backend not in BACKENDS:
+        raise ValueError(f"linear backend must be one of {BACKENDS}, got {backend!r}")
+    if backend == "onednn" and not onednn_available():
+        raise ValueError("the oneDNN linear backend needs a PyTorch built with oneDNN (mkldnn)")
+    before = getattr(_local, "backend", None)
+    _local.backend = backend
     try:
         yield
     finally:
-        set_linear_backend(before)
+        _local.backend = before
 
 
 class _OneDnnLinear(torch.autograd.Function):
@@ -115,7 +135,7 @@ def check_linear_backend() -> None:
 
 
 def _use_onednn(x: Tensor, weight: Tensor) -> bool:
-    if _backend == "aten":
+    if get_linear_backend() == "aten":
         return False
     check_linear_backend()
     return (
@@ -133,8 +153,30 @@ def _use_onednn(x: Tensor, weight: Tensor) -> bool:
     )
 
 
-def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
-    """x [..., K] Wᵀ [K, N] + b [N] → [..., N]; see the module docstring for which kernel runs."""
+def _records_grad(*tensors: Tensor | None) -> bool:
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+
+
+def linear(
+    x: Tensor, weight: Tensor, bias: Tensor | None = None, *, act: str | None = None, residual: Tensor | None = None
+) -> Tensor:
+    """act(x [..., K] Wᵀ [K, N] + b [N]) + residual [..., N] → [..., N] (`act` a `hidden_act` name or None).
+
+    See the module docstring for which kernel runs; without autograd, oneDNN applies `act` or `residual` inside
+    the matrix multiply."""
     if _use_onednn(x, weight):
-        return _OneDnnLinear.apply(x, weight, bias)
-    return F.linear(x, weight, bias)
+        if not _records_grad(x, weight, bias, residual) and (act is None or act in _FUSED_ACTIVATIONS):
+            x2 = x.reshape(-1, x.shape[-1])  # [M, K]
+            shape = (*x.shape[:-1], weight.shape[0])
+            if residual is not None and act is None:  # x Wᵀ + b + residual
+                r2 = residual.reshape(-1, weight.shape[0])
+                return torch.ops.mkldnn._linear_pointwise.binary(x2, r2, weight, bias, "add").view(shape)
+            if residual is None:
+                name, algorithm = _FUSED_ACTIVATIONS[act] if act is not None else ("none", "")
+                return torch.ops.mkldnn._linear_pointwise(x2, weight, bias, name, [], algorithm).view(shape)
+        y = _OneDnnLinear.apply(x, weight, bias)
+    else:
+        y = F.linear(x, weight, bias)
+    if act is not None:
+        y = activation_fn(act)(y)
+    return y if residual is None else y + residual

@@ -10,7 +10,7 @@ variations found in published files (prefix, legacy LayerNorm names, tied decode
 
 from __future__ import annotations
 
-import math
+from collections.abc import Collection
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -18,9 +18,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .attention import Layout, Packed, PackedBatch, Padded, Unpadded, extended_attention_mask
 from .config import BertConfig
 from .errors import BertforgeError
 from .linear import linear
+from .ops import activation, activation_fn, dropout  # noqa: F401  (activation, dropout: public here too)
 
 IGNORE_INDEX = -100
 
@@ -90,49 +92,22 @@ class QuestionAnsweringOutput(ModelOutput):
 
 
 # ---------------------------------------------------------------------------------------------------- building blocks
-def activation(name: str, x: Tensor) -> Tensor:
-    if name == "gelu":
-        return F.gelu(x)
-    if name in ("gelu_new", "gelu_pytorch_tanh", "gelu_fast"):
-        return F.gelu(x, approximate="tanh")
-    if name == "relu":
-        return F.relu(x)
-    if name in ("silu", "swish"):
-        return F.silu(x)
-    if name == "tanh":
-        return torch.tanh(x)
-    raise ValueError(f"unknown activation {name!r}")
-
-
-def dropout(x: Tensor, p: float, training: bool) -> Tensor:
-    """`F.dropout` (zero each element with probability p, scale the rest by 1 / (1 - p)), with a cheaper mask on CPU.
-
-    PyTorch draws a CPU dropout mask one element at a time (`bernoulli_`, two 32-bit draws per element, on one
-    thread on AMD CPUs): 12 % of a mini training step here. This draws 32 random bits per element, 64 at a time,
-    and keeps an element when its bits are at or above p · 2³², so P(drop) = p to within 2⁻³² (3.2x faster
-    masks, measured). Other devices (fused kernels) and compiled code use `F.dropout`.
-    """
-    if not training or p == 0.0:
-        return x
-    if x.device.type != "cpu" or not x.is_floating_point() or not 0.0 < p < 1.0 or torch.compiler.is_compiling():
-        return F.dropout(x, p, training)
-    n = x.numel()
-    bits = torch.empty((n + 1) // 2, dtype=torch.int64).random_(-(2**63), None).view(torch.int32)[:n]  # uniform int32
-    threshold = round(p * 2**32) - 2**31  # P(bits < threshold) = p
-    scale = torch.where(bits.view(x.shape) >= threshold, 1.0 / (1.0 - p), 0.0).to(x.dtype)
-    return x * scale
-
-
 class Dense(nn.Module):
-    """y = x Wᵀ + b, parameters named `weight` [out, in] and `bias` [out] like the checkpoints."""
+    """y = act(x Wᵀ + b) (+ a residual), parameters named `weight` [out, in] and `bias` [out] like the checkpoints.
 
-    def __init__(self, n_in: int, n_out: int, bias: bool = True) -> None:
+    `act` is a `hidden_act` name or None, resolved once here; the matrix multiply is `bertforge.linear.linear`
+    (`F.linear`, or oneDNN's kernels on CPU, which fuse the activation or the residual add at inference)."""
+
+    def __init__(self, n_in: int, n_out: int, bias: bool = True, act: str | None = None) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.empty(n_out, n_in))
         self.bias = nn.Parameter(torch.zeros(n_out)) if bias else None
+        self.act = act
+        if act is not None:
+            activation_fn(act)  # an unknown name fails at construction, not at the first batch
 
-    def forward(self, x: Tensor) -> Tensor:
-        return linear(x, self.weight, self.bias)  # F.linear, or oneDNN's kernels on CPU (see bertforge.linear)
+    def forward(self, x: Tensor, residual: Tensor | None = None) -> Tensor:
+        return linear(x, self.weight, self.bias, act=self.act, residual=residual)
 
 
 class LayerNorm(nn.Module):
@@ -165,13 +140,12 @@ class BertEmbeddings(nn.Module):
         self.dropout = config.hidden_dropout_prob
 
     def forward(self, input_ids: Tensor, token_type_ids: Tensor | None, position_ids: Tensor | None) -> Tensor:
-        seq_len = input_ids.shape[1]
-        if seq_len > self.position_embeddings.weight.shape[0]:
-            raise ValueError(
-                f"sequence length {seq_len} exceeds max_position_embeddings={self.position_embeddings.weight.shape[0]}"
-            )
-        x = self.word_embeddings(input_ids)  # [B, S, H]
+        """input_ids [B, S] (positions 0..S-1 unless given), or packed [T] with `position_ids` [T] → [..., H]."""
+        x = self.word_embeddings(input_ids)  # [B, S, H] or [T, H]
         if position_ids is None:
+            seq_len, limit = input_ids.shape[-1], self.position_embeddings.weight.shape[0]
+            if seq_len > limit:
+                raise ValueError(f"sequence length {seq_len} exceeds max_position_embeddings={limit}")
             x = x + self.position_embeddings.weight[:seq_len]  # broadcast over the batch
         else:
             x = x + self.position_embeddings(position_ids)
@@ -183,32 +157,6 @@ class BertEmbeddings(nn.Module):
         return dropout(x, self.dropout, self.training)
 
 
-@dataclass
-class Unpadded:
-    """Where the real tokens of a right- or left-padded [B, S] batch are: the encoder then runs its dense layers,
-    LayerNorms, GELU and dropout on the T real rows only ([T, H], T = Σ lengths), and only attention, which needs
-    whole sequences, sees the [B, S] layout again. Real tokens get exactly what the padded model computes for them
-    (padding keys are masked out either way); no FLOP is spent on padding outside attention."""
-
-    index: Tensor  # [T] flat positions b * S + s of the real tokens
-    batch: int
-    seq: int
-
-    @classmethod
-    def from_mask(cls, attention_mask: Tensor) -> "Unpadded":
-        B, S = attention_mask.shape
-        return cls(attention_mask.reshape(-1).nonzero().squeeze(1), B, S)
-
-    def unpad(self, x: Tensor) -> Tensor:
-        """[B, S, C] or [B*S, C] → [T, C]"""
-        return x.reshape(self.batch * self.seq, -1).index_select(0, self.index)
-
-    def pad(self, x: Tensor) -> Tensor:
-        """[T, C] → [B, S, C], zeros at padding."""
-        full = x.new_zeros(self.batch * self.seq, x.shape[-1]).index_copy(0, self.index, x)
-        return full.view(self.batch, self.seq, -1)
-
-
 class BertSelfAttention(nn.Module):
     """Query, key and value projections (kept apart for checkpoint names, run as one fused matmul)."""
 
@@ -218,71 +166,66 @@ class BertSelfAttention(nn.Module):
         self.query = Dense(h, h)
         self.key = Dense(h, h)
         self.value = Dense(h, h)
+        self._stacked: tuple[tuple[int, ...], Tensor, Tensor] | None = None  # inference cache, see `qkv`
 
-    def qkv(self, x: Tensor) -> Tensor:
-        weight = torch.cat([self.query.weight, self.key.weight, self.value.weight])  # [3H, H]
-        bias = torch.cat([self.query.bias, self.key.bias, self.value.bias])  # [3H]
-        return linear(x, weight, bias)  # [B, S, 3H]
+    def stacked_weights(self) -> tuple[Tensor, Tensor]:
+        """The [3H, H] weight and [3H] bias of the three projections. Without autograd they are stacked once and
+        kept while the parameters stay the same tensors at the same version (an optimizer step, `to()` or
+        `load_state_dict` makes them stack again)."""
+        parts = [t for m in (self.query, self.key, self.value) for t in (m.weight, m.bias)]
+        if torch.is_grad_enabled() and any(t.requires_grad for t in parts):
+            return torch.cat(parts[0::2]), torch.cat(parts[1::2])
+        try:
+            key = tuple(x for t in parts for x in (t.data_ptr(), t._version))
+        except RuntimeError:  # inference tensors keep no version counter
+            return torch.cat(parts[0::2]), torch.cat(parts[1::2])
+        if self._stacked is None or self._stacked[0] != key:
+            self._stacked = (key, torch.cat(parts[0::2]), torch.cat(parts[1::2]))
+        return self._stacked[1], self._stacked[2]
+
+    def forward(self, x: Tensor) -> Tensor:
+        return linear(x, *self.stacked_weights())  # [..., 3H]: query, key, value side by side
 
 
-class BertSelfOutput(nn.Module):
-    def __init__(self, config: BertConfig) -> None:
+class BertResidualOutput(nn.Module):
+    """LN(residual + dropout(dense(x))): the end of both sublayers (`attention.output` and `output`)."""
+
+    def __init__(self, config: BertConfig, n_in: int) -> None:
         super().__init__()
-        self.dense = Dense(config.hidden_size, config.hidden_size)
+        self.dense = Dense(n_in, config.hidden_size)
         self.LayerNorm = LayerNorm(config.hidden_size, config.layer_norm_eps)
+        self.dropout = config.hidden_dropout_prob
+
+    def forward(self, x: Tensor, residual: Tensor) -> Tensor:
+        if self.training and self.dropout > 0:
+            return self.LayerNorm(dropout(self.dense(x), self.dropout, True) + residual)
+        return self.LayerNorm(self.dense(x, residual=residual))  # the add fused into the matmul where possible
 
 
 class BertAttention(nn.Module):
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
         self.self = BertSelfAttention(config)
-        self.output = BertSelfOutput(config)
+        self.output = BertResidualOutput(config, config.hidden_size)
         self.num_heads = config.num_attention_heads
         self.attn_dropout = config.attention_probs_dropout_prob
-        self.hidden_dropout = config.hidden_dropout_prob
         self.backend = config.attn_implementation
 
-    def forward(
-        self, x: Tensor, mask: Tensor | None, output_attentions: bool, unpadded: Unpadded | None = None
-    ) -> tuple[Tensor, Tensor | None]:
-        """x: [B, S, H], or [T, H] with `unpadded` (the projections then skip padding; attention runs on [B, S])."""
-        H = x.shape[-1]
-        nh = self.num_heads
-        qkv = self.self.qkv(x)  # [B, S, 3H] or [T, 3H]
-        if unpadded is not None:
-            qkv = unpadded.pad(qkv)  # [B, S, 3H], zeros at padding (masked keys; their query rows are dropped)
-        B, S = qkv.shape[:2]
-        q, k, v = qkv.view(B, S, 3, nh, H // nh).permute(2, 0, 3, 1, 4)  # 3 x [B, nh, S, hd]
-        p = self.attn_dropout if self.training else 0.0
-        probs = None
-        # SDPA with dropout on CPU runs these same ops, with PyTorch's slower mask (see `dropout`)
-        explicit = p > 0 and qkv.device.type == "cpu"
-        if self.backend == "eager" or output_attentions or explicit:
-            scores = q @ k.transpose(-1, -2) / math.sqrt(H // nh)  # [B, nh, S, S]
-            if mask is not None:
-                scores = scores + mask
-            probs = scores.softmax(dim=-1)
-            ctx = dropout(probs, p, self.training) @ v  # [B, nh, S, hd]
-        else:
-            ctx = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)  # [B, nh, S, hd]
-        ctx = ctx.transpose(1, 2).reshape(B, S, H)  # [B, S, H]
-        if unpadded is not None:
-            ctx = unpadded.unpad(ctx)  # [T, H]
-        out = dropout(self.output.dense(ctx), self.hidden_dropout, self.training)
-        return self.output.LayerNorm(out + x), probs
+    def forward(self, x: Tensor, layout: Layout, output_attentions: bool = False) -> tuple[Tensor, Tensor | None]:
+        """x: rows in `layout` ([B, S, H] padded, [T, H] unpadded or packed) → the same rows, and the attention
+        probabilities [B, nh, S, S] when asked for."""
+        explicit = self.backend == "eager" or output_attentions
+        ctx, probs = layout.attend(self.self(x), self.num_heads, self.attn_dropout, self.training, explicit)
+        return self.output(ctx, x), probs
 
 
 class BertIntermediate(nn.Module):
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
-        self.dense = Dense(config.hidden_size, config.intermediate_size)
+        self.dense = Dense(config.hidden_size, config.intermediate_size, act=config.hidden_act)
 
-
-class BertOutput(nn.Module):
-    def __init__(self, config: BertConfig) -> None:
-        super().__init__()
-        self.dense = Dense(config.intermediate_size, config.hidden_size)
-        self.LayerNorm = LayerNorm(config.hidden_size, config.layer_norm_eps)
+    def forward(self, x: Tensor) -> Tensor:
+        return self.dense(x)  # [..., I]
 
 
 class BertLayer(nn.Module):
@@ -292,17 +235,11 @@ class BertLayer(nn.Module):
         super().__init__()
         self.attention = BertAttention(config)
         self.intermediate = BertIntermediate(config)
-        self.output = BertOutput(config)
-        self.act = config.hidden_act
-        self.dropout = config.hidden_dropout_prob
+        self.output = BertResidualOutput(config, config.intermediate_size)
 
-    def forward(
-        self, x: Tensor, mask: Tensor | None, output_attentions: bool = False, unpadded: Unpadded | None = None
-    ) -> tuple[Tensor, Tensor | None]:
-        x, probs = self.attention(x, mask, output_attentions, unpadded)  # [B, S, H] or [T, H]
-        h = activation(self.act, self.intermediate.dense(x))  # [B, S, 4H]
-        h = dropout(self.output.dense(h), self.dropout, self.training)  # [B, S, H]
-        return self.output.LayerNorm(h + x), probs
+    def forward(self, x: Tensor, layout: Layout, output_attentions: bool = False) -> tuple[Tensor, Tensor | None]:
+        x, probs = self.attention(x, layout, output_attentions)  # [B, S, H] or [T, H]
+        return self.output(self.intermediate(x), x), probs
 
 
 class BertEncoder(nn.Module):
@@ -312,20 +249,15 @@ class BertEncoder(nn.Module):
         self.gradient_checkpointing = False
 
     def forward(
-        self,
-        x: Tensor,
-        mask: Tensor | None,
-        output_attentions: bool,
-        output_hidden_states: bool,
-        unpadded: Unpadded | None = None,
+        self, x: Tensor, layout: Layout, output_attentions: bool = False, output_hidden_states: bool = False
     ) -> tuple[Tensor, tuple[Tensor, ...] | None, tuple[Tensor, ...] | None]:
         hidden = (x,) if output_hidden_states else None
         attentions: tuple[Tensor, ...] | None = () if output_attentions else None
         for layer in self.layer:
             if self.gradient_checkpointing and self.training and not output_attentions:
-                x, probs = torch.utils.checkpoint.checkpoint(layer, x, mask, False, unpadded, use_reentrant=False)
+                x, probs = torch.utils.checkpoint.checkpoint(layer, x, layout, False, use_reentrant=False)
             else:
-                x, probs = layer(x, mask, output_attentions, unpadded)
+                x, probs = layer(x, layout, output_attentions)
             if hidden is not None:
                 hidden = hidden + (x,)
             if attentions is not None:
@@ -336,22 +268,11 @@ class BertEncoder(nn.Module):
 class BertPooler(nn.Module):
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
-        self.dense = Dense(config.hidden_size, config.hidden_size)
+        self.dense = Dense(config.hidden_size, config.hidden_size, act="tanh")
 
-    def forward(self, x: Tensor) -> Tensor:
-        return torch.tanh(self.dense(x[:, 0]))  # [B, H] from the [CLS] position
-
-
-def extended_attention_mask(attention_mask: Tensor | None, dtype: torch.dtype) -> Tensor | None:
-    """[B, S] of 1 (token) / 0 (padding) → additive [B, 1, 1, S] mask, built once per batch.
-
-    Masked keys get the dtype's most negative finite value, not -inf, so a row with every key masked gives a
-    uniform softmax instead of NaN. Returns None when nothing is masked (lets SDPA pick its fastest kernel).
-    """
-    if attention_mask is None or bool(attention_mask.all()):
-        return None
-    mask = (1.0 - attention_mask[:, None, None, :].to(dtype)) * torch.finfo(dtype).min
-    return mask
+    def forward(self, first: Tensor) -> Tensor:
+        """tanh(dense(each sequence's first ([CLS]) hidden state [B, H])) → [B, H]."""
+        return self.dense(first)
 
 
 # ---------------------------------------------------------------------------------------------------- models
@@ -366,24 +287,25 @@ class BertPreTrainedModel(nn.Module):
         config.validate()
         self.config = config
 
-    def init_weights(self) -> None:
-        """Truncated normal (±2 std) for matrices and embeddings, LayerNorm 1/0, biases 0, padding row 0."""
+    def init_weights(self, only: Collection[str] | None = None) -> None:
+        """Truncated normal (±2 std) for matrices and embeddings, LayerNorm 1/0, biases 0, padding row 0.
+
+        `only`: the parameter names to initialise (the loader initialises just what a checkpoint lacks)."""
         std = self.config.initializer_range
-        for module in self.modules():
-            if isinstance(module, (Dense, Embedding)):
-                nn.init.trunc_normal_(module.weight, std=std, a=-2 * std, b=2 * std)
-            if isinstance(module, Dense) and module.bias is not None:
-                nn.init.zeros_(module.bias)
-            if isinstance(module, LayerNorm):
-                nn.init.ones_(module.weight)
-                nn.init.zeros_(module.bias)
         pad = self.config.pad_token_id
-        if pad is not None:
-            with torch.no_grad():
-                self.base_model.embeddings.word_embeddings.weight[pad].zero_()
-        for name, param in self.named_parameters():
-            if name.endswith("predictions.bias"):
-                nn.init.zeros_(param)
+        for prefix, module in self.named_modules():
+            for name, param in module.named_parameters(recurse=False):
+                if only is not None and (f"{prefix}.{name}" if prefix else name) not in only:
+                    continue
+                with torch.no_grad():
+                    if isinstance(module, LayerNorm):
+                        param.fill_(1.0 if name == "weight" else 0.0)
+                    elif name == "bias":  # dense layers' and the MLM decoder's
+                        param.zero_()
+                    else:  # dense and embedding matrices
+                        nn.init.trunc_normal_(param, std=std, a=-2 * std, b=2 * std)
+                        if module is self.base_model.embeddings.word_embeddings and pad is not None:
+                            param[pad].zero_()
 
     @property
     def base_model(self) -> "BertModel":
@@ -440,25 +362,32 @@ class BertModel(BertPreTrainedModel):
         read padding positions (sparse MLM, NSP, sequence classification) turn it on."""
         x = self.embeddings(input_ids, token_type_ids, position_ids)  # [B, S, H]
         mask = extended_attention_mask(attention_mask, x.dtype)  # [B, 1, 1, S] or None
-        if unpad and mask is not None and not (output_attentions or output_hidden_states):
-            unpadded = Unpadded.from_mask(attention_mask)  # type: ignore[arg-type]
-            x, hidden, attentions = self.encoder(unpadded.unpad(x), mask, False, False, unpadded)  # [T, H]
-            x = unpadded.pad(x)  # [B, S, H]
+        if unpad and mask is not None and not (output_attentions or output_hidden_states or torch.jit.is_tracing()):
+            layout = Unpadded.from_mask(attention_mask, mask)  # type: ignore[arg-type]
+            x, _, _ = self.encoder(layout.unpad(x), layout)  # [T, H]
+            x, hidden, attentions = layout.pad(x), None, None  # [B, S, H]
         else:
-            x, hidden, attentions = self.encoder(x, mask, output_attentions, output_hidden_states)
-        pooled = self.pooler(x) if self.pooler is not None else None
+            x, hidden, attentions = self.encoder(x, Padded(mask), output_attentions, output_hidden_states)
+        pooled = self.pooler(x[:, 0]) if self.pooler is not None else None
         return BaseModelOutput(x, pooled, hidden, attentions)
+
+    def forward_packed(self, batch: PackedBatch, max_padding: float = 0.0) -> Tensor:
+        """Last hidden states [T, H] of a `PackedBatch` (sequences end to end, no padding: the inference path of
+        the pipelines). `max_padding`: see `bertforge.attention.attention_plan`. Apply the pooler to
+        `hidden[batch.starts]` for each sequence's pooled output."""
+        x = self.embeddings(batch.input_ids, batch.token_type_ids, batch.position_ids)  # [T, H]
+        x, _, _ = self.encoder(x, Packed.from_lengths(batch.lengths, max_padding))
+        return x
 
 
 class BertPredictionHeadTransform(nn.Module):
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
-        self.dense = Dense(config.hidden_size, config.hidden_size)
+        self.dense = Dense(config.hidden_size, config.hidden_size, act=config.hidden_act)
         self.LayerNorm = LayerNorm(config.hidden_size, config.layer_norm_eps)
-        self.act = config.hidden_act
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.LayerNorm(activation(self.act, self.dense(x)))
+        return self.LayerNorm(self.dense(x))
 
 
 class BertLMPredictionHead(nn.Module):

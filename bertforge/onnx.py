@@ -4,9 +4,9 @@ The graph takes `input_ids`, `attention_mask` and `token_type_ids` ([batch, sequ
 outputs of the checkpoint's class: `last_hidden_state` and `pooler_output` for a BertModel, `logits` for the MLM,
 sequence- and token-classification heads, `start_logits` and `end_logits` for QA.
 
-The export goes through a small wrapper that always applies the attention mask (the model skips it when nothing is
-padded, a data-dependent branch a traced graph cannot keep) and calls the model's own submodules, so the exported
-arithmetic is the model's. The TorchScript-based exporter (`dynamo=False`) is used: it needs no extra packages and
+The export traces the model's own forward (while tracing, the model always applies the attention mask instead of
+skipping it when nothing is padded, and keeps the padded layout), through a small wrapper that turns its output
+object into the tuple of named tensors ONNX wants. The TorchScript-based exporter (`dynamo=False`) is used: it needs no extra packages and
 works offline.
 """
 
@@ -21,18 +21,10 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from .checkpoint import load_pretrained
 from .errors import BertforgeError
 from .io import atomic_write
-from .model import (
-    MODEL_CLASSES,
-    BertForMaskedLM,
-    BertForPreTraining,
-    BertForQuestionAnswering,
-    BertForSequenceClassification,
-    BertForTokenClassification,
-    BertModel,
-    BertPreTrainedModel,
-)
+from .model import MODEL_CLASSES, BertModel, BertPreTrainedModel
 
 log = logging.getLogger("bertforge")
 
@@ -52,62 +44,48 @@ class ExportWrapper(nn.Module):
         self.eval()  # the exporter restores the wrapper's mode afterwards: it must be eval too
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor) -> tuple[Tensor, ...]:
-        bert: BertModel = self.model.base_model
-        x = bert.embeddings(input_ids, token_type_ids, None)  # [B, S, H]
-        mask = (1.0 - attention_mask[:, None, None, :].to(x.dtype)) * torch.finfo(x.dtype).min  # [B, 1, 1, S]
-        x, _, _ = bert.encoder(x, mask, False, False)  # [B, S, H]
-        m = self.model
-        if isinstance(m, BertForQuestionAnswering):
-            start, end = m.qa_outputs(x).unbind(-1)  # [B, S] each
-            return start, end
-        if isinstance(m, (BertForTokenClassification,)):
-            return (m.classifier(x),)  # [B, S, L]
-        if isinstance(m, BertForSequenceClassification):
-            return (m.classifier(bert.pooler(x)),)  # [B, L]
-        if isinstance(m, BertForMaskedLM):
-            return (m.cls.predictions(x, bert.embeddings.word_embeddings.weight),)  # [B, S, V]
-        if isinstance(m, BertForPreTraining):
-            return m.cls.predictions(x, bert.embeddings.word_embeddings.weight), m.cls.seq_relationship(bert.pooler(x))
-        if bert.pooler is not None:
-            return x, bert.pooler(x)
-        return (x,)
+        out = self.model(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+        return tuple(out[name] for name in self.output_names)
+
+
+def _probe(model: BertPreTrainedModel) -> dict[str, bool]:
+    """The outputs `model` returns without labels, in order → whether each has a sequence axis (it does when its
+    second dimension follows the input length: the model is run on two lengths)."""
+    shapes = []
+    for seq in (3, 4):
+        ids = torch.full((1, seq), min(5, model.config.vocab_size - 1), dtype=torch.long)
+        with torch.no_grad():
+            out = model(ids, attention_mask=torch.ones_like(ids), token_type_ids=torch.zeros_like(ids))
+        shapes.append({name: tuple(out[name].shape) for name in out.keys()})
+    return {name: shape[1:2] != shapes[1][name][1:2] for name, shape in shapes[0].items()}
 
 
 def output_names(model: BertPreTrainedModel) -> list[str]:
-    if isinstance(model, BertForQuestionAnswering):
-        return ["start_logits", "end_logits"]
-    if isinstance(model, (BertForTokenClassification, BertForSequenceClassification, BertForMaskedLM)):
-        return ["logits"]
-    if isinstance(model, BertForPreTraining):
-        return ["prediction_logits", "seq_relationship_logits"]
-    return ["last_hidden_state", "pooler_output"] if model.base_model.pooler is not None else ["last_hidden_state"]
+    """The names of the model's outputs (those of its output object: `logits`, `start_logits`, ...)."""
+    return list(_probe(model))
 
 
 def dynamic_axes(model: BertPreTrainedModel, names: list[str]) -> dict[str, dict[int, str]]:
     """Batch (and, for per-token tensors, sequence) axes of every input and output."""
-    per_sequence = {"pooler_output", "seq_relationship_logits"}
-    if isinstance(model, BertForSequenceClassification):
-        per_sequence.add("logits")
+    per_token = _probe(model)
     axes = {name: {0: "batch", 1: "sequence"} for name in INPUT_NAMES}
     for name in names:
-        axes[name] = {0: "batch"} if name in per_sequence else {0: "batch", 1: "sequence"}
+        axes[name] = {0: "batch", 1: "sequence"} if per_token[name] else {0: "batch"}
     return axes
 
 
 def load_for_export(path: Path, head: str = "auto") -> BertPreTrainedModel:
     """The checkpoint as the class its config names (`head="auto"`, falling back to BertModel when that head's
     weights are missing), as BertModel (`head="none"`), or as the named class."""
-    from .pipelines.base import load_model
-
     config_file = path / "config.json"
     if not config_file.is_file():
         raise BertforgeError(f"{path}: not a model directory (no config.json)")
     if head == "none":
-        return load_model(BertModel, path)
+        return load_pretrained(BertModel, path, quiet=True).eval()
     if head != "auto":
         if head not in MODEL_CLASSES:
             raise BertforgeError(f"unknown head class {head!r}; choose auto, none or one of: {', '.join(MODEL_CLASSES)}")
-        model = load_model(MODEL_CLASSES[head], path)
+        model = load_pretrained(MODEL_CLASSES[head], path, quiet=True).eval()
         heads_missing = [k for k in model.loading_info.missing_keys if not k.startswith(("bert.pooler.", "pooler."))]
         if heads_missing:
             raise BertforgeError(f"{path} has no {head} head weights ({heads_missing[0]} is missing)")
@@ -116,10 +94,10 @@ def load_for_export(path: Path, head: str = "auto") -> BertPreTrainedModel:
 
     architectures = BertConfig.from_pretrained(path).architectures or []
     cls = next((MODEL_CLASSES[a] for a in architectures if a in MODEL_CLASSES), BertModel)
-    model = load_model(cls, path)
+    model = load_pretrained(cls, path, quiet=True).eval()
     if cls is not BertModel and model.loading_info.missing_keys:
         log.warning("%s: config names %s but its head weights are missing; exporting BertModel", path, cls.__name__)
-        model = load_model(BertModel, path)
+        model = load_pretrained(BertModel, path, quiet=True).eval()
     return model
 
 

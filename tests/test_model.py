@@ -7,6 +7,7 @@ import torch
 
 import bertforge
 from bertforge import BertConfig, BertforgeError
+from bertforge.attention import Padded
 from bertforge.model import MODEL_CLASSES, BertModel, extended_attention_mask
 
 transformers = pytest.importorskip("transformers")
@@ -359,10 +360,10 @@ def test_training_attention_with_dropout_is_unbiased():
     attention.output.dense.register_forward_pre_hook(lambda module, args: seen.append(args[0]))  # the context [B, S, H]
     with torch.no_grad():
         attention.eval()
-        attention(x, mask, False)
+        attention(x, Padded(mask), False)
         attention.train()
         for _ in range(3000):
-            attention(x, mask, False)
+            attention(x, Padded(mask), False)
     expected, draws = seen[0], torch.stack(seen[1:])
     assert (draws[0] - expected).abs().max() > 1e-2  # dropout is on
     spread = draws.std(0).max().item() / math.sqrt(len(draws))

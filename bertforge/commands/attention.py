@@ -38,11 +38,11 @@ def attention_probabilities(model_dir: Path, text: str, text_pair: str | None) -
     import torch
 
     from ..model import BertModel
-    from ..pipelines.base import load_model
+    from ..checkpoint import load_pretrained
     from ..tokenizer import Tokenizer
 
     tokenizer = Tokenizer.from_pretrained(model_dir)
-    model = load_model(BertModel, model_dir)
+    model = load_pretrained(BertModel, model_dir, quiet=True).eval()
     model.set_attn_implementation("eager")
     limit = min(MAX_TOKENS, model.config.max_position_embeddings, tokenizer.model_max_length)
     enc = tokenizer(text, text_pair)

@@ -1,7 +1,7 @@
 """What every pipeline shares: loading, tokenizing in the background, length-sorted packed batches, order.
 
 A pipeline turns inputs into *features* (token-id sequences; one per input, or several for QA windows), runs the
-features through the model in batches of similar length with no padding (`engine.PackedEncoder`), hands each
+features through the model in batches of similar length with no padding (`BertModel.forward_packed`), hands each
 batch's hidden states to the task's head, and finally folds each input's feature outputs into its result.
 
 Inputs are processed in chunks: while chunk k is computed, chunk k+1 is tokenized, sorted and packed in a
@@ -10,7 +10,6 @@ background thread. Results come back in input order.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 from collections.abc import Iterable, Iterator, Sequence
@@ -23,9 +22,11 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
+from ..checkpoint import load_pretrained
 from ..errors import BertforgeError
 from ..model import BertPreTrainedModel
-from .engine import PackedBatch, PackedEncoder, pack
+from ..attention import PackedBatch, pack
+from ..linear import BACKENDS, linear_backend, onednn_available
 
 log = logging.getLogger("bertforge")
 
@@ -77,54 +78,6 @@ def configure_threads(num_threads: int | None) -> None:
         torch.set_num_threads(available_cpus())
 
 
-@contextlib.contextmanager
-def quiet_loading() -> Iterator[None]:
-    """Silence the loader's "newly initialised weights" notes: the pipeline checks its heads itself."""
-    logger = logging.getLogger("bertforge")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        logger.setLevel(level)
-
-
-def load_model(cls: type[BertPreTrainedModel], path: Path) -> BertPreTrainedModel:
-    """`cls.from_pretrained(path)` in eval mode, without the random initialisation the loader overwrites anyway.
-
-    The model is built on the meta device (no memory, no init: `init_weights` costs seconds for a vocabulary-sized
-    embedding) and the checkpoint's tensors are assigned in place. Weights the checkpoint lacks are zero (the
-    pipelines refuse checkpoints without the head they need; see `Pipeline.check_model`), and
-    `model.loading_info` is set as `from_pretrained` sets it. Any irregular checkpoint goes through
-    `from_pretrained` itself, for its error messages.
-    """
-    from ..checkpoint import convert_state_dict, read_state_dict
-    from ..config import BertConfig
-
-    with quiet_loading():
-        try:
-            config = BertConfig.from_pretrained(path)
-            state, source = read_state_dict(path)
-            with torch.device("meta"):
-                model = cls(config)
-            mapped, info = convert_state_dict(state, model, source)
-        except BertforgeError:
-            return cls.from_pretrained(path).eval()
-        body = ("embeddings.", "encoder.")
-        regular = mapped and not any(k.removeprefix("bert.").startswith(body) for k in info.missing_keys)
-        own = model.state_dict()
-        tensors = {k: v.to(own[k].dtype).contiguous() for k, v in mapped.items()}
-        if not regular or not all(bool(torch.isfinite(t).all()) for t in tensors.values()):
-            return cls.from_pretrained(path).eval()  # raises the loader's own error
-        model.load_state_dict(tensors, strict=False, assign=True)
-        for key in info.missing_keys:
-            module_name, _, name = key.rpartition(".")
-            module = model.get_submodule(module_name)
-            setattr(module, name, torch.nn.Parameter(torch.zeros(own[key].shape, dtype=own[key].dtype)))
-    model.loading_info = info  # type: ignore[attr-defined]
-    return model.eval()
-
-
 def make_batches(lengths: Sequence[int], batch_tokens: int, batch_size: int) -> list[list[int]]:
     """Indices of the features in batches: longest first, each batch at most `batch_tokens` real tokens (or one
     sequence) and `batch_size` sequences. Within a batch the lengths are non-increasing, as packing needs."""
@@ -162,7 +115,7 @@ class Pipeline:
 
     task: ClassVar[str] = ""
     model_class: ClassVar[type[BertPreTrainedModel]]
-    #: `PackedEncoder`'s max_padding: 0 keeps each result independent of the rest of its batch, bit for bit.
+    #: `forward_packed`'s max_padding: 0 keeps each result independent of the rest of its batch, bit for bit.
     attention_padding: ClassVar[float] = 0.0
 
     def __init__(
@@ -207,15 +160,19 @@ class Pipeline:
         self.batch_tokens = batch_tokens
         self.batch_size = batch_size
         self.progress = progress
-        try:
-            self.encoder = PackedEncoder(self.model.base_model, backend, self.attention_padding)
-        except ValueError as err:
-            raise BertforgeError(f"{self.task}: {err}") from None
+        if backend not in BACKENDS:
+            raise BertforgeError(f"{self.task}: backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+        weight = self.model.base_model.embeddings.word_embeddings.weight
+        if backend == "onednn" and not (weight.device.type == "cpu" and weight.dtype == torch.float32 and onednn_available()):
+            raise BertforgeError(
+                f"{self.task}: the oneDNN backend needs float32 weights on CPU and a PyTorch built with oneDNN"
+            )
+        self.backend = backend
 
     # ------------------------------------------------------------------ loading and checks
     def load(self, path: Path) -> BertPreTrainedModel:
         """Load `model_class` from `path` and check that the checkpoint has what the task needs."""
-        model = load_model(self.model_class, path)
+        model = load_pretrained(self.model_class, path, quiet=True).eval()  # the heads are checked below
         self.check_model(model, str(path))
         return model
 
@@ -287,9 +244,10 @@ class Pipeline:
     def compute(self, chunk: Chunk) -> list[Any]:
         """Each input's result for a prepared chunk, in input order."""
         outputs: list[Any] = [None] * len(chunk.features)
-        with torch.inference_mode():
+        bert = self.model.base_model
+        with torch.inference_mode(), linear_backend(self.backend):
             for indices, batch in chunk.batches:
-                hidden = self.encoder(batch)  # [T, H]
+                hidden = bert.forward_packed(batch, self.attention_padding)  # [T, H]
                 for i, out in zip(indices, self.head(batch, hidden, [chunk.features[i] for i in indices])):
                     outputs[i] = out
         by_item: list[list[int]] = [[] for _ in chunk.inputs]

@@ -16,7 +16,7 @@ from torch import Tensor
 from ..errors import BertforgeError
 from ..model import BertForSequenceClassification, BertForTokenClassification, BertPreTrainedModel
 from .base import Feature, Pipeline
-from .engine import PackedBatch
+from ..attention import PackedBatch
 
 SCORE_FUNCTIONS = ("softmax", "sigmoid", "none")
 AGGREGATIONS = ("none", "simple", "first", "average", "max")
@@ -116,7 +116,7 @@ class TextClassificationPipeline(Pipeline):
 
     def head(self, batch: PackedBatch, hidden: Tensor, features: list[Feature]) -> list[np.ndarray]:
         model: BertForSequenceClassification = self.model  # type: ignore[assignment]
-        pooled = model.bert.pooler.dense(hidden[batch.starts]).tanh()  # [B, H] from each [CLS]
+        pooled = model.bert.pooler(hidden[batch.starts])  # [B, H] from each [CLS]
         return list(model.classifier(pooled).float().numpy())  # [B, num_labels]
 
     def postprocess(self, item: Any, outputs: list[np.ndarray], features: list[Feature]) -> Any:

@@ -15,7 +15,7 @@ from torch import Tensor
 from ..errors import BertforgeError
 from ..model import BertModel
 from .base import Feature, Pipeline
-from .engine import PackedBatch
+from ..attention import PackedBatch
 
 POOLINGS = ("mean", "cls")
 

@@ -11,7 +11,7 @@ from torch import Tensor
 from ..errors import BertforgeError
 from ..model import BertForMaskedLM, BertPreTrainedModel
 from .base import Feature, Pipeline
-from .engine import PackedBatch
+from ..attention import PackedBatch
 
 
 class FillMaskPipeline(Pipeline):

@@ -21,7 +21,7 @@ from ..finetune.qa import Window, encode_qa
 from ..model import BertForQuestionAnswering, BertPreTrainedModel
 from .base import Feature, Pipeline
 from .classification import _HEADLESS_HINT, _check_architecture
-from .engine import PackedBatch
+from ..attention import PackedBatch
 
 DEFAULT_MAX_LENGTH = 384
 

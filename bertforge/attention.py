@@ -1,0 +1,243 @@
+"""Attention, and the three layouts a batch of sequences can have while it goes through the encoder.
+
+This is the only module that computes attention (`attend`: SDPA, or its explicit maths for the reference
+"eager" backend, for attention probabilities and for CPU dropout). Everything else in the encoder (dense layers,
+LayerNorm, activations, dropout) works row by row and does not care how the rows are laid out; attention needs
+whole sequences, so each layout says how its rows become [n, nh, L, hd] blocks and back:
+
+* `Padded`: rows are [B, S, ·] with an additive [B, 1, 1, S] mask for the padding (the Hugging Face layout);
+* `Unpadded`: rows are the T real tokens of a padded batch, [T, ·] (T = Σ lengths): dense layers skip padding;
+  attention scatters q, k, v back to [B, S] for one masked call (training with sparse MLM, NSP, classification);
+* `Packed`: sequences laid end to end, [T, ·], sorted by non-increasing length, with no [B, S] layout at all:
+  each run of equal length is one dense attention call without a mask; neighbouring runs may share one padded,
+  masked call (`attention_plan`). The pipelines' inference path.
+
+Shapes: B = batch, S = padded length, T = real tokens, H = hidden, nh = heads, hd = head size (H / nh),
+n = sequences in one attention call, L = their (longest) length.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from .ops import dropout
+
+
+def attend(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, p: float, training: bool, explicit: bool = False
+) -> tuple[Tensor, Tensor | None]:
+    """softmax(q kᵀ / √hd + mask) v for q, k, v [n, nh, L, hd] → context [n, nh, L, hd] and the probabilities.
+
+    `mask` is additive ([n, 1, 1, L], 0 or the dtype's minimum) or boolean (True = attend), or None.
+    `explicit` asks for the maths written out (the probabilities are returned then; SDPA returns None). Dropout
+    on CPU always takes the explicit path: SDPA would draw PyTorch's slower mask (see `ops.dropout`).
+    """
+    p = p if training else 0.0
+    if explicit or (p > 0 and q.device.type == "cpu"):
+        scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])  # [n, nh, L, L]
+        if mask is not None:
+            scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min) if mask.dtype == torch.bool else scores + mask
+        probs = scores.softmax(dim=-1)
+        return dropout(probs, p, training) @ v, probs  # [n, nh, L, hd]
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p), None
+
+
+def split_heads(qkv: Tensor, n: int, L: int, nh: int) -> tuple[Tensor, Tensor, Tensor]:
+    """[n * L, 3H] or [n, L, 3H] (query, key, value side by side) → q, k, v [n, nh, L, hd]."""
+    q, k, v = qkv.view(n, L, 3, nh, qkv.shape[-1] // (3 * nh)).permute(2, 0, 3, 1, 4)
+    return q, k, v
+
+
+def merge_heads(ctx: Tensor) -> Tensor:
+    """[n, nh, L, hd] → [n, L, H]."""
+    n, nh, L, hd = ctx.shape
+    return ctx.transpose(1, 2).reshape(n, L, nh * hd)
+
+
+def extended_attention_mask(attention_mask: Tensor | None, dtype: torch.dtype) -> Tensor | None:
+    """[B, S] of 1 (token) / 0 (padding) → additive [B, 1, 1, S] mask, built once per batch.
+
+    Masked keys get the dtype's most negative finite value, not -inf, so a row with every key masked gives a
+    uniform softmax instead of NaN. Returns None when nothing is masked (lets SDPA pick its fastest kernel),
+    except while tracing (ONNX export), where that data-dependent branch would be frozen into the graph.
+    """
+    if attention_mask is None or (not torch.jit.is_tracing() and bool(attention_mask.all())):
+        return None
+    return (1.0 - attention_mask[:, None, None, :].to(dtype)) * torch.finfo(dtype).min
+
+
+@dataclass
+class Padded:
+    """Rows [B, S, ·]; `mask` the additive [B, 1, 1, S] padding mask, or None when nothing is padded."""
+
+    mask: Tensor | None = None
+
+    def attend(self, qkv: Tensor, nh: int, p: float, training: bool, explicit: bool) -> tuple[Tensor, Tensor | None]:
+        """qkv [B, S, 3H] → context [B, S, H], probabilities [B, nh, S, S] when `explicit`."""
+        B, S = qkv.shape[:2]
+        ctx, probs = attend(*split_heads(qkv, B, S, nh), self.mask, p, training, explicit)
+        return merge_heads(ctx), probs
+
+
+@dataclass
+class Unpadded(Padded):
+    """Where the real tokens of a right- or left-padded [B, S] batch are: the encoder then runs its dense layers,
+    LayerNorms, activations and dropout on the T real rows only ([T, H]), and only attention, which needs whole
+    sequences, sees the [B, S] layout again. Real tokens get exactly what the padded model computes for them
+    (padding keys are masked out either way); no FLOP is spent on padding outside attention."""
+
+    index: Tensor | None = None  # [T] flat positions b * S + s of the real tokens
+    batch: int = 0
+    seq: int = 0
+
+    @classmethod
+    def from_mask(cls, attention_mask: Tensor, mask: Tensor | None) -> "Unpadded":
+        """`attention_mask` [B, S] of 1 / 0; `mask` its additive form (`extended_attention_mask`)."""
+        B, S = attention_mask.shape
+        return cls(mask, attention_mask.reshape(-1).nonzero().squeeze(1), B, S)
+
+    def unpad(self, x: Tensor) -> Tensor:
+        """[B, S, C] or [B*S, C] → [T, C]"""
+        return x.reshape(self.batch * self.seq, -1).index_select(0, self.index)
+
+    def pad(self, x: Tensor) -> Tensor:
+        """[T, C] → [B, S, C], zeros at padding."""
+        full = x.new_zeros(self.batch * self.seq, x.shape[-1]).index_copy(0, self.index, x)
+        return full.view(self.batch, self.seq, -1)
+
+    def attend(self, qkv: Tensor, nh: int, p: float, training: bool, explicit: bool) -> tuple[Tensor, Tensor | None]:
+        """qkv [T, 3H] → context [T, H]: zeros at padding (masked keys; their query rows are dropped)."""
+        ctx, probs = super().attend(self.pad(qkv), nh, p, training, explicit)  # [B, S, H]
+        return self.unpad(ctx), probs
+
+
+# ---------------------------------------------------------------------------------------------------- packed
+@dataclass
+class PackedBatch:
+    """Sequences laid end to end. `lengths` must be non-increasing so equal lengths form runs."""
+
+    input_ids: Tensor  # [T] int64
+    token_type_ids: Tensor | None  # [T] int64, None = all segment 0
+    position_ids: Tensor  # [T] int64, 0..len-1 within each sequence
+    lengths: list[int]  # tokens per sequence, sum = T
+
+    @property
+    def starts(self) -> list[int]:
+        """Offset of each sequence's first token in the packed rows."""
+        out, at = [], 0
+        for n in self.lengths:
+            out.append(at)
+            at += n
+        return out
+
+
+def pack(ids: list[list[int]], type_ids: list[list[int]] | None = None) -> PackedBatch:
+    """Pack token-id lists (already sorted by non-increasing length) into one PackedBatch."""
+    lengths = [len(x) for x in ids]
+    flat = [t for seq in ids for t in seq]
+    positions = [p for n in lengths for p in range(n)]
+    types = torch.tensor([t for seq in type_ids for t in seq], dtype=torch.long) if type_ids is not None else None
+    return PackedBatch(torch.tensor(flat, dtype=torch.long), types, torch.tensor(positions, dtype=torch.long), lengths)
+
+
+def length_groups(lengths: list[int]) -> list[tuple[int, int, int]]:
+    """Runs of equal length as (first row, number of sequences, length)."""
+    groups: list[tuple[int, int, int]] = []
+    row = 0
+    for n in lengths:
+        if groups and groups[-1][2] == n:
+            start, count, _ = groups[-1]
+            groups[-1] = (start, count + 1, n)
+        else:
+            groups.append((row, 1, n))
+        row += n
+    return groups
+
+
+#: Default `max_padding` of the packed layout: none, so a sequence's result does not depend on the rest of its
+#: batch (padded, masked calls agree with separate calls only up to float rounding). The embed pipeline uses 0.5.
+MAX_ATTENTION_PADDING = 0.0
+
+
+@dataclass
+class Bucket:
+    """Sequences [start row, start + real rows) sharing one attention call, padded to `length` when mask is set."""
+
+    start: int
+    count: int  # sequences
+    length: int  # the longest (all equal when mask is None)
+    real: int  # real rows (tokens)
+    mask: Tensor | None = None  # [count, 1, 1, length] bool, True = a real key
+    gather: Tensor | None = None  # [count * length] packed row of each padded position (padding: the sequence's first)
+    scatter: Tensor | None = None  # [real] padded position of each real row
+
+
+def attention_plan(lengths: list[int], max_padding: float = MAX_ATTENTION_PADDING) -> list[Bucket]:
+    """Attention calls for sequences of non-increasing `lengths` laid end to end.
+
+    Each run of equal length is a dense block needing no mask. Few sequences per run means many small calls, each
+    with a fixed cost (a parallel region), so consecutive runs are merged into one call padded to its longest
+    sequence while padding stays within `max_padding` of the real positions; padded keys are masked out, so the
+    real rows' results are those of separate calls (up to float rounding).
+    """
+    buckets: list[tuple[int, list[tuple[int, int, int]]]] = []  # (real rows, runs)
+    for run in length_groups(lengths):
+        if buckets:
+            real, runs = buckets[-1]
+            count = sum(n for _, n, _ in runs) + run[1]
+            total = real + run[1] * run[2]
+            if count * runs[0][2] <= (1 + max_padding) * total:
+                runs.append(run)
+                buckets[-1] = (total, runs)
+                continue
+        buckets.append((run[1] * run[2], [run]))
+    plan = []
+    for real, runs in buckets:
+        start, _, longest = runs[0]
+        count = sum(n for _, n, _ in runs)
+        if len(runs) == 1:
+            plan.append(Bucket(start, count, longest, real))
+            continue
+        seq_lengths = torch.tensor([L for _, n, L in runs for _ in range(n)])  # [count]
+        positions = torch.arange(longest)  # [longest]
+        valid = positions < seq_lengths[:, None]  # [count, longest]
+        seq_starts = start + torch.cumsum(seq_lengths, 0) - seq_lengths  # [count] first packed row
+        gather = torch.where(valid, seq_starts[:, None] + positions, seq_starts[:, None]).reshape(-1)
+        scatter = valid.reshape(-1).nonzero().squeeze(1)  # [real]
+        plan.append(Bucket(start, count, longest, real, valid[:, None, None, :], gather, scatter))
+    return plan
+
+
+@dataclass
+class Packed:
+    """Rows [T, ·] of sequences laid end to end (a `PackedBatch`), attended in the calls of `plan`."""
+
+    plan: list[Bucket]
+
+    @classmethod
+    def from_lengths(cls, lengths: list[int], max_padding: float = MAX_ATTENTION_PADDING) -> "Packed":
+        return cls(attention_plan(lengths, max_padding))
+
+    def attend(self, qkv: Tensor, nh: int, p: float, training: bool, explicit: bool) -> tuple[Tensor, None]:
+        """qkv [T, 3H] → context [T, H], attending only within each sequence."""
+        if explicit:
+            raise ValueError("the packed layout returns no attention probabilities: run the padded model for them")
+        outs = []
+        for b in self.plan:
+            n, L = b.count, b.length
+            if b.mask is None:  # one run of equal length: a dense block, no mask, no copy
+                ctx, _ = attend(*split_heads(qkv[b.start : b.start + n * L], n, L, nh), None, p, training)
+                outs.append(merge_heads(ctx).view(n * L, -1))  # [n*L, H]
+            else:  # several runs padded to the longest: one call, padded keys masked out
+                padded = qkv.index_select(0, b.gather)  # [n*L, 3H]; padding rows repeat a real row
+                ctx, _ = attend(*split_heads(padded, n, L, nh), b.mask, p, training)
+                outs.append(merge_heads(ctx).view(n * L, -1).index_select(0, b.scatter))  # [real, H]
+        return (outs[0] if len(outs) == 1 else torch.cat(outs)), None
+
+
+Layout = Padded | Unpadded | Packed
