@@ -6,7 +6,6 @@ saved checkpoint) and use the same optimizer (`bertforge.optim.make_optimizer(mo
 
     .venv/bin/python bench/train_speed.py                          # mini, small, base; padded and packed batches
     .venv/bin/python bench/train_speed.py --configs mini --profile # + where bertforge's step spends its time
-    .venv/bin/python bench/train_speed.py --configs base --experiments   # A/B of candidate model.py speed-ups
 
 Method (details and the FLOP accounting in bench/README.md):
   * after --warmup steps of each, the implementations are interleaved step by step (round = bertforge step,
@@ -14,7 +13,9 @@ Method (details and the FLOP accounting in bench/README.md):
     the median of the per-round ratios (robust to other load on the machine drifting during the run);
   * tokens/s headline = real (non-padding) tokens per second; total positions (B*S) per second printed too;
   * MFU = useful FLOPs / step time / peak, with the same useful-FLOP count for both implementations and the peak
-    = median throughput of fp32 GEMMs of the config's own shapes measured in the same rounds, same threads;
+    = median throughput of fp32 GEMMs of the config's own shapes measured in the same rounds, same threads, through
+    `bertforge.linear` with each of its backends (`linear_backend("aten")`: MKL via F.linear; "onednn" where
+    `onednn_available()`);
   * memory: CUDA max_memory_allocated; CPU resident-set high-water mark (VmHWM, reset per step through
     /proc/self/clear_refs), printed as the step's growth over the RSS before it and as the absolute peak.
 """
@@ -22,8 +23,6 @@ Method (details and the FLOP accounting in bench/README.md):
 from __future__ import annotations
 
 import argparse
-import copy
-import math
 import os
 import resource
 import statistics
@@ -63,12 +62,12 @@ if __name__ == "__main__":
     _apply_env_flags()
 
 import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import bertforge  # noqa: E402
 from bertforge.config import BertConfig  # noqa: E402
+from bertforge.linear import get_linear_backend, linear, linear_backend, onednn_available  # noqa: E402
 from bertforge.optim import make_optimizer, parameter_groups  # noqa: E402
 
 VOCAB = 30522
@@ -119,11 +118,11 @@ def make_batch(B: int, S: int, packed: bool, seed: int = 1234, short_frac: float
 @dataclass
 class Flops:
     useful: float  # what a step must compute: real tokens, real attention pairs, labelled MLM positions
-    ours: float  # what bertforge's (padded) path executes
+    ours: float  # what bertforge executes (dense layers on the real tokens only: it unpads when labels are given)
     hf: float  # what transformers executes (every position through the vocabulary projection)
 
 
-def step_flops(cfg: BertConfig, batch: dict[str, torch.Tensor], unpadded: bool = False) -> Flops:
+def step_flops(cfg: BertConfig, batch: dict[str, torch.Tensor]) -> Flops:
     """Matmul FLOPs of one training step (forward + backward = 3 x forward = 6 x params x rows).
 
     dense: 6 * (4H^2 + 2*H*I) per layer per token (QKV, attention output, FFN in/out);
@@ -142,7 +141,7 @@ def step_flops(cfg: BertConfig, batch: dict[str, torch.Tensor], unpadded: bool =
     head = 6.0 * (H * H + V * H)
     pool = 6.0 * (H * H + 2 * H) * B
     useful = dense * real + attn_useful + head * n_lab + pool
-    ours = dense * (real if unpadded else total) + attn_all + head * n_lab + pool
+    ours = dense * real + attn_all + head * n_lab + pool  # unpadded encoder; attention still runs on [B, S]
     hf = dense * total + attn_all + head * total + pool
     return Flops(useful, ours, hf)
 
@@ -256,36 +255,39 @@ def saved_activation_bytes(model, loss_fn, batch) -> int:
 
 class GemmPeak:
     """fp32 GEMM throughput of the config's own shapes, as the model calls them: x[B*S, H] @ W[4H, H]^T and
-    x[B*S, 4H] @ W[H, 4H]^T (FFN in / out), each with two backends: F.linear (ATen -> MKL sgemm, what bertforge and
-    transformers use today) and oneDNN (torch.ops.mkldnn._linear_pointwise, where this torch build has it).
-    `sample()` times each a few times per round; rates are medians over rounds; the peak is the best of them."""
+    x[B*S, 4H] @ W[H, 4H]^T (FFN in / out), through `bertforge.linear.linear` with each of its backends: "mkl" =
+    `linear_backend("aten")` (F.linear, ATen -> MKL sgemm, what transformers uses) and "onednn" =
+    `linear_backend("onednn")` (oneDNN's kernels, what bertforge's dense layers run on CPU by default), the latter
+    where `bertforge.linear.onednn_available()`. `sample()` times each a few times per round; rates are medians over
+    rounds; the peak is the best of them."""
+
+    BACKENDS = {"mkl": "aten", "onednn": "onednn"}  # name in the table -> bertforge.linear backend
 
     def __init__(self, rows: int, H: int, I: int, device: torch.device) -> None:
         g = torch.Generator().manual_seed(0)
         self.device = device
         self.cases = []
-        backends = [("mkl", F.linear)]
-        if device.type == "cpu" and onednn_available():
-            backends.append(("onednn", lambda x, w, b: _LP(x, w, b, "none", [], "")))
+        names = ["mkl"] + (["onednn"] if device.type == "cpu" and onednn_available() else [])
         for k, n in ((H, I), (I, H)):
             x = torch.randn(rows, k, generator=g).to(device)
             w = torch.randn(n, k, generator=g).to(device)
             b = torch.randn(n, generator=g).to(device)
-            for name, fn in backends:
-                self.cases.append((name, fn, x, w, b, 2.0 * rows * k * n))
+            for name in names:
+                self.cases.append((name, x, w, b, 2.0 * rows * k * n))
         self.samples: list[list[float]] = [[] for _ in self.cases]
         for _ in range(2):
             self.sample(2)  # warm-up
 
     def sample(self, n: int = 5) -> None:
-        for i, (_, fn, x, w, b, fl) in enumerate(self.cases):
+        for i, (name, x, w, b, fl) in enumerate(self.cases):
             ts = []
-            for _ in range(n):
-                sync(self.device)
-                t0 = CLOCK()
-                fn(x, w, b)
-                sync(self.device)
-                ts.append(CLOCK() - t0)
+            with linear_backend(self.BACKENDS[name]):
+                for _ in range(n):
+                    sync(self.device)
+                    t0 = CLOCK()
+                    linear(x, w, b)
+                    sync(self.device)
+                    ts.append(CLOCK() - t0)
             self.samples[i].append(fl / statistics.median(ts))
 
     def peak(self, backend: str | None = None) -> float:
@@ -336,186 +338,6 @@ def loss_check(hf, ours, batch) -> tuple[float, float]:
     return a, b
 
 
-# ---------------------------------------------------------------------------------------------------- prototype
-_LP = None
-
-
-def onednn_available() -> bool:
-    global _LP
-    if _LP is None:
-        try:
-            op = torch.ops.mkldnn._linear_pointwise
-            x, w = torch.randn(4, 8), torch.randn(3, 8)
-            _LP = op if torch.allclose(op(x, w, None, "none", [], ""), x @ w.t(), atol=1e-5) else False
-        except Exception:  # noqa: BLE001 - no oneDNN in this build
-            _LP = False
-    return bool(_LP)
-
-
-@torch.library.custom_op("bertforge_bench::onednn_linear", mutates_args=())
-def _onednn_linear_2d(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
-    """[M, K] @ [N, K]^T (+ b) by oneDNN; an opaque op, so torch.compile calls it as it is (inductor's own lowering
-    of mkldnn._linear_pointwise only accepts frozen, constant weights)."""
-    return torch.ops.mkldnn._linear_pointwise(x, w, b, "none", [], "")
-
-
-@_onednn_linear_2d.register_fake
-def _(x, w, b):
-    return x.new_empty(x.shape[0], w.shape[0])
-
-
-class OneDnnLinear(torch.autograd.Function):
-    """y = x Wᵀ + b with all three GEMMs (forward, input grad, weight grad) done by oneDNN instead of MKL.
-
-    Same fp32 maths (results differ from MKL's only in summation order, ~1e-6 relative). On this AMD CPU MKL's
-    sgemm takes its AVX2 path while oneDNN uses AVX-512: about 2x the GEMM throughput."""
-
-    @staticmethod
-    def forward(ctx, x, w, b):
-        x2 = x.reshape(-1, x.shape[-1])
-        ctx.save_for_backward(x2, w)
-        ctx.has_bias, ctx.in_shape = b is not None, x.shape
-        return _onednn_linear_2d(x2, w, b).view(*x.shape[:-1], w.shape[0])
-
-    @staticmethod
-    def backward(ctx, gy):
-        x2, w = ctx.saved_tensors
-        gy2 = gy.reshape(-1, gy.shape[-1])
-        gx = gw = gb = None
-        if ctx.needs_input_grad[0]:
-            gx = _onednn_linear_2d(gy2, w.t(), None).view(ctx.in_shape)  # [T, N] @ [N, K]
-        if ctx.needs_input_grad[1]:
-            gw = _onednn_linear_2d(gy2.t(), x2.t(), None)  # [N, T] @ [T, K]
-        if ctx.has_bias and ctx.needs_input_grad[2]:
-            gb = gy2.sum(0)
-        return gx, gw, gb
-
-
-def onednn_linear(x, w, b=None):
-    return OneDnnLinear.apply(x, w, b)
-
-
-def rand_dropout(x, p: float, training: bool):
-    """Inverted dropout from a uniform draw (rand >= p) instead of bernoulli_: same distribution, other stream."""
-    if not training or p == 0.0:
-        return x
-    return x * (torch.rand_like(x) >= p) * (1.0 / (1.0 - p))
-
-
-class FastBert(torch.nn.Module):
-    """Prototype of the recommended bertforge/model.py changes, run on a copy of a bertforge model (same weights,
-    same maths; not part of the package). Options:
-
-    unpad      dense layers, LayerNorm, dropout, GELU and embeddings run on the T real tokens [T, H] only
-               (indices from the attention mask); q/k/v are scattered to [B, S, 3H] for SDPA and the context
-               gathered back, so attention sees exactly what the padded model sees;
-    fused_qkv  one persistent [3H, H] weight + [3H] bias per layer (no torch.cat of the three weights per call);
-    bool_mask  SDPA gets a boolean [B, 1, 1, S] keep-mask instead of the additive float one;
-    onednn     every Dense and the tied decoder through OneDnnLinear (oneDNN GEMMs, forward and backward);
-    fast_dropout  dropout masks from rand >= p instead of bernoulli_ (same distribution, other random stream),
-               attention written out (SDPA's math path: scores, softmax, dropout, @v) so its dropout is too;
-    compile_layers  torch.compile of the per-layer function (regional: one graph reused by every layer).
-    Assumes right padding ([CLS] at position 0), as bertforge's data pipeline produces.
-    """
-
-    def __init__(self, ref: torch.nn.Module, unpad=True, fused_qkv=True, bool_mask=True, onednn=False,
-                 fast_dropout=False, compile_layers=False):
-        super().__init__()
-        self.m = copy.deepcopy(ref)
-        self.cfg = ref.config
-        self.unpad, self.fused_qkv, self.bool_mask = unpad, fused_qkv, bool_mask
-        self.lin = onednn_linear if (onednn and onednn_available()) else F.linear
-        self.fast_dropout = fast_dropout
-        self.drop = rand_dropout if fast_dropout else F.dropout
-        if fused_qkv:
-            for layer in self.m.bert.encoder.layer:
-                sa = layer.attention.self
-                sa.qkv_weight = torch.nn.Parameter(torch.cat([sa.query.weight, sa.key.weight, sa.value.weight]).detach())
-                sa.qkv_bias = torch.nn.Parameter(torch.cat([sa.query.bias, sa.key.bias, sa.value.bias]).detach())
-                del sa.query, sa.key, sa.value
-        self.layer_fn = torch.compile(self._layer, dynamic=None) if compile_layers else self._layer
-
-    def _qkv_params(self, sa):
-        if self.fused_qkv:
-            return sa.qkv_weight, sa.qkv_bias
-        return (torch.cat([sa.query.weight, sa.key.weight, sa.value.weight]),
-                torch.cat([sa.query.bias, sa.key.bias, sa.value.bias]))
-
-    def _act(self, x):
-        return F.gelu(x) if self.cfg.hidden_act == "gelu" else bertforge.model.activation(self.cfg.hidden_act, x)
-
-    def _layer(self, layer, x, flat, mask, B: int, S: int, p: float, training: bool):
-        cfg, lin, drop = self.cfg, self.lin, self.drop
-        H, nh = cfg.hidden_size, cfg.num_attention_heads
-        att = layer.attention
-        qkv = lin(x, *self._qkv_params(att.self))  # [T, 3H] or [B, S, 3H]
-        if flat is not None:
-            qkv = qkv.new_zeros(B * S, 3 * H).index_copy(0, flat, qkv)  # [B*S, 3H], zeros at padding
-        q, k, v = qkv.view(B, S, 3, nh, H // nh).permute(2, 0, 3, 1, 4)  # 3 x [B, nh, S, hd]
-        attn_p = cfg.attention_probs_dropout_prob if training else 0.0
-        if self.fast_dropout and training and attn_p > 0:  # SDPA's math path, written out, rand-based dropout
-            scores = (q * (1.0 / math.sqrt(H // nh))) @ k.transpose(-1, -2)  # [B, nh, S, S]
-            if mask is not None:
-                scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min) if mask.dtype == torch.bool \
-                    else scores + mask
-            ctx = rand_dropout(scores.softmax(-1), attn_p, True) @ v
-        else:
-            ctx = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=attn_p)
-        ctx = ctx.transpose(1, 2).reshape(B * S, H)
-        ctx = ctx.index_select(0, flat) if flat is not None else ctx.view(B, S, H)  # [T, H] or [B, S, H]
-        out = drop(lin(ctx, att.output.dense.weight, att.output.dense.bias), p, training)
-        x = att.output.LayerNorm(out + x)
-        h = self._act(lin(x, layer.intermediate.dense.weight, layer.intermediate.dense.bias))
-        h = drop(lin(h, layer.output.dense.weight, layer.output.dense.bias), p, training)
-        return layer.output.LayerNorm(h + x)
-
-    def forward(self, input_ids, attention_mask, token_type_ids, labels, next_sentence_label):
-        cfg, m, lin = self.cfg, self.m, self.lin
-        B, S = input_ids.shape
-        emb = m.bert.embeddings
-        p = cfg.hidden_dropout_prob
-        padded = not bool(attention_mask.all())
-        flat = attention_mask.reshape(-1).nonzero().squeeze(1) if (self.unpad and padded) else None
-        if flat is not None:
-            pos = torch.arange(S, device=input_ids.device).repeat(B)[flat]
-            x = F.embedding(input_ids.reshape(-1)[flat], emb.word_embeddings.weight)
-            x = x + F.embedding(pos, emb.position_embeddings.weight)
-            x = x + F.embedding(token_type_ids.reshape(-1)[flat], emb.token_type_embeddings.weight)  # [T, H]
-        else:
-            x = emb.word_embeddings(input_ids) + emb.position_embeddings.weight[:S]
-            x = x + emb.token_type_embeddings(token_type_ids)  # [B, S, H]
-        x = self.drop(emb.LayerNorm(x), p, self.training)
-        mask = None
-        if padded:
-            keep = attention_mask[:, None, None, :].bool()  # [B, 1, 1, S]
-            mask = keep if self.bool_mask else (1.0 - keep.to(x.dtype)) * torch.finfo(x.dtype).min
-        for layer in m.bert.encoder.layer:
-            x = self.layer_fn(layer, x, flat, mask, B, S, p, self.training)
-        # heads: the [CLS] rows and the labelled rows
-        lengths = attention_mask.sum(1)
-        if flat is not None:
-            lab = labels.reshape(-1)[flat]
-            cls_rows = x.index_select(0, torch.cumsum(lengths, 0) - lengths)
-        else:
-            lab = labels.reshape(-1)
-            cls_rows = x[:, 0]
-            x = x.reshape(B * S, -1)
-        keep_rows = (lab != -100).nonzero().squeeze(1)
-        pred = m.cls.predictions
-        t = pred.transform
-        h = t.LayerNorm(self._act(lin(x.index_select(0, keep_rows), t.dense.weight, t.dense.bias)))
-        logits = lin(h, emb.word_embeddings.weight, pred.bias)  # [N, V], tied decoder
-        mlm = F.cross_entropy(logits, lab[keep_rows])
-        pooled = torch.tanh(lin(cls_rows, m.bert.pooler.dense.weight, m.bert.pooler.dense.bias))
-        nsp_dense = m.cls.seq_relationship
-        nsp = F.cross_entropy(lin(pooled, nsp_dense.weight, nsp_dense.bias), next_sentence_label.reshape(-1))
-        return mlm + nsp
-
-
-def fast_loss(model, batch):
-    return model(**batch)
-
-
 def make_adamw(model, kind: str) -> torch.optim.Optimizer:
     if kind == "default":  # what bertforge.pretrain builds: fused AdamW wherever the kernel applies
         return make_optimizer(model, "adamw", LR, WD)
@@ -550,9 +372,6 @@ def ratio(a: Runner, b: Runner) -> float:
     return med([x / y for x, y in zip(a.times, b.times)])
 
 
-PROTO_KW = dict(unpad=True, fused_qkv=True, bool_mask=True, onednn=True)  # the same-maths changes, combined
-
-
 def run_config(name: str, args, device: torch.device) -> list[dict]:
     print(f"\n=== {name}: batch {BATCH[name] if args.batch is None else args.batch} x seq {SEQ} ===", flush=True)
     t0 = time.perf_counter()
@@ -561,7 +380,6 @@ def run_config(name: str, args, device: torch.device) -> list[dict]:
     n_enc = sum(p.numel() for n, p in ours.named_parameters() if ".encoder." in n)
     print(f"  params: {ours.num_parameters() / 1e6:.1f} M total, {n_enc / 1e6:.1f} M in the encoder "
           f"(built in {time.perf_counter() - t0:.1f} s)")
-    proto = FastBert(ours, **PROTO_KW).to(device) if args.prototype else None
     batches = {v: {k: t.to(device) for k, t in make_batch(B, SEQ, packed=(v == "packed")).items()} for v in args.variants}
     for variant, batch in batches.items():  # loss checks first, while every model still has the initial weights
         real, n_lab = int(batch["attention_mask"].sum()), int((batch["labels"] != -100).sum())
@@ -569,13 +387,6 @@ def run_config(name: str, args, device: torch.device) -> list[dict]:
         print(f"  [{variant}] real tokens {real}/{B * SEQ} ({real / (B * SEQ):.1%}), labelled {n_lab}; "
               f"loss check (eval, same weights): transformers {a:.6f} bertforge {b:.6f} |diff| {abs(a - b):.2e} "
               f"({'within' if abs(a - b) <= 1e-4 else 'OUTSIDE'} 1e-4)", flush=True)
-        if proto is not None:
-            proto.eval()
-            with torch.no_grad():
-                c = float(fast_loss(proto, batch))
-            proto.train()
-            print(f"  [{variant}] bf-prototype (unpad + fused QKV + bool mask + oneDNN linear; fused AdamW) loss "
-                  f"{c:.6f}, |diff| to bertforge {abs(c - b):.2e}")
     rows = []
     for variant, batch in batches.items():
         real, total = int(batch["attention_mask"].sum()), B * SEQ
@@ -583,9 +394,6 @@ def run_config(name: str, args, device: torch.device) -> list[dict]:
         # fresh optimizers per variant; the models keep training from where they are (timing only)
         runners = [Runner("bertforge", ours, ours_loss, make_adamw(ours, args.optimizer), fl.ours),
                    Runner("transformers", hf, hf_loss, make_adamw(hf, args.optimizer), fl.hf)]
-        if proto is not None:
-            fl_p = step_flops(cfg, batch, unpadded=True).ours
-            runners.append(Runner("bf-prototype", proto, fast_loss, make_adamw(proto, "fused"), fl_p))
         acts = {r.name: saved_activation_bytes(r.model, r.loss_fn, batch) for r in runners}
         gemm = GemmPeak(total, cfg.hidden_size, cfg.intermediate_size, device)
         interleave(runners, batch, device, args.warmup, args.repeats, gemm)
@@ -601,10 +409,6 @@ def run_config(name: str, args, device: torch.device) -> list[dict]:
     if args.profile:
         profile_step(ours, ours_loss, make_adamw(ours, args.optimizer),
                      {k: v.to(device) for k, v in make_batch(B, SEQ, packed=False).items()}, device, args.profile_rows)
-        if proto is not None:
-            profile_step(proto, fast_loss, make_adamw(proto, "fused"),
-                         {k: v.to(device) for k, v in make_batch(B, SEQ, packed=False).items()}, device,
-                         args.profile_rows, title="bf-prototype")
     return rows
 
 
@@ -692,118 +496,6 @@ def profile_step(model, loss_fn, opt, batch, device, top: int, title: str = "ber
         print(f"  {k:40} {v / 1e3 / steps:9.1f} ms  {v / total:6.1%}")
 
 
-# ---------------------------------------------------------------------------------------------------- experiments
-def experiments(name: str, args, device: torch.device) -> None:
-    """A/B of candidate changes against current bertforge, each pair interleaved step by step on the padded batch
-    (and on the packed batch for the combined prototype). Every prototype's loss is checked against bertforge's."""
-    print(f"\n=== experiments: {name} ===", flush=True)
-    cfg, hf, ours = build_pair(name, device)
-    del hf
-    B = BATCH[name] if args.batch is None else args.batch
-    padded = {k: v.to(device) for k, v in make_batch(B, SEQ, packed=False).items()}
-    packed = {k: v.to(device) for k, v in make_batch(B, SEQ, packed=True).items()}
-    fl = step_flops(cfg, padded)
-    fl_unpad = step_flops(cfg, padded, unpadded=True)
-    gemm = GemmPeak(B * SEQ, cfg.hidden_size, cfg.intermediate_size, device)
-
-    def check(proto, batch) -> str:
-        """Eval mode, same weights: |loss difference| and the worst relative gradient difference over parameters."""
-        ours.eval(), proto.eval()
-        la, lb = ours_loss(ours, batch), fast_loss(proto, batch)
-        la.backward(), lb.backward()
-        la, lb = la.detach(), lb.detach()
-        grads = dict(proto.m.named_parameters())
-        pairs = []
-        for n, p in ours.named_parameters():
-            if n.endswith("attention.self.key.bias"):  # its gradient is 0 in exact arithmetic (softmax ignores a
-                continue  # per-query constant): fp32 leaves ~1e-11 of noise, even MKL vs fp64 differ by 100%
-            q = grads.get(n)
-            if q is None:  # fused QKV: the matching slice of the fused gradient
-                parent, which, kind = n.rsplit(".", 2)
-                q_grad = grads[f"{parent}.qkv_{kind}"].grad.chunk(3)[("query", "key", "value").index(which)]
-            else:
-                q_grad = q.grad
-            if p.grad is not None and q_grad is not None:
-                pairs.append((p.grad, q_grad))
-        # relative to each tensor's largest gradient, floored at 1e-6 of the model's largest
-        floor = 1e-6 * max(float(a.abs().max()) for a, _ in pairs)
-        worst = max(float((a - b).abs().max()) / max(float(a.abs().max()), floor) for a, b in pairs)
-        ours.zero_grad(set_to_none=True), proto.zero_grad(set_to_none=True)
-        ours.train(), proto.train()
-        return f"|loss diff| {abs(float(la) - float(lb)):.2e}, max relative gradient diff {worst:.1e}"
-
-    cases: list[tuple[str, Callable[[], Runner], dict]] = []
-
-    def proto(label, batch=padded, opt="default", **kw):
-        def build():
-            p = FastBert(ours, **kw).to(device)
-            print(f"    {label} vs bertforge (eval, same weights): {check(p, batch)}")
-            unp = kw.get("unpad", True) and batch is padded
-            return Runner(label, p, fast_loss, make_adamw(p, opt), (fl_unpad if unp else fl).ours)
-        cases.append((label, build, batch))
-
-    off = dict(unpad=False, fused_qkv=False, bool_mask=False, onednn=False, fast_dropout=False)
-    wanted = set(args.experiment_list)
-    if "equiv" in wanted:  # every option off = bertforge's maths re-written in this file (a control)
-        proto("proto-control", **off)
-    for opt_name in ("unpad", "fused_qkv", "bool_mask", "onednn", "fast_dropout"):
-        if opt_name in wanted:
-            proto(opt_name.replace("_", "-"), **{**off, opt_name: True})
-    if "optim" in wanted or "optim_fused" in wanted:
-        for kind in ("foreach", "fused") if "optim" in wanted else ("fused",):
-            cases.append((f"adamw-{kind}", (lambda k=kind: Runner(f"adamw-{k}", copy.deepcopy(ours), ours_loss,
-                                                                   None, fl.ours)), padded))
-    if "all" in wanted:
-        proto("same-maths set + fused AdamW", opt="fused", **PROTO_KW)
-        proto("same-maths set + fused AdamW, packed", batch=packed, opt="fused", **PROTO_KW)
-    if "all" in wanted or "all_fast_dropout" in wanted:
-        proto("same-maths set + fast dropout + fused AdamW", opt="fused", fast_dropout=True, **PROTO_KW)
-    if "compile" in wanted or "compile_all" in wanted:
-        proto("same-maths set + compile + fused AdamW", opt="fused", compile_layers=True, **PROTO_KW)
-    if "compile" in wanted:
-        proto("compile alone (regional, per layer)", compile_layers=True, **off)
-
-    for label, build, batch in cases:
-        print(f"  -- {label} vs bertforge ({'packed' if batch is packed else 'padded'} batch)", flush=True)
-        t0 = time.perf_counter()
-        r = build()
-        built = time.perf_counter() - t0
-        if r.opt is None:
-            r.opt = make_adamw(r.model, label.split("-", 1)[1])
-        base = Runner("bertforge", ours, ours_loss, make_adamw(ours, "default"), fl.ours)
-        t0 = time.perf_counter()
-        r.step(batch, device, record=False)
-        first = time.perf_counter() - t0
-        interleave([base, r], batch, device, args.warmup, args.repeats, gemm, log=lambda *a, **k: None)
-        peak = gemm.peak()
-        real = int(batch["attention_mask"].sum())
-        flu = step_flops(cfg, batch).useful
-        tb, tr = med(base.times), med(r.times)
-        print(f"     bertforge {tb * 1e3:7.0f} ms  {real / tb:9,.0f} tok/s  MFU {flu / tb / peak:6.1%}   |   "
-              f"{label} {tr * 1e3:7.0f} ms  {real / tr:9,.0f} tok/s  MFU {flu / tr / peak:6.1%}   "
-              f"speed-up x{ratio(base, r):.3f}  (build+check {built:.1f} s, first step {first:.1f} s; "
-              f"peak {peak / 1e9:.0f} GF/s)", flush=True)
-        del r, base
-
-    if "threads" in wanted:
-        n0 = torch.get_num_threads()
-        for n in sorted({1, n0}):
-            torch.set_num_threads(n)
-            r = Runner(f"threads={n}", ours, ours_loss, make_adamw(ours, "default"), fl.ours)
-            for _ in range(args.warmup):
-                r.step(padded, device, record=False)
-            for _ in range(args.repeats):
-                r.step(padded, device, record=True)
-            t = med(r.times)
-            print(f"  -- threads={n}: {t * 1e3:.0f} ms/step, {int(padded['attention_mask'].sum()) / t:,.0f} tok/s")
-        torch.set_num_threads(n0)
-
-    if args.profile:
-        p = FastBert(ours, **PROTO_KW).to(device)
-        profile_step(p, fast_loss, make_adamw(p, "fused"), padded, device, args.profile_rows,
-                     title="bf-prototype (unpad + fused QKV + bool mask + oneDNN linear, fused AdamW)")
-
-
 # ---------------------------------------------------------------------------------------------------- main
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -829,19 +521,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--batch", type=int, default=None, help="override the batch size (default 16; 8 for base)")
     ap.add_argument("--variants", default="padded,packed", help="padded, packed or both (default both)")
     ap.add_argument("--optimizer", default="default", choices=["default", "foreach", "fused"],
-                    help="AdamW implementation for the main comparison (default: make_optimizer's, fused where supported)")
-    ap.add_argument("--prototype", action="store_true",
-                    help="add a third row: bertforge + the recommended same-maths changes (bench-only prototype)")
+                    help="AdamW implementation for both models (default: make_optimizer's, fused where supported)")
     ap.add_argument("--profile", action="store_true", help="print the top ops of one bertforge step")
     ap.add_argument("--profile-rows", type=int, default=25)
-    ap.add_argument("--experiments", action="store_true", help="A/B candidate speed-ups instead of the main table")
-    ap.add_argument("--experiment-list", default="unpad,fused_qkv,bool_mask,onednn,fast_dropout,optim,all,compile",
-                    help="subset of: equiv,unpad,fused_qkv,bool_mask,onednn,fast_dropout,optim (foreach and fused),"
-                         "optim_fused,all (+ packed + fast dropout),all_fast_dropout,compile (prototype, bertforge),"
-                         "compile_all,threads")
     args = ap.parse_args(argv)
     args.variants = [v for v in args.variants.split(",") if v]
-    args.experiment_list = [v for v in args.experiment_list.split(",") if v]
     device = torch.device(args.device)
     global CLOCK
     if args.clock == "cpu":
@@ -863,6 +547,8 @@ def main(argv: list[str] | None = None) -> None:
     print(f"torch {torch.__version__}, transformers {transformers.__version__}, device {device}, "
           f"threads {torch.get_num_threads()} (os.cpu_count {os.cpu_count()}), fp32, train mode (dropout on), "
           f"clock {args.clock}")
+    print(f"bertforge linear backend {get_linear_backend()} (BERTFORGE_LINEAR; oneDNN "
+          f"{'available' if onednn_available() else 'not available'} in this torch build)")
     if args.clock == "cpu" and torch.get_num_threads() > 1:
         print("note: --clock cpu with several threads adds up every thread's CPU time, spin-waits included")
     load = os.getloadavg()
@@ -878,12 +564,9 @@ def main(argv: list[str] | None = None) -> None:
         print("note: /proc/self/clear_refs not writable: CPU memory is ru_maxrss, a whole-process high-water mark")
     rows: list[dict] = []
     for name in [c for c in args.configs.split(",") if c]:
-        if args.experiments:
-            experiments(name, args, device)
-        else:
-            new = run_config(name, args, device)
-            print_table(new, legend=False)  # each config as it completes; all of them again at the end
-            rows.extend(new)
+        new = run_config(name, args, device)
+        print_table(new, legend=False)  # each config as it completes; all of them again at the end
+        rows.extend(new)
     if rows:
         print_table(rows)
     print(f"load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
