@@ -10,6 +10,7 @@ or without a damaged config.json), no exception but BertforgeError: 100 in the f
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -24,13 +25,14 @@ from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 
-from bertforge import BertForPreTraining, BertModel, BertforgeError
+from bertforge import BertConfig, BertForPreTraining, BertForSequenceClassification, BertModel, BertforgeError
 from bertforge.checkpoint import read_state_dict
+from bertforge.model import MODEL_CLASSES
 from bertforge.pretrain import PretrainArgs, Pretrainer, pretrain
 from bertforge.tokenizer import Tokenizer
-from rel_helpers import make_model_dir, make_run_inputs, one_torch_thread, report
+from rel_helpers import TINY_CONFIG, make_model_dir, make_run_inputs, one_torch_thread, report, tensors_differ
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 
@@ -65,6 +67,76 @@ def with_header(header: dict, body: bytes) -> bytes:
     return struct.pack("<Q", len(raw)) + raw + body
 
 
+class _Collect(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+@contextlib.contextmanager
+def bertforge_warnings():
+    """The warnings the "bertforge" logger gives inside the block (kept here, not printed)."""
+    logger, handler = logging.getLogger("bertforge"), _Collect()
+    propagate = logger.propagate
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        yield handler.messages
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate = propagate
+
+
+def file_tensors(directory: Path) -> dict[str, torch.Tensor]:
+    """What the weight files of `directory` hold, read without bertforge: safetensors' and torch's own readers."""
+    if (directory / "model.safetensors").is_file():
+        return load_file(str(directory / "model.safetensors"))
+    if (directory / "model.safetensors.index.json").is_file():
+        weight_map = json.loads((directory / "model.safetensors.index.json").read_text())["weight_map"]
+        state: dict[str, torch.Tensor] = {}
+        for shard in sorted(set(weight_map.values())):
+            state.update(load_file(str(directory / shard)))
+        return state
+    return torch.load(directory / "pytorch_model.bin", weights_only=True)
+
+
+def judge_load(model: torch.nn.Module, directory: Path, pristine: dict[str, torch.Tensor],
+               warned: list[str]) -> tuple[str, list[str]]:
+    """How a model that loaded from `directory` relates to the files, as (outcome, problems).
+
+    Every tensor of the model must be either the file's tensor with the same name, bit for bit (outcome "same as
+    saved" when that is also the undamaged checkpoint's tensor, "as the damaged file says" when the damage is one
+    no loader can see, such as a flipped bit inside a weight), or named in `loading_info` as missing or mismatched
+    *and* in a warning (outcome "re-initialised, reported"). Anything else, a weight re-initialised or changed
+    without a word, is a problem."""
+    info = model.loading_info
+    reported = set(info.missing_keys) | {entry.split(" ")[0] for entry in info.mismatched_keys}
+    try:
+        held = file_tensors(directory)
+    except Exception as err:  # bertforge loaded what the plain readers refuse
+        return "loaded", [f"loaded, but the files do not read without bertforge: {type(err).__name__}: {err}"]
+    own = model.state_dict()
+    prefix = "" if any(k.startswith("bert.") for k in own) else "bert."  # a bare BertModel from a headed checkpoint
+    problems, outcome = [], "same as saved"
+    for name, tensor in own.items():
+        if name in reported:
+            outcome = "re-initialised, reported"
+            if not any(name in message for message in warned):
+                problems.append(f"{name}: in loading_info but named in no warning")
+            continue
+        key = prefix + name
+        if key not in held:
+            problems.append(f"{name}: not in the files, yet not reported as missing")
+        elif tensors_differ({key: tensor}, {key: held[key].to(tensor.dtype)}):
+            problems.append(f"{name}: differs from the file's {key!r} and is not reported (re-initialised?)")
+        elif tensors_differ({key: tensor}, {key: pristine[key].to(tensor.dtype)}) and outcome == "same as saved":
+            outcome = "as the damaged file says"
+    return outcome, problems
+
+
 # ---------------------------------------------------------------------------------------------- model.safetensors
 
 
@@ -81,7 +153,9 @@ def test_truncated_weights(model_dir, cut):
 
 
 @pytest.mark.parametrize("seed", range(8))
-def test_bit_flips_in_the_header(model_dir, seed):
+def test_bit_flips_in_the_header(model_dir, pristine, seed):
+    """Refused with the file named, or loaded with every weight as saved except those reported as missing (a flip
+    inside a key name: that weight is "unexpected" and its model weight newly initialised, with a warning)."""
     weights = model_dir / "model.safetensors"
     blob = bytearray(weights.read_bytes())
     n = struct.unpack("<Q", blob[:8])[0]
@@ -90,9 +164,14 @@ def test_bit_flips_in_the_header(model_dir, seed):
     blob[where] ^= 1 << rng.randrange(8)
     weights.write_bytes(bytes(blob))
     try:
-        BertForPreTraining.from_pretrained(model_dir)  # e.g. a flip inside a key name: that weight is "unexpected"
+        with bertforge_warnings() as warned:
+            model = BertForPreTraining.from_pretrained(model_dir)
     except BertforgeError as err:
-        assert str(weights) in str(err) or "config.json" in str(err)
+        assert str(weights) in str(err) or "config.json" in str(err), str(err)
+        return
+    outcome, problems = judge_load(model, model_dir, read_state_dict(pristine)[0], warned)
+    assert not problems, problems
+    assert outcome in ("same as saved", "re-initialised, reported"), outcome  # the body bytes were not touched
 
 
 def test_bit_flips_in_the_body_load_or_are_reported(model_dir):
@@ -354,9 +433,9 @@ def test_pytorch_model_bin_that_would_run_code(model_dir, tmp_path, how):
     message = load_error(model_dir)
     assert not marker.exists(), "the pickle ran code"
     assert str(target) in message and "refused to load" in message, message
-    # and a genuine pickle of plain tensors is accepted
+    # and a genuine pickle of plain tensors is accepted, every weight as saved
     torch.save(state, target)
-    BertForPreTraining.from_pretrained(model_dir)
+    assert not tensors_differ(BertForPreTraining.from_pretrained(model_dir).state_dict(), state)
 
 
 @pytest.mark.parametrize("shard", ["../x.safetensors", "../../etc/passwd", "/etc/passwd", "sub/x.safetensors",
@@ -378,7 +457,43 @@ def test_shard_index_that_is_fine_loads(model_dir):
     names = read_state_dict(model_dir / "model-00001-of-00001.safetensors")[0]
     (model_dir / "model.safetensors.index.json").write_text(
         json.dumps({"weight_map": {k: "model-00001-of-00001.safetensors" for k in names}}))
-    BertForPreTraining.from_pretrained(model_dir)
+    model = BertForPreTraining.from_pretrained(model_dir)
+    assert not tensors_differ(model.state_dict(), names) and not model.loading_info.missing_keys
+
+
+# ---------------------------------------------------------------------------------------------- heads
+
+
+HEADED = sorted(name for name in MODEL_CLASSES if name != "BertModel")
+
+
+@pytest.mark.parametrize("name", HEADED)
+def test_a_saved_head_loads_back_and_a_missing_one_is_reported(tmp_path, name):
+    """Every tensor of a saved model comes back bit for bit, with nothing reported; a file without the head loads
+    with the body as saved and the head's weights listed in `loading_info.missing_keys` and in a warning, never
+    silently re-initialised."""
+    cls = MODEL_CLASSES[name]
+    torch.manual_seed(5)
+    saved = cls(BertConfig(**TINY_CONFIG, num_labels=2 if name == "BertForQuestionAnswering" else 3))
+    saved.save_pretrained(tmp_path)
+    state = {k: v.detach().clone() for k, v in saved.state_dict().items()}
+    with bertforge_warnings() as warned:
+        again = cls.from_pretrained(tmp_path)
+    assert not tensors_differ(state, again.state_dict())
+    info = again.loading_info
+    assert (info.missing_keys, info.unexpected_keys, info.mismatched_keys) == ([], [], []) and warned == []
+
+    head = sorted(k for k in state if not k.startswith("bert."))
+    assert head, f"{name} has no head weights to drop?"
+    save_file({k: v for k, v in state.items() if k not in head}, str(tmp_path / "model.safetensors"))
+    with bertforge_warnings() as warned:
+        headless = cls.from_pretrained(tmp_path)
+    assert sorted(headless.loading_info.missing_keys) == head
+    assert len(warned) == 1 and all(k in warned[0] for k in head), warned
+    body = {k: v for k, v in state.items() if k not in head}
+    assert not tensors_differ(body, {k: v for k, v in headless.state_dict().items() if k not in head})
+    outcome, problems = judge_load(headless, tmp_path, state, warned)
+    assert outcome == "re-initialised, reported" and not problems, problems
 
 
 # ---------------------------------------------------------------------------------------------- training checkpoints
@@ -613,36 +728,49 @@ def damaged_checkpoint(rng: random.Random, formats: dict, directory: Path) -> li
 
 
 def fuzz(formats: dict, directory: Path, count: int, seed: int) -> None:
+    """Each damaged checkpoint is refused with a BertforgeError or loads; a load is judged by `judge_load`: the
+    same tensors as saved, the damaged file's own tensors (damage no loader can see), or weights re-initialised
+    and reported. A weight re-initialised or changed without a word is a failure, as is any other exception."""
     rng = random.Random(seed)
-    outcomes, crashes, slowest, layouts = Counter(), [], (0.0, ""), Counter()
+    outcomes, crashes, silent, slowest, layouts = Counter(), [], [], (0.0, ""), Counter()
+    pristine = load_file_bytes(formats["safetensors"])
     directory.mkdir()
     started = time.perf_counter()
-    logging.disable(logging.WARNING)  # "weights not in the checkpoint, newly initialised": expected, and noisy
-    try:
-        for i in range(count):
-            what = damaged_checkpoint(rng, formats, directory)
-            layouts[what[0]] += 1
-            cls = rng.choice([BertForPreTraining, BertModel])
-            t = time.perf_counter()
-            try:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    cls.from_pretrained(directory)
-                outcomes["loaded"] += 1
-            except BertforgeError:
-                outcomes["BertforgeError"] += 1
-            except Exception as err:  # what this test hunts
-                crashes.append(f"#{i} {' + '.join(what)} -> {type(err).__name__}: {str(err)[:200]}")
-            slowest = max(slowest, (time.perf_counter() - t, " + ".join(what)))
-    finally:
-        logging.disable(logging.NOTSET)
+    for i in range(count):
+        what = damaged_checkpoint(rng, formats, directory)
+        layouts[what[0]] += 1
+        cls = rng.choice([BertForPreTraining, BertModel, BertForSequenceClassification])
+        t = time.perf_counter()
+        try:
+            with warnings.catch_warnings(), bertforge_warnings() as warned:
+                warnings.simplefilter("ignore")
+                model = cls.from_pretrained(directory)
+        except BertforgeError:
+            outcomes["refused"] += 1
+        except Exception as err:  # what this test hunts
+            crashes.append(f"#{i} {' + '.join(what)} -> {type(err).__name__}: {str(err)[:200]}")
+        else:
+            outcome, problems = judge_load(model, directory, pristine, warned)
+            outcomes[outcome] += 1
+            if problems:
+                silent.append(f"#{i} {' + '.join(what)} -> {cls.__name__}: {'; '.join(problems[:3])}")
+        slowest = max(slowest, (time.perf_counter() - t, " + ".join(what)))
     seconds = time.perf_counter() - started
-    report(f"corrupt files tried {count}, non-BertforgeError crashes {len(crashes)} "
-           f"(refused {outcomes['BertforgeError']}, loaded {outcomes['loaded']}; layouts "
+    loaded = ", ".join(f"{k} {outcomes[k]}" for k in ("same as saved", "as the damaged file says",
+                                                     "re-initialised, reported"))
+    report(f"corrupt files tried {count}, non-BertforgeError crashes {len(crashes)}, silently changed weights "
+           f"{len(silent)} (refused {outcomes['refused']}; loaded: {loaded}; layouts "
            f"{', '.join(f'{k} {v}' for k, v in sorted(layouts.items()))}; slowest {slowest[0]:.2f}s: {slowest[1]}; "
            f"{seconds:.1f}s)")
     assert not crashes, "\n".join(crashes[:20])
+    assert not silent, "\n".join(silent[:20])
     assert slowest[0] < 10, f"a damaged checkpoint took {slowest[0]:.1f}s to refuse: {slowest[1]}"
+
+
+def load_file_bytes(blob: bytes) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load
+
+    return load(blob)
 
 
 def test_mutation_fuzzer_fast(formats, tmp_path):
