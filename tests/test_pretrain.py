@@ -432,3 +432,48 @@ def test_metrics_summary_line(tmp_path):
     assert metrics_summary(path, 100) == (
         "MLM loss 4.50 (step 10) -> 2.25 (step 90); ln(vocab) = 4.61 is a uniform guess; MLM accuracy 1.0% -> 30.0%"
     )
+
+
+def word_masking_counts(trainer: Pretrainer, tokens: list[str], batches: int) -> tuple[int, int, int]:
+    """(words with some piece labelled, of them words only partly labelled, multi-piece words seen) over
+    `batches` batches of the trainer's own stream. A word is a piece not starting with "##" and the "##" pieces
+    after it; [CLS], [SEP] and padding stand alone."""
+    labelled_words = partly = multi_piece = 0
+    for _ in range(batches):
+        batch = next(trainer.stream)
+        for ids, labels, n in zip(batch["input_ids"], batch["labels"], batch["attention_mask"].sum(1).tolist()):
+            chosen = (labels[:n] != -100).tolist()
+            original = torch.where(labels[:n] != -100, labels[:n], ids[:n]).tolist()
+            words: list[list[int]] = []
+            for pos, token_id in enumerate(original):
+                piece = tokens[token_id]
+                if piece.startswith("##") and words and not tokens[original[pos - 1]].startswith("["):
+                    words[-1].append(pos)
+                else:
+                    words.append([pos])
+            for word in words:
+                multi_piece += len(word) > 1
+                flags = {chosen[p] for p in word}
+                if True in flags:
+                    labelled_words += 1
+                    partly += len(flags) == 2
+    return labelled_words, partly, multi_piece
+
+
+@pytest.mark.parametrize("static", [False, True], ids=["dynamic", "static"])
+def test_whole_word_masking_through_pretraining_labels_every_piece_of_a_word(corpus_and_tokenizer, tmp_path, static):
+    """--whole-word-mask: the trainer's stream (its "##" continuation map built from the tokenizer's vocabulary)
+    labels all pieces of a word or none; without it, the same data has words labelled in part."""
+    from bertforge.tokenizer import Tokenizer
+
+    tok = Tokenizer.from_pretrained(corpus_and_tokenizer[1])
+    tokens = tok.convert_ids_to_tokens(list(range(tok.vocab_size)))
+    assert sum(t.startswith("##") for t in tokens) >= 20  # a WordPiece vocabulary with continuation pieces
+    settings = dict(batch_size=16, nsp=False, static_masking=static, dupe_factor=2)
+    whole = Pretrainer(args(corpus_and_tokenizer, tmp_path / "wwm", whole_word_mask=True, **settings))
+    labelled, partly, multi_piece = word_masking_counts(whole, tokens, 10)
+    assert multi_piece > 500 and labelled > 300, (multi_piece, labelled)  # measured 894-905 and 572-583
+    assert partly == 0
+    pieces = Pretrainer(args(corpus_and_tokenizer, tmp_path / "pieces", whole_word_mask=False, **settings))
+    labelled, partly, multi_piece = word_masking_counts(pieces, tokens, 10)
+    assert partly > 100, (partly, labelled)  # measured 336 (dynamic) and 352 (static) of 680-701

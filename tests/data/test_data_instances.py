@@ -1,4 +1,5 @@
 import json
+import math
 import random
 from array import array
 
@@ -21,6 +22,12 @@ from bertforge.errors import BertforgeError
 
 def make_stream(path, vocab, **kw):
     return PretrainingStream(path, vocab.tokenize, **vocab.special_kwargs(), **kw)
+
+
+def at_least_half(count: int, n: int) -> bool:
+    """`count` of `n` instances is no lower than 4 sigma under n/2, for an outcome each instance has with
+    probability 1/2 or more: sigma = sqrt(n * 1/2 * 1/2)."""
+    return count >= n / 2 - 4 * math.sqrt(n * 0.25)
 
 
 def take(stream, n):
@@ -67,7 +74,10 @@ def test_nsp_layout_lengths_and_segment_ids(corpus):
         assert a and b
         assert inst.token_type_ids == [0] * (len(a) + 2) + [1] * (len(b) + 1)
         assert inst.next_sentence_label in (IS_NEXT, NOT_NEXT)
-    assert 0.25 < labels.count(IS_NEXT) / len(labels) < 0.6
+    # NotNext has probability 1/2 where a chunk has two or more sentences and 1 where it has one, so at least half:
+    # n = 600, sigma = sqrt(600 / 4) = 12.2, NotNext >= 300 - 4 x 12.2 = 251 (measured 413). That IsNext is 1/2
+    # where there is a choice is test_is_next_half_the_time_where_there_is_a_choice, at +-4 sigma.
+    assert at_least_half(labels.count(NOT_NEXT), len(labels))
     batch = stream.collator(instances[:8])
     for row, inst in enumerate(instances[:8]):
         n = len(inst.input_ids)
@@ -92,7 +102,37 @@ def test_nsp_segments_respect_documents(corpus):
             assert doc_b == doc_a and pos_b[0] > pos_a[-1]
         else:
             assert doc_b != doc_a
-    assert min(counts.values()) > 100
+    # n = 800, sigma = sqrt(800 / 4) = 14.1: NotNext >= 400 - 4 x 14.1 = 343 (measured 591). IsNext has no
+    # such bound (single-sentence chunks lower it by an amount this corpus decides): > 100 only makes sure that
+    # the IsNext checks above ran often enough (measured 209).
+    assert at_least_half(counts[NOT_NEXT], 800)
+    assert counts[IS_NEXT] > 100
+
+
+def test_is_next_half_the_time_where_there_is_a_choice(tmp_path):
+    """Where a chunk has two or more sentences, B is the true continuation with probability 1/2 (BERT's 50/50).
+    Documents of 2-4 sentences of 1-2 words at max_seq_length 32 (a 29-token target) make every chunk run from A's
+    first sentence to the end of its document, untruncated; so each instance shows whether there was a choice:
+    two or more sentences of its document from A's first one on. One sentence left is NotNext by force."""
+    docs = tagged_docs(100, seed=3, sentences=(2, 4), words=(1, 2))
+    vocab = WordVocab(docs)
+    stream = make_stream(write_txt(tmp_path / "c.txt", docs), vocab, max_seq_length=32, short_seq_prob=0.0,
+                         shuffle_buffer=0)
+    is_next = choices = 0
+    for inst in take(stream, 8000):
+        a, b = split_pair(inst)
+        doc, sentence, word = vocab.tag(a[0])
+        assert word == 0 and len(a) + len(b) <= 29  # A starts at a sentence; nothing was truncated
+        if len(docs[doc]) - sentence >= 2:
+            choices += 1
+            is_next += inst.next_sentence_label == IS_NEXT
+        else:
+            assert inst.next_sentence_label == NOT_NEXT
+    # n = 6,052 choices here, sigma = sqrt(0.25 / n) = 0.0064, 4 sigma = 0.026: IsNext in 0.474-0.526 (measured
+    # 0.504, 3,053 of 6,052; a 40/60 sampler is 15 sigma off)
+    assert choices > 5000
+    sigma = math.sqrt(0.5 * 0.5 / choices)
+    assert abs(is_next / choices - 0.5) <= 4 * sigma, (is_next, choices)
 
 
 def test_is_next_is_the_exact_continuation(corpus):
@@ -125,7 +165,8 @@ def test_not_next_never_same_document_in_tiny_corpus_over_epochs(tmp_path):
         same = vocab.tag(a[0])[0] == vocab.tag(b[0])[0]
         assert same == (inst.next_sentence_label == IS_NEXT)
         not_next += inst.next_sentence_label == NOT_NEXT
-    assert stream.epoch >= 10 and not_next > 100
+    # n = 400, sigma = sqrt(400 / 4) = 10: NotNext >= 200 - 4 x 10 = 160 (measured 281)
+    assert stream.epoch >= 10 and at_least_half(not_next, 400)
     assert len(stream.instances.window) <= 3
 
 
@@ -239,7 +280,8 @@ def test_not_next_excludes_later_epoch_copy_of_the_same_document(tmp_path):
             a, b = split_pair(inst)
             assert (vocab.tag(a[0])[0] == vocab.tag(b[0])[0]) == (inst.next_sentence_label == IS_NEXT)
             not_next += inst.next_sentence_label == NOT_NEXT
-    assert not_next > 100
+    # n = 15 x 40 = 600, sigma = sqrt(600 / 4) = 12.2: NotNext >= 300 - 4 x 12.2 = 251 (measured 328)
+    assert at_least_half(not_next, 600)
 
 
 # ---------------------------------------------------------------------------------------------- linear-time rewrites

@@ -100,3 +100,78 @@ def write_squad(path: Path, version_2: bool = True, copies: int = 2) -> Path:
     data = {"version": "v2.0" if version_2 else "1.1", "data": [{"title": "tiny", "paragraphs": paragraphs}]}
     path.write_text(json.dumps(data, indent=1), encoding="utf-8")
     return path
+
+
+# ------------------------------------------------------------------------------------ separable data for learning
+# Random sentences in which one word decides the answer, so a tiny model can learn them in a few seconds and a
+# dev set drawn with another seed (new sentences) shows whether it did.
+
+FILLER = "the a this it was is very movie film plot actors and of i".split()
+POSITIVE_WORDS, NEGATIVE_WORDS = ("good", "great", "fun"), ("bad", "awful", "boring")
+PERSONS = ("john", "mary", "peter")
+CITIES = ("paris", "london", "berlin", "amsterdam")  # amsterdam is three pieces: am ##ster ##dam
+COMPANIES = (("acme", "corp"), ("google",), ("acme",))
+NEUTRAL = "the a is was lives works visited in at and of loves hates likes very".split()
+
+
+def write_separable_sentiment(path: Path, n: int, seed: int) -> Path:
+    """`n` rows (TSV, `sentence\\tlabel`, neg and pos alternating): 3-7 filler words and one sentiment word."""
+    import random
+
+    rng = random.Random(seed)
+    rows = ["sentence\tlabel"]
+    for i in range(n):
+        positive = i % 2 == 1
+        words = [rng.choice(FILLER) for _ in range(rng.randint(3, 7))]
+        words.insert(rng.randint(0, len(words)), rng.choice(POSITIVE_WORDS if positive else NEGATIVE_WORDS))
+        rows.append(" ".join(words) + "\t" + ("pos" if positive else "neg"))
+    path.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    return path
+
+
+def write_separable_conll(path: Path, n: int, seed: int) -> Path:
+    """`n` CoNLL sentences of 3-8 slots, each a person (B-PER), a city (B-LOC), a one- or two-word company
+    (B-ORG I-ORG) or a neutral word (O); the word alone decides its tag."""
+    import random
+
+    rng = random.Random(seed)
+    lines: list[str] = []
+    for _ in range(n):
+        for _ in range(rng.randint(3, 8)):
+            roll = rng.random()
+            if roll < 0.15:
+                words, kind = [rng.choice(PERSONS)], "PER"
+            elif roll < 0.3:
+                words, kind = [rng.choice(CITIES)], "LOC"
+            elif roll < 0.4:
+                words, kind = list(rng.choice(COMPANIES)), "ORG"
+            else:
+                words, kind = [rng.choice(NEUTRAL)], None
+            for k, word in enumerate(words):
+                tag = "O" if kind is None else ("B-" if k == 0 else "I-") + kind
+                lines.append(f"{word} NN B-NP {tag}")
+        lines.append("")
+    path.write_text("\n".join(lines), encoding="utf-8")
+    return path
+
+
+def write_separable_squad(path: Path, n: int, seed: int) -> Path:
+    """`n` SQuAD v1.1 questions "what city ?" on contexts of 4-10 neutral words, a person and one city (the
+    answer)."""
+    import random
+
+    rng = random.Random(seed)
+    paragraphs = []
+    for q in range(n):
+        city = rng.choice(CITIES)
+        words = [rng.choice(NEUTRAL) for _ in range(rng.randint(4, 10))]
+        words.insert(rng.randint(0, len(words)), city)
+        words.insert(rng.randint(0, len(words)), rng.choice(PERSONS))
+        text = " ".join(words)
+        start = len(" ".join(words[: words.index(city)])) + (1 if words.index(city) else 0)
+        assert text[start : start + len(city)] == city
+        paragraphs.append({"context": text, "qas": [{"id": f"q{q}", "question": "what city ?",
+                                                      "answers": [{"text": city, "answer_start": start}]}]})
+    data = {"version": "1.1", "data": [{"title": "separable", "paragraphs": paragraphs}]}
+    path.write_text(json.dumps(data), encoding="utf-8")
+    return path

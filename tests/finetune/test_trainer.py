@@ -1,0 +1,101 @@
+"""The fine-tuning trainer's learning-rate schedule (linear warm-up, then linear decay to 0) at its boundary steps,
+directly and as logged by a real run, and its AdamW parameter groups (no decay for biases and LayerNorm weights)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from bertforge import BertConfig, BertForSequenceClassification
+from bertforge.finetune import finetune
+from bertforge.finetune.trainer import linear_schedule, parameter_groups
+
+from .conftest import write_sentiment
+
+BASE_LR = 0.1
+
+
+def lrs(warmup: int, total: int, steps: int) -> list[float]:
+    """The learning rate in force at steps 0..steps (after that many scheduler steps)."""
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=BASE_LR)
+    scheduler = linear_schedule(optimizer, warmup, total)
+    seen = [optimizer.param_groups[0]["lr"]]
+    for _ in range(steps):
+        optimizer.step()
+        scheduler.step()
+        seen.append(optimizer.param_groups[0]["lr"])
+    return seen
+
+
+def test_linear_schedule_boundary_steps():
+    warmup, total = 4, 10
+    lr = lrs(warmup, total, total + 2)
+    # warm-up: lr x step / warmup, from 0
+    assert lr[0] == 0.0
+    assert lr[1] == pytest.approx(0.025)
+    assert lr[warmup - 1] == pytest.approx(0.075)  # 3/4 of the peak
+    assert lr[warmup] == pytest.approx(BASE_LR)  # the peak, at the first step after the warm-up
+    # decay: lr x (total - step) / (total - warmup), to 0 at `total`
+    assert lr[warmup + 1] == pytest.approx(BASE_LR * 5 / 6)
+    assert lr[total - 1] == pytest.approx(BASE_LR / 6)
+    assert lr[total] == 0.0
+    assert lr[total + 1] == lr[total + 2] == 0.0  # never negative past the end
+    assert all(a < b for a, b in zip(lr[: warmup + 1], lr[1 : warmup + 1]))  # rising throughout the warm-up
+    assert all(a > b for a, b in zip(lr[warmup : total + 1], lr[warmup + 1 : total + 1]))  # then falling
+
+
+def test_linear_schedule_without_warmup_starts_at_the_peak():
+    lr = lrs(0, 4, 4)
+    assert lr == pytest.approx([0.1, 0.075, 0.05, 0.025, 0.0])
+
+
+def test_linear_schedule_with_warmup_over_every_step_only_rises():
+    lr = lrs(5, 5, 6)  # steps 0-4 run; at step 5 = total the run is over and the rate is 0
+    assert lr == pytest.approx([0.0, 0.02, 0.04, 0.06, 0.08, 0.0, 0.0])
+
+
+def test_finetune_logs_the_schedule_its_warmup_ratio_asks_for(tiny_model, tmp_path):
+    """32 rows in batches of 8 for 2 epochs: 8 optimizer steps; warmup_ratio 0.25: 2 warm-up steps. The lr logged
+    after step k is the one the next step uses: lr x k/2 while k < 2, then lr x (8 - k)/6."""
+    train = write_sentiment(tmp_path / "train.tsv", 32)
+    dev = write_sentiment(tmp_path / "dev.tsv", 8)
+    finetune(task="classification", model=str(tiny_model), train=str(train), dev=str(dev), out=str(tmp_path / "out"),
+             epochs=2, batch_size=8, lr=1e-3, warmup_ratio=0.25, log_every=1, progress=False)
+    records = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
+    train_records = [r for r in records if r["type"] == "train"]
+    assert [r["step"] for r in train_records] == list(range(1, 9))
+    expected = [1e-3 * f for f in (1 / 2, 1, 5 / 6, 4 / 6, 3 / 6, 2 / 6, 1 / 6, 0)]
+    assert [r["lr"] for r in train_records] == pytest.approx(expected, abs=1e-12)
+
+
+def names_in(groups: list[dict], model: torch.nn.Module) -> list[set[str]]:
+    by_id = {id(p): n for n, p in model.named_parameters()}
+    return [{by_id[id(p)] for p in g["params"]} for g in groups]
+
+
+def test_parameter_groups_decay_matrices_and_embeddings_only():
+    config = BertConfig(vocab_size=50, hidden_size=8, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=16, max_position_embeddings=16, num_labels=3)
+    model = BertForSequenceClassification(config)
+    model.bert.pooler.requires_grad_(False)  # frozen weights belong to no group
+    groups = parameter_groups(model, 0.01)
+    assert [g["weight_decay"] for g in groups] == [0.01, 0.0]
+    decay, no_decay = names_in(groups, model)
+    assert sum(len(g["params"]) for g in groups) == len(decay) + len(no_decay)  # each tensor once
+    trainable = {n: p for n, p in model.named_parameters() if p.requires_grad}
+    assert decay | no_decay == set(trainable) and not decay & no_decay
+    assert "bert.pooler.dense.weight" not in decay | no_decay
+    # the rule stated by hand: 2-D tensors (matrices, embedding tables) decay, 1-D ones (biases, LayerNorm) do not
+    assert decay == {n for n, p in trainable.items() if p.dim() == 2}
+    assert no_decay == {n for n, p in trainable.items() if p.dim() == 1}
+    for name in ("bert.embeddings.word_embeddings.weight", "bert.embeddings.position_embeddings.weight",
+                 "bert.encoder.layer.1.attention.self.query.weight", "bert.encoder.layer.0.output.dense.weight",
+                 "classifier.weight"):
+        assert name in decay
+    for name in ("bert.embeddings.LayerNorm.weight", "bert.embeddings.LayerNorm.bias",
+                 "bert.encoder.layer.0.attention.output.LayerNorm.weight", "bert.encoder.layer.1.output.LayerNorm.weight",
+                 "bert.encoder.layer.1.intermediate.dense.bias", "classifier.bias"):
+        assert name in no_decay
+    assert len(decay) == 3 + 2 * 6 + 1 and len(no_decay) == 2 + 2 * 10 + 1  # counted from the layout
