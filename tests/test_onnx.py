@@ -12,9 +12,9 @@ from bertforge import BertforgeError
 from bertforge.cli import main
 from bertforge.onnx import export_onnx, sample_inputs
 
-transformers = pytest.importorskip("transformers")
-ort = pytest.importorskip("onnxruntime")
-onnx = pytest.importorskip("onnx")
+transformers = pytest.importorskip("transformers", reason="the ONNX tests need transformers: pip install -e '.[test]'")
+ort = pytest.importorskip("onnxruntime", reason="the ONNX tests need onnxruntime: pip install -e '.[test]'")
+onnx = pytest.importorskip("onnx", reason="the ONNX tests need onnx: pip install -e '.[test]'")
 
 CLASSES = {
     "BertModel": ["last_hidden_state", "pooler_output"],
