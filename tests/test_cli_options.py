@@ -1,0 +1,533 @@
+"""Every option of `bertforge pretrain`, `train-tokenizer`, `embed` and `attention` (and `bertforge --version`)
+changes what its help says it changes.
+
+Two kinds of check: what the command hands to the library (the training function is replaced by one that records
+its argument, so nothing trains), and, where the effect has to be seen, a tiny real run: the batches a pretraining
+run draws, the vocabulary it trains, the dtype its layers compute in, the vectors `embed` writes. The expected
+values are written here from the option's help text and the README, never read back from the code.
+`tests/test_cli_coverage.py` checks that every option of every command appears in some test.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import gzip
+import json
+import math
+import random
+import sys
+import tomllib
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from bertforge import BertConfig, BertModel, data
+from bertforge.cli import main
+from bertforge.pretrain import PretrainArgs, Pretrainer
+from bertforge.tokenizer import Tokenizer
+
+ROOT = Path(__file__).resolve().parents[1]
+PRETRAIN = sys.modules["bertforge.pretrain"]  # the module: `bertforge.pretrain` may name the function
+STREAM = data.PretrainingStream
+
+WORDS = ("river stone light garden window morning letter winter castle forest ship market song quiet bright heavy "
+         "ancient golden silver gentle walked opened carried watched found gave unbelievable lighthouses "
+         "wanderings").split()
+TINY = dict(vocab_size=120, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+            max_position_embeddings=64)
+
+
+def sentences(rng: random.Random, words: list[str], n: int) -> list[str]:
+    return [" ".join(rng.choice(words) for _ in range(rng.randint(4, 12))) + " ." for _ in range(n)]
+
+
+def write_corpus(path: Path, words: list[str] = WORDS, docs: int = 40, seed: int = 0) -> Path:
+    rng = random.Random(seed)
+    lines = []
+    for _ in range(docs):
+        lines += sentences(rng, words, rng.randint(3, 8)) + [""]
+    path.write_text("\n".join(lines), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """A corpus, a 120-token vocabulary trained on it, and a config.json of a 2-layer BERT 32 wide."""
+    root = tmp_path_factory.mktemp("cli_options")
+    corpus = write_corpus(root / "corpus.txt")
+    tok = Tokenizer.train([str(corpus)], vocab_size=120, show_progress=False)
+    tok.save_pretrained(root / "tok")
+    (root / "config.json").write_text(json.dumps(TINY))
+    return corpus, root / "tok", root / "config.json"
+
+
+def pretrain_settings(monkeypatch, *argv: str) -> PretrainArgs:
+    """What `bertforge pretrain ARGV` hands to the training function (which is not run)."""
+    seen: list[PretrainArgs] = []
+    monkeypatch.setattr(PRETRAIN, "pretrain", lambda settings: seen.append(settings))
+    assert main(["pretrain", *map(str, argv)]) == 0
+    (settings,) = seen
+    return settings
+
+
+def tiny_trainer(monkeypatch, tiny, out: Path, *argv: str, tokenizer: bool = True) -> Pretrainer:
+    """A real Pretrainer for the tiny model, built from the settings the CLI makes of ARGV."""
+    corpus, tok, config = tiny
+    base = ["--corpus", corpus, "--config", config, "--out", out, "--batch-size", "8", "--seq-len", "32",
+            "--max-steps", "10", "--warmup-steps", "2", "--no-progress"]
+    if tokenizer and "--tokenizer" not in argv:
+        base += ["--tokenizer", tok]
+    settings = pretrain_settings(monkeypatch, *base, *argv)
+    # a 10,000-instance shuffle buffer takes ~1.5 s to fill from this corpus; 64 shuffles enough here
+    monkeypatch.setattr(data, "PretrainingStream", functools.partial(STREAM, shuffle_buffer=64))
+    return Pretrainer(dataclasses.replace(settings, demo=False))
+
+
+# ---------------------------------------------------------------------------------------------------- pretrain
+def test_pretrain_with_no_arguments_is_the_documented_demo(monkeypatch):
+    # README "Set up": an 8,000-word vocabulary trained on the bundled corpus (The Devil's Dictionary), a `tiny`
+    # BERT (2 layers, 128 wide), 600 steps of 32 sequences of 64 tokens, everything written to runs/demo/.
+    s = pretrain_settings(monkeypatch)
+    assert s.corpus == [] and s.tokenizer is None  # no corpus: the bundled one, with a vocabulary trained on it
+    with gzip.open(PRETRAIN.DEFAULT_CORPUS, "rt", encoding="utf-8") as fh:
+        assert "devil" in fh.read(200_000).lower()
+    assert (s.config, s.vocab_size, s.max_steps, s.batch_size, s.seq_len, s.out) == (
+        "tiny", 8000, 600, 32, 64, "runs/demo")
+    tiny_preset = BertConfig.preset("tiny")
+    assert (tiny_preset.num_hidden_layers, tiny_preset.hidden_size) == (2, 128)
+    assert s.nsp and s.lowercase and s.demo and s.mlm_probability == 0.15 and not s.whole_word_mask
+    assert (s.precision, s.compile, s.gradient_checkpointing, s.resume, s.overwrite) == ("auto", False, False, False, False)
+
+
+def test_pretrain_explicit_option_overrides_the_demo_setting(monkeypatch):
+    s = pretrain_settings(monkeypatch, "--max-steps", "5", "--seq-len", "32")
+    assert (s.max_steps, s.seq_len, s.vocab_size, s.out) == (5, 32, 8000, "runs/demo")
+
+
+# Each option against a run on a given corpus: the fields of the settings it changes, and to what.
+PRETRAIN_OPTIONS = [
+    (["--corpus", "a.txt", "b.txt"], dict(corpus=["a.txt", "b.txt"])),
+    (["--config", "mini"], dict(config="mini")),
+    (["--tokenizer", "tokdir"], dict(tokenizer="tokdir")),
+    (["--vocab-size", "500"], dict(vocab_size=500)),
+    (["--tokenizer-sample-mb", "0.5"], dict(tokenizer_sample_mb=0.5)),
+    (["--cased"], dict(lowercase=False)),
+    (["--max-steps", "7"], dict(max_steps=7)),
+    (["--batch-size", "3"], dict(batch_size=3)),
+    (["--grad-accum", "2"], dict(grad_accum=2)),
+    (["--seq-len", "48"], dict(seq_len=48)),
+    (["--lr", "0.01"], dict(lr=0.01)),
+    (["--warmup-steps", "5"], dict(warmup_steps=5)),
+    (["--decay", "cosine"], dict(decay="cosine")),
+    (["--decay", "constant"], dict(decay="constant")),
+    (["--optimizer", "lamb"], dict(optimizer="lamb")),
+    (["--weight-decay", "0.3"], dict(weight_decay=0.3)),
+    (["--seed", "9"], dict(seed=9)),
+    (["--no-nsp"], dict(nsp=False)),
+    (["--whole-word-mask"], dict(whole_word_mask=True)),
+    (["--mlm-probability", "0.3"], dict(mlm_probability=0.3)),
+    (["--static-masking"], dict(static_masking=True)),
+    (["--dupe-factor", "3"], dict(dupe_factor=3)),
+    (["--save-every", "11"], dict(save_every=11)),
+    (["--keep-last", "5"], dict(keep_last=5)),
+    (["--log-every", "4"], dict(log_every=4)),
+    (["--out", "elsewhere"], dict(out="elsewhere")),
+    (["--resume"], dict(resume=True)),
+    (["--overwrite"], dict(overwrite=True)),
+    (["--device", "cpu"], dict(device="cpu")),
+    (["--precision", "bf16"], dict(precision="bf16")),
+    (["--precision", "fp32"], dict(precision="fp32")),
+    (["--fsdp"], dict(fsdp=True)),
+    (["--gradient-checkpointing"], dict(gradient_checkpointing=True)),
+    (["--compile"], dict(compile=True)),
+    (["--text-field", "body"], dict(text_field="body")),
+    (["--no-progress"], dict(progress=False)),
+]
+
+
+@pytest.mark.parametrize("argv,changed", PRETRAIN_OPTIONS, ids=[" ".join(a) for a, _ in PRETRAIN_OPTIONS])
+def test_pretrain_option_sets_its_setting_and_nothing_else(monkeypatch, argv, changed):
+    base = pretrain_settings(monkeypatch, "--corpus", "c.txt")
+    got = pretrain_settings(monkeypatch, "--corpus", "c.txt", *argv)
+    diff = {f.name: getattr(got, f.name) for f in dataclasses.fields(got) if getattr(got, f.name) != getattr(base, f.name)}
+    assert diff == changed
+
+
+def labelled_tokens(trainer: Pretrainer, batches: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Original token ids and whether each was picked for the MLM loss, over `batches` batches of real tokens."""
+    originals, picked = [], []
+    for _ in range(batches):
+        batch = next(trainer.stream)
+        labels = batch["labels"]
+        original = torch.where(labels != -100, labels, batch["input_ids"])
+        originals.append(original)
+        picked.append(labels != -100)
+    return torch.cat(originals), torch.cat(picked)
+
+
+def maskable_share(trainer: Pretrainer, batches: int = 6) -> tuple[float, int]:
+    tok = trainer.tokenizer
+    ids, picked = labelled_tokens(trainer, batches)
+    special = (ids == tok.cls_token_id) | (ids == tok.sep_token_id) | (ids == tok.pad_token_id)
+    return picked[~special].float().mean().item(), int((~special).sum())
+
+
+def test_pretrain_mlm_probability_sets_the_share_of_labelled_tokens(monkeypatch, tiny, tmp_path):
+    for probability, argv in ((0.15, []), (0.45, ["--mlm-probability", "0.45"])):
+        share, n = maskable_share(tiny_trainer(monkeypatch, tiny, tmp_path / str(probability), *argv))
+        sigma = math.sqrt(probability * (1 - probability) / n)
+        assert abs(share - probability) < 4 * sigma, (probability, share, n)
+
+
+def test_pretrain_whole_word_mask_labels_every_piece_of_a_word_or_none(monkeypatch, tiny, tmp_path):
+    def partial_words(trainer: Pretrainer) -> tuple[int, int]:
+        tok = trainer.tokenizer
+        vocab = tok.convert_ids_to_tokens(list(range(tok.vocab_size)))
+        special = {tok.cls_token_id, tok.sep_token_id, tok.pad_token_id}
+        ids, picked = labelled_tokens(trainer, 6)
+        partial = words = 0
+        for row_ids, row_picked in zip(ids.tolist(), picked.tolist()):
+            start = 0
+            for i in range(1, len(row_ids) + 1):
+                # a "##" piece continues the word before it; one right after [CLS] / [SEP] (a segment truncated
+                # at the front) starts a word of its own
+                if i < len(row_ids) and vocab[row_ids[i]].startswith("##") and row_ids[i - 1] not in special:
+                    continue
+                if i - start > 1:  # a word of several pieces
+                    words += 1
+                    partial += len(set(row_picked[start:i])) > 1
+                start = i
+        return partial, words
+
+    partial, words = partial_words(tiny_trainer(monkeypatch, tiny, tmp_path / "wwm", "--whole-word-mask"))
+    assert words > 100 and partial == 0
+    partial, words = partial_words(tiny_trainer(monkeypatch, tiny, tmp_path / "pieces"))
+    assert partial > 0  # without the option, pieces are picked one by one
+
+
+def trained_vocab(monkeypatch, tiny, out: Path, corpus: Path, *argv: str) -> list[str]:
+    trainer = tiny_trainer(monkeypatch, tiny, out, "--corpus", corpus, *argv, tokenizer=False)
+    assert (out / "tokenizer" / "tokenizer.json").is_file()
+    tok = trainer.tokenizer
+    return tok.convert_ids_to_tokens(list(range(tok.vocab_size)))
+
+
+def test_pretrain_cased_keeps_case_in_the_trained_vocabulary(monkeypatch, tiny, tmp_path):
+    corpus = write_corpus(tmp_path / "cased.txt", [w.capitalize() for w in WORDS[:12]] + WORDS[12:])
+    cased = trained_vocab(monkeypatch, tiny, tmp_path / "cased", corpus, "--cased", "--vocab-size", "200")
+    lowered = trained_vocab(monkeypatch, tiny, tmp_path / "lower", corpus, "--vocab-size", "200")
+    assert "Castle" in cased and "castle" not in cased
+    assert "castle" in lowered and not any(c.isupper() for t in lowered if not t.startswith("[") for c in t)
+
+
+def test_pretrain_text_field_reads_that_field_of_jsonl(monkeypatch, tiny, tmp_path):
+    rng = random.Random(1)
+    corpus = tmp_path / "docs.jsonl"
+    corpus.write_text("".join(
+        json.dumps({"text": " ".join(sentences(rng, ["submarine", "harbour"], 4)),
+                    "body": " ".join(sentences(rng, ["lighthouse", "castle"], 4))}) + "\n" for _ in range(30)))
+    body = trained_vocab(monkeypatch, tiny, tmp_path / "body", corpus, "--text-field", "body", "--vocab-size", "60")
+    text = trained_vocab(monkeypatch, tiny, tmp_path / "text", corpus, "--vocab-size", "60")
+    assert "lighthouse" in body and "submarine" not in body
+    assert "submarine" in text and "lighthouse" not in text
+    trainer = tiny_trainer(monkeypatch, tiny, tmp_path / "stream", "--corpus", corpus, "--text-field", "body",
+                           "--vocab-size", "60", tokenizer=False)
+    drawn = trainer.tokenizer.convert_ids_to_tokens(next(trainer.stream)["input_ids"].flatten().tolist())
+    assert "lighthouse" in drawn  # the training data come from that field too
+
+
+def test_pretrain_vocab_size_and_tokenizer_sample_mb_shape_the_trained_vocabulary(monkeypatch, tiny, tmp_path):
+    rng = random.Random(2)
+    first = sentences(rng, ["castle", "forest", "river"], 40)  # ~1.5 kB
+    rest = sentences(rng, ["submarine", "harbour", "lighthouse"], 2000)
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(first + rest) + "\n")
+    for size in (80, 110):
+        got = trained_vocab(monkeypatch, tiny, tmp_path / f"v{size}", tiny[0], "--vocab-size", str(size))
+        assert len(got) == size
+    sampled = trained_vocab(monkeypatch, tiny, tmp_path / "sampled", corpus, "--vocab-size", "90",
+                            "--tokenizer-sample-mb", "0.002")
+    whole = trained_vocab(monkeypatch, tiny, tmp_path / "whole", corpus, "--vocab-size", "90")
+    assert "castle" in sampled and "submarine" not in sampled and "lighthouse" not in sampled
+    assert "submarine" in whole
+
+
+def schedule(decay: str, step: int) -> float:
+    """The documented schedule: linear warmup over 2 steps to the peak, then to 0 at step 10 (or flat)."""
+    if step < 2:
+        return (step + 1) / 2
+    progress = (step - 2) / 8
+    return {"linear": 1 - progress, "cosine": 0.5 * (1 + math.cos(math.pi * progress)), "constant": 1.0}[decay]
+
+
+@pytest.mark.parametrize("decay", ["linear", "cosine", "constant"])
+def test_pretrain_decay_shapes_the_learning_rate_schedule(monkeypatch, tiny, tmp_path, decay):
+    argv = ["--decay", decay] if decay != "linear" else []  # linear: the default
+    trainer = tiny_trainer(monkeypatch, tiny, tmp_path / "run", *argv, "--lr", "0.001")
+    lrs = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # stepping the schedule without an optimizer step
+        for _ in range(10):
+            lrs.append(trainer.scheduler.get_last_lr()[0])
+            trainer.scheduler.step()
+    assert lrs == pytest.approx([0.001 * schedule(decay, s) for s in range(10)], rel=1e-6, abs=1e-12)
+
+
+def test_pretrain_cosine_decay_is_the_logged_learning_rate(monkeypatch, tiny, tmp_path):
+    out = tmp_path / "run"
+    trainer = tiny_trainer(monkeypatch, tiny, out, "--decay", "cosine", "--lr", "0.001", "--log-every", "1",
+                           "--save-every", "10", "--max-steps", "5")
+    trainer.run()
+    lrs = [json.loads(line)["lr"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+    # 5 steps, 2 of warmup: cosine over the 3 after
+    expected = [0.5, 1.0] + [0.5 * (1 + math.cos(math.pi * (s - 2) / 3)) for s in range(2, 5)]
+    assert lrs == pytest.approx([0.001 * f for f in expected], rel=1e-6)
+
+
+@pytest.mark.parametrize("precision,dtype", [("bf16", torch.bfloat16), ("fp32", torch.float32), ("auto", torch.float32)])
+def test_pretrain_precision_sets_the_dtype_layers_compute_in(monkeypatch, tiny, tmp_path, precision, dtype):
+    trainer = tiny_trainer(monkeypatch, tiny, tmp_path / "run", "--precision", precision, "--device", "cpu")
+    seen = []
+    layer = trainer.model.bert.encoder.layer[0].intermediate.dense
+    layer.register_forward_hook(lambda module, inputs, output: seen.append(output.dtype))
+    result = trainer.train_step()
+    assert seen == [dtype] and math.isfinite(result["loss"])  # auto on a CPU: fp32
+
+
+def test_pretrain_gradient_checkpointing_recomputes_layers_with_the_same_result(monkeypatch, tiny, tmp_path):
+    calls = []
+    real = torch.utils.checkpoint.checkpoint
+    monkeypatch.setattr(torch.utils.checkpoint, "checkpoint", lambda *a, **k: calls.append(1) or real(*a, **k))
+    plain = tiny_trainer(monkeypatch, tiny, tmp_path / "plain")
+    plain_result = plain.train_step()
+    assert calls == []
+    checkpointed = tiny_trainer(monkeypatch, tiny, tmp_path / "ckpt", "--gradient-checkpointing")
+    result = checkpointed.train_step()
+    assert len(calls) == TINY["num_hidden_layers"]  # one checkpointed segment per layer
+    assert result["loss"] == pytest.approx(plain_result["loss"], rel=1e-6)
+    for (name, a), b in zip(plain.model.named_parameters(), checkpointed.model.parameters()):
+        assert torch.allclose(a, b, atol=1e-6), name
+
+
+def test_pretrain_compile_hands_the_model_to_torch_compile(monkeypatch, tiny, tmp_path):
+    compiled = []
+
+    def fake_compile(model, *args, **kwargs):
+        compiled.append(model)
+        return model
+
+    monkeypatch.setattr(torch, "compile", fake_compile)
+    trainer = tiny_trainer(monkeypatch, tiny, tmp_path / "plain")
+    assert compiled == []
+    trainer = tiny_trainer(monkeypatch, tiny, tmp_path / "compiled", "--compile")
+    assert compiled == [trainer.model]
+
+
+def test_pretrain_optimizer_and_weight_decay_reach_the_optimizer(monkeypatch, tiny, tmp_path):
+    adamw = tiny_trainer(monkeypatch, tiny, tmp_path / "adamw", "--weight-decay", "0.3")
+    assert isinstance(adamw.optimizer, torch.optim.AdamW)
+    assert sorted(g["weight_decay"] for g in adamw.optimizer.param_groups) == [0.0, 0.3]  # no decay on biases, norms
+    lamb = tiny_trainer(monkeypatch, tiny, tmp_path / "lamb", "--optimizer", "lamb")
+    assert type(lamb.optimizer).__name__ == "Lamb"
+    assert sorted(g["weight_decay"] for g in lamb.optimizer.param_groups) == [0.0, 0.01]  # the documented default
+
+
+@pytest.mark.slow
+def test_pretrain_demo_runs_as_documented(tmp_path):
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-m", "bertforge", "pretrain", "--no-progress"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=1800)
+    assert done.returncode == 0, done.stderr[-2000:]
+    run = tmp_path / "runs" / "demo"
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert rows[-1]["step"] == 600 and rows[-1]["mlm_loss"] < rows[0]["mlm_loss"] - 1.5  # README: ~9.0 -> ~6.3
+    assert Tokenizer.from_pretrained(run / "model").vocab_size == 8000
+    config = json.loads((run / "model" / "config.json").read_text())
+    assert (config["num_hidden_layers"], config["hidden_size"]) == (2, 128)
+
+
+# ---------------------------------------------------------------------------------------------------- --version
+def test_version_prints_the_package_version(capsys):
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    with pytest.raises(SystemExit) as exit_:
+        main(["--version"])
+    assert exit_.value.code == 0 and capsys.readouterr().out.strip() == f"bertforge {version}"
+
+
+# ---------------------------------------------------------------------------------------------------- train-tokenizer
+def train_tokenizer(tmp_path: Path, corpus: Path, *argv: str) -> list[str]:
+    out = tmp_path / f"tok{len(list(tmp_path.iterdir()))}"
+    assert main(["train-tokenizer", "--corpus", str(corpus), "--out", str(out), *argv]) == 0
+    tok = Tokenizer.from_pretrained(out)
+    return tok.convert_ids_to_tokens(list(range(tok.vocab_size)))
+
+
+def test_train_tokenizer_vocab_size_cased_and_text_field(tmp_path, capsys):
+    rng = random.Random(3)
+    corpus = tmp_path / "docs.jsonl"
+    corpus.write_text("".join(
+        json.dumps({"text": " ".join(sentences(rng, ["Submarine", "harbour"], 3)),
+                    "body": " ".join(sentences(rng, ["Lighthouse", "castle"], 3))}) + "\n" for _ in range(30)))
+    words = write_corpus(tmp_path / "words.txt")
+    for size in (80, 110):
+        assert len(train_tokenizer(tmp_path, words, "--vocab-size", str(size))) == size
+    lowered = train_tokenizer(tmp_path, corpus, "--vocab-size", "200")
+    assert "submarine" in lowered and "Submarine" not in lowered and "lighthouse" not in lowered
+    cased = train_tokenizer(tmp_path, corpus, "--vocab-size", "200", "--cased")
+    assert "Submarine" in cased and "submarine" not in cased
+    body = train_tokenizer(tmp_path, corpus, "--vocab-size", "200", "--text-field", "body")
+    assert "lighthouse" in body and "submarine" not in body
+
+
+def test_train_tokenizer_sample_mb_and_min_frequency(tmp_path, capsys):
+    rng = random.Random(4)
+    corpus = tmp_path / "corpus.txt"
+    # "quixotic" three times near the start; later, 60 kB without it
+    lines = sentences(rng, ["castle", "forest"], 20) + ["a quixotic plan", "quixotic", "so quixotic"]
+    corpus.write_text("\n".join(lines + sentences(rng, ["submarine", "harbour"], 3000)) + "\n")
+    assert "quixotic" in train_tokenizer(tmp_path, corpus, "--vocab-size", "200", "--min-frequency", "2")
+    assert "quixotic" not in train_tokenizer(tmp_path, corpus, "--vocab-size", "200", "--min-frequency", "4")
+    sampled = train_tokenizer(tmp_path, corpus, "--vocab-size", "200", "--sample-mb", "0.001")
+    assert "castle" in sampled and "submarine" not in sampled
+    assert "submarine" in train_tokenizer(tmp_path, corpus, "--vocab-size", "200")
+
+
+# ---------------------------------------------------------------------------------------------------- embed, attention
+@pytest.fixture(scope="module")
+def model_dir(tiny, tmp_path_factory) -> Path:
+    """A tiny random BertModel with the tiny vocabulary, in Hugging Face layout (no sentence-transformers files)."""
+    _, tok, _ = tiny
+    directory = tmp_path_factory.mktemp("model")
+    torch.manual_seed(0)
+    BertModel(BertConfig(**TINY)).save_pretrained(directory)
+    Tokenizer.from_pretrained(tok).save_pretrained(directory)
+    return directory
+
+
+TEXTS = ["river stone light", "the castle", "unbelievable lighthouses wanderings in the golden morning", "ship"]
+
+
+def reference_states(model_dir: Path, texts: list[str]) -> tuple[list[torch.Tensor]]:
+    """Last hidden states of each text on its own, by the model directly (no batching, no padding)."""
+    tok = Tokenizer.from_pretrained(model_dir)
+    model = BertModel.from_pretrained(model_dir).eval()
+    states = []
+    with torch.no_grad():
+        for text in texts:
+            enc = tok(text)
+            states.append(model(torch.tensor([enc["input_ids"]]), token_type_ids=torch.tensor([enc["token_type_ids"]]))
+                          .last_hidden_state[0])
+    return states
+
+
+def embed(tmp_path: Path, model_dir: Path, texts: list[str] | None, *argv: str, input: Path | None = None) -> np.ndarray:
+    if input is None:
+        input = tmp_path / "texts.txt"
+        input.write_text("\n".join(texts) + "\n")
+    output = tmp_path / f"out{len(list(tmp_path.glob('out*.npy')))}.npy"
+    assert main(["embed", "--model", str(model_dir), "--input", str(input), "--output", str(output),
+                 "--no-progress", *argv]) == 0
+    return np.load(output)
+
+
+def test_embed_pooling_and_normalize(tmp_path, model_dir, capsys):
+    states = reference_states(model_dir, TEXTS)
+    mean = torch.stack([s.mean(0) for s in states]).numpy()  # [CLS] and [SEP] included
+    cls = torch.stack([s[0] for s in states]).numpy()
+    assert np.allclose(embed(tmp_path, model_dir, TEXTS), mean, atol=1e-5)  # default: mean, not normalised
+    assert np.allclose(embed(tmp_path, model_dir, TEXTS, "--pooling", "mean"), mean, atol=1e-5)
+    assert np.allclose(embed(tmp_path, model_dir, TEXTS, "--pooling", "cls"), cls, atol=1e-5)
+    assert not np.allclose(cls, mean, atol=1e-3)
+    normalized = embed(tmp_path, model_dir, TEXTS, "--normalize")
+    assert np.allclose(np.linalg.norm(normalized, axis=1), 1.0, atol=1e-5)
+    assert np.allclose(normalized, mean / np.linalg.norm(mean, axis=1, keepdims=True), atol=1e-5)
+    assert not np.allclose(np.linalg.norm(mean, axis=1), 1.0, atol=1e-2)
+    raw = embed(tmp_path, model_dir, TEXTS, "--pooling", "cls", "--no-normalize")
+    assert np.allclose(raw, cls, atol=1e-5)
+
+
+def test_embed_no_normalize_overrides_a_sentence_transformers_default(tmp_path, model_dir, capsys):
+    st_dir = tmp_path / "st"
+    st_dir.mkdir()
+    for path in model_dir.iterdir():
+        (st_dir / path.name).write_bytes(path.read_bytes())
+    (st_dir / "modules.json").write_text(json.dumps([
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+        {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"}]))
+    (st_dir / "1_Pooling").mkdir()
+    (st_dir / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode_mean_tokens": True}))
+    assert np.allclose(np.linalg.norm(embed(tmp_path, st_dir, TEXTS), axis=1), 1.0, atol=1e-5)
+    raw = embed(tmp_path, st_dir, TEXTS, "--no-normalize")
+    assert not np.allclose(np.linalg.norm(raw, axis=1), 1.0, atol=1e-2)
+
+
+def test_embed_text_key_reads_that_key_of_jsonl(tmp_path, model_dir, capsys):
+    data = tmp_path / "texts.jsonl"
+    data.write_text("".join(json.dumps({"text": "ship", "body": body}) + "\n" for body in TEXTS))
+    expected = torch.stack([s.mean(0) for s in reference_states(model_dir, TEXTS)]).numpy()
+    assert np.allclose(embed(tmp_path, model_dir, None, "--text-key", "body", input=data), expected, atol=1e-5)
+    default = embed(tmp_path, model_dir, None, input=data)  # the "text" key: "ship" every time
+    assert np.allclose(default, np.repeat(expected[3:4], len(TEXTS), axis=0), atol=1e-5)
+
+
+def test_embed_batch_tokens_caps_the_real_tokens_per_batch(tmp_path, model_dir, capsys, monkeypatch):
+    from bertforge.pipelines import base
+
+    batches: list[list[int]] = []
+    real = base.make_batches
+
+    def recording(lengths, batch_tokens, batch_size):
+        made = real(lengths, batch_tokens, batch_size)
+        batches.append([(len(b), sum(lengths[i] for i in b)) for b in made])
+        return made
+
+    monkeypatch.setattr(base, "make_batches", recording)
+    whole = embed(tmp_path, model_dir, TEXTS * 3)
+    assert len(batches[-1]) == 1  # 4096 tokens: one batch
+    small = embed(tmp_path, model_dir, TEXTS * 3, "--batch-tokens", "16")
+    # at most 16 real tokens a batch, or one text that is longer on its own
+    assert len(batches[-1]) > 3 and all(tokens <= 16 or n == 1 for n, tokens in batches[-1])
+    assert any(n > 1 for n, _ in batches[-1])
+    assert np.allclose(whole, small, atol=1e-5)
+
+
+def test_embed_threads_sets_the_torch_threads(tmp_path, model_dir, capsys):
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        embed(tmp_path, model_dir, TEXTS, "--threads", "1")
+        assert torch.get_num_threads() == 1
+        embed(tmp_path, model_dir, TEXTS, "--threads", "2")
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_attention_text_pair_adds_the_second_segment(tmp_path, model_dir, capsys, monkeypatch):
+    from bertforge.commands import attention
+
+    drawn = []
+    monkeypatch.setattr(attention, "draw", lambda probs, tokens, *rest: drawn.append((probs, tokens)))
+    argv = ["attention", "--model", str(model_dir), "--text", "river stone", "--out", str(tmp_path / "a.png")]
+    assert main(argv) == 0
+    assert main([*argv, "--text-pair", "golden castle"]) == 0
+    (single_probs, single), (pair_probs, pair) = drawn
+    assert single.count("[SEP]") == 1 and pair.count("[SEP]") == 2
+    assert pair[: len(single)] == single and "".join(pair[len(single):]).replace("##", "") == "goldencastle[SEP]"
+    assert pair_probs.shape[-1] == len(pair) and single_probs.shape[-1] == len(single)
+    # the second segment is read as segment B: with token types all 0 the probabilities would differ
+    model = BertModel.from_pretrained(model_dir).eval()
+    model.set_attn_implementation("eager")
+    tok = Tokenizer.from_pretrained(model_dir)
+    enc = tok("river stone", "golden castle")
+    with torch.no_grad():
+        out = model(torch.tensor([enc["input_ids"]]), token_type_ids=torch.tensor([enc["token_type_ids"]]),
+                    output_attentions=True)
+    assert np.allclose(pair_probs, out.attentions[-1][0].numpy(), atol=1e-6)
+    assert 1 in enc["token_type_ids"]
