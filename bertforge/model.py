@@ -22,7 +22,7 @@ from .config import BertConfig
 from .errors import BertforgeError
 from .linear import linear
 
-IGNORE_INDEX = -100
+from .constants import IGNORE_INDEX  # defined there; importable from here too
 
 
 # ---------------------------------------------------------------------------------------------------- outputs
