@@ -24,7 +24,7 @@ from .errors import BertforgeError
 from .linear import linear
 from .ops import activation, activation_fn, dropout  # noqa: F401  (activation, dropout: public here too)
 
-IGNORE_INDEX = -100
+from .constants import IGNORE_INDEX  # defined there; importable from here too
 
 
 # ---------------------------------------------------------------------------------------------------- outputs

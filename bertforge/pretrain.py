@@ -37,6 +37,8 @@ from torch.distributed.checkpoint.state_dict import (
 
 from .checkpoint import read_state_dict
 from .config import BertConfig, PRESETS
+from .constants import IGNORE_INDEX
+from .data.corpus import DEFAULT_CORPUS
 from .errors import BertforgeError
 from .io import atomic_directory, atomic_write_text
 from .model import BertForPreTraining
@@ -45,7 +47,6 @@ from .state import load_state, save_state
 
 log = logging.getLogger("bertforge")
 
-DEFAULT_CORPUS = Path(__file__).parent / "data" / "default_corpus.txt.gz"
 DEMO_SENTENCES = [  # in the style of the bundled corpus, The Devil's Dictionary (definitions, then verse)
     "ABDICATION, n. An act whereby a [MASK] attests his sense of the high temperature of the throne.",
     "A decent and customary mental attitude in the presence of [MASK].",
@@ -536,7 +537,7 @@ class Pretrainer:
         (out.loss * scale).backward()
         with torch.no_grad():
             labels = batch["labels"]
-            target = labels[labels != -100]
+            target = labels[labels != IGNORE_INDEX]
             stats = {
                 "loss": out.loss.detach(),
                 "mlm_loss": out.mlm_loss.detach(),

@@ -3,6 +3,7 @@
 The training loop uses :class:`PretrainingStream`; tokenizer training uses :func:`iter_documents`.
 """
 
+from bertforge.constants import IGNORE_INDEX
 from bertforge.data.corpus import DEFAULT_CORPUS, CorpusReader, Document, iter_documents, list_corpus_files
 from bertforge.data.instances import (
     IS_NEXT,
@@ -15,7 +16,7 @@ from bertforge.data.instances import (
     derive_seed,
     truncate_pair,
 )
-from bertforge.data.masking import IGNORE_INDEX, MaskingCollator
+from bertforge.data.masking import MaskingCollator
 from bertforge.data.static import StaticShardReader, write_duplicated_shards, write_static_shards
 from bertforge.data.stream import PretrainingStream
 

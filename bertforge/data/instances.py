@@ -43,6 +43,7 @@ from typing import Any
 
 import numpy as np
 
+from bertforge.constants import IGNORE_INDEX
 from bertforge.data.corpus import CorpusReader, Document
 from bertforge.errors import BertforgeError
 
@@ -50,7 +51,7 @@ Tokenize = Callable[[list[str]], Sequence[Sequence[int]]]
 
 IS_NEXT = 0
 NOT_NEXT = 1
-NO_LABEL = -100
+NO_LABEL = IGNORE_INDEX  # the NSP label of an instance without a pair: its old name, kept importable
 
 
 def derive_seed(*parts: Any) -> int:
@@ -65,7 +66,7 @@ class Instance:
 
     input_ids: list[int]
     num_a: int  # tokens of type 0 (``[CLS] A [SEP]``); equal to len(input_ids) when there is no segment B
-    next_sentence_label: int = NO_LABEL  # 0 IsNext, 1 NotNext, -100 none
+    next_sentence_label: int = IGNORE_INDEX  # 0 IsNext, 1 NotNext, -100 none
 
     @property
     def token_type_ids(self) -> list[int]:
@@ -205,7 +206,7 @@ class SequencePacker:
                 ids += current[start : start + capacity]
                 ids.append(self.sep_id)
                 start += capacity
-                out.append(Instance(ids, len(ids), NO_LABEL))
+                out.append(Instance(ids, len(ids), IGNORE_INDEX))
             if start:
                 del current[:start]
         return out

@@ -23,10 +23,9 @@ from typing import Any
 
 import torch
 
-from bertforge.data.instances import NO_LABEL, Instance
+from bertforge.constants import IGNORE_INDEX
+from bertforge.data.instances import Instance
 from bertforge.errors import BertforgeError
-
-IGNORE_INDEX = -100
 
 
 def _field(item: Any, name: str) -> Any:
@@ -148,9 +147,9 @@ class MaskingCollator:
                 if types is not None:
                     token_type_ids[row, :n] = torch.as_tensor(list(types), dtype=torch.long)
             label = _field(inst, "next_sentence_label")
-            labels_nsp.append(NO_LABEL if label is None else int(label))
+            labels_nsp.append(IGNORE_INDEX if label is None else int(label))
         out = {"input_ids": input_ids, "token_type_ids": token_type_ids, "attention_mask": attention_mask}
-        nsp = self.nsp if self.nsp is not None else any(label != NO_LABEL for label in labels_nsp)
+        nsp = self.nsp if self.nsp is not None else any(label != IGNORE_INDEX for label in labels_nsp)
         if nsp:
             out["next_sentence_label"] = torch.tensor(labels_nsp, dtype=torch.long)
         return out

@@ -30,6 +30,7 @@ import numpy as np
 import torch
 from safetensors.numpy import load_file, save_file
 
+from bertforge.constants import IGNORE_INDEX
 from bertforge.data.instances import derive_seed
 from bertforge.data.stream import PretrainingStream
 from bertforge.errors import BertforgeError
@@ -75,7 +76,7 @@ class _ShardWriter:
         rows = {
             "input_ids": _pad_rows(batch["input_ids"].numpy().astype(np.int32), length, pad_id),
             "token_type_ids": _pad_rows(batch["token_type_ids"].numpy().astype(np.uint8), length, 0),
-            "labels": _pad_rows(batch["labels"].numpy().astype(np.int32), length, -100),
+            "labels": _pad_rows(batch["labels"].numpy().astype(np.int32), length, IGNORE_INDEX),
             "lengths": mask.sum(axis=1).astype(np.int32),
         }
         if "next_sentence_label" in batch:

@@ -9,11 +9,11 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from .config import TASKS
+from .config import FINETUNE_TASKS
 
 
 def add_task_arguments(parser: argparse.ArgumentParser, required: bool = True) -> None:
-    parser.add_argument("--task", choices=TASKS, required=required, help="the task: classification, ner or qa")
+    parser.add_argument("--task", choices=FINETUNE_TASKS, required=required, help="the task: classification, ner or qa")
     parser.add_argument("--model", required=required, metavar="DIR", help="model directory (weights, config.json, tokenizer)")
 
 

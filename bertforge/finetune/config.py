@@ -14,7 +14,8 @@ from typing import Any
 
 from ..errors import BertforgeError
 
-TASKS = ("classification", "ner", "qa")
+FINETUNE_TASKS = ("classification", "ner", "qa")  # `--task` of finetune / evaluate / predict
+TASKS = FINETUNE_TASKS  # the old name (not `bertforge.pipelines.PIPELINE_CLASSES`), kept importable
 
 
 @dataclass(kw_only=True)
@@ -67,8 +68,8 @@ class FinetuneConfig(DataOptions):
 
     def validate(self) -> None:
         super().validate()
-        if self.task not in TASKS:
-            raise BertforgeError(f"unknown task {self.task!r}; choose one of: {', '.join(TASKS)}")
+        if self.task not in FINETUNE_TASKS:
+            raise BertforgeError(f"unknown task {self.task!r}; choose one of: {', '.join(FINETUNE_TASKS)}")
         for name in ("model", "train", "dev", "out"):
             if not isinstance(getattr(self, name), str) or not getattr(self, name):
                 raise BertforgeError(f"finetune needs {name!r} (a path)")

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from ..model import IGNORE_INDEX
+from ..constants import IGNORE_INDEX
 from .data import TaggedSentence, TextExample
 
 Feature = dict[str, Any]

@@ -18,6 +18,7 @@ import numpy as np
 from ..config import BertConfig
 from ..errors import BertforgeError
 from ..model import BertForQuestionAnswering, BertForSequenceClassification, BertForTokenClassification
+from ..qa_spans import NULL_ANSWER_KEY  # config.json: the model was trained to say "no answer"
 from . import metrics as M
 from .config import DataOptions
 from .data import QAExample, TaggedSentence, TextExample, read_classification, read_conll, read_squad, read_token_inputs
@@ -301,9 +302,6 @@ def _split_words(text: str) -> list[tuple[str, tuple[int, int]]]:
 
 
 # ---------------------------------------------------------------------------------------------------- QA
-
-NULL_ANSWER_KEY = "version_2_with_negative"  # config.json: the model was trained to say "no answer"
-
 
 class QuestionAnswering(Task):
     """Extractive QA on SQuAD v1.1 / v2.0 files."""

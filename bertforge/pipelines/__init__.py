@@ -17,7 +17,7 @@ from typing import Any
 from ..errors import BertforgeError
 from .base import Pipeline
 
-TASKS: dict[str, str] = {
+PIPELINE_CLASSES: dict[str, str] = {  # pipeline task -> its class
     "embed": "EmbedPipeline",
     "fill-mask": "FillMaskPipeline",
     "text-classification": "TextClassificationPipeline",
@@ -31,6 +31,7 @@ MODULES = {
     "token-classification": "classification",
     "question-answering": "question_answering",
 }
+TASKS = PIPELINE_CLASSES  # the old name (not `bertforge.finetune.FINETUNE_TASKS`), kept importable
 ALIASES = {
     "feature-extraction": "embed",
     "sentence-embedding": "embed",
@@ -47,10 +48,10 @@ ALIASES = {
 def pipeline_class(task: str) -> type[Pipeline]:
     """The Pipeline subclass for a task name (or alias)."""
     name = ALIASES.get(task, task)
-    if name not in TASKS:
-        raise BertforgeError(f"unknown task {task!r}; choose one of: {', '.join(TASKS)}")
+    if name not in PIPELINE_CLASSES:
+        raise BertforgeError(f"unknown task {task!r}; choose one of: {', '.join(PIPELINE_CLASSES)}")
     module = importlib.import_module(f".{MODULES[name]}", __name__)
-    return getattr(module, TASKS[name])
+    return getattr(module, PIPELINE_CLASSES[name])
 
 def pipeline(task: str, model: Any, **kwargs: Any) -> Pipeline:
     """Build the pipeline for `task` on `model` (a model directory, or a loaded model with `tokenizer=`).
@@ -61,4 +62,4 @@ def pipeline(task: str, model: Any, **kwargs: Any) -> Pipeline:
     return pipeline_class(task)(model, **kwargs)
 
 
-__all__ = ["ALIASES", "TASKS", "Pipeline", "pipeline", "pipeline_class"]
+__all__ = ["ALIASES", "PIPELINE_CLASSES", "TASKS", "Pipeline", "pipeline", "pipeline_class"]

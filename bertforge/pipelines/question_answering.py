@@ -1,10 +1,13 @@
 """Extractive question answering: the answer's text, probability and character span in the context.
 
-Contexts longer than one window are cut into overlapping windows by `bertforge.finetune.qa.encode_qa` (the same
-windows fine-tuning and `bertforge predict` use). The span search is the one transformers' question-answering
-pipeline used (v4; v5 dropped the pipeline): in each window, start and end logits become probabilities by a
-softmax over the context tokens and [CLS]; a span's score is P(start) x P(end) with [CLS] excluded, end >= start
-and at most `max_answer_len` tokens; the best spans of all windows compete on that score.
+Contexts longer than one window are cut into overlapping windows, and the answer span is chosen, by
+`bertforge.qa_spans`: the same windows and the same rule as `bertforge predict --task qa`, so both give the same
+answer from the same checkpoint. By default (`span_scoring="logits"`) spans compete on start logit + end logit
+over all windows, from each window's `n_best` best starts and ends, and "no answer" wins when the [CLS] null logit
+sum (the lowest over the windows) beats the best span's. The displayed `score` is, as in transformers' pipeline,
+a probability: P(start) x P(end), softmax over the window's context tokens and [CLS] (for "no answer", that of
+[CLS], the lowest over the windows). `span_scoring="probabilities", n_best=None` ranks by that probability instead:
+the search transformers' question-answering pipeline used (v4; v5 dropped the pipeline).
 """
 
 from __future__ import annotations
@@ -16,47 +19,13 @@ import numpy as np
 from torch import Tensor
 
 from ..errors import BertforgeError
-from ..finetune.data import QAExample
-from ..finetune.qa import Window, encode_qa
 from ..model import BertForQuestionAnswering, BertPreTrainedModel
+from ..qa_spans import NULL_ANSWER_KEY, Question, check_scoring, decode_spans, encode_qa
 from .base import Feature, Pipeline
 from .classification import _HEADLESS_HINT, _check_architecture
 from ..attention import PackedBatch
 
 DEFAULT_MAX_LENGTH = 384
-
-
-def best_spans(
-    start_logits: np.ndarray, end_logits: np.ndarray, allowed: np.ndarray, max_answer_len: int, top_k: int
-) -> tuple[list[tuple[float, int, int]], float]:
-    """The `top_k` best (score, start, end) token spans of one window, and its "no answer" score.
-
-    Args:
-        start_logits, end_logits: [n] for the window's tokens.
-        allowed: [n] bool, True for tokens an answer may contain (the context).
-    Position 0 ([CLS]) takes part in the softmax but not in spans; its P(start) x P(end) is the null score.
-    """
-    in_softmax = allowed.copy()
-    in_softmax[0] = True
-    probs = []
-    for logits in (start_logits, end_logits):
-        x = np.where(in_softmax, logits.astype(np.float64), -np.inf)
-        p = np.exp(x - x.max())
-        probs.append(p / p.sum())
-    start, end = probs
-    null = float(start[0] * end[0])
-    start = np.where(allowed, start, 0.0)
-    end = np.where(allowed, end, 0.0)
-    start[0] = end[0] = 0.0
-    scores = np.triu(np.tril(np.outer(start, end), max_answer_len - 1))  # [n, n]: end >= start, short enough
-    flat = scores.ravel()
-    k = min(top_k, int((flat > 0).sum()))
-    if k == 0:
-        return [], null
-    best = np.argpartition(-flat, k - 1)[:k]
-    best = best[np.argsort(-flat[best], kind="stable")]
-    n = scores.shape[1]
-    return [(float(flat[i]), int(i // n), int(i % n)) for i in best], null
 
 
 class QuestionAnsweringPipeline(Pipeline):
@@ -68,8 +37,13 @@ class QuestionAnsweringPipeline(Pipeline):
         max_answer_len: longest answer in tokens (default 15).
         doc_stride: tokens shared by consecutive windows of a long context (default 128).
         max_question_len: longer questions are cut to this many tokens (default 64).
-        handle_impossible_answer: may answer "" (start = end = 0) when the [CLS] "no answer" score beats the spans.
+        handle_impossible_answer: may answer "" (start = end = 0) when the [CLS] "no answer" score beats the spans
+            (default: if the checkpoint was fine-tuned to, `version_2_with_negative` in its config.json).
         max_length: tokens per window (default 384, or the model's limit if smaller).
+        span_scoring: "logits" (default; start + end logit, as `bertforge predict --task qa`) or "probabilities"
+            (P(start) x P(end) per window) ranks the spans and decides "no answer".
+        n_best: spans start and end among each window's n_best best tokens (default 20, as `bertforge predict`;
+            None: any token).
     """
 
     task = "question-answering"
@@ -83,22 +57,30 @@ class QuestionAnsweringPipeline(Pipeline):
         max_answer_len: int = 15,
         doc_stride: int = 128,
         max_question_len: int = 64,
-        handle_impossible_answer: bool = False,
+        handle_impossible_answer: bool | None = None,
         max_length: int | None = None,
+        span_scoring: str = "logits",
+        n_best: int | None = 20,
         **kwargs: Any,
     ) -> None:
         super().__init__(model, max_length=max_length, **kwargs)
         if max_length is None:
             self.max_length = min(self.max_length, DEFAULT_MAX_LENGTH)
         for name, value in (("top_k", top_k), ("max_answer_len", max_answer_len),
-                            ("max_question_len", max_question_len), ("doc_stride", doc_stride + 1)):
+                            ("max_question_len", max_question_len), ("doc_stride", doc_stride + 1),
+                            ("n_best", 1 if n_best is None else n_best)):
             if not isinstance(value, int) or value < 1:
                 raise BertforgeError(f"question-answering: {name} must be a positive integer, got {value!r}")
         self.top_k = top_k
         self.max_answer_len = max_answer_len
         self.doc_stride = min(doc_stride, self.max_length // 2)
         self.max_question_len = max_question_len
+        if handle_impossible_answer is None:
+            handle_impossible_answer = bool(self.model.config.extra.get(NULL_ANSWER_KEY, False))
         self.handle_impossible_answer = handle_impossible_answer
+        check_scoring(span_scoring)
+        self.span_scoring = span_scoring
+        self.n_best = n_best
 
     def check_model(self, model: BertPreTrainedModel, source: str) -> None:
         _check_architecture(model, source, "BertForQuestionAnswering", self.task)
@@ -133,7 +115,7 @@ class QuestionAnsweringPipeline(Pipeline):
             raise BertforgeError(f"question-answering: input {index} has an empty context")
 
     def featurize(self, inputs: list[Any]) -> tuple[list[Feature], int]:
-        examples = [QAExample(str(i), *self.split(item)) for i, item in enumerate(inputs)]
+        examples = [Question(*self.split(item)) for item in inputs]
         encoded, windows = encode_qa(
             self.tokenizer, examples, self.max_length, self.doc_stride, self.max_question_len, with_targets=False
         )
@@ -150,23 +132,16 @@ class QuestionAnsweringPipeline(Pipeline):
 
     def postprocess(self, item: Any, outputs: list[np.ndarray], features: list[Feature]) -> Any:
         _, context = self.split(item)
-        candidates: dict[tuple[int, int], float] = {}  # character span -> best score over windows
-        null = float("inf")
-        for logits, feature in zip(outputs, features):
-            window: Window = feature.extra
-            allowed = np.array([offset is not None for offset in window.offsets])
-            spans, window_null = best_spans(logits[:, 0], logits[:, 1], allowed, self.max_answer_len, self.top_k)
-            null = min(null, window_null)
-            for score, s, e in spans:
-                key = (window.offsets[s][0], window.offsets[e][1])
-                candidates[key] = max(score, candidates.get(key, 0.0))
-        answers = [{"score": score, "start": start, "end": end, "answer": context[start:end]}
-                   for (start, end), score in candidates.items()]
+        decoded = decode_spans(
+            [(feature.extra, logits[:, 0], logits[:, 1]) for logits, feature in zip(outputs, features)],
+            n_best=self.n_best, max_answer_length=self.max_answer_len, top_k=self.top_k, scoring=self.span_scoring,
+        )
+        answers = [{"score": span.probability, "start": span.start, "end": span.end,
+                    "answer": context[span.start : span.end]} for span in decoded.spans]
         if self.handle_impossible_answer:
-            answers.append({"score": null, "start": 0, "end": 0, "answer": ""})
-        elif not answers:  # no valid span at all (every context token has probability 0)
+            answers.insert(decoded.null_rank(), {"score": decoded.null_probability, "start": 0, "end": 0, "answer": ""})
+        elif not answers:  # no valid span at all
             answers.append({"score": 0.0, "start": 0, "end": 0, "answer": ""})
-        answers.sort(key=lambda a: -a["score"])
         return answers[0] if self.top_k == 1 else answers[: self.top_k]
 
     def __call__(self, inputs: Any = None, *, question: Any = None, context: Any = None) -> Any:

@@ -1,0 +1,54 @@
+"""Each shared constant is defined once (`bertforge.constants`, or the one module it belongs to) and stays
+importable under its old names."""
+
+import io
+import tokenize
+from pathlib import Path
+
+import bertforge
+from bertforge import constants
+
+
+def test_ignore_index_is_one_constant_under_every_old_name():
+    from bertforge.data import IGNORE_INDEX as data_ignore
+    from bertforge.data import NO_LABEL
+    from bertforge.data.instances import NO_LABEL as instances_no_label
+    from bertforge.data.masking import IGNORE_INDEX as masking_ignore
+    from bertforge.finetune.features import IGNORE_INDEX as features_ignore
+    from bertforge.model import IGNORE_INDEX as model_ignore
+
+    assert constants.IGNORE_INDEX == -100
+    for value in (data_ignore, NO_LABEL, instances_no_label, masking_ignore, features_ignore, model_ignore):
+        assert value is constants.IGNORE_INDEX
+
+
+def test_no_literal_ignore_index_in_the_package():
+    """-100 as a number appears only in bertforge/constants.py (io.py's _AT_FDCWD is Linux's, another thing)."""
+    root = Path(bertforge.__file__).parent
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        tokens = [t for t in tokenize.generate_tokens(io.StringIO(path.read_text(encoding="utf-8")).readline)
+                  if t.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT)]
+        for minus, number in zip(tokens, tokens[1:]):
+            if minus.string == "-" and number.type == tokenize.NUMBER and number.string == "100":
+                found.append(f"{path.relative_to(root)}:{minus.start[0]}")
+    assert found == ["constants.py:13", "io.py:136"]
+
+
+def test_default_corpus_is_defined_once():
+    from bertforge.data import DEFAULT_CORPUS
+    from bertforge.data.corpus import DEFAULT_CORPUS as corpus_default
+    from bertforge.pretrain import DEFAULT_CORPUS as pretrain_default
+
+    assert DEFAULT_CORPUS is corpus_default is pretrain_default and DEFAULT_CORPUS.is_file()
+
+
+def test_task_lists_are_two_named_things():
+    """Fine-tuning tasks (`--task` of finetune / evaluate / predict) and pipeline tasks are different lists."""
+    from bertforge.finetune import FINETUNE_TASKS, TASKS
+    from bertforge.finetune.tasks import TASK_CLASSES
+    from bertforge.pipelines import PIPELINE_CLASSES
+    from bertforge.pipelines import TASKS as PIPELINE_TASKS_OLD_NAME
+
+    assert TASKS is FINETUNE_TASKS == tuple(TASK_CLASSES) == ("classification", "ner", "qa")
+    assert PIPELINE_TASKS_OLD_NAME is PIPELINE_CLASSES and "question-answering" in PIPELINE_CLASSES
