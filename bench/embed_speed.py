@@ -110,7 +110,7 @@ def main() -> None:
         path = Path(get_model_path())
     if args.threads:
         torch.set_num_threads(args.threads)
-    from bertforge.pipelines.base import configure_threads
+    from bertforge.system import configure_threads
 
     configure_threads(args.threads)
     texts = load_sentences(args.source, args.n, args.seed)

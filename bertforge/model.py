@@ -166,25 +166,14 @@ class BertSelfAttention(nn.Module):
         self.query = Dense(h, h)
         self.key = Dense(h, h)
         self.value = Dense(h, h)
-        self._stacked: tuple[tuple[int, ...], Tensor, Tensor] | None = None  # inference cache, see `qkv`
-
-    def stacked_weights(self) -> tuple[Tensor, Tensor]:
-        """The [3H, H] weight and [3H] bias of the three projections. Without autograd they are stacked once and
-        kept while the parameters stay the same tensors at the same version (an optimizer step, `to()` or
-        `load_state_dict` makes them stack again)."""
-        parts = [t for m in (self.query, self.key, self.value) for t in (m.weight, m.bias)]
-        if torch.is_grad_enabled() and any(t.requires_grad for t in parts):
-            return torch.cat(parts[0::2]), torch.cat(parts[1::2])
-        try:
-            key = tuple(x for t in parts for x in (t.data_ptr(), t._version))
-        except RuntimeError:  # inference tensors keep no version counter
-            return torch.cat(parts[0::2]), torch.cat(parts[1::2])
-        if self._stacked is None or self._stacked[0] != key:
-            self._stacked = (key, torch.cat(parts[0::2]), torch.cat(parts[1::2]))
-        return self._stacked[1], self._stacked[2]
 
     def forward(self, x: Tensor) -> Tensor:
-        return linear(x, *self.stacked_weights())  # [..., 3H]: query, key, value side by side
+        """[..., H] → [..., 3H]: query, key, value side by side, from one matrix multiply. The weights are stacked
+        on every call (a copy of 3H × H, small beside the multiply; a cache would go stale: fused AdamW updates
+        parameters in place without bumping their version counters)."""
+        weight = torch.cat([self.query.weight, self.key.weight, self.value.weight])  # [3H, H]
+        bias = torch.cat([self.query.bias, self.key.bias, self.value.bias])  # [3H]
+        return linear(x, weight, bias)
 
 
 class BertResidualOutput(nn.Module):

@@ -1,4 +1,5 @@
-"""Process-wide settings for training on CPU.
+"""Process-wide settings, in one place: intra-op threads (`configure_threads`) and, for training on CPU, the
+allocator (`reuse_freed_memory`). The linear-layer kernels are chosen in `bertforge.linear`.
 
 glibc's malloc serves every request above 32 MiB (BERT's word-embedding gradient, the vocabulary logits, the
 feed-forward activations of a large batch) with a fresh `mmap` and gives it back with `munmap` when freed. The
@@ -15,6 +16,8 @@ import ctypes
 import logging
 import os
 import sys
+
+import torch
 
 from .errors import BertforgeError
 
@@ -55,3 +58,25 @@ def reuse_freed_memory() -> bool:
     _applied = True
     log.debug("glibc malloc: large blocks from the heap, freed memory kept for reuse")
     return True
+
+
+def available_cpus() -> int:
+    """CPUs this process may run on (the affinity mask, not the machine's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def configure_threads(num_threads: int | None) -> None:
+    """Use `num_threads` intra-op threads; by default no more than the CPUs this process may use.
+
+    PyTorch's default (one thread per physical core) is right for a dedicated machine; inside a container limited
+    to fewer CPUs than the host has, it oversubscribes, which OpenMP punishes badly.
+    """
+    if num_threads is not None:
+        if num_threads < 1:
+            raise BertforgeError(f"num_threads must be at least 1, got {num_threads}")
+        torch.set_num_threads(num_threads)
+    elif "OMP_NUM_THREADS" not in os.environ and torch.get_num_threads() > available_cpus():
+        torch.set_num_threads(available_cpus())

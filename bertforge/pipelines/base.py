@@ -27,6 +27,7 @@ from ..errors import BertforgeError
 from ..model import BertPreTrainedModel
 from ..attention import PackedBatch, pack
 from ..linear import BACKENDS, linear_backend, onednn_available
+from ..system import configure_threads
 
 log = logging.getLogger("bertforge")
 
@@ -54,28 +55,6 @@ class Chunk:
     features: list[Feature]
     batches: list[tuple[list[int], PackedBatch]] = field(default_factory=list)  # (feature indices, batch)
     truncated: int = 0  # inputs cut to max_length
-
-
-def available_cpus() -> int:
-    """CPUs this process may run on (the affinity mask, not the machine's count)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
-def configure_threads(num_threads: int | None) -> None:
-    """Use `num_threads` intra-op threads; by default no more than the CPUs this process may use.
-
-    PyTorch's default (one thread per physical core) is right for a dedicated machine; inside a container limited
-    to fewer CPUs than the host has, it oversubscribes, which OpenMP punishes badly.
-    """
-    if num_threads is not None:
-        if num_threads < 1:
-            raise BertforgeError(f"num_threads must be at least 1, got {num_threads}")
-        torch.set_num_threads(num_threads)
-    elif "OMP_NUM_THREADS" not in os.environ and torch.get_num_threads() > available_cpus():
-        torch.set_num_threads(available_cpus())
 
 
 def make_batches(lengths: Sequence[int], batch_tokens: int, batch_size: int) -> list[list[int]]:
