@@ -11,11 +11,13 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import json
 import os
 import shutil
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
+from typing import Any
 from pathlib import Path
 
 from .errors import BertforgeError
@@ -27,6 +29,17 @@ except ImportError:  # pragma: no cover - safetensors is a dependency
 
 # What a failed write raises; each becomes a BertforgeError naming the target.
 WRITE_ERRORS: tuple[type[Exception], ...] = (OSError, _SafetensorError)
+
+
+def json_object(text: str | bytes, where: str) -> dict[str, Any]:
+    """One line of a JSONL file as a dict; `where` ("FILE:LINE") names it in the error."""
+    try:
+        record = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise BertforgeError(f"{where}: not valid JSON ({err.msg})") from None
+    if not isinstance(record, dict):
+        raise BertforgeError(f"{where}: expected a JSON object, got {type(record).__name__}")
+    return record
 
 
 def _current_umask() -> int:

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import codecs
 import gzip
-import json
 import os
 import re
 import threading
@@ -43,6 +42,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from bertforge.errors import BertforgeError
+from bertforge.io import json_object
 
 CORPUS_SUFFIXES = (".txt", ".gz", ".jsonl")
 DEFAULT_CORPUS = Path(__file__).with_name("default_corpus.txt.gz")
@@ -249,12 +249,7 @@ class CorpusReader:
             line = self._text(raw).strip()
             if not line:
                 continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise BertforgeError(f"{path}:{self.line_no}: not valid JSON: {err}") from None
-            if not isinstance(record, dict):
-                raise BertforgeError(f"{path}:{self.line_no}: expected a JSON object, got {type(record).__name__}")
+            record = json_object(line, f"{path}:{self.line_no}")
             if self.text_field not in record:
                 fields = ", ".join(sorted(map(str, record))) or "none"
                 raise BertforgeError(

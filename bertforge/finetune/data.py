@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import BertforgeError
+from ..io import json_object
 
 # ---------------------------------------------------------------------------------------------------- examples
 
@@ -214,13 +215,7 @@ def _jsonl_objects(path: Path, text: str) -> list[tuple[int, dict[str, Any]]]:
     for line, raw in enumerate(text.split("\n"), 1):
         if not raw.strip():
             continue
-        try:
-            record = json.loads(raw)
-        except json.JSONDecodeError as err:
-            raise BertforgeError(f"{path}:{line}: invalid JSON ({err.msg})") from None
-        if not isinstance(record, dict):
-            raise BertforgeError(f"{path}:{line}: expected a JSON object, got {type(record).__name__}")
-        records.append((line, record))
+        records.append((line, json_object(raw, f"{path}:{line}")))
     if not records:
         raise BertforgeError(f"{path}: no examples")
     return records

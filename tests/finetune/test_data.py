@@ -46,7 +46,7 @@ def test_jsonl_and_header_less_tsv(tmp_path):
         ("d.tsv", "sentence\tlabel\nx\t1\ny\n", {}, r"d\.tsv:3: 1 column\(s\), expected at least 2"),
         ("d.tsv", "sentence\tlabel\nx\t\n", {}, r"d\.tsv:2: the label is empty"),
         ("d.jsonl", '{"text": "x", "label": 1}\n{"text": "y"}\n', {}, r"d\.jsonl:2: no key 'label'"),
-        ("d.jsonl", '{"text": "x", "label": 1}\n{oops\n', {}, r"d\.jsonl:2: invalid JSON"),
+        ("d.jsonl", '{"text": "x", "label": 1}\n{oops\n', {}, r"d\.jsonl:2: not valid JSON"),
         ("d.tsv", "a\tb\n", {"no_header": True, "text_column": "sentence"}, r"must be a column index"),
     ],
 )
