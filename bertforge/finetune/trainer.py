@@ -24,12 +24,17 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 
 from .config import FinetuneConfig
 from .features import Feature, collate, inference_batches, training_batches
-from ..optim import fused_adamw_supported
+from ..optim import make_optimizer, parameter_groups, warmup_decay
+
+# Former names of `bertforge.optim`'s functions, kept so that existing imports work: the same objects, not copies.
+# `linear_schedule(optimizer, warmup_steps, total_steps)` is `warmup_decay`, whose warm-up is (step + 1) / warmup.
+linear_schedule = warmup_decay
 
 log = logging.getLogger("bertforge")
 
 # Gradient-norm clipping threshold, as in BERT's original recipe.
 MAX_GRAD_NORM = 1.0
+FINETUNE_EPS = 1e-8  # AdamW epsilon of fine-tuning recipes (transformers' default); pretraining keeps BERT's 1e-6
 
 
 def pick_device(name: str | None) -> torch.device:
@@ -44,27 +49,6 @@ def autocast(device: torch.device) -> contextlib.AbstractContextManager[Any]:
     if device.type == "cuda":
         return torch.autocast("cuda", dtype=torch.bfloat16)
     return contextlib.nullcontext()
-
-
-def parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
-    """Two AdamW groups: matrices and embeddings decay; biases and LayerNorm weights (1-D tensors) do not."""
-    decay, no_decay = [], []
-    for name, param in model.named_parameters():
-        if not param.requires_grad:
-            continue
-        (no_decay if name.endswith(".bias") or "LayerNorm" in name else decay).append(param)
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-
-
-def linear_schedule(optimizer: torch.optim.Optimizer, warmup_steps: int, total_steps: int) -> torch.optim.lr_scheduler.LambdaLR:
-    """Learning rate rising linearly from 0 over `warmup_steps`, then falling linearly to 0 at `total_steps`."""
-
-    def factor(step: int) -> float:
-        if step < warmup_steps:
-            return step / warmup_steps
-        return max(0.0, (total_steps - step) / max(1, total_steps - warmup_steps))
-
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
 def move(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
@@ -149,10 +133,8 @@ def train(
     steps_per_epoch = math.ceil(batches_per_epoch / cfg.grad_accum)
     total_steps = steps_per_epoch * cfg.epochs
     warmup_steps = math.ceil(total_steps * cfg.warmup_ratio)
-    groups = parameter_groups(model, cfg.weight_decay)
-    fused = fused_adamw_supported([p for g in groups for p in g["params"]])
-    optimizer = torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, 0.999), eps=1e-8, fused=fused or None)
-    scheduler = linear_schedule(optimizer, warmup_steps, total_steps)
+    optimizer = make_optimizer(model, "adamw", cfg.lr, cfg.weight_decay, eps=FINETUNE_EPS)
+    scheduler = warmup_decay(optimizer, warmup_steps, total_steps)
     log.info(
         "fine-tuning on %d features: %d epoch(s) x %d step(s), batch %d x %d accumulated, warm-up %d step(s), on %s",
         len(train_features), cfg.epochs, steps_per_epoch, cfg.batch_size, cfg.grad_accum, warmup_steps, device,
