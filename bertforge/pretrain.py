@@ -43,6 +43,7 @@ from .model import BertForPreTraining
 from .optim import make_optimizer, warmup_decay
 from .state import load_state, save_state
 from .train import TrainStep, labelled_count, pick_precision
+from .training_log import MetricsLog, Panel, plot_curves, read_rows
 
 log = logging.getLogger("bertforge")
 
@@ -584,7 +585,7 @@ class Pretrainer:
         a = self.args
         if a.resume:
             self.resume()
-        metrics = MetricsLog(self.out, self.step, enabled=self.rt.is_main)
+        metrics = MetricsLog(self.out / "metrics.jsonl", self.step, self.out / "tensorboard", enabled=self.rt.is_main)
         if a.demo and self.step == 0:
             self.demo("before training")
         bar = None
@@ -693,80 +694,18 @@ def metrics_summary(path: Path, vocab_size: int) -> str | None:
     return text
 
 
-class MetricsLog:
-    """`metrics.jsonl` (one object per logged step) and TensorBoard; on resume, rows after the resumed step go."""
-
-    def __init__(self, out: Path, step: int, enabled: bool) -> None:
-        self.enabled = enabled
-        self.file = out / "metrics.jsonl"
-        self.tb = None
-        if not enabled:
-            return
-        if self.file.exists():
-            kept = [line for line in self.file.read_text(encoding="utf-8").splitlines()
-                    if line.strip() and _row_step(line) is not None and _row_step(line) <= step]
-            atomic_write_text(self.file, "".join(line + "\n" for line in kept))
-        try:
-            from torch.utils.tensorboard import SummaryWriter
-
-            self.tb = SummaryWriter(str(out / "tensorboard"), purge_step=step + 1 if step else None)
-        except ImportError:  # tensorboard is a core dependency; tolerate its absence all the same
-            log.warning("tensorboard is not installed: no TensorBoard logs")
-        self.fh = open(self.file, "a", encoding="utf-8")
-
-    def write(self, row: dict[str, Any]) -> None:
-        if not self.enabled:
-            return
-        self.fh.write(json.dumps(row) + "\n")
-        self.fh.flush()
-        if self.tb is not None:
-            for k, v in row.items():
-                if k != "step":
-                    self.tb.add_scalar(f"train/{k}", v, row["step"])
-
-    def close(self) -> None:
-        if self.enabled:
-            self.fh.close()
-            if self.tb is not None:
-                self.tb.close()
-
-
-def _row_step(line: str) -> int | None:
-    try:
-        return int(json.loads(line)["step"])
-    except (ValueError, KeyError, TypeError):
-        return None
+PRETRAIN_PANELS = (
+    Panel("loss", ("loss", "mlm_loss", "nsp_loss")),
+    Panel("accuracy", ("mlm_accuracy", "nsp_accuracy"), ylim=(0, 1)),
+    Panel("learning rate", ("lr",)),
+)
 
 
 def plot_metrics(metrics_file: Path, png: Path) -> None:
     """Losses, MLM accuracy and learning rate against step, one PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    rows = [json.loads(line) for line in metrics_file.read_text(encoding="utf-8").splitlines() if line.strip()]
-    if not rows:
-        return
-    steps = [r["step"] for r in rows]
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
-    for key in ("loss", "mlm_loss", "nsp_loss"):
-        if key in rows[0]:
-            axes[0].plot(steps, [r[key] for r in rows], label=key)
-    axes[0].set(title="loss", xlabel="step")
-    axes[0].legend()
-    for key in ("mlm_accuracy", "nsp_accuracy"):
-        if key in rows[0]:
-            axes[1].plot(steps, [r[key] for r in rows], label=key)
-    axes[1].set(title="accuracy", xlabel="step", ylim=(0, 1))
-    axes[1].legend()
-    axes[2].plot(steps, [r["lr"] for r in rows])
-    axes[2].set(title="learning rate", xlabel="step")
-    fig.tight_layout()
-    tmp = png.with_name(f".{png.name}.tmp.png")
-    fig.savefig(tmp, dpi=100)
-    plt.close(fig)
-    os.replace(tmp, png)
+    rows = read_rows(metrics_file)
+    if rows:
+        plot_curves(rows, png, PRETRAIN_PANELS)
 
 
 @torch.no_grad()

@@ -9,7 +9,6 @@ order) comes from the run's seed, so a run repeats exactly on the same machine a
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import math
 import time
@@ -26,6 +25,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 from .config import FinetuneConfig
 from .features import Feature, collate, inference_batches, training_batches
 from ..optim import make_optimizer, parameter_groups, warmup_decay
+from ..training_log import MetricsLog, Panel, plot_curves
 from ..train import TrainStep, autocast as train_autocast, labelled_count, pick_precision
 
 # Former names of `bertforge.optim`'s functions, kept so that existing imports work: the same objects, not copies.
@@ -129,11 +129,10 @@ def train(
     evaluations are appended to `metrics_file`, one JSON object a line.
     """
     run = Finetuning(model, train_features, evaluate, cfg, main_metric, lower_is_better, pad_token_id, device)
-    with open(metrics_file, "a", encoding="utf-8") as sink, logging_redirect_tqdm(), tqdm(
+    with MetricsLog(metrics_file) as metrics, logging_redirect_tqdm(), tqdm(
         total=run.total_steps, desc="fine-tuning", unit="step", disable=_disable(cfg.progress)
     ) as bar:
-        run.record = lambda entry: (sink.write(json.dumps(entry) + "\n"), sink.flush())
-        run.bar = bar
+        run.record, run.bar = metrics.write, bar
         return run.run()
 
 
@@ -244,24 +243,7 @@ class Finetuning:
 
 
 def plot_curve(records: Iterator[dict[str, Any]] | Sequence[dict[str, Any]], main_metric: str, target: Path) -> None:
-    """Training loss and the dev main metric against the optimizer step, as a PNG (matplotlib's Agg canvas)."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    records = list(records)
-    train_points = [(r["step"], r["loss"]) for r in records if r["type"] == "train"]
-    eval_points = [(r["step"], r[main_metric]) for r in records if r["type"] == "eval"]
-    figure = Figure(figsize=(7, 4), dpi=100)
-    FigureCanvasAgg(figure)
-    axis = figure.add_subplot()
-    axis.set_xlabel("optimizer step")
-    axis.set_ylabel("training loss", color="tab:blue")
-    if train_points:
-        axis.plot(*zip(*train_points), color="tab:blue", label="training loss")
-    dev_axis = axis.twinx()
-    dev_axis.set_ylabel(f"dev {main_metric}", color="tab:red")
-    if eval_points:
-        dev_axis.plot(*zip(*eval_points), color="tab:red", marker="o", label=f"dev {main_metric}")
-    figure.suptitle("fine-tuning")
-    figure.tight_layout()
-    figure.savefig(target, format="png")
+    """Training loss, the dev main metric and the learning rate against the optimizer step, as a PNG."""
+    panels = (Panel("training loss", ("loss",), kind="train"), Panel(f"dev {main_metric}", (main_metric,), kind="eval", marker="o"),
+              Panel("learning rate", ("lr",), kind="train"))
+    plot_curves(records, target, panels, title="fine-tuning")
