@@ -66,27 +66,33 @@ def fused_adamw_supported(params: list[Tensor]) -> bool:
     )
 
 
+# epsilon and betas of the BERT paper's optimizer (fine-tuning passes transformers' epsilon, 1e-8)
+BERT_EPS = 1e-6
+BETAS = (0.9, 0.999)
+
+
 def make_optimizer(
-    model: nn.Module, name: str, lr: float, weight_decay: float, fused: bool | None = None
+    model: nn.Module, name: str, lr: float, weight_decay: float, fused: bool | None = None, eps: float = BERT_EPS
 ) -> torch.optim.Optimizer:
-    """AdamW (BERT's betas and epsilon) or LAMB over `parameter_groups`. `fused=None`: PyTorch's fused AdamW
-    kernel wherever it applies (see `fused_adamw_supported`)."""
+    """AdamW or LAMB over `parameter_groups` (betas (0.9, 0.999), epsilon `eps`): the one optimizer construction of
+    every trainer. `fused=None`: PyTorch's fused AdamW kernel wherever it applies (see `fused_adamw_supported`)."""
     groups = parameter_groups(model, weight_decay)
     if name == "adamw":
-        # epsilon 1e-6 and betas (0.9, 0.999) as in the BERT paper's optimizer
-        kwargs = dict(lr=lr, betas=(0.9, 0.999), eps=1e-6)
+        kwargs = dict(lr=lr, betas=BETAS, eps=eps)
         if fused is None:
             fused = fused_adamw_supported([p for g in groups for p in g["params"]])
         if fused:
             kwargs["fused"] = True
         return torch.optim.AdamW(groups, **kwargs)
     if name == "lamb":
-        return Lamb(groups, lr=lr, betas=(0.9, 0.999), eps=1e-6)
+        return Lamb(groups, lr=lr, betas=BETAS, eps=eps)
     raise BertforgeError(f"unknown optimizer {name!r}; choose adamw or lamb")
 
 
 def warmup_decay(optimizer: torch.optim.Optimizer, warmup_steps: int, total_steps: int, decay: str = "linear") -> LambdaLR:
-    """Linear warmup from 0 to the peak over `warmup_steps`, then linear or cosine decay to 0 at `total_steps`."""
+    """Linear warmup to the peak over `warmup_steps`, then linear or cosine decay to 0 at `total_steps`: the one
+    schedule of every trainer. Step s < w (0-based) runs at (s + 1) / w of the peak, so the first update is not
+    wasted at learning rate 0 and step w - 1 reaches the peak."""
     if decay not in ("linear", "cosine", "constant"):
         raise BertforgeError(f"unknown learning-rate decay {decay!r}; choose linear, cosine or constant")
 

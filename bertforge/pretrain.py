@@ -44,6 +44,8 @@ from .io import atomic_directory, atomic_write_text
 from .model import BertForPreTraining
 from .optim import make_optimizer, warmup_decay
 from .state import load_state, save_state
+from .train import TrainStep, labelled_count, pick_precision
+from .training_log import MetricsLog, Panel, plot_curves, read_rows
 
 log = logging.getLogger("bertforge")
 
@@ -204,7 +206,7 @@ class Pretrainer:
         self.out = Path(args.out)
         self.corpus = [str(p) for p in args.corpus] or [str(DEFAULT_CORPUS)]
         base_config = self.build_config()  # settings the model config refuses fail here, before anything is written
-        self.autocast_dtype = self.pick_precision()
+        self.autocast_dtype = pick_precision(self.args.precision, self.rt.device)
         self.prepare_output_dir()
         self.tokenizer = self.load_or_train_tokenizer()
         self.config = dataclasses.replace(  # the vocabulary the model is trained with
@@ -223,14 +225,31 @@ class Pretrainer:
         self.train_model = self.wrap_model(self.model)
         self.optimizer = make_optimizer(self.model, args.optimizer, args.lr, args.weight_decay)  # fused AdamW where it applies
         self.scheduler = warmup_decay(self.optimizer, args.warmup_steps, args.max_steps, args.decay)
+        self.stepper = TrainStep(self.model, self.optimizer, self.scheduler, max_grad_norm=args.max_grad_norm,
+                                 device=self.rt.device, precision=self.autocast_dtype, world_size=self.rt.world_size)
         self.stream = self.build_stream()
-        self.step = 0
-        self.skipped_steps = 0
         self.tokens_seen = 0
         self._pending_weights: tuple[dict, dict] | None = None  # read by load_checkpoint_local, applied after
         # per-step metrics since the last row of metrics.jsonl; checkpointed, so that the first row after a resume
         # averages the same steps as in an uninterrupted run
         self.metrics_window: list[dict[str, float]] = []
+
+    @property
+    def step(self) -> int:
+        """Optimizer steps taken (or skipped): the shared `TrainStep`'s count."""
+        return self.stepper.step
+
+    @step.setter
+    def step(self, value: int) -> None:
+        self.stepper.step = value
+
+    @property
+    def skipped_steps(self) -> int:
+        return self.stepper.skipped_steps
+
+    @skipped_steps.setter
+    def skipped_steps(self, value: int) -> None:
+        self.stepper.skipped_steps = value
 
     # ------------------------------------------------------------------ set-up
     def validate_args(self) -> None:
@@ -327,16 +346,6 @@ class Pretrainer:
                 f"--seq-len {a.seq_len} is above the model's max_position_embeddings ({config.max_position_embeddings})"
             )
         return config
-
-    def pick_precision(self) -> torch.dtype | None:
-        p, dev = self.args.precision, self.rt.device.type
-        if p == "auto":
-            return torch.bfloat16 if dev == "cuda" and torch.cuda.is_bf16_supported() else None
-        if p == "fp32":
-            return None
-        if p == "bf16":
-            return torch.bfloat16
-        raise BertforgeError(f"unknown --precision {p!r}; choose auto, fp32 or bf16")
 
     def wrap_model(self, model: torch.nn.Module) -> torch.nn.Module:
         wrapped: torch.nn.Module = model
@@ -523,10 +532,12 @@ class Pretrainer:
             log.info("--resume: no checkpoint in %s yet, starting from step 0", self.out)
 
     # ------------------------------------------------------------------ the loop
-    def forward_backward(self, batch: dict[str, torch.Tensor], scale: float) -> dict[str, torch.Tensor]:
+    def forward_backward(self, batch: dict[str, torch.Tensor], weights: dict[str, float]) -> dict[str, torch.Tensor]:
+        """One micro-batch forward and backward (through `TrainStep.accumulate`, with `TrainStep.weights`' shares: MLM
+        by labelled tokens, NSP by sequences); returns its statistics, losses as shares of the step's loss."""
         dev = self.rt.device
         batch = {k: v.to(dev, non_blocking=True) for k, v in batch.items()}
-        with torch.autocast(dev.type, dtype=self.autocast_dtype, enabled=self.autocast_dtype is not None):
+        with self.stepper.autocast():
             out = self.train_model(
                 input_ids=batch["input_ids"],
                 attention_mask=batch["attention_mask"],
@@ -534,62 +545,39 @@ class Pretrainer:
                 labels=batch["labels"],
                 next_sentence_label=batch.get("next_sentence_label"),
             )
-        (out.loss * scale).backward()
+        loss = self.stepper.accumulate({"mlm": out.mlm_loss, "nsp": out.nsp_loss}, weights)
         with torch.no_grad():
             labels = batch["labels"]
             target = labels[labels != IGNORE_INDEX]
             stats = {
-                "loss": out.loss.detach(),
-                "mlm_loss": out.mlm_loss.detach(),
+                "loss": loss,
+                "mlm_loss": out.mlm_loss.detach() * weights["mlm"],
                 "mlm_correct": (out.prediction_logits.argmax(-1) == target).sum(),
                 "mlm_count": torch.tensor(target.numel(), device=dev),
                 "tokens": batch["attention_mask"].sum(),
             }
             if out.nsp_loss is not None:
-                stats["nsp_loss"] = out.nsp_loss.detach()
+                stats["nsp_loss"] = out.nsp_loss.detach() * weights["nsp"]
                 stats["nsp_correct"] = (out.seq_relationship_logits.argmax(-1) == batch["next_sentence_label"]).sum()
                 stats["nsp_count"] = torch.tensor(batch["next_sentence_label"].numel(), device=dev)
         return stats
 
     def train_step(self) -> dict[str, float]:
-        """One optimizer step over `grad_accum` micro-batches. A non-finite loss or gradient skips the update."""
-        a = self.args
-        self.optimizer.zero_grad(set_to_none=True)
-        totals: dict[str, torch.Tensor] = {}
-        for micro in range(a.grad_accum):
-            batch = next(self.stream)
-            sync = micro == a.grad_accum - 1
-            ctx = self.train_model.no_sync() if (self.rt.distributed and not sync and hasattr(self.train_model, "no_sync")) else _null()
-            with ctx:
-                stats = self.forward_backward(batch, 1.0 / a.grad_accum)
-            for k, v in stats.items():
-                totals[k] = totals.get(k, 0) + v
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), a.max_grad_norm)
-        bad = torch.tensor(float(not (torch.isfinite(totals["loss"]) and torch.isfinite(grad_norm))), device=self.rt.device)
-        if self.rt.distributed:
-            dist.all_reduce(bad, op=dist.ReduceOp.MAX)
-            for k in totals:
-                dist.all_reduce(totals[k])
-        if bad.item():
-            self.skipped_steps += 1
-            self.optimizer.zero_grad(set_to_none=True)
-            log.warning("step %d: non-finite loss or gradient; update skipped (%d so far)", self.step + 1, self.skipped_steps)
-        else:
-            self.optimizer.step()
-        lr = self.scheduler.get_last_lr()[0]
-        self.scheduler.step()
-        self.step += 1
-        n = a.grad_accum * self.rt.world_size
+        """One optimizer step over `grad_accum` micro-batches (`TrainStep.run`). A non-finite loss or gradient skips
+        the update."""
+        batches = [next(self.stream) for _ in range(self.args.grad_accum)]
+        outcome = self.stepper.run(batches, lambda b, w: self.forward_backward(b, w), pretraining_counts, self.train_model)
+        totals = outcome.totals
         result = {
-            "loss": totals["loss"].item() / n,
-            "mlm_loss": totals["mlm_loss"].item() / n,
+            "loss": totals["loss"].item(),
+            "mlm_loss": totals["mlm_loss"].item(),
             "mlm_accuracy": totals["mlm_correct"].item() / max(1, totals["mlm_count"].item()),
-            "lr": lr,
-            "grad_norm": grad_norm.item(),
+            "lr": outcome.lr,
+            "grad_norm": outcome.grad_norm.item(),
             "tokens": int(totals["tokens"].item()),
         }
         if "nsp_loss" in totals:
-            result["nsp_loss"] = totals["nsp_loss"].item() / n
+            result["nsp_loss"] = totals["nsp_loss"].item()
             result["nsp_accuracy"] = totals["nsp_correct"].item() / max(1, totals["nsp_count"].item())
         self.tokens_seen += result["tokens"]
         return result
@@ -598,7 +586,7 @@ class Pretrainer:
         a = self.args
         if a.resume:
             self.resume()
-        metrics = MetricsLog(self.out, self.step, enabled=self.rt.is_main)
+        metrics = MetricsLog(self.out / "metrics.jsonl", self.step, self.out / "tensorboard", enabled=self.rt.is_main)
         if a.demo and self.step == 0:
             self.demo("before training")
         bar = None
@@ -671,12 +659,12 @@ class Pretrainer:
             self.tokenizer.save_pretrained(tmp)
 
 
-class _null:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
+def pretraining_counts(batch: dict[str, torch.Tensor]) -> dict[str, int]:
+    """What the step's loss is normalised by: labelled (masked) tokens for MLM, labelled sequences for NSP."""
+    counts = {"mlm": labelled_count(batch["labels"])}
+    if "next_sentence_label" in batch:
+        counts["nsp"] = labelled_count(batch["next_sentence_label"])
+    return counts
 
 
 def take_mb(lines: Iterator[str], megabytes: float) -> Iterator[str]:
@@ -707,80 +695,18 @@ def metrics_summary(path: Path, vocab_size: int) -> str | None:
     return text
 
 
-class MetricsLog:
-    """`metrics.jsonl` (one object per logged step) and TensorBoard; on resume, rows after the resumed step go."""
-
-    def __init__(self, out: Path, step: int, enabled: bool) -> None:
-        self.enabled = enabled
-        self.file = out / "metrics.jsonl"
-        self.tb = None
-        if not enabled:
-            return
-        if self.file.exists():
-            kept = [line for line in self.file.read_text(encoding="utf-8").splitlines()
-                    if line.strip() and _row_step(line) is not None and _row_step(line) <= step]
-            atomic_write_text(self.file, "".join(line + "\n" for line in kept))
-        try:
-            from torch.utils.tensorboard import SummaryWriter
-
-            self.tb = SummaryWriter(str(out / "tensorboard"), purge_step=step + 1 if step else None)
-        except ImportError:  # tensorboard is a core dependency; tolerate its absence all the same
-            log.warning("tensorboard is not installed: no TensorBoard logs")
-        self.fh = open(self.file, "a", encoding="utf-8")
-
-    def write(self, row: dict[str, Any]) -> None:
-        if not self.enabled:
-            return
-        self.fh.write(json.dumps(row) + "\n")
-        self.fh.flush()
-        if self.tb is not None:
-            for k, v in row.items():
-                if k != "step":
-                    self.tb.add_scalar(f"train/{k}", v, row["step"])
-
-    def close(self) -> None:
-        if self.enabled:
-            self.fh.close()
-            if self.tb is not None:
-                self.tb.close()
-
-
-def _row_step(line: str) -> int | None:
-    try:
-        return int(json.loads(line)["step"])
-    except (ValueError, KeyError, TypeError):
-        return None
+PRETRAIN_PANELS = (
+    Panel("loss", ("loss", "mlm_loss", "nsp_loss")),
+    Panel("accuracy", ("mlm_accuracy", "nsp_accuracy"), ylim=(0, 1)),
+    Panel("learning rate", ("lr",)),
+)
 
 
 def plot_metrics(metrics_file: Path, png: Path) -> None:
     """Losses, MLM accuracy and learning rate against step, one PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    rows = [json.loads(line) for line in metrics_file.read_text(encoding="utf-8").splitlines() if line.strip()]
-    if not rows:
-        return
-    steps = [r["step"] for r in rows]
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
-    for key in ("loss", "mlm_loss", "nsp_loss"):
-        if key in rows[0]:
-            axes[0].plot(steps, [r[key] for r in rows], label=key)
-    axes[0].set(title="loss", xlabel="step")
-    axes[0].legend()
-    for key in ("mlm_accuracy", "nsp_accuracy"):
-        if key in rows[0]:
-            axes[1].plot(steps, [r[key] for r in rows], label=key)
-    axes[1].set(title="accuracy", xlabel="step", ylim=(0, 1))
-    axes[1].legend()
-    axes[2].plot(steps, [r["lr"] for r in rows])
-    axes[2].set(title="learning rate", xlabel="step")
-    fig.tight_layout()
-    tmp = png.with_name(f".{png.name}.tmp.png")
-    fig.savefig(tmp, dpi=100)
-    plt.close(fig)
-    os.replace(tmp, png)
+    rows = read_rows(metrics_file)
+    if rows:
+        plot_curves(rows, png, PRETRAIN_PANELS)
 
 
 @torch.no_grad()

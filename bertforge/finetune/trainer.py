@@ -1,5 +1,6 @@
-"""The fine-tuning loop: AdamW, linear warm-up and decay, gradient clipping, periodic evaluation, best-checkpoint
-keeping and early stopping; plus batched inference and the training-curve plot.
+"""The fine-tuning loop: the shared `bertforge.train.TrainStep` (AdamW, warm-up and decay, clipping, non-finite
+steps skipped) with periodic evaluation, best-checkpoint keeping and early stopping; plus batched inference and
+the training-curve plot.
 
 Runs in fp32 on the CPU and under bf16 autocast on CUDA. Every random choice (head initialisation, dropout, batch
 order) comes from the run's seed, so a run repeats exactly on the same machine and thread count.
@@ -8,7 +9,6 @@ order) comes from the run's seed, so a run repeats exactly on the same machine a
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import math
 import time
@@ -24,12 +24,19 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 
 from .config import FinetuneConfig
 from .features import Feature, collate, inference_batches, training_batches
-from ..optim import fused_adamw_supported
+from ..optim import make_optimizer, parameter_groups, warmup_decay
+from ..training_log import MetricsLog, Panel, plot_curves
+from ..train import TrainStep, autocast as train_autocast, labelled_count, pick_precision
+
+# Former names of `bertforge.optim`'s functions, kept so that existing imports work: the same objects, not copies.
+# `linear_schedule(optimizer, warmup_steps, total_steps)` is `warmup_decay`, whose warm-up is (step + 1) / warmup.
+linear_schedule = warmup_decay
 
 log = logging.getLogger("bertforge")
 
 # Gradient-norm clipping threshold, as in BERT's original recipe.
 MAX_GRAD_NORM = 1.0
+FINETUNE_EPS = 1e-8  # AdamW epsilon of fine-tuning recipes (transformers' default); pretraining keeps BERT's 1e-6
 
 
 def pick_device(name: str | None) -> torch.device:
@@ -40,31 +47,8 @@ def pick_device(name: str | None) -> torch.device:
 
 
 def autocast(device: torch.device) -> contextlib.AbstractContextManager[Any]:
-    """bf16 autocast on CUDA; nothing (fp32) elsewhere."""
-    if device.type == "cuda":
-        return torch.autocast("cuda", dtype=torch.bfloat16)
-    return contextlib.nullcontext()
-
-
-def parameter_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
-    """Two AdamW groups: matrices and embeddings decay; biases and LayerNorm weights (1-D tensors) do not."""
-    decay, no_decay = [], []
-    for name, param in model.named_parameters():
-        if not param.requires_grad:
-            continue
-        (no_decay if name.endswith(".bias") or "LayerNorm" in name else decay).append(param)
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-
-
-def linear_schedule(optimizer: torch.optim.Optimizer, warmup_steps: int, total_steps: int) -> torch.optim.lr_scheduler.LambdaLR:
-    """Learning rate rising linearly from 0 over `warmup_steps`, then falling linearly to 0 at `total_steps`."""
-
-    def factor(step: int) -> float:
-        if step < warmup_steps:
-            return step / warmup_steps
-        return max(0.0, (total_steps - step) / max(1, total_steps - warmup_steps))
-
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+    """bf16 autocast on CUDA (where the GPU has bf16); nothing (fp32) elsewhere: training's "auto" precision."""
+    return train_autocast(device, pick_precision("auto", device))
 
 
 def move(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
@@ -121,6 +105,7 @@ class TrainResult:
     best: Evaluation | None = None
     evaluations: list[Evaluation] = field(default_factory=list)
     steps: int = 0
+    skipped_steps: int = 0  # steps whose loss or gradient was not finite: no update
     seconds: float = 0.0
     stopped_early: bool = False
 
@@ -143,120 +128,122 @@ def train(
     without a better score. Training-loss records (every `cfg.log_every` steps and at each epoch's end) and
     evaluations are appended to `metrics_file`, one JSON object a line.
     """
-    generator = torch.Generator().manual_seed(cfg.seed)
-    lengths = [len(f["input_ids"]) for f in train_features]
-    batches_per_epoch = math.ceil(len(train_features) / cfg.batch_size)
-    steps_per_epoch = math.ceil(batches_per_epoch / cfg.grad_accum)
-    total_steps = steps_per_epoch * cfg.epochs
-    warmup_steps = math.ceil(total_steps * cfg.warmup_ratio)
-    groups = parameter_groups(model, cfg.weight_decay)
-    fused = fused_adamw_supported([p for g in groups for p in g["params"]])
-    optimizer = torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, 0.999), eps=1e-8, fused=fused or None)
-    scheduler = linear_schedule(optimizer, warmup_steps, total_steps)
-    log.info(
-        "fine-tuning on %d features: %d epoch(s) x %d step(s), batch %d x %d accumulated, warm-up %d step(s), on %s",
-        len(train_features), cfg.epochs, steps_per_epoch, cfg.batch_size, cfg.grad_accum, warmup_steps, device,
-    )
-
-    result = TrainResult()
-    best_state: dict[str, torch.Tensor] | None = None
-    since_best = 0
-    step = 0
-    started = time.perf_counter()
-    model.to(device)
-    if device.type == "cpu":
-        from ..system import reuse_freed_memory
-
-        reuse_freed_memory()  # no page faults on every step's large tensors (see bertforge.system)
-    model.train()
-    with open(metrics_file, "a", encoding="utf-8") as sink, logging_redirect_tqdm(), tqdm(
-        total=total_steps, desc="fine-tuning", unit="step", disable=_disable(cfg.progress)
+    run = Finetuning(model, train_features, evaluate, cfg, main_metric, lower_is_better, pad_token_id, device)
+    with MetricsLog(metrics_file) as metrics, logging_redirect_tqdm(), tqdm(
+        total=run.total_steps, desc="fine-tuning", unit="step", disable=_disable(cfg.progress)
     ) as bar:
+        run.record, run.bar = metrics.write, bar
+        return run.run()
 
-        def record(entry: dict[str, Any]) -> None:
-            sink.write(json.dumps(entry) + "\n")
-            sink.flush()
 
-        def run_evaluation(epoch: float) -> bool:
-            """Score the model; keep it if best. True when early stopping says to stop."""
-            nonlocal best_state, since_best
-            metrics = evaluate()
-            entry = Evaluation(step, round(epoch, 4), metrics)
-            result.evaluations.append(entry)
-            record({"type": "eval", "step": step, "epoch": entry.epoch, **metrics})
-            value = metrics[main_metric]
-            better = result.best is None or (
-                value < result.best.metrics[main_metric] if lower_is_better else value > result.best.metrics[main_metric]
-            )
-            if better:
-                result.best = entry
-                best_state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
-                since_best = 0
-            else:
-                since_best += 1
-            log.info("step %d (epoch %g): dev %s = %.4f%s", step, entry.epoch, main_metric, value, " (best)" if better else "")
-            return cfg.early_stop is not None and since_best >= cfg.early_stop
+def finetuning_counts(batch: dict[str, torch.Tensor]) -> dict[str, int]:
+    """What a fine-tuning step's loss is normalised by: labelled tokens (NER), label elements (classification,
+    regression, multi-label) or questions (QA, one start and one end each)."""
+    if "labels" in batch:
+        return {"loss": labelled_count(batch["labels"])}
+    return {"loss": batch["start_positions"].numel()}
 
-        stop = False
-        for epoch in range(cfg.epochs):
-            batches = training_batches(lengths, cfg.batch_size, generator, cfg.group_by_length)
-            losses: list[float] = []
-            for micro, indices in enumerate(batches):
-                batch = move(collate([train_features[i] for i in indices], pad_token_id), device)
-                with autocast(device):
-                    loss = model(**batch).loss
-                (loss / cfg.grad_accum).backward()
-                losses.append(loss.item())
-                if (micro + 1) % cfg.grad_accum and micro + 1 < len(batches):
-                    continue  # keep accumulating
-                torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_GRAD_NORM)
-                optimizer.step()
-                scheduler.step()
-                optimizer.zero_grad(set_to_none=True)
-                step += 1
-                bar.update(1)
-                if step % cfg.log_every == 0 or micro + 1 == len(batches):
-                    mean_loss = sum(losses) / len(losses)
-                    bar.set_postfix(loss=f"{mean_loss:.4f}")
-                    record({"type": "train", "step": step, "epoch": round(epoch + (micro + 1) / len(batches), 4),
-                            "loss": mean_loss, "lr": scheduler.get_last_lr()[0]})
-                    losses = []
-                if cfg.eval_every and step % cfg.eval_every == 0 and micro + 1 < len(batches):
-                    if run_evaluation(epoch + (micro + 1) / len(batches)):
-                        stop = True
-                        break
-            if stop:
-                result.stopped_early = True
+
+class Finetuning:
+    """The state of one fine-tuning run: the shared `TrainStep` plus batching by epoch, evaluation, best-weights
+    keeping and early stopping. `train()` is its entry point."""
+
+    def __init__(self, model, train_features, evaluate, cfg, main_metric, lower_is_better, pad_token_id, device) -> None:
+        self.model, self.features, self.evaluate, self.cfg = model, train_features, evaluate, cfg
+        self.main_metric, self.lower_is_better, self.pad_token_id, self.device = main_metric, lower_is_better, pad_token_id, device
+        self.generator = torch.Generator().manual_seed(cfg.seed)
+        self.lengths = [len(f["input_ids"]) for f in train_features]
+        batches_per_epoch = math.ceil(len(train_features) / cfg.batch_size)
+        steps_per_epoch = math.ceil(batches_per_epoch / cfg.grad_accum)
+        self.total_steps = steps_per_epoch * cfg.epochs
+        warmup_steps = math.ceil(self.total_steps * cfg.warmup_ratio)
+        optimizer = make_optimizer(model, "adamw", cfg.lr, cfg.weight_decay, eps=FINETUNE_EPS)
+        scheduler = warmup_decay(optimizer, warmup_steps, self.total_steps)
+        self.stepper = TrainStep(model, optimizer, scheduler, max_grad_norm=MAX_GRAD_NORM, device=device,
+                                 precision=pick_precision("auto", device))
+        log.info(
+            "fine-tuning on %d features: %d epoch(s) x %d step(s), batch %d x %d accumulated, warm-up %d step(s), on %s",
+            len(train_features), cfg.epochs, steps_per_epoch, cfg.batch_size, cfg.grad_accum, warmup_steps, device,
+        )
+        self.result = TrainResult()
+        self.best_state: dict[str, torch.Tensor] | None = None
+        self.since_best = 0
+        self.record: Callable[[dict[str, Any]], Any] = lambda entry: None
+        self.bar: Any = None
+
+    def forward_backward(self, batch: dict[str, torch.Tensor], weights: dict[str, float]) -> dict[str, torch.Tensor]:
+        with self.stepper.autocast():
+            loss = self.model(**move(batch, self.device)).loss
+        return {"loss": self.stepper.accumulate({"loss": loss}, weights)}
+
+    def run(self) -> TrainResult:
+        started = time.perf_counter()
+        self.model.to(self.device)
+        if self.device.type == "cpu":
+            from ..system import reuse_freed_memory
+
+            reuse_freed_memory()  # no page faults on every step's large tensors (see bertforge.system)
+        self.model.train()
+        for epoch in range(self.cfg.epochs):
+            if self.train_epoch(epoch):
+                self.result.stopped_early = True
                 break
-            if run_evaluation(epoch + 1):  # every epoch ends with an evaluation
-                result.stopped_early = epoch + 1 < cfg.epochs
+            if self.run_evaluation(epoch + 1):  # every epoch ends with an evaluation
+                self.result.stopped_early = epoch + 1 < self.cfg.epochs
                 break
-    result.steps = step
-    result.seconds = time.perf_counter() - started
-    if best_state is not None:
-        model.load_state_dict(best_state)
-    return result
+        self.result.steps = self.stepper.step
+        self.result.skipped_steps = self.stepper.skipped_steps
+        self.result.seconds = time.perf_counter() - started
+        if self.best_state is not None:
+            self.model.load_state_dict(self.best_state)
+        return self.result
+
+    def train_epoch(self, epoch: int) -> bool:
+        """One pass over the data, `grad_accum` batches a step (the last step may take fewer). True: stop early."""
+        cfg = self.cfg
+        batches = training_batches(self.lengths, cfg.batch_size, self.generator, cfg.group_by_length)
+        groups = [batches[i : i + cfg.grad_accum] for i in range(0, len(batches), cfg.grad_accum)]
+        losses: list[float] = []
+        for g, group in enumerate(groups):
+            micro = [collate([self.features[i] for i in indices], self.pad_token_id) for indices in group]
+            outcome = self.stepper.run(micro, self.forward_backward, finetuning_counts)
+            losses.append(outcome.totals["loss"].item())
+            step, last = self.stepper.step, g + 1 == len(groups)
+            done = epoch + min(len(batches), (g + 1) * cfg.grad_accum) / len(batches)
+            self.bar.update(1)
+            if step % cfg.log_every == 0 or last:
+                mean_loss = sum(losses) / len(losses)
+                self.bar.set_postfix(loss=f"{mean_loss:.4f}")
+                self.record({"type": "train", "step": step, "epoch": round(done, 4), "loss": mean_loss,
+                             "lr": outcome.lr, "skipped_steps": self.stepper.skipped_steps})
+                losses = []
+            if cfg.eval_every and step % cfg.eval_every == 0 and not last and self.run_evaluation(done):
+                return True
+        return False
+
+    def run_evaluation(self, epoch: float) -> bool:
+        """Score the model; keep it if best. True when early stopping says to stop."""
+        metrics = self.evaluate()
+        step, best = self.stepper.step, self.result.best
+        entry = Evaluation(step, round(epoch, 4), metrics)
+        self.result.evaluations.append(entry)
+        self.record({"type": "eval", "step": step, "epoch": entry.epoch, **metrics})
+        value = metrics[self.main_metric]
+        better = best is None or (
+            value < best.metrics[self.main_metric] if self.lower_is_better else value > best.metrics[self.main_metric]
+        )
+        if better:
+            self.result.best = entry
+            self.best_state = {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
+            self.since_best = 0
+        else:
+            self.since_best += 1
+        log.info("step %d (epoch %g): dev %s = %.4f%s", step, entry.epoch, self.main_metric, value, " (best)" if better else "")
+        return self.cfg.early_stop is not None and self.since_best >= self.cfg.early_stop
 
 
 def plot_curve(records: Iterator[dict[str, Any]] | Sequence[dict[str, Any]], main_metric: str, target: Path) -> None:
-    """Training loss and the dev main metric against the optimizer step, as a PNG (matplotlib's Agg canvas)."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    records = list(records)
-    train_points = [(r["step"], r["loss"]) for r in records if r["type"] == "train"]
-    eval_points = [(r["step"], r[main_metric]) for r in records if r["type"] == "eval"]
-    figure = Figure(figsize=(7, 4), dpi=100)
-    FigureCanvasAgg(figure)
-    axis = figure.add_subplot()
-    axis.set_xlabel("optimizer step")
-    axis.set_ylabel("training loss", color="tab:blue")
-    if train_points:
-        axis.plot(*zip(*train_points), color="tab:blue", label="training loss")
-    dev_axis = axis.twinx()
-    dev_axis.set_ylabel(f"dev {main_metric}", color="tab:red")
-    if eval_points:
-        dev_axis.plot(*zip(*eval_points), color="tab:red", marker="o", label=f"dev {main_metric}")
-    figure.suptitle("fine-tuning")
-    figure.tight_layout()
-    figure.savefig(target, format="png")
+    """Training loss, the dev main metric and the learning rate against the optimizer step, as a PNG."""
+    panels = (Panel("training loss", ("loss",), kind="train"), Panel(f"dev {main_metric}", (main_metric,), kind="eval", marker="o"),
+              Panel("learning rate", ("lr",), kind="train"))
+    plot_curves(records, target, panels, title="fine-tuning")

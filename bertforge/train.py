@@ -1,0 +1,157 @@
+"""The training step every trainer shares (pretraining, fine-tuning; later distillation and embedding training).
+
+A trainer brings its model, its data and a `forward_backward(batch, weights)` that runs the model on one
+micro-batch and hands its losses to `TrainStep.accumulate`; `TrainStep.run` does the rest of an optimizer step:
+loss normalisation over micro-batches and ranks, gradient accumulation (DDP's `no_sync` on all but the last
+micro-batch), clipping, skipping a non-finite step (counted), the optimizer and schedule steps. Its `step` and
+`skipped_steps` are state a checkpoint saves (`state_dict` / `load_state_dict`).
+
+This module is the only place in bertforge that calls `.backward(` and clips gradients.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+from .errors import BertforgeError
+from .model import IGNORE_INDEX
+
+log = logging.getLogger("bertforge")
+
+Batch = dict[str, Tensor]
+Counts = dict[str, int]  # loss term -> how many targets its mean is taken over, in one micro-batch
+Weights = dict[str, float]  # loss term -> the factor its micro-batch mean gets in the step's objective
+
+
+def pick_precision(name: str, device: torch.device) -> torch.dtype | None:
+    """The autocast dtype for `name` (auto | fp32 | bf16); None is fp32. auto: bf16 on a CUDA device that has it."""
+    if name == "auto":
+        return torch.bfloat16 if device.type == "cuda" and torch.cuda.is_bf16_supported() else None
+    if name == "fp32":
+        return None
+    if name == "bf16":
+        return torch.bfloat16
+    raise BertforgeError(f"unknown --precision {name!r}; choose auto, fp32 or bf16")
+
+
+def autocast(device: torch.device, dtype: torch.dtype | None) -> contextlib.AbstractContextManager[Any]:
+    """Autocast to `dtype` on `device`; nothing (fp32) when `dtype` is None."""
+    if dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=dtype)
+
+
+def labelled_count(labels: Tensor) -> int:
+    """How many targets a mean loss over `labels` averages: integer labels other than IGNORE_INDEX (MLM, NER,
+    classification), every element of float labels (regression, multi-label)."""
+    if labels.is_floating_point():
+        return labels.numel()
+    return int((labels != IGNORE_INDEX).sum())
+
+
+@dataclass
+class StepOutcome:
+    totals: dict[str, Tensor]  # each micro-batch's stats summed (over ranks too when distributed)
+    grad_norm: Tensor  # before clipping
+    lr: float  # the learning rate this step used
+    skipped: bool
+
+
+class TrainStep:
+    """One optimizer step over micro-batches, the same for every trainer.
+
+    Normalisation: each loss term (say "mlm") of micro-batch m is the model's mean over its n_m targets (labelled
+    tokens for MLM and NER, sequences for NSP and classification; counted by the trainer's `counts(batch)`). The
+    step minimises Σ_m n_m / N · mean_m, N = Σ n_m over all micro-batches of all ranks (one all-reduce): the mean
+    over every target of the step, exactly the loss of one big batch however the targets fall into micro-batches.
+    Under DDP/FSDP, which average gradients over ranks, the objective is multiplied by the world size to undo it.
+    A micro-batch without targets for a term (weight 0) leaves that term out, so its NaN mean changes nothing.
+    """
+
+    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any, *,
+                 max_grad_norm: float = 1.0, device: torch.device | None = None, precision: torch.dtype | None = None,
+                 world_size: int = 1) -> None:
+        self.model = model  # the unwrapped module: its parameters are clipped
+        self.optimizer, self.scheduler = optimizer, scheduler
+        self.max_grad_norm = max_grad_norm
+        self.device = device or torch.device("cpu")
+        self.precision = precision
+        self.world_size = world_size
+        self.step = 0  # optimizer steps taken or skipped
+        self.skipped_steps = 0
+
+    def autocast(self) -> contextlib.AbstractContextManager[Any]:
+        return autocast(self.device, self.precision)
+
+    def weights(self, counts: Sequence[Counts]) -> list[Weights]:
+        """n_m / N for each micro-batch m and loss term, N summed over micro-batches and ranks."""
+        keys = sorted({k for c in counts for k in c})
+        totals = torch.tensor([float(sum(c.get(k, 0) for c in counts)) for k in keys], dtype=torch.float64)
+        if self.world_size > 1:
+            totals = totals.to(self.device)
+            dist.all_reduce(totals)
+        total = dict(zip(keys, totals.tolist()))
+        return [{k: (c.get(k, 0) / total[k] if total[k] else 0.0) for k in keys} for c in counts]
+
+    def accumulate(self, losses: dict[str, Tensor | None], weights: Weights) -> Tensor:
+        """Backpropagate Σ_k weights[k] · losses[k]; returns that objective, detached (this micro-batch's share of
+        the step's loss). Terms that are None or weigh 0 are left out."""
+        terms = [loss * weights[k] for k, loss in losses.items() if loss is not None and weights.get(k)]
+        if not terms:
+            return torch.zeros((), device=self.device)
+        objective = terms[0]
+        for term in terms[1:]:
+            objective = objective + term
+        (objective * self.world_size if self.world_size > 1 else objective).backward()
+        return objective.detach()
+
+    def run(self, batches: Sequence[Batch], forward_backward: Callable[[Batch, Weights], dict[str, Tensor]],
+            counts: Callable[[Batch], Counts], wrapped: torch.nn.Module | None = None) -> StepOutcome:
+        """Accumulate gradients over `batches` (`forward_backward` returns each one's stats, "loss" among them: its
+        share of the step's loss), then clip, and update unless the loss or the gradient norm is not finite on some
+        rank. `wrapped`: the DDP module whose `no_sync` skips the gradient all-reduce on all but the last batch."""
+        self.optimizer.zero_grad(set_to_none=True)
+        weights = self.weights([counts(b) for b in batches])
+        totals: dict[str, Tensor] = {}
+        for i, (batch, w) in enumerate(zip(batches, weights)):
+            last = i == len(batches) - 1
+            no_sync = self.world_size > 1 and not last and hasattr(wrapped, "no_sync")
+            with wrapped.no_sync() if no_sync else contextlib.nullcontext():  # type: ignore[union-attr]
+                stats = forward_backward(batch, w)
+            for k, v in stats.items():
+                totals[k] = totals.get(k, 0) + v
+        return self.update(totals)
+
+    def update(self, totals: dict[str, Tensor]) -> StepOutcome:
+        """Clip, check, step the optimizer (or skip) and the schedule."""
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.max_grad_norm)
+        bad = torch.tensor(float(not (torch.isfinite(totals["loss"]) and torch.isfinite(grad_norm))), device=self.device)
+        if self.world_size > 1:
+            dist.all_reduce(bad, op=dist.ReduceOp.MAX)
+            for k in totals:
+                dist.all_reduce(totals[k])
+        skipped = bool(bad.item())
+        if skipped:
+            self.skipped_steps += 1
+            log.warning("step %d: non-finite loss or gradient; update skipped (%d so far)", self.step + 1, self.skipped_steps)
+        else:
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        lr = self.scheduler.get_last_lr()[0]
+        self.scheduler.step()
+        self.step += 1
+        return StepOutcome(totals, grad_norm, lr, skipped)
+
+    def state_dict(self) -> dict[str, int]:
+        return {"step": self.step, "skipped_steps": self.skipped_steps}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.step, self.skipped_steps = state["step"], state["skipped_steps"]
