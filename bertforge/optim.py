@@ -97,6 +97,8 @@ def warmup_decay(optimizer: torch.optim.Optimizer, warmup_steps: int, total_step
         raise BertforgeError(f"unknown learning-rate decay {decay!r}; choose linear, cosine or constant")
 
     def factor(step: int) -> float:
+        if decay != "constant" and step >= total_steps:
+            return 0.0  # the run is over (also when the warmup covers every step)
         if step < warmup_steps:
             return (step + 1) / max(1, warmup_steps)
         if decay == "constant":

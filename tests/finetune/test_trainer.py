@@ -1,5 +1,6 @@
-"""The fine-tuning trainer's learning-rate schedule (linear warm-up, then linear decay to 0) at its boundary steps,
-directly and as logged by a real run, and its AdamW parameter groups (no decay for biases and LayerNorm weights)."""
+"""The fine-tuning trainer's learning-rate schedule (linear warm-up, then linear decay to 0; the one schedule of
+`bertforge.optim`) at its boundary steps, directly and as logged by a real run, and its AdamW parameter groups (no
+decay for biases and LayerNorm weights)."""
 
 from __future__ import annotations
 
@@ -32,17 +33,17 @@ def lrs(warmup: int, total: int, steps: int) -> list[float]:
 def test_linear_schedule_boundary_steps():
     warmup, total = 4, 10
     lr = lrs(warmup, total, total + 2)
-    # warm-up: lr x step / warmup, from 0
-    assert lr[0] == 0.0
-    assert lr[1] == pytest.approx(0.025)
-    assert lr[warmup - 1] == pytest.approx(0.075)  # 3/4 of the peak
-    assert lr[warmup] == pytest.approx(BASE_LR)  # the peak, at the first step after the warm-up
-    # decay: lr x (total - step) / (total - warmup), to 0 at `total`
+    # warm-up: step s runs at lr x (s + 1) / warmup, so the first update is not wasted at 0
+    assert lr[0] == pytest.approx(0.025)
+    assert lr[1] == pytest.approx(0.05)
+    assert lr[warmup - 1] == pytest.approx(BASE_LR)  # the last warm-up step reaches the peak
+    assert lr[warmup] == pytest.approx(BASE_LR)  # the first decay step starts from it
+    # decay: lr x (1 - (s - warmup) / (total - warmup)), to 0 at `total`
     assert lr[warmup + 1] == pytest.approx(BASE_LR * 5 / 6)
     assert lr[total - 1] == pytest.approx(BASE_LR / 6)
     assert lr[total] == 0.0
     assert lr[total + 1] == lr[total + 2] == 0.0  # never negative past the end
-    assert all(a < b for a, b in zip(lr[: warmup + 1], lr[1 : warmup + 1]))  # rising throughout the warm-up
+    assert all(a < b for a, b in zip(lr[:warmup], lr[1:warmup]))  # rising throughout the warm-up
     assert all(a > b for a, b in zip(lr[warmup : total + 1], lr[warmup + 1 : total + 1]))  # then falling
 
 
@@ -53,12 +54,12 @@ def test_linear_schedule_without_warmup_starts_at_the_peak():
 
 def test_linear_schedule_with_warmup_over_every_step_only_rises():
     lr = lrs(5, 5, 6)  # steps 0-4 run; at step 5 = total the run is over and the rate is 0
-    assert lr == pytest.approx([0.0, 0.02, 0.04, 0.06, 0.08, 0.0, 0.0])
+    assert lr == pytest.approx([0.02, 0.04, 0.06, 0.08, 0.1, 0.0, 0.0])
 
 
 def test_finetune_logs_the_schedule_its_warmup_ratio_asks_for(tiny_model, tmp_path):
     """32 rows in batches of 8 for 2 epochs: 8 optimizer steps; warmup_ratio 0.25: 2 warm-up steps. The lr logged
-    after step k is the one the next step uses: lr x k/2 while k < 2, then lr x (8 - k)/6."""
+    with step k (1-based) is the one that step used: lr x k/2 while k <= 2, then lr x (1 - (k - 3)/6)."""
     train = write_sentiment(tmp_path / "train.tsv", 32)
     dev = write_sentiment(tmp_path / "dev.tsv", 8)
     finetune(task="classification", model=str(tiny_model), train=str(train), dev=str(dev), out=str(tmp_path / "out"),
@@ -66,7 +67,7 @@ def test_finetune_logs_the_schedule_its_warmup_ratio_asks_for(tiny_model, tmp_pa
     records = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
     train_records = [r for r in records if r["type"] == "train"]
     assert [r["step"] for r in train_records] == list(range(1, 9))
-    expected = [1e-3 * f for f in (1 / 2, 1, 5 / 6, 4 / 6, 3 / 6, 2 / 6, 1 / 6, 0)]
+    expected = [1e-3 * f for f in (1 / 2, 1, 1, 5 / 6, 4 / 6, 3 / 6, 2 / 6, 1 / 6)]
     assert [r["lr"] for r in train_records] == pytest.approx(expected, abs=1e-12)
 
 
