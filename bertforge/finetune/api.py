@@ -97,13 +97,7 @@ def evaluate(task: str, model: str | Path, data: str | Path, **options: Any) -> 
     `options` are `DataOptions` fields (max_length, text_column, doc_stride, eval_batch_size, device, ...); use the
     ones the model was fine-tuned with.
     """
-    opts = _make(DataOptions, options)
-    opts.validate()
-    the_task = get_task(task)
-    examples, _ = the_task.read(data, opts, labelled=True)
-    tokenizer = _load_tokenizer(model)
-    net = load_finetuned(the_task, model)
-    encoded = the_task.encode(tokenizer, examples, opts, net.config, Path(data), labelled=True)
+    the_task, opts, tokenizer, net, encoded = _prepare(task, model, data, options, labelled=True)
     return _score(the_task, net, encoded, opts, tokenizer.pad_token_id, pick_device(opts.device))
 
 
@@ -116,13 +110,7 @@ def predict(
     "entities"}, QA {"id", "answer", "start", "end", "score", "null_score"}. With `output`, they are also written
     there as JSONL, atomically.
     """
-    opts = _make(DataOptions, options)
-    opts.validate()
-    the_task = get_task(task)
-    examples, _ = the_task.read(input, opts, labelled=False)
-    tokenizer = _load_tokenizer(model)
-    net = load_finetuned(the_task, model)
-    encoded = the_task.encode(tokenizer, examples, opts, net.config, Path(input), labelled=False)
+    the_task, opts, tokenizer, net, encoded = _prepare(task, model, input, options, labelled=False)
     outputs, _ = run_model(
         net, encoded.features, opts.eval_batch_size, tokenizer.pad_token_id, pick_device(opts.device), opts.progress,
         "predicting",
@@ -133,13 +121,26 @@ def predict(
     return records
 
 
+def _prepare(task: str, model: str | Path, data: str | Path, options: dict[str, Any], labelled: bool) -> tuple[Any, ...]:
+    """What `evaluate` and `predict` start from: the task, its options, the tokenizer, the fine-tuned model and the
+    encoded examples of `data`."""
+    opts = _make(DataOptions, options)
+    opts.validate()
+    the_task = get_task(task)
+    examples, _ = the_task.read(data, opts, labelled=labelled)
+    tokenizer = _load_tokenizer(model)
+    net = load_finetuned(the_task, model)
+    encoded = the_task.encode(tokenizer, examples, opts, net.config, Path(data), labelled=labelled)
+    return the_task, opts, tokenizer, net, encoded
+
+
 def load_finetuned(task: Task, model: str | Path) -> Any:
     """The task's model class from `model`, which must hold a trained head for it."""
     architectures = BertConfig.from_pretrained(model).architectures or []
     wanted = task.model_class.__name__
     if architectures and wanted not in architectures:
         raise BertforgeError(f"{model}: a {', '.join(architectures)} checkpoint, not a {wanted} for --task {task.name}")
-    net = task.model_class.from_pretrained(model)
+    net = task.model_class.from_pretrained(model, quiet=True)  # a missing head is refused below
     untrained = [k for k in net.loading_info.missing_keys if k.startswith(HEAD_PREFIXES)]
     if untrained:
         raise BertforgeError(
