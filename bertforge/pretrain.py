@@ -21,7 +21,6 @@ import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -43,6 +42,7 @@ from .errors import BertforgeError
 from .io import atomic_directory, atomic_write_text
 from .model import BertForPreTraining
 from .optim import make_optimizer, warmup_decay
+from .pretrain_data import STATIC_DIR, pretraining_stream, run_tokenizer, static_reader
 from .state import load_state, save_state
 from .train import TrainStep, labelled_count, pick_precision
 from .training_log import MetricsLog, Panel, plot_curves, read_rows
@@ -56,9 +56,6 @@ DEMO_SENTENCES = [  # in the style of the bundled corpus, The Devil's Dictionary
     "He said that he would [MASK] her again in the morning.",
 ]
 RUN_CONFIG = "run_config.json"
-STATIC_DIR = "static_shards"  # OUT/static_shards/rank-R-of-W/: --static-masking data, one directory per rank
-STATIC_SHARD_BYTES = 64 << 20  # about this much per shard: one is held in memory while writing, one while reading
-STATIC_WRITE_BATCH = 256  # instances masked together while writing static shards
 CHECKPOINT_RE = re.compile(r"^step-(\d+)$")
 # Settings a resumed run may change; any other change would make the continuation a different run.
 # `out` is where the run lives, not what it is: a moved run directory resumes (the data state checks the corpus).
@@ -313,24 +310,9 @@ class Pretrainer:
             raise BertforgeError(f"--resume with settings that differ from the run in {self.out}: {details}")
 
     def load_or_train_tokenizer(self):
-        from .tokenizer import Tokenizer
-
-        a, own = self.args, self.out / "tokenizer"
-        if a.tokenizer:
-            tok = Tokenizer.from_pretrained(a.tokenizer)
-        elif (own / "tokenizer.json").is_file():  # resume (and every rank) reuse the saved vocabulary: never retrain
-            tok = Tokenizer.from_pretrained(own)
-        else:
-            if self.rt.is_main:
-                from .data import iter_documents
-
-                log.info("training a WordPiece vocabulary (%d tokens) on %s", a.vocab_size, ", ".join(self.corpus))
-                lines = take_mb(iter_documents(self.corpus, text_field=a.text_field), a.tokenizer_sample_mb)
-                tok = Tokenizer.train(lines, vocab_size=a.vocab_size, lowercase=a.lowercase, show_progress=a.progress)
-                tok.save_pretrained(own)
-            barrier(self.rt)
-            tok = Tokenizer.from_pretrained(own)
-        return tok
+        """`--tokenizer`, else the vocabulary this run trained before (resume and every rank reuse it: never
+        retrain), else one trained now on the corpus by rank 0 and saved in OUT/tokenizer."""
+        return run_tokenizer(self.args, self.corpus, self.out / "tokenizer", self.rt.is_main, lambda: barrier(self.rt))
 
     def build_config(self) -> BertConfig:
         """The preset or config.json, checked against --seq-len (the tokenizer's vocabulary is applied later)."""
@@ -370,63 +352,14 @@ class Pretrainer:
         """Dynamic masking: a `PretrainingStream` over this rank's share of the corpus. Static masking
         (`static_masking`): that same stream's instances written to disk first, masked `dupe_factor` ways, then read
         back by a `StaticShardReader` (whose position is saved in checkpoints like the stream's)."""
+        rt = self.rt
+
+        def stream(batch_size: int):
+            return pretraining_stream(self.args, self.corpus, self.tokenizer, rt.rank, rt.world_size, batch_size)
+
         if self.args.static_masking:
-            return self.build_static_reader()
-        return self.data_stream(self.args.batch_size)
-
-    def data_stream(self, batch_size: int):
-        from .data import PretrainingStream
-
-        tok, a = self.tokenizer, self.args
-        vocab = tok.convert_ids_to_tokens(list(range(tok.vocab_size)))
-        return PretrainingStream(
-            self.corpus,
-            tok.encode_ids,
-            cls_id=tok.cls_token_id,
-            sep_id=tok.sep_token_id,
-            pad_id=tok.pad_token_id,
-            mask_id=tok.mask_token_id,
-            vocab_size=tok.vocab_size,
-            is_continuation=[t.startswith("##") for t in vocab] if a.whole_word_mask else None,
-            max_seq_length=a.seq_len,
-            batch_size=batch_size,
-            nsp=a.nsp,
-            whole_word_mask=a.whole_word_mask,
-            mlm_probability=a.mlm_probability,
-            seed=a.seed,
-            rank=self.rt.rank,
-            world_size=self.rt.world_size,
-            text_field=a.text_field,
-        )
-
-    def static_shard_dir(self) -> Path:
-        return self.out / STATIC_DIR / f"rank-{self.rt.rank:05d}-of-{self.rt.world_size:05d}"
-
-    def build_static_reader(self):
-        """Each rank writes its own share of the corpus (the documents its dynamic stream would read), streamed
-        into shards under a temporary name renamed into place when complete; a resumed run reuses them."""
-        from .data import StaticShardReader, write_duplicated_shards
-
-        a = self.args
-        directory = self.static_shard_dir()
-        if not (directory / "index.json").is_file():
-            tmp = directory.with_name(f".{directory.name}.tmp")
-            shutil.rmtree(tmp, ignore_errors=True)  # the remains of a write that was killed
-            if self.rt.is_main:
-                log.info("static masking: writing %d differently masked copies of the data to %s", a.dupe_factor, directory.parent)
-            rows = max(1024, STATIC_SHARD_BYTES // (9 * a.seq_len))  # int32 ids + int32 labels + uint8 types per token
-            write_duplicated_shards(lambda: self.data_stream(STATIC_WRITE_BATCH), tmp, a.dupe_factor, rows,
-                                    progress=a.progress and self.rt.is_main)
-            os.replace(tmp, directory)
-        reader = StaticShardReader(directory, a.batch_size, seed=a.seed)
-        index = reader.index
-        found = (index.get("dupe_factor"), index.get("max_seq_length"), index.get("nsp"))
-        if found != (a.dupe_factor, a.seq_len, a.nsp):
-            raise BertforgeError(
-                f"{directory} holds static shards for (dupe_factor, seq_len, nsp)={found}, not "
-                f"{(a.dupe_factor, a.seq_len, a.nsp)}; remove it or use --overwrite"
-            )
-        return reader
+            return static_reader(self.args, self.out, stream, rt.rank, rt.world_size, rt.is_main)
+        return stream(self.args.batch_size)
 
     # ------------------------------------------------------------------ checkpoints
     def save_checkpoint(self) -> None:
@@ -665,16 +598,6 @@ def pretraining_counts(batch: dict[str, torch.Tensor]) -> dict[str, int]:
     if "next_sentence_label" in batch:
         counts["nsp"] = labelled_count(batch["next_sentence_label"])
     return counts
-
-
-def take_mb(lines: Iterator[str], megabytes: float) -> Iterator[str]:
-    """The first `megabytes` of a stream of lines (for training a vocabulary on a sample of a huge corpus)."""
-    budget = int(megabytes * 1_000_000)
-    for line in lines:
-        yield line
-        budget -= len(line) + 1
-        if budget <= 0:
-            return
 
 
 def metrics_summary(path: Path, vocab_size: int) -> str | None:

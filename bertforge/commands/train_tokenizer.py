@@ -23,7 +23,7 @@ def run(args: argparse.Namespace) -> int:
 
     from ..data import iter_documents
     from ..errors import BertforgeError
-    from ..pretrain import take_mb
+    from ..data import take_mb
     from ..tokenizer import Tokenizer
 
     if args.vocab_size < 10:

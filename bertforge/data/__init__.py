@@ -4,7 +4,7 @@ The training loop uses :class:`PretrainingStream`; tokenizer training uses :func
 """
 
 from bertforge.constants import IGNORE_INDEX
-from bertforge.data.corpus import DEFAULT_CORPUS, CorpusReader, Document, iter_documents, list_corpus_files
+from bertforge.data.corpus import DEFAULT_CORPUS, CorpusReader, Document, iter_documents, list_corpus_files, take_mb
 from bertforge.data.instances import (
     IS_NEXT,
     NO_LABEL,
@@ -37,6 +37,7 @@ __all__ = [
     "create_nsp_instances",
     "derive_seed",
     "iter_documents",
+    "take_mb",
     "list_corpus_files",
     "truncate_pair",
     "write_duplicated_shards",

@@ -409,3 +409,13 @@ def iter_documents(
                 yield from doc.sentences
     finally:
         reader.close()
+
+
+def take_mb(lines: Iterator[str], megabytes: float) -> Iterator[str]:
+    """The first `megabytes` of a stream of lines (for training a vocabulary on a sample of a huge corpus)."""
+    budget = int(megabytes * 1_000_000)
+    for line in lines:
+        yield line
+        budget -= len(line) + 1
+        if budget <= 0:
+            return

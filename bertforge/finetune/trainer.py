@@ -24,7 +24,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 
 from .config import FinetuneConfig
 from .features import Feature, collate, inference_batches, training_batches
-from ..optim import make_optimizer, parameter_groups, warmup_decay
+from ..optim import make_optimizer, parameter_groups, warmup_decay  # noqa: F401  (parameter_groups: importable here too)
 from ..training_log import MetricsLog, Panel, plot_curves
 from ..train import TrainStep, autocast as train_autocast, labelled_count, pick_precision
 

@@ -1,0 +1,101 @@
+"""The data of a pretraining run: this rank's masked batches, streamed (dynamic masking) or written to disk first
+and read back (static masking, `--static-masking`)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from .errors import BertforgeError
+
+log = logging.getLogger("bertforge")
+
+STATIC_DIR = "static_shards"  # OUT/static_shards/rank-R-of-W/: --static-masking data, one directory per rank
+STATIC_SHARD_BYTES = 64 << 20  # about this much per shard: one is held in memory while writing, one while reading
+STATIC_WRITE_BATCH = 256  # instances masked together while writing static shards
+
+
+def pretraining_stream(args: Any, corpus: list[str], tokenizer: Any, rank: int, world_size: int, batch_size: int):
+    """A `PretrainingStream` of batches of `batch_size` over this rank's share of `corpus` (`args`: the run's
+    `PretrainArgs`: sequence length, NSP, masking, seed, text field)."""
+    from .data import PretrainingStream
+
+    tok, a = tokenizer, args
+    vocab = tok.convert_ids_to_tokens(list(range(tok.vocab_size)))
+    return PretrainingStream(
+        corpus,
+        tok.encode_ids,
+        cls_id=tok.cls_token_id,
+        sep_id=tok.sep_token_id,
+        pad_id=tok.pad_token_id,
+        mask_id=tok.mask_token_id,
+        vocab_size=tok.vocab_size,
+        is_continuation=[t.startswith("##") for t in vocab] if a.whole_word_mask else None,
+        max_seq_length=a.seq_len,
+        batch_size=batch_size,
+        nsp=a.nsp,
+        whole_word_mask=a.whole_word_mask,
+        mlm_probability=a.mlm_probability,
+        seed=a.seed,
+        rank=rank,
+        world_size=world_size,
+        text_field=a.text_field,
+    )
+
+
+def static_shard_dir(out: Path, rank: int, world_size: int) -> Path:
+    return out / STATIC_DIR / f"rank-{rank:05d}-of-{world_size:05d}"
+
+
+def static_reader(args: Any, out: Path, stream: Callable[[int], Any], rank: int, world_size: int, is_main: bool):
+    """Each rank writes its own share of the corpus (the documents its dynamic stream, `stream(batch_size)`,
+    would read), streamed into shards under a temporary name renamed into place when complete; a resumed run
+    reuses them. Returns the `StaticShardReader` over them."""
+    from .data import StaticShardReader, write_duplicated_shards
+
+    a = args
+    directory = static_shard_dir(out, rank, world_size)
+    if not (directory / "index.json").is_file():
+        tmp = directory.with_name(f".{directory.name}.tmp")
+        shutil.rmtree(tmp, ignore_errors=True)  # the remains of a write that was killed
+        if is_main:
+            log.info("static masking: writing %d differently masked copies of the data to %s", a.dupe_factor, directory.parent)
+        rows = max(1024, STATIC_SHARD_BYTES // (9 * a.seq_len))  # int32 ids + int32 labels + uint8 types per token
+        write_duplicated_shards(lambda: stream(STATIC_WRITE_BATCH), tmp, a.dupe_factor, rows,
+                                progress=a.progress and is_main)
+        os.replace(tmp, directory)
+    reader = StaticShardReader(directory, a.batch_size, seed=a.seed)
+    index = reader.index
+    found = (index.get("dupe_factor"), index.get("max_seq_length"), index.get("nsp"))
+    if found != (a.dupe_factor, a.seq_len, a.nsp):
+        raise BertforgeError(
+            f"{directory} holds static shards for (dupe_factor, seq_len, nsp)={found}, not "
+            f"{(a.dupe_factor, a.seq_len, a.nsp)}; remove it or use --overwrite"
+        )
+    return reader
+
+
+def run_tokenizer(args: Any, corpus: list[str], own: Path, is_main: bool, barrier: Callable[[], None]):
+    """The run's tokenizer: `args.tokenizer`; else the one saved in `own` by an earlier launch of this run; else a
+    WordPiece vocabulary trained by the main process on the first `tokenizer_sample_mb` of the corpus and saved
+    in `own`, which every process then reads (after `barrier`)."""
+    from .tokenizer import Tokenizer
+
+    a = args
+    if a.tokenizer:
+        return Tokenizer.from_pretrained(a.tokenizer)
+    if (own / "tokenizer.json").is_file():
+        return Tokenizer.from_pretrained(own)
+    if is_main:
+        from .data import iter_documents, take_mb
+
+        log.info("training a WordPiece vocabulary (%d tokens) on %s", a.vocab_size, ", ".join(corpus))
+        lines = take_mb(iter_documents(corpus, text_field=a.text_field), a.tokenizer_sample_mb)
+        tok = Tokenizer.train(lines, vocab_size=a.vocab_size, lowercase=a.lowercase, show_progress=a.progress)
+        tok.save_pretrained(own)
+    barrier()
+    return Tokenizer.from_pretrained(own)
