@@ -522,7 +522,12 @@ class Pretrainer:
             log.info("--resume: no checkpoint in %s yet, starting from step 0", self.out)
 
     # ------------------------------------------------------------------ the loop
-    def forward_backward(self, batch: dict[str, torch.Tensor], scale: float) -> dict[str, torch.Tensor]:
+    def forward_backward(self, batch: dict[str, torch.Tensor], scale: tuple[float, float]) -> dict[str, torch.Tensor]:
+        """Forward and backward of one micro-batch; `scale` = (MLM weight, NSP weight): this micro-batch's share of
+        the step's labelled tokens (NSP: labelled rows) over every micro-batch and rank, times the world size
+        (DDP and FSDP average the gradients over ranks). So the step's gradient is that of the loss averaged over
+        all its labelled tokens, whatever the split into micro-batches and processes. The returned losses are
+        weighted alike: summed over micro-batches and ranks and divided by the world size, they are the step's."""
         dev = self.rt.device
         batch = {k: v.to(dev, non_blocking=True) for k, v in batch.items()}
         with torch.autocast(dev.type, dtype=self.autocast_dtype, enabled=self.autocast_dtype is not None):
@@ -533,19 +538,22 @@ class Pretrainer:
                 labels=batch["labels"],
                 next_sentence_label=batch.get("next_sentence_label"),
             )
-        (out.loss * scale).backward()
+        mlm_loss = out.mlm_loss * scale[0]
+        nsp_loss = out.nsp_loss * scale[1] if out.nsp_loss is not None else None
+        loss = mlm_loss + nsp_loss if nsp_loss is not None else mlm_loss
+        loss.backward()
         with torch.no_grad():
             labels = batch["labels"]
             target = labels[labels != -100]
             stats = {
-                "loss": out.loss.detach(),
-                "mlm_loss": out.mlm_loss.detach(),
+                "loss": loss.detach(),
+                "mlm_loss": mlm_loss.detach(),
                 "mlm_correct": (out.prediction_logits.argmax(-1) == target).sum(),
                 "mlm_count": torch.tensor(target.numel(), device=dev),
                 "tokens": batch["attention_mask"].sum(),
             }
             if out.nsp_loss is not None:
-                stats["nsp_loss"] = out.nsp_loss.detach()
+                stats["nsp_loss"] = nsp_loss.detach()
                 stats["nsp_correct"] = (out.seq_relationship_logits.argmax(-1) == batch["next_sentence_label"]).sum()
                 stats["nsp_count"] = torch.tensor(batch["next_sentence_label"].numel(), device=dev)
         return stats
@@ -555,12 +563,20 @@ class Pretrainer:
         a = self.args
         self.optimizer.zero_grad(set_to_none=True)
         totals: dict[str, torch.Tensor] = {}
-        for micro in range(a.grad_accum):
-            batch = next(self.stream)
+        batches = [next(self.stream) for _ in range(a.grad_accum)]
+        counts = torch.tensor([[(b["labels"] != -100).sum().item(),
+                                (b["next_sentence_label"] != -100).sum().item() if "next_sentence_label" in b else 0]
+                               for b in batches], dtype=torch.float64)  # [micro-batch, (MLM tokens, NSP rows)]
+        step_counts = counts.sum(0).to(self.rt.device)
+        if self.rt.distributed:
+            dist.all_reduce(step_counts)  # the labelled tokens and rows of the whole step, every rank's
+        step_counts = step_counts.cpu().clamp(min=1)  # no labels at all: the loss is NaN anyway, and the step skipped
+        for micro, batch in enumerate(batches):
             sync = micro == a.grad_accum - 1
             ctx = self.train_model.no_sync() if (self.rt.distributed and not sync and hasattr(self.train_model, "no_sync")) else _null()
+            scale = tuple(float(c) * self.rt.world_size / float(n) for c, n in zip(counts[micro], step_counts))
             with ctx:
-                stats = self.forward_backward(batch, 1.0 / a.grad_accum)
+                stats = self.forward_backward(batch, scale)
             for k, v in stats.items():
                 totals[k] = totals.get(k, 0) + v
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), a.max_grad_norm)
@@ -578,7 +594,7 @@ class Pretrainer:
         lr = self.scheduler.get_last_lr()[0]
         self.scheduler.step()
         self.step += 1
-        n = a.grad_accum * self.rt.world_size
+        n = self.rt.world_size  # the losses are weighted by each micro-batch's share of the labels (see forward_backward)
         result = {
             "loss": totals["loss"].item() / n,
             "mlm_loss": totals["mlm_loss"].item() / n,

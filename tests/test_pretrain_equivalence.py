@@ -196,3 +196,103 @@ def test_bf16_autocast_stays_near_fp32(inputs, tmp_path, one_thread):
     print(f"bf16 - fp32 loss gaps {['%.2e' % g for g in gaps]}")
     assert max(gaps) <= 3e-3, gaps
     assert max(gaps) > 0.0
+
+
+# ---------------------------------------------------------------------------------------------------- same rows, split
+STEPS = 2
+
+
+@pytest.fixture(scope="module")
+def global_rows(inputs, tmp_path_factory) -> list[dict[str, torch.Tensor]]:
+    """STEPS global batches of 4 masked rows from the run's own data stream (NSP pairs, dynamic masking), all
+    padded to one length. Full rows of this corpus all get the same number of labelled tokens (4), so in the first
+    row of each batch all labels but one are undone (the original token back in place, label -100): the halves
+    (rows 0-1, rows 2-3) then hold 5 and 8 labelled tokens, and averaging the loss per micro-batch (or per rank)
+    differs from averaging it over the batch."""
+    probe = Pretrainer(settings(inputs, tmp_path_factory.mktemp("rows") / "probe", dropout=False))
+    rows = next(probe.data_stream(4 * STEPS))
+    batches = []
+    for step in range(STEPS):
+        batch = {k: v[4 * step:4 * step + 4].clone() for k, v in rows.items()}
+        ids, labels = batch["input_ids"][0], batch["labels"][0]
+        undo = (labels != -100).nonzero().flatten()[1:]
+        ids[undo], labels[undo] = labels[undo], -100
+        counts = (batch["labels"] != -100).sum(1).tolist()
+        assert counts[0] == 1 and sum(counts[:2]) != sum(counts[2:]), counts
+        batches.append(batch)
+    return batches
+
+
+def split(batch: dict[str, torch.Tensor], parts: int) -> list[dict[str, torch.Tensor]]:
+    n = len(batch["input_ids"]) // parts
+    return [{k: v[p * n:(p + 1) * n] for k, v in batch.items()} for p in range(parts)]
+
+
+def compare(name: str, got: tuple[list[dict], dict], want: tuple[list[dict], dict]) -> tuple[float, float, float]:
+    """(largest loss gap, largest relative grad-norm gap, largest weight gap) between two runs of the same steps.
+    The grad norm (before clipping) is what sees a gradient scaled by a constant: Adam's update barely does."""
+    (r_got, w_got), (r_want, w_want) = got, want
+    loss_gap = max(abs(a["loss"] - b["loss"]) for a, b in zip(r_got, r_want))
+    norm_gap = max(abs(a["grad_norm"] - b["grad_norm"]) / b["grad_norm"] for a, b in zip(r_got, r_want))
+    weight_gap = largest_gap(w_got, w_want)
+    print(f"{name}: loss gap {loss_gap:.2e}, grad-norm gap {norm_gap:.2e} (relative), weight gap {weight_gap:.2e}")
+    return loss_gap, norm_gap, weight_gap
+
+
+@pytest.fixture(scope="module")
+def one_process_batch_of_four(inputs, global_rows, tmp_path_factory):
+    """The reference: one process, one micro-batch of 4 rows per step, fp32 eager, one thread."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        _, results, weights = train(settings(inputs, tmp_path_factory.mktemp("ref") / "run", dropout=False,
+                                             batch_size=4, max_steps=STEPS), STEPS, global_rows)
+    finally:
+        torch.set_num_threads(before)
+    return results, weights
+
+
+def test_gradient_accumulation_equals_the_whole_batch(inputs, tmp_path, global_rows, one_process_batch_of_four,
+                                                      one_thread):
+    """grad_accum 2 x batch 2 against batch 4 on the same rows: the same gradient (the loss averaged over all the
+    step's labelled tokens, not per micro-batch), so the same grad norm and weights."""
+    micro = [half for batch in global_rows for half in split(batch, 2)]
+    _, results, weights = train(settings(inputs, tmp_path / "accum", dropout=False, batch_size=2, grad_accum=2,
+                                         max_steps=STEPS), STEPS, micro)
+    loss_gap, norm_gap, weight_gap = compare("grad_accum 2 x 2 vs 4", (results, weights), one_process_batch_of_four)
+    # measured 4.8e-7 on a loss of 5.5, 7.9e-8, 1.6e-7 (averaged per micro-batch, as before: 8.3e-3, 3.5e-2, 3.9e-3)
+    assert loss_gap <= 2e-6 and norm_gap <= 1e-6 and weight_gap <= 1e-6
+
+
+@pytest.fixture(scope="module")
+def two_processes(inputs, global_rows, tmp_path_factory):
+    """One `torchrun --nproc-per-node 2` (gloo, CPU, one thread each) running the same STEPS under DDP and then
+    under FSDP, each rank on its half of every global batch; {mode: (steps, weights)} from rank 0."""
+    corpus, tok, _, plain = inputs
+    root = tmp_path_factory.mktemp("two")
+    rows = {k: torch.stack([b[k] for b in global_rows]) for k in global_rows[0]}
+    save_file({k: v.contiguous() for k, v in rows.items()}, str(root / "rows.safetensors"))
+    spec = dict(rows=str(root / "rows.safetensors"), out=str(root), modes=["ddp", "fsdp"],
+                args=dict(corpus=[str(corpus)], tokenizer=str(tok), config=str(plain), max_steps=STEPS, batch_size=2,
+                          seq_len=32, lr=1e-3, warmup_steps=0, decay="constant", progress=False, demo=False,
+                          device="cpu"))
+    (root / "spec.json").write_text(json.dumps(spec))
+    worker = Path(__file__).parent / "pretrain_rows_worker.py"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(worker),
+           str(root / "spec.json")]
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    except subprocess.TimeoutExpired:
+        pytest.fail("torchrun with the two-process equivalence worker hung for 300 s")
+    assert done.returncode == 0, done.stderr[-3000:]
+    return {mode: (json.loads((root / mode / "steps.json").read_text()), load_file(str(root / mode / "weights.safetensors")))
+            for mode in spec["modes"]}
+
+
+@pytest.mark.parametrize("mode", ["ddp", "fsdp"])
+def test_two_processes_equal_one_on_the_same_rows(two_processes, one_process_batch_of_four, mode):
+    """2 processes x batch 2 (DDP, or FSDP with --fsdp) against one process x batch 4 on the same rows: the
+    gradients are averaged over both ranks' labelled tokens, so grad norm and weights are the one process's."""
+    loss_gap, norm_gap, weight_gap = compare(f"{mode} 2 x 2 vs 4", two_processes[mode], one_process_batch_of_four)
+    # measured 4.8e-7 on a loss of 5.5, 7.9e-8, 1.6e-7 (FSDP 1.2e-7); averaged per rank, as before: 8.3e-3, 3.5e-2, 3.9e-3
+    assert loss_gap <= 2e-6 and norm_gap <= 1e-6 and weight_gap <= 1e-6
