@@ -153,7 +153,8 @@ def test_compile_follows_eager(inputs, tmp_path, monkeypatch, one_thread, backen
     """`--compile` traced by dynamo and AOTAutograd (`aot_eager`: the graphs the compiler gets, run by eager
     kernels; a few seconds) and with inductor's generated code (slow: ~100 s of compiling on a loaded 2-core
     machine, cached afterwards). Without dropout (compiled code draws its own masks). Measured: aot_eager
-    loss gap 0 / weight gap < 1e-7, inductor loss gap 4.8e-7 / weight gap 5.5e-7; bars 5e-6 for both."""
+    loss gap 0 / weight gap 2.2e-8, inductor loss gap 4.8e-7 to 9.5e-7 / weight gap 5.5e-7 to 1.2e-6 (losses of 5.5);
+    bars 5e-6 for both."""
     _, eager, w_eager = train(settings(inputs, tmp_path / "eager", dropout=False), 3)
     compiled, w_compiled, graphs = compiled_run(inputs, tmp_path / "compiled", monkeypatch, backend)
     assert graphs >= 1  # the model really went through the compiler
