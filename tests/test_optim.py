@@ -1,5 +1,7 @@
 """LAMB against the formulas of You et al. (2019), computed by hand in float64; parameter groups; schedules."""
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -94,3 +96,76 @@ def test_make_optimizer_lamb_excludes_biases_and_layernorm_from_decay():
     # with decay on every tensor the LayerNorm weight would have moved differently: the exclusion is visible
     ln_decayed = lamb_reference(before["1.weight"], [grads["1.weight"]], 0.05, 0.1)
     assert not np.allclose(model[1].weight.detach().double().numpy(), ln_decayed, rtol=1e-6, atol=1e-9)
+
+
+# ---------------------------------------------------------------------------------------------------- schedules
+def schedule_factor(t: int, warmup: int, total: int, decay: str) -> float:
+    """The schedule, written out: optimizer step t (0-based) runs at peak x this. Warmup climbs linearly in equal
+    steps of 1/warmup and reaches the peak on its last step (t = warmup - 1): (t + 1) / warmup, so that no step is
+    wasted at lr 0. From t = warmup the decay starts at the peak, with progress p = (t - warmup) / (total - warmup)
+    capped at 1: linear 1 - p, cosine (1 + cos(pi p)) / 2, constant 1; both decays reach 0 at t = total."""
+    if t < warmup:
+        return (t + 1) / warmup
+    p = min(1.0, (t - warmup) / (total - warmup))
+    return {"linear": 1.0 - p, "cosine": 0.5 * (1.0 + math.cos(math.pi * p)), "constant": 1.0}[decay]
+
+
+def schedule_lrs(peak: float, warmup: int, total: int, decay: str, steps: int) -> list[float]:
+    """The learning rate optimizer step t runs at, for t in range(steps), as the trainers use the scheduler (the
+    rate is read, the optimizer steps, then the scheduler steps)."""
+    from bertforge.optim import warmup_decay
+
+    opt = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=peak)
+    sched = warmup_decay(opt, warmup, total, decay)
+    lrs = []
+    for _ in range(steps):
+        lrs.append(opt.param_groups[0]["lr"])
+        assert sched.get_last_lr()[0] == opt.param_groups[0]["lr"]
+        opt.step()
+        sched.step()
+    return lrs
+
+
+@pytest.mark.parametrize("decay", ["linear", "cosine", "constant"])
+def test_schedule_at_the_boundary_steps(decay):
+    peak, warmup, total = 0.1, 4, 14  # decay over steps 4..14: its middle is step 9
+    lrs = schedule_lrs(peak, warmup, total, decay, total + 3)
+    for t, lr in enumerate(lrs):
+        assert lr == pytest.approx(peak * schedule_factor(t, warmup, total, decay), rel=1e-12, abs=1e-15), (t, lr)
+    # the boundary steps by value, not through the formula above
+    assert lrs[0] == pytest.approx(0.025)  # first warmup step: peak / warmup, not 0
+    assert lrs[1] == pytest.approx(0.05) and lrs[2] == pytest.approx(0.075)
+    assert lrs[3] == pytest.approx(0.1)  # warmup - 1: the peak
+    assert lrs[4] == pytest.approx(0.1)  # warmup: the decay starts from the peak
+    after, middle, end = {"linear": (0.09, 0.05, 0.0), "cosine": (0.1 * (1 + 0.9510565162951535) / 2, 0.05, 0.0),
+                          "constant": (0.1, 0.1, 0.1)}[decay]  # cos(pi / 10) = 0.951..
+    assert lrs[5] == pytest.approx(after)  # warmup + 1
+    assert lrs[9] == pytest.approx(middle)  # the middle of the decay
+    assert lrs[14] == pytest.approx(end, abs=1e-15) and lrs[16] == pytest.approx(end, abs=1e-15)  # total, and past it
+    if decay != "constant":
+        assert all(a > b for a, b in zip(lrs[4:14], lrs[5:15])), "strictly decreasing from warmup to total"
+        step7 = 0.1 * (1 + math.cos(math.pi * 0.3)) / 2 if decay == "cosine" else 0.07  # progress 0.3
+        assert lrs[7] == pytest.approx(step7)
+
+
+def test_schedule_without_warmup_starts_at_the_peak():
+    for decay in ("linear", "cosine", "constant"):
+        lrs = schedule_lrs(0.2, 0, 10, decay, 11)
+        assert lrs[0] == pytest.approx(0.2), decay
+        for t, lr in enumerate(lrs):
+            assert lr == pytest.approx(0.2 * schedule_factor(t, 0, 10, decay), abs=1e-15), (decay, t)
+    assert schedule_lrs(0.2, 0, 10, "linear", 11)[5] == pytest.approx(0.1)
+
+
+def test_schedule_warmup_covering_the_whole_run():
+    """warmup == total: the run is all warmup and never decays (the decay's span would be 0)."""
+    lrs = schedule_lrs(1.0, 5, 5, "linear", 5)
+    assert lrs == pytest.approx([0.2, 0.4, 0.6, 0.8, 1.0])
+
+
+def test_unknown_decay_is_refused():
+    from bertforge import BertforgeError
+    from bertforge.optim import warmup_decay
+
+    with pytest.raises(BertforgeError, match="linear, cosine or constant"):
+        warmup_decay(torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1.0), 1, 10, "cosin")

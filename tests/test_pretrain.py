@@ -96,6 +96,32 @@ def test_lamb_pretraining_loss_falls(corpus_and_tokenizer, tmp_path):
     assert last < first - 0.3, (first, last)
 
 
+@pytest.mark.parametrize("decay", ["linear", "cosine"])
+def test_logged_learning_rate_follows_warmup_then_decay(corpus_and_tokenizer, tmp_path, decay):
+    """The lr column of metrics.jsonl is the rate each step ran at: step s (1-based) is optimizer step t = s - 1,
+    which runs at peak x (t + 1) / warmup during warmup, then peak x (1 - p) (linear) or peak x (1 + cos(pi p)) / 2
+    (cosine) with p = (t - warmup) / (max_steps - warmup). Checked at every step, warmup and decay boundaries
+    included; the run's own lr values are never the expectation."""
+    peak, warmup, total = 2e-3, 3, 11  # the decay spans steps t = 3..11: its middle is t = 7 (logged step 8)
+    out = tmp_path / "run"
+    pretrain(args(corpus_and_tokenizer, out, lr=peak, warmup_steps=warmup, max_steps=total, decay=decay, log_every=1,
+                  save_every=total, nsp=False))
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == list(range(1, total + 1))
+    for row in rows:
+        t = row["step"] - 1
+        if t < warmup:
+            want = peak * (t + 1) / warmup
+        else:
+            p = (t - warmup) / (total - warmup)
+            want = peak * (1 - p) if decay == "linear" else peak * (1 + math.cos(math.pi * p)) / 2
+        assert row["lr"] == pytest.approx(want, rel=1e-9), (row["step"], row["lr"], want)
+    by_step = {r["step"]: r["lr"] for r in rows}
+    assert by_step[1] == pytest.approx(peak / 3) and by_step[3] == pytest.approx(peak) and by_step[4] == pytest.approx(peak)
+    assert by_step[8] == pytest.approx(peak / 2)  # the middle of the decay, for both kinds
+    assert by_step[5] == pytest.approx(peak * (0.875 if decay == "linear" else (1 + math.cos(math.pi / 8)) / 2))
+
+
 class Interrupt(Exception):
     pass
 

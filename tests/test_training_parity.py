@@ -1,6 +1,8 @@
 """The fast training path (sparse MLM decoder, unpadded encoder, fused AdamW) follows the reference path step by
 step: `transformers.BertForPreTraining` from the same weights, on the same padded batches, with the same optimizer
-settings and no dropout, gives the same losses (measured: within 1e-6) and the same weights (within 1e-6) after 25 steps."""
+settings and no dropout, gives the same losses (bar 1e-6 x |loss|; measured 2.0e-7 x |loss|, 9.5e-7 absolute on a
+loss of 4.7, two float32 ulps) and the same weights (bar 2e-6; measured 5.3e-7 with two threads, 2.4e-7 with one,
+1.02e-6 with BERTFORGE_LINEAR=aten) after 25 steps."""
 
 from __future__ import annotations
 
@@ -68,11 +70,12 @@ def test_training_run_follows_transformers(tmp_path):
     first, last = losses[0], losses[-1]
     assert abs(first[0] - first[1]) < 1e-5, first  # same weights, same batch
     assert last[1] < first[1] - 0.5, "the reference run must learn something for the comparison to mean anything"
-    for step, (a, b) in enumerate(losses):
-        assert abs(a - b) <= 1e-4 * max(1.0, abs(b)), f"step {step}: bertforge {a:.6f} vs transformers {b:.6f}"
+    gaps = [abs(a - b) / max(1.0, abs(b)) for a, b in losses]
     ref_params = dict(ref.named_parameters())
-    for name, p in ours.named_parameters():
-        if name == "cls.predictions.decoder.weight" or name not in ref_params:
-            continue
-        diff = (p - ref_params[name]).abs().max().item()
-        assert diff <= 1e-4, f"{name}: weights drifted apart by {diff:.2e} after {STEPS} steps"
+    drift = {name: (p - ref_params[name]).abs().max().item() for name, p in ours.named_parameters()
+             if name != "cls.predictions.decoder.weight" and name in ref_params}  # the decoder is tied to the embeddings
+    print(f"largest relative loss gap {max(gaps):.2e}, largest weight gap {max(drift.values()):.2e}")
+    for step, ((a, b), gap) in enumerate(zip(losses, gaps)):
+        assert gap <= 1e-6, f"step {step}: bertforge {a:.7f} vs transformers {b:.7f}"  # measured at most 2.0e-7
+    for name, diff in drift.items():
+        assert diff <= 2e-6, f"{name}: weights drifted apart by {diff:.2e} after {STEPS} steps"  # measured 5.3e-7
