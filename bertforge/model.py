@@ -186,9 +186,9 @@ class BertResidualOutput(nn.Module):
         self.dropout = config.hidden_dropout_prob
 
     def forward(self, x: Tensor, residual: Tensor) -> Tensor:
-        if self.training and self.dropout > 0:
-            return self.LayerNorm(dropout(self.dense(x), self.dropout, True) + residual)
-        return self.LayerNorm(self.dense(x, residual=residual))  # the add fused into the matmul where possible
+        if self.training or torch.is_grad_enabled():
+            return self.LayerNorm(dropout(self.dense(x), self.dropout, self.training) + residual)
+        return self.LayerNorm(self.dense(x, residual=residual))  # inference: the add fused into the matmul (oneDNN)
 
 
 class BertAttention(nn.Module):

@@ -17,6 +17,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from bertforge.pretrain import PretrainArgs, Pretrainer
+from bertforge.pretrain_data import pretraining_stream
 from test_pretrain import corpus_and_tokenizer  # noqa: F401  (the module fixture: corpus, tokenizer, config)
 
 NO_DROPOUT = dict(vocab_size=120, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
@@ -211,7 +212,7 @@ def global_rows(inputs, tmp_path_factory) -> list[dict[str, torch.Tensor]]:
     (rows 0-1, rows 2-3) then hold 5 and 8 labelled tokens, and averaging the loss per micro-batch (or per rank)
     differs from averaging it over the batch."""
     probe = Pretrainer(settings(inputs, tmp_path_factory.mktemp("rows") / "probe", dropout=False))
-    rows = next(probe.data_stream(4 * STEPS))
+    rows = next(pretraining_stream(probe.args, probe.corpus, probe.tokenizer, 0, 1, 4 * STEPS))
     batches = []
     for step in range(STEPS):
         batch = {k: v[4 * step:4 * step + 4].clone() for k, v in rows.items()}
