@@ -42,6 +42,7 @@ from .errors import BertforgeError
 from .io import atomic_directory, atomic_write_text
 from .model import BertForPreTraining
 from .optim import make_optimizer, warmup_decay
+from .options import option
 from .pretrain_data import STATIC_DIR, pretraining_stream, run_tokenizer, static_reader
 from .state import load_state, save_state
 from .train import TrainStep, labelled_count, pick_precision
@@ -64,41 +65,49 @@ RESUMABLE_CHANGES = {"max_steps", "save_every", "keep_last", "log_every", "resum
 
 @dataclass
 class PretrainArgs:
-    corpus: list[str] = field(default_factory=list)  # files or directories; empty: the bundled demo corpus
-    out: str = "runs/pretrain"
-    config: str = "tiny"  # a preset name or a config.json path
-    tokenizer: str | None = None  # a tokenizer dir; None: train one on the corpus and keep it in OUT/tokenizer
-    vocab_size: int = 30522  # for a tokenizer trained here
-    tokenizer_sample_mb: float = 256.0  # train the vocabulary on the first N MB of the corpus
-    lowercase: bool = True
-    max_steps: int = 1000
-    batch_size: int = 32  # sequences per micro-batch per process
-    grad_accum: int = 1
-    seq_len: int = 128
-    lr: float = 1e-4
-    warmup_steps: int = 100
-    decay: str = "linear"  # linear | cosine | constant
-    optimizer: str = "adamw"  # adamw | lamb
-    weight_decay: float = 0.01
+    """Everything that defines a pretraining run; each field with `option(...)` is also a `bertforge pretrain`
+    option (see `bertforge.options`)."""
+
+    corpus: list[str] = option(help="text files or directories (.txt, .gz, .jsonl); blank lines separate documents, "
+                               "one sentence per line. Default: the bundled demo corpus, with demo settings",
+                               default_factory=list, metavar="PATH")
+    out: str = option("runs/pretrain", "output directory")
+    config: str = option("tiny", "a preset (tiny, mini, small, medium, base, large) or a config.json")
+    tokenizer: str | None = option(None, "an existing tokenizer; default: train a WordPiece vocabulary on the corpus "
+                                   "and keep it in OUT/tokenizer", metavar="DIR")
+    vocab_size: int = option(30522, "size of a vocabulary trained here")
+    tokenizer_sample_mb: float = option(256.0, "train the vocabulary on the first N MB of the corpus")
+    lowercase: bool = option(True, "keep case and accents in a vocabulary trained here", flag="--cased")
+    max_steps: int = option(1000, "optimizer steps")
+    batch_size: int = option(32, "sequences per micro-batch per process")
+    grad_accum: int = option(1, "micro-batches per optimizer step")
+    seq_len: int = option(128, "tokens per sequence")
+    lr: float = option(1e-4, "peak learning rate")
+    warmup_steps: int = option(100, "linear warmup steps")
+    decay: str = option("linear", "learning-rate decay after warmup", choices=("linear", "cosine", "constant"))
+    optimizer: str = option("adamw", "the optimizer; LAMB for very large batches", choices=("adamw", "lamb"))
+    weight_decay: float = option(0.01, "decoupled weight decay of matrices and embeddings")
     max_grad_norm: float = 1.0
-    seed: int = 0
-    nsp: bool = True  # False: RoBERTa-style full-sentence packing, MLM loss only
-    whole_word_mask: bool = False
-    mlm_probability: float = 0.15
-    static_masking: bool = False  # mask once, write to OUT/static_shards, train from there (the original BERT recipe)
-    dupe_factor: int = 10  # static masking: each instance masked this many different ways (BERT's duplication factor)
-    save_every: int = 500
-    keep_last: int = 3
-    log_every: int = 10
-    resume: bool = False
-    overwrite: bool = False
-    device: str = "auto"  # auto | cpu | cuda
-    precision: str = "auto"  # auto (bf16 on CUDA, fp32 on CPU) | fp32 | bf16
-    fsdp: bool = False
-    gradient_checkpointing: bool = False
-    compile: bool = False
-    text_field: str = "text"
-    progress: bool = True
+    seed: int = option(0, "random seed")
+    nsp: bool = option(True, "RoBERTa-style full-sentence packing, no next-sentence prediction", flag="--no-nsp")
+    whole_word_mask: bool = option(False, "mask whole words rather than word pieces")
+    mlm_probability: float = option(0.15, "share of tokens masked for the MLM loss")
+    static_masking: bool = option(False, "mask once, as the original BERT did: write the masked data to "
+                                  "OUT/static_shards first, then train from it")
+    dupe_factor: int = option(10, "with --static-masking: how many different ways each instance is masked "
+                              "(BERT's duplication factor)")
+    save_every: int = option(500, "checkpoint every N steps")
+    keep_last: int = option(3, "complete checkpoints to keep")
+    log_every: int = option(10, "a metrics row every N steps")
+    resume: bool = option(False, "continue the run in --out from its newest complete checkpoint")
+    overwrite: bool = option(False, "replace the run in --out")
+    device: str = option("auto", "where to train", choices=("auto", "cpu", "cuda"))
+    precision: str = option("auto", "auto: bf16 autocast on CUDA, fp32 on CPU", choices=("auto", "fp32", "bf16"))
+    fsdp: bool = option(False, "shard the model with FSDP (under torchrun)")
+    gradient_checkpointing: bool = option(False, "recompute activations to save memory")
+    compile: bool = option(False, "torch.compile the model")
+    text_field: str = option("text", "the text field of .jsonl input")
+    progress: bool = option(True, "no progress bar", flag="--no-progress")
     demo: bool = True  # print [MASK] predictions for a few sentences before and after
 
 
