@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import json
+import os
+from pathlib import Path
 
 NAME = "pretrain"
 HELP = "pretrain a BERT on your own corpus (with no arguments: a demo on the bundled corpus)"
@@ -54,10 +57,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gradient-checkpointing", action="store_true", help="recompute activations to save memory")
     p.add_argument("--compile", action="store_true", help="torch.compile the model")
     p.add_argument("--text-field", default=d.text_field, help="the text field of .jsonl input")
+    p.add_argument("--allow-binary", action="store_true",
+                   help="read corpus files that look binary (NUL bytes, mostly control characters or invalid UTF-8) "
+                        "instead of refusing them; invalid bytes are replaced")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..data.corpus import binary_corpora_allowed, warn_replaced
     from ..pretrain import PretrainArgs, pretrain
 
     d = PretrainArgs()
@@ -105,5 +112,34 @@ def run(args: argparse.Namespace) -> int:
         text_field=args.text_field,
         progress=not args.no_progress,
     )
-    pretrain(settings)
+    with binary_corpora_allowed(args.allow_binary):
+        final = pretrain(settings)
+    if final is not None and os.environ.get("RANK", "0") == "0":  # under torchrun, rank 0 speaks for the run
+        warn_replaced(replaced_bytes(Path(final).parent))
     return 0
+
+
+def replaced_bytes(out: Path) -> int:
+    """Bytes of the corpus that were not UTF-8 (read as U+FFFD), summed over the ranks, as the data state of the
+    run's newest checkpoint counts them (or, with static masking, the shards' index); 0 when nothing tells."""
+    from ..data.static import INDEX_NAME
+    from ..errors import BertforgeError
+    from ..pretrain import STATIC_DIR, list_checkpoints
+    from ..state import load_state
+
+    total = 0
+    for index in sorted((out / STATIC_DIR).glob(f"*/{INDEX_NAME}")):
+        try:
+            total += int(json.loads(index.read_text(encoding="utf-8")).get("stats", {}).get("bytes_replaced", 0))
+        except (OSError, ValueError, TypeError, AttributeError):
+            pass
+    checkpoints = list_checkpoints(out)
+    if total or not checkpoints:
+        return total
+    try:
+        states = load_state(checkpoints[-1][1], "data")
+        for state in states:
+            total += int(state["instances"]["reader"]["stats"]["bytes_replaced"])
+    except (BertforgeError, KeyError, TypeError, ValueError):
+        return 0
+    return total
