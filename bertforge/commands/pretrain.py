@@ -64,7 +64,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..data.corpus import binary_corpora_allowed, warn_replaced
+    from ..data.corpus import binary_corpora_allowed, check_corpus_files, list_corpus_files, warn_replaced
     from ..pretrain import PretrainArgs, pretrain
 
     d = PretrainArgs()
@@ -112,34 +112,42 @@ def run(args: argparse.Namespace) -> int:
         text_field=args.text_field,
         progress=not args.no_progress,
     )
+    if args.corpus and not args.allow_binary:  # before the run writes anything into --out
+        check_corpus_files(list_corpus_files(args.corpus))
     with binary_corpora_allowed(args.allow_binary):
         final = pretrain(settings)
     if final is not None and os.environ.get("RANK", "0") == "0":  # under torchrun, rank 0 speaks for the run
-        warn_replaced(replaced_bytes(Path(final).parent))
+        replaced, passes = replaced_bytes(Path(final).parent)
+        warn_replaced(replaced, passes=passes)
     return 0
 
 
-def replaced_bytes(out: Path) -> int:
-    """Bytes of the corpus that were not UTF-8 (read as U+FFFD), summed over the ranks, as the data state of the
+def replaced_bytes(out: Path) -> tuple[int, int]:
+    """(bytes, passes): the bytes of the corpus that were not UTF-8 (read as U+FFFD), summed over the ranks
+    and over every pass the run made over the corpus (`passes`: the most any rank made), as the data state of the
     run's newest checkpoint counts them (or, with static masking, the shards' index); 0 when nothing tells."""
     from ..data.static import INDEX_NAME
     from ..errors import BertforgeError
     from ..pretrain import STATIC_DIR, list_checkpoints
     from ..state import load_state
 
-    total = 0
+    total, passes = 0, 1
     for index in sorted((out / STATIC_DIR).glob(f"*/{INDEX_NAME}")):
         try:
-            total += int(json.loads(index.read_text(encoding="utf-8")).get("stats", {}).get("bytes_replaced", 0))
+            stats = json.loads(index.read_text(encoding="utf-8")).get("stats", {})
+            total += int(stats.get("bytes_replaced", 0))
+            passes = max(passes, int(stats.get("epoch", 0)) + 1)
         except (OSError, ValueError, TypeError, AttributeError):
             pass
     checkpoints = list_checkpoints(out)
     if total or not checkpoints:
-        return total
+        return total, passes
     try:
         states = load_state(checkpoints[-1][1], "data")
         for state in states:
-            total += int(state["instances"]["reader"]["stats"]["bytes_replaced"])
+            reader = state["instances"]["reader"]
+            total += int(reader["stats"]["bytes_replaced"])
+            passes = max(passes, int(reader["epoch"]) + 1)
     except (BertforgeError, KeyError, TypeError, ValueError):
-        return 0
-    return total
+        return 0, passes
+    return total, passes

@@ -460,10 +460,13 @@ def iter_documents(
             warn_replaced(reader.bytes_replaced, reader.first_replaced)
 
 
-def warn_replaced(count: int, first: str | None = None) -> None:
-    """Warn that `count` bytes of the corpus were not UTF-8 and were read as U+FFFD (nothing when 0)."""
+def warn_replaced(count: int, first: str | None = None, passes: int = 1) -> None:
+    """Warn that `count` bytes of the corpus were not UTF-8 and were read as U+FFFD (nothing when 0); `passes`: how
+    many times the corpus was read (each pass counts its bytes again)."""
     if count:
         where = f", the first at {first}" if first else ""
+        if passes > 1:
+            where += f" (counted on each of {passes} passes over the corpus)"
         many = count != 1
         log.warning("corpus: %s byte%s %s not UTF-8 and %s read as U+FFFD%s", f"{count:,}", "s" if many else "",
                     "were" if many else "was", "were" if many else "was", where)

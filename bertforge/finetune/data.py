@@ -114,18 +114,21 @@ class _Skipped:
     """Malformed rows skipped by a lenient read: how many, and the first one's line and problem."""
 
     def __init__(self, path: Path, lenient: bool) -> None:
-        self.path, self.lenient, self.count, self.first = path, lenient, 0, ""
+        self.path, self.lenient, self.count = path, lenient, 0
+        self.first: tuple[int, str] | None = None
 
-    def bad(self, line: int | str, problem: str) -> None:
+    def bad(self, start: int, end: int, problem: str) -> None:
+        where = f"{start}" if end <= start else f"{start}-{end}"
         if not self.lenient:
-            raise BertforgeError(f"{self.path}:{line}: {problem} (--lenient-rows skips malformed rows)")
+            raise BertforgeError(f"{self.path}:{where}: {problem} (--lenient-rows skips malformed rows)")
         self.count += 1
-        self.first = self.first or f"line {line}: {problem}"
+        if self.first is None or start < self.first[0]:
+            self.first = (start, f"line {where}: {problem}")
 
     def report(self) -> None:
-        if self.count:
+        if self.count and self.first is not None:
             log.warning("%s: skipped %d malformed row%s (--lenient-rows); the first at %s", self.path, self.count,
-                        "s" if self.count != 1 else "", self.first)
+                        "s" if self.count != 1 else "", self.first[1])
 
 
 def _tsv_field(cell: str) -> str:
@@ -151,12 +154,11 @@ def _csv_rows(path: Path, text: str, skipped: _Skipped) -> list[tuple[int, int, 
                 break
             except csv.Error as err:
                 end = reader.line_num
-                span = f"{start}" if end <= start else f"{start}-{end}"
                 if "unexpected end of data" in str(err):
                     problem = f"a quote opened on line {start} is never closed (an unbalanced quote)"
                 else:
                     problem = f"malformed CSV ({err}: an unbalanced quote, or text after a closing quote)"
-                skipped.bad(span, problem)
+                skipped.bad(start, end, problem)
                 continue
             end = reader.line_num
             rows.append((start, end, cells))
@@ -189,10 +191,9 @@ def _rows(
     rows = []
     for start, end, cells in spans[0 if no_header else 1 :]:
         if len(cells) != expected:
-            where = f"{start}" if end == start else f"{start}-{end}"
             hint = ("a tab inside a text?" if tsv else "a comma inside a text that is not quoted?") if len(
                 cells) > expected else ("a missing field?" if tsv else "a missing field, or a quote spanning lines?")
-            skipped.bad(where, f"{len(cells)} field{'s' if len(cells) != 1 else ''}, but {what} has {expected} ({hint})")
+            skipped.bad(start, end, f"{len(cells)} field{'s' if len(cells) != 1 else ''}, but {what} has {expected} ({hint})")
             continue
         rows.append((end, cells))
     skipped.report()
