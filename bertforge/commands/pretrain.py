@@ -112,8 +112,9 @@ def run(args: argparse.Namespace) -> int:
         text_field=args.text_field,
         progress=not args.no_progress,
     )
-    if args.corpus and not args.allow_binary:  # before the run writes anything into --out
-        check_corpus_files(list_corpus_files(args.corpus))
+    present = [path for path in args.corpus if Path(path).exists()]  # a missing one is the run's to report
+    if present and not args.allow_binary:  # before the run writes anything into --out
+        check_corpus_files(list_corpus_files(present))
     with binary_corpora_allowed(args.allow_binary):
         final = pretrain(settings)
     if final is not None and os.environ.get("RANK", "0") == "0":  # under torchrun, rank 0 speaks for the run
