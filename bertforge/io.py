@@ -13,6 +13,7 @@ import ctypes
 import errno
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -40,6 +41,76 @@ def json_object(text: str | bytes, where: str) -> dict[str, Any]:
     if not isinstance(record, dict):
         raise BertforgeError(f"{where}: expected a JSON object, got {type(record).__name__}")
     return record
+
+
+# ---------------------------------------------------------------------------------------------------- text or binary
+# Every reader of text (corpora, task files, embed input) calls `check_text` on a file's first bytes before reading
+# it, so that a binary file (a program, an archive, an image, UTF-16 text) is refused instead of being read as
+# text made of replacement characters.
+
+TEXT_SAMPLE_BYTES = 64 << 10  # how much of the start of a file is looked at
+BINARY_SHARE = 0.30  # more than this share of suspicious characters in the sample: not text
+# C0 controls other than tab, line feed, vertical tab, form feed and carriage return; DEL and the C1 controls;
+# U+FFFD (text that already went through a lossy conversion); U+DC80-U+DCFF (bytes that are not UTF-8, as the
+# "surrogateescape" decoding leaves them, one per byte).
+_SUSPICIOUS = re.compile("[\x00-\x08\x0e-\x1f\x7f-\x9f\ufffd\udc80-\udcff]")
+
+
+def binary_reason(head: bytes, truncated: bool = False) -> str | None:
+    """Why `head`, the first bytes of a file, look binary rather than UTF-8 text; None when they look like text.
+
+    Not text: a UTF-16/UTF-32 byte-order mark, any NUL byte, or more than `BINARY_SHARE` of the characters being
+    control characters (tab and line ends excepted), U+FFFD or bytes that are not UTF-8. `truncated`: `head` is a
+    prefix of the file, so a multi-byte character cut at its end is not counted.
+    """
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return "UTF-16 or UTF-32 text (it starts with a byte-order mark FF FE or FE FF); convert it to UTF-8"
+    nul = head.find(b"\x00")
+    if nul >= 0:
+        return f"a NUL byte at offset {nul}"
+    if truncated:  # drop a trailing, possibly incomplete, multi-byte sequence
+        i = len(head) - 1
+        while i > 0 and len(head) - i < 4 and head[i] & 0xC0 == 0x80:
+            i -= 1
+        if i >= 0 and head[i] >= 0xC0:
+            head = head[:i]
+    text = head.decode("utf-8", "surrogateescape")
+    if not text:
+        return None
+    bad = len(_SUSPICIOUS.findall(text))
+    if bad > BINARY_SHARE * len(text):
+        return (f"{bad / len(text):.0%} of the first {len(head):,} bytes are control characters or not UTF-8 "
+                f"(a binary file, or text in another encoding)")
+    return None
+
+
+def read_head(path: str | Path, size: int = TEXT_SAMPLE_BYTES) -> tuple[bytes, bool]:
+    """The first `size` bytes of a file (decompressed for `.gz`) and whether the file goes on after them."""
+    import gzip
+    import zlib
+
+    path = Path(path)
+    try:
+        with (gzip.open(path, "rb") if path.name.endswith(".gz") else open(path, "rb")) as fh:
+            head = fh.read(size + 1)
+    except (OSError, EOFError, zlib.error) as err:
+        reason = (err.strerror if isinstance(err, OSError) else None) or str(err)
+        raise BertforgeError(f"{path}: cannot read it ({reason})") from None
+    return head[:size], len(head) > size
+
+
+def check_text(path: str | Path, head: bytes | None = None, truncated: bool = False, hint: str = "") -> None:
+    """Raise a `BertforgeError` naming `path` when its first bytes are not text (see `binary_reason`). `head`: those
+    bytes when the caller has already read them (else they are read here); `hint`: how to override, for the
+    message."""
+    if head is None:
+        head, truncated = read_head(path)
+    else:
+        truncated = truncated or len(head) > TEXT_SAMPLE_BYTES
+        head = head[:TEXT_SAMPLE_BYTES]
+    reason = binary_reason(head, truncated)
+    if reason is not None:
+        raise BertforgeError(f"{path}: not a text file: {reason}{'; ' + hint if hint else ''}")
 
 
 def _current_umask() -> int:

@@ -19,7 +19,7 @@ import random
 import re
 import shutil
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +37,7 @@ from torch.distributed.checkpoint.state_dict import (
 from .checkpoint import read_state_dict
 from .config import BertConfig, PRESETS
 from .constants import IGNORE_INDEX
-from .data.corpus import DEFAULT_CORPUS
+from .data.corpus import DEFAULT_CORPUS, check_corpus_files, list_corpus_files
 from .errors import BertforgeError
 from .io import atomic_directory, atomic_write_text
 from .model import BertForPreTraining
@@ -107,6 +107,8 @@ class PretrainArgs:
     gradient_checkpointing: bool = option(False, "recompute activations to save memory")
     compile: bool = option(False, "torch.compile the model")
     text_field: str = option("text", "the text field of .jsonl input")
+    allow_binary: bool = option(False, "read corpus files that look binary (NUL bytes, mostly control characters or "
+                                "invalid UTF-8) instead of refusing them; invalid bytes are replaced")
     progress: bool = option(True, "no progress bar", flag="--no-progress")
     demo: bool = True  # print [MASK] predictions for a few sentences before and after
 
@@ -211,6 +213,9 @@ class Pretrainer:
         self.rt = setup_runtime(args.device)
         self.out = Path(args.out)
         self.corpus = [str(p) for p in args.corpus] or [str(DEFAULT_CORPUS)]
+        present = [path for path in self.corpus if Path(path).exists()]  # a missing one is reported by the reader
+        if present and not args.allow_binary:  # before anything is written into --out
+            check_corpus_files(list_corpus_files(present))
         base_config = self.build_config()  # settings the model config refuses fail here, before anything is written
         self.autocast_dtype = pick_precision(self.args.precision, self.rt.device)
         self.prepare_output_dir()

@@ -44,6 +44,7 @@ def pretraining_stream(args: Any, corpus: list[str], tokenizer: Any, rank: int, 
         rank=rank,
         world_size=world_size,
         text_field=a.text_field,
+        allow_binary=a.allow_binary,
     )
 
 
@@ -94,7 +95,7 @@ def run_tokenizer(args: Any, corpus: list[str], own: Path, is_main: bool, barrie
         from .data import iter_documents, take_mb
 
         log.info("training a WordPiece vocabulary (%d tokens) on %s", a.vocab_size, ", ".join(corpus))
-        lines = take_mb(iter_documents(corpus, text_field=a.text_field), a.tokenizer_sample_mb)
+        lines = take_mb(iter_documents(corpus, text_field=a.text_field, allow_binary=a.allow_binary), a.tokenizer_sample_mb)
         tok = Tokenizer.train(lines, vocab_size=a.vocab_size, lowercase=a.lowercase, show_progress=a.progress)
         tok.save_pretrained(own)
     barrier()

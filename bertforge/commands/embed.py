@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import BertforgeError
-from ..io import atomic_write
+from ..io import atomic_write, check_text
 
 NAME = "embed"
 HELP = "embed the texts of a .txt (one a line) or .jsonl file into a .npy array [n, hidden]"
@@ -46,6 +46,7 @@ def read_lines(path: Path) -> list[str]:
         raise BertforgeError(f"{path}: no such input file") from None
     except OSError as err:
         raise BertforgeError(f"{path}: cannot read ({err.strerror or err})") from None
+    check_text(path, data)  # a binary file is refused by name
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as err:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
+import os
+from pathlib import Path
 
 NAME = "pretrain"
 HELP = "pretrain a BERT on your own corpus (with no arguments: a demo on the bundled corpus)"
@@ -23,9 +26,44 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """The settings given on the command line over the defaults (the demo's when no --corpus is given)."""
+    from ..data.corpus import warn_replaced
     from ..options import given
     from ..pretrain import PretrainArgs, pretrain
 
     base = PretrainArgs() if args.corpus else PretrainArgs(**DEMO)
-    pretrain(dataclasses.replace(base, **given(args, PretrainArgs)))
+    final = pretrain(dataclasses.replace(base, **given(args, PretrainArgs)))
+    if final is not None and os.environ.get("RANK", "0") == "0":  # under torchrun, rank 0 speaks for the run
+        replaced, passes = replaced_bytes(Path(final).parent)
+        warn_replaced(replaced, passes=passes)
     return 0
+
+
+def replaced_bytes(out: Path) -> tuple[int, int]:
+    """(bytes, passes): the bytes of the corpus that were not UTF-8 (read as U+FFFD), summed over the ranks
+    and over every pass the run made over the corpus (`passes`: the most any rank made), as the data state of the
+    run's newest checkpoint counts them (or, with static masking, the shards' index); 0 when nothing tells."""
+    from ..data.static import INDEX_NAME
+    from ..errors import BertforgeError
+    from ..pretrain import STATIC_DIR, list_checkpoints
+    from ..state import load_state
+
+    total, passes = 0, 1
+    for index in sorted((out / STATIC_DIR).glob(f"*/{INDEX_NAME}")):
+        try:
+            stats = json.loads(index.read_text(encoding="utf-8")).get("stats", {})
+            total += int(stats.get("bytes_replaced", 0))
+            passes = max(passes, int(stats.get("epoch", 0)) + 1)
+        except (OSError, ValueError, TypeError, AttributeError):
+            pass
+    checkpoints = list_checkpoints(out)
+    if total or not checkpoints:
+        return total, passes
+    try:
+        states = load_state(checkpoints[-1][1], "data")
+        for state in states:
+            reader = state["instances"]["reader"]
+            total += int(reader["stats"]["bytes_replaced"])
+            passes = max(passes, int(reader["epoch"]) + 1)
+    except (BertforgeError, KeyError, TypeError, ValueError):
+        return 0, passes
+    return total, passes

@@ -15,6 +15,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cased", action="store_true", help="keep case and accents")
     p.add_argument("--text-field", default="text", help="the text field of .jsonl input")
     p.add_argument("--sample-mb", type=float, default=None, help="train on the first N MB of the corpus only (default: all of it)")
+    p.add_argument("--allow-binary", action="store_true",
+                   help="read corpus files that look binary (NUL bytes, mostly control characters or invalid UTF-8) "
+                        "instead of refusing them; invalid bytes are replaced")
     p.add_argument("--out", required=True, metavar="DIR")
 
 
@@ -31,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
     for path in args.corpus:
         if not Path(path).exists():
             raise BertforgeError(f"corpus path {path} does not exist")
-    lines = iter_documents(args.corpus, text_field=args.text_field)
+    lines = iter_documents(args.corpus, text_field=args.text_field, allow_binary=args.allow_binary)
     if args.sample_mb is not None:
         lines = take_mb(lines, args.sample_mb)
     tok = Tokenizer.train(lines, vocab_size=args.vocab_size, lowercase=not args.cased, min_frequency=args.min_frequency)

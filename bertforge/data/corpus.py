@@ -12,6 +12,11 @@ Directories are walked recursively, in sorted order, taking ``.txt``, ``.gz`` an
 and folders are skipped). Files are read line by line in binary and decoded per line with ``errors="replace"``;
 every byte that was not valid UTF-8 is counted in :attr:`CorpusReader.bytes_replaced`.
 
+Binary files are refused: before reading, the first 64 KiB of every file (decompressed for ``.gz``) must look like
+text (:func:`bertforge.io.binary_reason`: no NUL byte, no UTF-16 byte-order mark, at most 30 % control characters
+or bytes that are not UTF-8). ``allow_binary=True`` (the ``--allow-binary`` option of ``pretrain`` and
+``train-tokenizer``) reads them anyway, with replacement.
+
 Sharding across data-parallel ranks
 -----------------------------------
 ``shard_by="document"`` (the default): documents are numbered in corpus order (0, 1, 2, ... over all files) and
@@ -32,6 +37,7 @@ from __future__ import annotations
 
 import codecs
 import gzip
+import logging
 import os
 import re
 import threading
@@ -42,12 +48,22 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from bertforge.errors import BertforgeError
-from bertforge.io import json_object
+from bertforge.io import check_text, json_object
 
 CORPUS_SUFFIXES = (".txt", ".gz", ".jsonl")
 DEFAULT_CORPUS = Path(__file__).with_name("default_corpus.txt.gz")
 
 PathsLike = str | os.PathLike | Iterable[str | os.PathLike]
+
+log = logging.getLogger("bertforge")
+
+BINARY_HINT = "pass --allow-binary to read it anyway (invalid bytes are replaced)"
+
+
+def check_corpus_files(files: list[Path]) -> None:
+    """Refuse (BertforgeError naming the file) the first file whose first bytes are not text."""
+    for path in files:
+        check_text(path, hint=BINARY_HINT)
 
 
 @dataclass(slots=True)
@@ -151,12 +167,15 @@ class CorpusReader:
         shard_by: str = "document",
         min_docs: int = 1,
         cycle: bool = True,
+        allow_binary: bool = False,
     ) -> None:
         if world_size < 1 or not 0 <= rank < world_size:
             raise BertforgeError(f"rank {rank} is not in range for world_size {world_size}")
         if shard_by not in ("document", "file"):
             raise BertforgeError(f"shard_by must be 'document' or 'file', not {shard_by!r}")
         all_files = list_corpus_files(paths)
+        if not allow_binary:
+            check_corpus_files(all_files)
         if shard_by == "file":
             if len(all_files) < world_size:
                 raise BertforgeError(
@@ -184,6 +203,7 @@ class CorpusReader:
         self.docs_read = 0
         self.bytes_read = 0
         self.bytes_replaced = 0
+        self.first_replaced: str | None = None  # "file:line" of the first replaced byte (not saved in the state)
         self._fh: BinaryIO | None = None
 
     # ------------------------------------------------------------------ reading
@@ -219,7 +239,9 @@ class CorpusReader:
 
     def _text(self, raw: bytes) -> str:
         text, replaced = decode_line(raw)
-        self.bytes_replaced += replaced
+        if replaced:
+            self.bytes_replaced += replaced
+            self.first_replaced = self.first_replaced or f"{self.files[self.file_idx]}:{self.line_no}"
         if self.line_no == 1 and text.startswith("\ufeff"):
             text = text[1:]
         return text
@@ -266,6 +288,8 @@ class CorpusReader:
             if b"\\u" in raw:  # only a JSON escape can put a surrogate into the text
                 text, surrogates = replace_surrogates(text)
                 self.bytes_replaced += surrogates * 6  # each was written as a 6-byte escape, \\udXXX
+                if surrogates:
+                    self.first_replaced = self.first_replaced or f"{path}:{self.line_no}"
             sentences = [s.strip() for s in text.splitlines()]
             sentences = [s for s in sentences if s]
             if sentences:
@@ -395,20 +419,42 @@ def iter_documents(
     world_size: int = 1,
     shard_by: str = "document",
     as_documents: bool = False,
+    allow_binary: bool = False,
 ) -> Iterator[str] | Iterator[list[str]]:
     """One pass over the corpus, for tokenizer training: yields each sentence line (or, with
-    ``as_documents=True``, each document as its list of lines). Raises BertforgeError if nothing is yielded."""
+    ``as_documents=True``, each document as its list of lines). Raises BertforgeError if nothing is yielded.
+    Bytes that were not UTF-8 are reported in a warning when the pass ends (or the consumer stops early)."""
     reader = CorpusReader(
-        paths, text_field=text_field, rank=rank, world_size=world_size, shard_by=shard_by, min_docs=1, cycle=False
+        paths, text_field=text_field, rank=rank, world_size=world_size, shard_by=shard_by, min_docs=1, cycle=False,
+        allow_binary=allow_binary,
     )
+    finished = False
     try:
         for doc in reader:
             if as_documents:
                 yield doc.sentences
             else:
                 yield from doc.sentences
+        finished = True
+    except GeneratorExit:  # the consumer took what it needed (a sample of the corpus)
+        finished = True
+        raise
     finally:
         reader.close()
+        if finished:
+            warn_replaced(reader.bytes_replaced, reader.first_replaced)
+
+
+def warn_replaced(count: int, first: str | None = None, passes: int = 1) -> None:
+    """Warn that `count` bytes of the corpus were not UTF-8 and were read as U+FFFD (nothing when 0); `passes`: how
+    many times the corpus was read (each pass counts its bytes again)."""
+    if count:
+        where = f", the first at {first}" if first else ""
+        if passes > 1:
+            where += f" (counted on each of {passes} passes over the corpus)"
+        many = count != 1
+        log.warning("corpus: %s byte%s %s not UTF-8 and %s read as U+FFFD%s", f"{count:,}", "s" if many else "",
+                    "were" if many else "was", "were" if many else "was", where)
 
 
 def take_mb(lines: Iterator[str], megabytes: float) -> Iterator[str]:

@@ -59,6 +59,7 @@ class PretrainingStream:
         special_ids: Sequence[int] = (),
         pad_to_multiple_of: int | None = None,
         max_epochs: int | None = None,
+        allow_binary: bool = False,
     ) -> None:
         if batch_size < 1:
             raise BertforgeError(f"batch_size must be at least 1 (got {batch_size})")
@@ -75,6 +76,7 @@ class PretrainingStream:
             world_size=world_size,
             shard_by=shard_by,
             min_docs=2 if nsp else 1,
+            allow_binary=allow_binary,
         )
         self.instances = InstanceStream(
             self.reader,

@@ -27,6 +27,9 @@ def add_data_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--label-column", metavar="NAME", help="classification: label column (default: label)")
     group.add_argument("--no-header", action="store_true", default=None,
                        help="CSV/TSV without a header row; columns are then 0-based indices")
+    group.add_argument("--lenient-rows", action="store_true", default=None,
+                       help="CSV/TSV: skip rows with more or fewer fields than the header, or broken quotes, with a "
+                       "warning counting them (default: such a row is an error naming its line)")
     group.add_argument("--doc-stride", type=int, metavar="N", help="qa: tokens shared by consecutive context windows (128)")
     group.add_argument("--max-query-length", type=int, metavar="N", help="qa: longest question in tokens (64)")
     group.add_argument("--max-answer-length", type=int, metavar="N", help="qa: longest answer in tokens (30)")
@@ -37,7 +40,8 @@ def add_data_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 DATA_OPTIONS = (
-    "max_length", "text_column", "text_pair_column", "label_column", "no_header", "doc_stride", "max_query_length",
+    "max_length", "text_column", "text_pair_column", "label_column", "no_header", "lenient_rows", "doc_stride",
+    "max_query_length",
     "max_answer_length", "n_best", "eval_batch_size", "device", "progress",
 )
 

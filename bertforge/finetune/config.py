@@ -27,6 +27,7 @@ class DataOptions:
     text_pair_column: str | None = None  # classification: the second text of a pair
     label_column: str = "label"
     no_header: bool = False  # CSV/TSV without a header row: columns are 0-based indices
+    lenient_rows: bool = False  # CSV/TSV: skip rows with the wrong field count or broken quotes (with a warning)
     doc_stride: int = 128  # qa: tokens shared by consecutive windows of a long context
     max_query_length: int = 64  # qa: longer questions are cut to this many tokens
     max_answer_length: int = 30  # qa: the longest answer span, in tokens

@@ -2,9 +2,21 @@
 
 * Classification: CSV or TSV with a header row (or without one, columns then named by 0-based index), or JSONL
   (one JSON object a line). The format follows the file name: `.tsv`/`.tab` → TSV, `.jsonl`/`.json`/`.ndjson` →
-  JSONL, anything else → CSV. TSV is split on tabs with no quoting (the GLUE convention: quotes are text).
+  JSONL, anything else → CSV.
+  Every row must have as many fields as the header (or, without one, as the first row): a row with more or fewer
+  (an unquoted comma in a CSV text, a tab inside a TSV text) is refused naming the file, the line and the counts,
+  as is a CSV quote left open or followed by text. `lenient=True` (`--lenient-rows`) skips such rows instead, with
+  a warning that counts them.
+  CSV is RFC 4180 (quoted fields may hold commas, quotes doubled, line ends), with no limit on a field's length.
+  TSV is one row a line, split on tabs, quotes kept as text: the GLUE convention (what GLUE's own readers,
+  `csv.reader(quotechar=None)`, do; CoLA's `Susan whispered "Shut up".` stays as it is). The one exception is a
+  field that is quoted the way pandas' `to_csv(sep="\t")` writes a text holding a quote, `"say ""hi"" now"`:
+  a whole field in quotes with every inner quote doubled (at least one) is unquoted to `say "hi" now`. A quoted TSV
+  field holding a tab or a line end is not supported: it splits the row, which the field count then refuses.
 * Token classification: CoNLL column files — one word a line, the word in the first column and the tag in the
-  last, blank lines between sentences, `-DOCSTART-` lines ignored.
+  last, blank lines between sentences, `-DOCSTART-` lines ignored. Labelled files must use a chunk scheme: `O`
+  and `B-`/`I-` (IOB1 or IOB2) or `B-`/`I-`/`E-`/`S-` (BIOES) prefixes; `PERSON` alone is refused (file, line,
+  tag).
 * Extractive QA: SQuAD v1.1 / v2.0 JSON; for prediction also JSONL objects with "question" and "context".
 """
 
@@ -13,13 +25,17 @@ from __future__ import annotations
 import csv
 import io
 import json
+import logging
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..errors import BertforgeError
-from ..io import json_object
+from ..io import check_text, json_object
+
+log = logging.getLogger("bertforge")
 
 # ---------------------------------------------------------------------------------------------------- examples
 
@@ -65,11 +81,14 @@ def _read_text(path: str | Path) -> str:
     if not path.is_file():
         raise BertforgeError(f"{path}: no such file")
     try:
-        text = path.read_text(encoding="utf-8-sig")  # tolerate a byte-order mark
-    except UnicodeDecodeError as err:
-        raise BertforgeError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
+        data = path.read_bytes()
     except OSError as err:
         raise BertforgeError(f"{path}: cannot read ({err.strerror})") from None
+    check_text(path, data)  # a binary file is refused by name (task files are never read with replacement)
+    try:
+        text = data.decode("utf-8-sig")  # tolerate a byte-order mark
+    except UnicodeDecodeError as err:
+        raise BertforgeError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
     if not text.strip():
         raise BertforgeError(f"{path}: the file is empty")
     return text
@@ -85,24 +104,100 @@ def file_format(path: str | Path) -> str:
     return "csv"
 
 
-def _rows(path: Path, text: str, no_header: bool) -> tuple[list[str] | None, list[tuple[int, list[str]]]]:
-    """The header (None with `no_header`) and (line number, cells) for each non-blank row of a CSV/TSV file."""
-    if file_format(path) == "tsv":
-        raw = [(n, line.rstrip("\r").split("\t")) for n, line in enumerate(text.split("\n"), 1)]
-        rows = [(n, cells) for n, cells in raw if any(c.strip() for c in cells)]
+# A TSV field quoted the way pandas writes a text holding a quote: quotes around it, every inner quote doubled.
+_PANDAS_QUOTED = re.compile(r'"((?:[^"]|"")*)"')
+# No limit on the length of a CSV field (the csv module's default is 131,072 characters), as for TSV and JSONL.
+_FIELD_LIMIT = min(sys.maxsize, 2**31 - 1)
+
+
+class _Skipped:
+    """Malformed rows skipped by a lenient read: how many, and the first one's line and problem."""
+
+    def __init__(self, path: Path, lenient: bool) -> None:
+        self.path, self.lenient, self.count = path, lenient, 0
+        self.first: tuple[int, str] | None = None
+
+    def bad(self, start: int, end: int, problem: str) -> None:
+        where = f"{start}" if end <= start else f"{start}-{end}"
+        if not self.lenient:
+            raise BertforgeError(f"{self.path}:{where}: {problem} (--lenient-rows skips malformed rows)")
+        self.count += 1
+        if self.first is None or start < self.first[0]:
+            self.first = (start, f"line {where}: {problem}")
+
+    def report(self) -> None:
+        if self.count and self.first is not None:
+            log.warning("%s: skipped %d malformed row%s (--lenient-rows); the first at %s", self.path, self.count,
+                        "s" if self.count != 1 else "", self.first[1])
+
+
+def _tsv_field(cell: str) -> str:
+    match = _PANDAS_QUOTED.fullmatch(cell)
+    if match and '""' in match.group(1):
+        return match.group(1).replace('""', '"')
+    return cell
+
+
+def _csv_rows(path: Path, text: str, skipped: _Skipped) -> list[tuple[int, int, list[str]]]:
+    """(first line, last line, cells) of each row of a CSV file, strictly parsed: a quote left open or followed by
+    text is a malformed row."""
+    before = csv.field_size_limit(_FIELD_LIMIT)
+    try:
+        reader = csv.reader(io.StringIO(text, newline=""), strict=True)  # line ends inside quoted cells are fine
+        rows: list[tuple[int, int, list[str]]] = []
+        end = 0
+        while True:
+            start = end + 1
+            try:
+                cells = next(reader)
+            except StopIteration:
+                break
+            except csv.Error as err:
+                end = reader.line_num
+                if "unexpected end of data" in str(err):
+                    problem = f"a quote opened on line {start} is never closed (an unbalanced quote)"
+                else:
+                    problem = f"malformed CSV ({err}: an unbalanced quote, or text after a closing quote)"
+                skipped.bad(start, end, problem)
+                continue
+            end = reader.line_num
+            rows.append((start, end, cells))
+        return rows
+    finally:
+        csv.field_size_limit(before)
+
+
+def _rows(
+    path: Path, text: str, no_header: bool, lenient: bool = False
+) -> tuple[list[str] | None, list[tuple[int, list[str]]]]:
+    """The header (None with `no_header`) and (line number, cells) for each non-blank row of a CSV/TSV file.
+
+    Every row must have as many fields as the header (or the first row); a malformed row raises a BertforgeError
+    naming the file, the line and what is wrong, or with `lenient` is skipped and counted in a warning.
+    """
+    skipped = _Skipped(path, lenient)
+    tsv = file_format(path) == "tsv"
+    if tsv:
+        spans = [(n, n, [_tsv_field(c) for c in line.rstrip("\r").split("\t")])
+                 for n, line in enumerate(text.split("\n"), 1)]
     else:
-        reader = csv.reader(io.StringIO(text, newline=""))  # csv handles line ends inside quoted cells
-        rows = []
-        try:
-            for cells in reader:
-                if any(c.strip() for c in cells):
-                    rows.append((reader.line_num, cells))
-        except csv.Error as err:
-            raise BertforgeError(f"{path}:{reader.line_num}: malformed CSV ({err})") from None
-    if no_header:
-        return None, rows
-    header = [c.strip() for c in rows[0][1]]
-    return header, rows[1:]
+        spans = _csv_rows(path, text, skipped)
+    spans = [(start, end, cells) for start, end, cells in spans if any(c.strip() for c in cells)]
+    if not spans:
+        raise BertforgeError(f"{path}: no rows")
+    header = None if no_header else [c.strip() for c in spans[0][2]]
+    expected = len(spans[0][2])
+    what = "the header" if header is not None else "the first row"
+    rows = []
+    for start, end, cells in spans[0 if no_header else 1 :]:
+        if len(cells) != expected:
+            hint = ("a tab inside a text?" if tsv else "a comma inside a text that is not quoted?") if len(
+                cells) > expected else ("a missing field?" if tsv else "a missing field, or a quote spanning lines?")
+            skipped.bad(start, end, f"{len(cells)} field{'s' if len(cells) != 1 else ''}, but {what} has {expected} ({hint})")
+            continue
+        rows.append((end, cells))
+    skipped.report()
+    return header, rows
 
 
 def _column_index(path: Path, header: list[str] | None, column: str, option: str) -> int:
@@ -136,6 +231,7 @@ def read_classification(
     label_column: str | None = "label",
     no_header: bool = False,
     require_labels: bool = True,
+    lenient: bool = False,
 ) -> list[TextExample]:
     """Read a CSV/TSV/JSONL classification file.
 
@@ -146,12 +242,14 @@ def read_classification(
         label_column: where the label is. With `require_labels` False (prediction) the label is read when the
             column exists and otherwise left as None.
         no_header: the CSV/TSV file has no header row (GLUE's CoLA files, for one).
+        lenient: skip CSV/TSV rows with the wrong number of fields or broken quoting (counted in a warning)
+            instead of refusing the file.
     """
     path = Path(path)
     text = _read_text(path)
     if file_format(path) == "jsonl":
         return _read_classification_jsonl(path, text, text_column, text_pair_column, label_column, require_labels)
-    header, rows = _rows(path, text, no_header)
+    header, rows = _rows(path, text, no_header, lenient)
     if header is not None and text_column is None:
         text_column, guessed_pair = default_text_columns(header)
         text_pair_column = text_pair_column or guessed_pair
@@ -265,7 +363,42 @@ def read_conll(path: str | Path, require_labels: bool = True) -> list[TaggedSent
     close()
     if not sentences:
         raise BertforgeError(f"{path}: no sentences")
+    if require_labels:
+        tag_scheme(path, sentences)
     return sentences
+
+
+_TAG = re.compile(r"O|[BIES]-\S+")
+
+
+def tag_scheme(path: str | Path, sentences: list[TaggedSentence]) -> str:
+    """The chunk scheme of a labelled CoNLL file: "IOB1" (an entity may open with I-), "IOB2" (every entity opens
+    with B-) or "BIOES" (E- and S- tags). A tag that is not `O` or a B-/I-/E-/S- prefix with a type (`PERSON`,
+    `b-per`, `B-`), or E-/S- tags in a file whose entities also open with I-, is a BertforgeError naming the file,
+    the line and the tag."""
+    opens_with_i: tuple[int, str] | None = None  # (line, tag) of the first I- that opens an entity
+    bioes: tuple[int, str] | None = None  # (line, tag) of the first E- or S-
+    for sentence in sentences:
+        previous = "O"
+        for i, tag in enumerate(sentence.tags or []):
+            line = sentence.line + i
+            if not _TAG.fullmatch(tag):
+                raise BertforgeError(
+                    f"{path}:{line}: tag {tag!r} is not an IOB or BIOES tag (expected O, or B-, I-, E- or S- and an "
+                    f"entity type, e.g. B-PER)"
+                )
+            if tag[0] in "ES" and bioes is None:
+                bioes = (line, tag)
+            if tag[0] == "I" and opens_with_i is None and (previous == "O" or previous[2:] != tag[2:]
+                                                            or previous[0] in "ES"):
+                opens_with_i = (line, tag)
+            previous = tag
+    if bioes and opens_with_i:
+        raise BertforgeError(
+            f"{path}:{bioes[0]}: tag {bioes[1]!r} is BIOES, but line {opens_with_i[0]} opens an entity with "
+            f"{opens_with_i[1]!r} (IOB1): one file, one tagging scheme"
+        )
+    return "BIOES" if bioes else "IOB1" if opens_with_i else "IOB2"
 
 
 def read_token_inputs(path: str | Path, split_words: Any) -> list[TaggedSentence]:

@@ -137,7 +137,8 @@ class Classification(Task):
 
     def read(self, path: str | Path, opts: DataOptions, labelled: bool) -> tuple[list[TextExample], bool]:
         examples = read_classification(
-            path, opts.text_column, opts.text_pair_column, opts.label_column, opts.no_header, require_labels=labelled
+            path, opts.text_column, opts.text_pair_column, opts.label_column, opts.no_header, require_labels=labelled,
+            lenient=opts.lenient_rows,
         )
         return examples, False
 

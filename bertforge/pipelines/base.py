@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence, Set
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from itertools import islice
@@ -180,7 +180,9 @@ class Pipeline:
     def check_input(self, item: Any, index: int) -> None:
         """Raise BertforgeError for an input the task cannot take (`index` names it in the message)."""
         if not isinstance(item, str):
-            raise BertforgeError(f"{self.task}: input {index} is a {type(item).__name__}, expected a string")
+            raise BertforgeError(
+                f"{self.task}: input {index} is a {type(item).__name__} {_preview(item)}, expected a string"
+            )
 
     # ------------------------------------------------------------------ shared tokenization
     def encode(self, texts: list[Any], pairs: list[Any] | None = None, **kwargs: Any) -> tuple[dict[str, list], int]:
@@ -291,9 +293,20 @@ class Pipeline:
         """One input → its result; a list (or other sequence) of inputs → a list of results."""
         if self.is_single(inputs):
             return next(iter(self.stream([inputs])))
-        if isinstance(inputs, (str, bytes)) or not isinstance(inputs, Iterable):
-            raise BertforgeError(f"{self.task}: expected a string or a list of them, got {type(inputs).__name__}")
+        self.check_collection(inputs)
         return list(self.stream(inputs))
+
+    def check_collection(self, inputs: Any) -> None:
+        """Refuse what is not one input and not an ordered collection of inputs: bytes, a number, None, a dict this
+        task does not take as one input (iterating it would run its keys), a set (no order to answer in)."""
+        if isinstance(inputs, (str, bytes, bytearray, Mapping, Set)) or not isinstance(inputs, Iterable):
+            raise BertforgeError(
+                f"{self.task}: expected {self.input_description} or a list of them, got {type(inputs).__name__} "
+                f"{_preview(inputs)}"
+            )
+
+    #: What one input is, for messages.
+    input_description: ClassVar[str] = "a string"
 
     def is_single(self, inputs: Any) -> bool:
         """Whether `inputs` is one input rather than a collection of them."""
@@ -303,3 +316,8 @@ class Pipeline:
         where = self.model_dir if self.model_dir is not None else type(self.model).__name__
         return f"{type(self).__name__}(model={str(where)!r}, max_length={self.max_length})"
 
+
+def _preview(value: Any) -> str:
+    """A short repr of an input, for messages."""
+    text = repr(value)
+    return f"({text[:60]}...)" if len(text) > 63 else f"({text})"

@@ -49,6 +49,7 @@ class TextClassificationPipeline(Pipeline):
     """
 
     task = "text-classification"
+    input_description = 'a string, a (text, text_pair) tuple or a {"text", "text_pair"} dict'
     model_class = BertForSequenceClassification
 
     def __init__(self, model: Any, *, top_k: int | None = 1, function_to_apply: str | None = None, **kwargs: Any) -> None:

@@ -47,6 +47,7 @@ class QuestionAnsweringPipeline(Pipeline):
     """
 
     task = "question-answering"
+    input_description = 'a {"question", "context"} dict or a (question, context) tuple'
     model_class = BertForQuestionAnswering
 
     def __init__(

@@ -43,7 +43,7 @@ def test_jsonl_and_header_less_tsv(tmp_path):
         ("d.tsv", "sentence\tlbl\nx\t1\n", {}, r"d\.tsv:1: no column 'label' in the header \(columns: sentence, lbl\)"),
         ("d.tsv", "", {}, r"d\.tsv: the file is empty"),
         ("d.tsv", "sentence\tlabel\n", {}, r"d\.tsv: no examples"),
-        ("d.tsv", "sentence\tlabel\nx\t1\ny\n", {}, r"d\.tsv:3: 1 column\(s\), expected at least 2"),
+        ("d.tsv", "sentence\tlabel\nx\t1\ny\n", {}, r"d\.tsv:3: 1 field, but the header has 2"),
         ("d.tsv", "sentence\tlabel\nx\t\n", {}, r"d\.tsv:2: the label is empty"),
         ("d.jsonl", '{"text": "x", "label": 1}\n{"text": "y"}\n', {}, r"d\.jsonl:2: no key 'label'"),
         ("d.jsonl", '{"text": "x", "label": 1}\n{oops\n', {}, r"d\.jsonl:2: not valid JSON"),

@@ -166,11 +166,13 @@ NORMAL = "".join(f"sentence number {i} is here .\nand another one for document {
 
 
 def stream_batches(tok: Tokenizer, paths: list[Path], *, nsp: bool, batches: int = 3) -> tuple[list, int]:
-    """Three checked batches; returns their shapes and how many corpus bytes the stream read to make them."""
+    """Three checked batches; returns their shapes and how many corpus bytes the stream read to make them. Files
+    that look binary are read anyway (`allow_binary`, the `--allow-binary` override): by default they are refused
+    (tests/reliability/test_rel_input.py), and this checks what the override then gives."""
     stream = PretrainingStream(
         [str(p) for p in paths], tok.encode_ids, cls_id=tok.cls_token_id, sep_id=tok.sep_token_id,
         pad_id=tok.pad_token_id, mask_id=tok.mask_token_id, vocab_size=tok.vocab_size, max_seq_length=SEQ_LEN,
-        batch_size=4, nsp=nsp, shuffle_buffer=8, doc_buffer=16,
+        batch_size=4, nsp=nsp, shuffle_buffer=8, doc_buffer=16, allow_binary=True,
     )
     shapes = []
     for _ in range(batches):
