@@ -27,6 +27,7 @@ COMMANDS = [
     "fill_mask",
     "attention",
     "export_onnx",
+    "serve",
 ]
 
 

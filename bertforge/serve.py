@@ -1,0 +1,818 @@
+"""`bertforge serve`: a model behind HTTP, on uvicorn + Starlette.
+
+Endpoints (JSON in, JSON out):
+
+* text-embeddings-inference's API: `POST /embed`, `POST /predict` (classification models), `POST /rerank`
+  (cross-encoders: a sequence-classification model scoring (query, text) pairs), `GET /info`;
+* OpenAI's embeddings API: `POST /v1/embeddings` (`encoding_format` "float" or "base64", `dimensions`), so the
+  `openai` client works unchanged with `base_url="http://HOST:PORT/v1"`;
+* `GET /health`, `GET /metrics` (Prometheus text format).
+
+Dynamic batching: a request is validated and tokenized (to count its tokens) on the event loop, then queued. One
+worker thread takes the oldest waiting request and every later one of the same kind that still fits under
+`max_batch_tokens`, runs them as one call of the pipeline (which sorts by length and packs without padding), and
+hands each request its rows. While one batch computes, the next one gathers: with one client there is no waiting
+at all, with many the batches grow by themselves.
+
+Back-pressure: at most `max_queue` requests wait; one more gets 503 at once (with `Retry-After`). Bodies over
+`max_body_bytes`, more than `max_client_batch_size` inputs and (without `truncate`) inputs longer than the model
+takes get 413; malformed bodies 400 and wrong fields 422, always with a JSON error. A failing batch is retried one
+request at a time, so one bad request cannot fail the others; whatever fails gets a 500 JSON error and the server
+goes on serving.
+
+SIGTERM: uvicorn stops accepting, lets in-flight requests finish, the worker drains its queue, exit status 0.
+Several processes: `--workers N` runs uvicorn's process supervisor with `app_from_environment` as an import-string
+factory; the options travel in the environment variable `BERTFORGE_SERVE_CONFIG` (JSON).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+import math
+import os
+import signal
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .errors import BertforgeError
+
+log = logging.getLogger("bertforge")
+
+ENV_CONFIG = "BERTFORGE_SERVE_CONFIG"
+TASKS = ("auto", "embed", "classify")
+ROUTES = ("/embed", "/predict", "/rerank", "/v1/embeddings", "/info", "/health", "/metrics")
+#: Bodies larger than this are tokenized in a thread, so that one huge request does not stall the event loop.
+LARGE_BODY = 64 * 1024
+
+
+@dataclass
+class ServeConfig:
+    """What the server serves and its limits (the command line's options)."""
+
+    model: str
+    task: str = "auto"  # "embed", "classify" (predict + rerank), or "auto": from the checkpoint's architecture
+    model_name: str | None = None  # reported by /info and /v1/embeddings; default: the directory's name
+    max_batch_tokens: int = 4096  # real tokens per forward pass (requests are grouped up to this)
+    max_queue: int = 512  # requests waiting for the model; one more gets 503
+    max_client_batch_size: int = 256  # inputs in one request; more gets 413
+    max_body_bytes: int = 2_000_000  # request body size; more gets 413
+    auto_truncate: bool = False  # the default of a request's "truncate" (and the only setting for /v1/embeddings)
+    max_length: int | None = None  # the model's limit by default (sentence-transformers' max_seq_length for embed)
+    pooling: str | None = None  # embed: "mean" or "cls"; default: what the model directory declares
+    num_threads: int | None = None  # PyTorch threads
+
+    def __post_init__(self) -> None:
+        if self.task not in TASKS:
+            raise BertforgeError(f"serve: task must be one of {', '.join(TASKS)}, got {self.task!r}")
+        for name in ("max_batch_tokens", "max_queue", "max_client_batch_size", "max_body_bytes"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise BertforgeError(f"serve: {name} must be a positive integer, got {value!r}")
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> ServeConfig:
+        return cls(**json.loads(text))
+
+
+# ---------------------------------------------------------------------------------------------------- errors
+class ApiError(Exception):
+    """A request the server answers with `status` and a JSON error naming the problem."""
+
+    def __init__(self, status: int, message: str, kind: str = "Validation") -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.kind = kind
+
+
+class Overloaded(ApiError):
+    def __init__(self, message: str) -> None:
+        super().__init__(503, message, "Overloaded")
+
+
+# ---------------------------------------------------------------------------------------------------- metrics
+class Histogram:
+    def __init__(self, buckets: Sequence[float]) -> None:
+        self.buckets = list(buckets)
+        self.counts = [0] * (len(self.buckets) + 1)  # the last one is +Inf
+        self.sum = 0.0
+        self.count = 0
+
+    def observe(self, value: float) -> None:
+        for i, bound in enumerate(self.buckets):
+            if value <= bound:
+                self.counts[i] += 1
+                break
+        else:
+            self.counts[-1] += 1
+        self.sum += value
+        self.count += 1
+
+    def lines(self, name: str, labels: str = "") -> list[str]:
+        out, total = [], 0
+        sep = "," if labels else ""
+        for bound, n in zip([*self.buckets, math.inf], self.counts):
+            total += n
+            le = "+Inf" if bound == math.inf else _number(bound)
+            out.append(f'{name}_bucket{{{labels}{sep}le="{le}"}} {total}')
+        braces = f"{{{labels}}}" if labels else ""
+        out.append(f"{name}_sum{braces} {_number(self.sum)}")
+        out.append(f"{name}_count{braces} {self.count}")
+        return out
+
+
+def _number(value: float) -> str:
+    return repr(float(value)) if not float(value).is_integer() else str(int(value))
+
+
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+TOKEN_BUCKETS = (16, 64, 256, 1024, 2048, 4096, 8192, 16384, 32768)
+
+
+class Metrics:
+    """Counters and histograms, rendered in Prometheus' text format (one process's view)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.requests: dict[tuple[str, int], int] = {}
+        self.latency: dict[str, Histogram] = {}
+        self.batch_inputs = Histogram(SIZE_BUCKETS)
+        self.batch_requests = Histogram(SIZE_BUCKETS)
+        self.batch_tokens = Histogram(TOKEN_BUCKETS)
+        self.batch_seconds = Histogram(LATENCY_BUCKETS)
+        self.inputs = 0
+        self.batch_failures = 0
+
+    def request(self, route: str, status: int, seconds: float) -> None:
+        with self.lock:
+            self.requests[route, status] = self.requests.get((route, status), 0) + 1
+            self.latency.setdefault(route, Histogram(LATENCY_BUCKETS)).observe(seconds)
+
+    def batch(self, requests: int, inputs: int, tokens: int, seconds: float) -> None:
+        with self.lock:
+            self.batch_requests.observe(requests)
+            self.batch_inputs.observe(inputs)
+            self.batch_tokens.observe(tokens)
+            self.batch_seconds.observe(seconds)
+            self.inputs += inputs
+
+    def render(self, queue_depth: int, queue_limit: int, in_flight: int) -> str:
+        with self.lock:
+            out = [
+                "# HELP bertforge_requests_total HTTP requests answered, by route and status code.",
+                "# TYPE bertforge_requests_total counter",
+            ]
+            for (route, status), n in sorted(self.requests.items()):
+                out.append(f'bertforge_requests_total{{route="{route}",status="{status}"}} {n}')
+            out += [
+                "# HELP bertforge_request_duration_seconds Time from the request's arrival to its response.",
+                "# TYPE bertforge_request_duration_seconds histogram",
+            ]
+            for route, hist in sorted(self.latency.items()):
+                out += hist.lines("bertforge_request_duration_seconds", f'route="{route}"')
+            out += [
+                "# HELP bertforge_queue_depth Requests waiting for the model.",
+                "# TYPE bertforge_queue_depth gauge",
+                f"bertforge_queue_depth {queue_depth}",
+                "# HELP bertforge_queue_limit Most requests that may wait (max_queue); more get 503.",
+                "# TYPE bertforge_queue_limit gauge",
+                f"bertforge_queue_limit {queue_limit}",
+                "# HELP bertforge_batch_in_flight Requests in the batch the model is computing now.",
+                "# TYPE bertforge_batch_in_flight gauge",
+                f"bertforge_batch_in_flight {in_flight}",
+                "# HELP bertforge_inputs_total Inputs (texts or pairs) the model has computed.",
+                "# TYPE bertforge_inputs_total counter",
+                f"bertforge_inputs_total {self.inputs}",
+                "# HELP bertforge_batch_failures_total Batches whose pipeline call raised.",
+                "# TYPE bertforge_batch_failures_total counter",
+                f"bertforge_batch_failures_total {self.batch_failures}",
+            ]
+            for name, hist, text in (
+                ("bertforge_batch_requests", self.batch_requests, "Requests grouped into one pipeline call."),
+                ("bertforge_batch_size", self.batch_inputs, "Inputs in one pipeline call."),
+                ("bertforge_batch_tokens", self.batch_tokens, "Tokens in one pipeline call."),
+                ("bertforge_batch_duration_seconds", self.batch_seconds, "Compute time of one pipeline call."),
+            ):
+                out += [f"# HELP {name} {text}", f"# TYPE {name} histogram", *hist.lines(name)]
+        return "\n".join(out) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------------- batching
+@dataclass
+class Job:
+    kind: str
+    items: list[Any]
+    tokens: int
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future
+    queued_at: float = field(default_factory=time.perf_counter)
+
+
+def _settle(future: asyncio.Future, result: Any, error: BaseException | None) -> None:
+    if future.done():  # the client went away and the handler was cancelled
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)
+
+
+class Batcher:
+    """A bounded queue of requests and the one thread that runs them through the pipelines in token-budget groups.
+
+    `runners[kind](items)` computes a list of inputs and returns one result per input (a sequence or an array).
+    """
+
+    def __init__(self, runners: dict[str, Callable[[list[Any]], Sequence[Any]]], max_batch_tokens: int,
+                 max_queue: int, metrics: Metrics | None = None) -> None:
+        self.runners = runners
+        self.max_batch_tokens = max_batch_tokens
+        self.max_queue = max_queue
+        self.metrics = metrics or Metrics()
+        self.queue: deque[Job] = deque()
+        self.cond = threading.Condition()
+        self.closing = False
+        self.in_flight = 0
+        self.thread: threading.Thread | None = None
+
+    # -------------------------------------------------------------- event-loop side
+    def start(self) -> None:
+        self.thread = threading.Thread(target=self._run, name="bertforge-serve-batcher", daemon=True)
+        self.thread.start()
+
+    @property
+    def alive(self) -> bool:
+        return self.thread is not None and self.thread.is_alive()
+
+    def depth(self) -> int:
+        return len(self.queue)
+
+    def submit(self, kind: str, items: list[Any], tokens: int) -> asyncio.Future:
+        """Queue a request; its future gets the list of results. Raises Overloaded when the queue is full."""
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        with self.cond:
+            if self.closing or not self.alive:
+                raise Overloaded("the server is shutting down")
+            if len(self.queue) >= self.max_queue:
+                raise Overloaded(f"the queue is full ({self.max_queue} requests waiting); retry later")
+            self.queue.append(Job(kind, items, tokens, loop, future))
+            self.cond.notify()
+        return future
+
+    def close(self, timeout: float | None = None) -> None:
+        """Finish what is queued, then stop the thread."""
+        with self.cond:
+            self.closing = True
+            self.cond.notify_all()
+        if self.thread is not None:
+            self.thread.join(timeout)
+
+    # -------------------------------------------------------------- worker side
+    def _take(self) -> list[Job] | None:
+        """The oldest job and the later ones of its kind that fit the token budget (in arrival order)."""
+        with self.cond:
+            while not self.queue and not self.closing:
+                self.cond.wait()
+            if not self.queue:
+                return None
+            first = self.queue.popleft()
+            jobs, tokens, skipped = [first], first.tokens, []
+            while self.queue:
+                job = self.queue[0]
+                if job.kind != first.kind:
+                    skipped.append(self.queue.popleft())
+                    continue
+                if tokens + job.tokens > self.max_batch_tokens:
+                    break
+                jobs.append(self.queue.popleft())
+                tokens += job.tokens
+            self.queue.extendleft(reversed(skipped))  # other kinds keep their places at the front
+            self.in_flight = len(jobs)
+            return jobs
+
+    def _run(self) -> None:
+        while True:
+            jobs = self._take()
+            if jobs is None:
+                return
+            try:
+                self._execute(jobs)
+            except BaseException as err:  # never leave a client waiting, whatever happened
+                log.exception("serve: batch failed")
+                for job in jobs:
+                    job.loop.call_soon_threadsafe(_settle, job.future, None, err)
+            finally:
+                self.in_flight = 0
+
+    def _execute(self, jobs: list[Job]) -> None:
+        items = [item for job in jobs for item in job.items]
+        start = time.perf_counter()
+        try:
+            results = self.runners[jobs[0].kind](items)
+            if len(results) != len(items):
+                raise RuntimeError(f"the pipeline gave {len(results)} results for {len(items)} inputs")
+        except Exception as err:
+            with self.metrics.lock:
+                self.metrics.batch_failures += 1
+            if len(jobs) > 1:  # find the culprit: one request at a time
+                for job in jobs:
+                    self._execute([job])
+                return
+            log.error("serve: %s request of %d input(s) failed: %s: %s", jobs[0].kind, len(items),
+                      type(err).__name__, err)
+            jobs[0].loop.call_soon_threadsafe(_settle, jobs[0].future, None, err)
+            return
+        self.metrics.batch(len(jobs), len(items), sum(job.tokens for job in jobs), time.perf_counter() - start)
+        offset = 0
+        for job in jobs:
+            part = results[offset: offset + len(job.items)]
+            offset += len(job.items)
+            job.loop.call_soon_threadsafe(_settle, job.future, part, None)
+
+
+# ---------------------------------------------------------------------------------------------------- the model
+def detect_task(model_dir: Path) -> str:
+    """"classify" for a sequence-classification checkpoint, else "embed"."""
+    try:
+        config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return "embed"  # the pipeline will name the problem
+    architectures = config.get("architectures") if isinstance(config, dict) else None
+    if isinstance(architectures, list) and any(str(a).endswith("ForSequenceClassification") for a in architectures):
+        return "classify"
+    return "embed"
+
+
+class Engine:
+    """The pipelines of one model, the batcher in front of them, and what the endpoints need to know."""
+
+    def __init__(self, config: ServeConfig) -> None:
+        from .pipelines import pipeline
+        from .pipelines.embed import sentence_transformers_settings
+
+        model_dir = Path(config.model)
+        if not model_dir.is_dir():
+            raise BertforgeError(f"{model_dir}: no such model directory")
+        self.config = config
+        self.model_name = config.model_name or model_dir.resolve().name
+        self.task = detect_task(model_dir) if config.task == "auto" else config.task
+        common = dict(max_length=config.max_length, batch_tokens=config.max_batch_tokens,
+                      batch_size=config.max_batch_tokens, progress=False, num_threads=config.num_threads)
+        runners: dict[str, Callable[[list[Any]], Sequence[Any]]] = {}
+        if self.task == "embed":
+            # Unnormalised rows: each request says whether it wants them normalised.
+            embed = pipeline("embed", model=model_dir, pooling=config.pooling, normalize=False, **common)
+            self.default_normalize = bool(sentence_transformers_settings(model_dir).get("normalize", False))
+            self.hidden_size = embed.hidden_size
+            runners["embed"] = embed
+            main = embed
+        else:
+            if config.pooling is not None:
+                raise BertforgeError("serve: --pooling is for embedding models, not classification")
+            scores = pipeline("text-classification", model=model_dir, top_k=None, **common)
+            common["max_length"] = scores.max_length
+            raw = pipeline("text-classification", model=scores.model, tokenizer=scores.tokenizer, top_k=None,
+                           function_to_apply="none", **common)
+            runners["classify"], runners["classify_raw"] = scores, raw
+            self.id2label = scores.id2label
+            self.function = scores.function_to_apply
+            self.hidden_size = scores.model.config.hidden_size
+            main = scores
+        self.pipelines = runners
+        self.tokenizer = main.tokenizer
+        self.max_length = main.max_length
+        self.metrics = Metrics()
+        self.batcher = Batcher(runners, config.max_batch_tokens, config.max_queue, self.metrics)
+
+    def start(self) -> None:
+        for kind, runner in self.pipelines.items():  # the first call builds kernels and caches: not a client's
+            runner([("warm", "up") if kind.startswith("classify") else "warm up"])
+        self.batcher.start()
+
+    def stop(self) -> None:
+        self.batcher.close(timeout=60)
+
+    def count_tokens(self, items: list[Any], truncate: bool) -> list[int]:
+        """Tokens of each input (special tokens included; at most max_length with `truncate`); 413 for an input
+        that is too long without it."""
+        with_pairs = [isinstance(item, tuple) for item in items]
+        if any(with_pairs) and not all(with_pairs):  # texts and pairs in one request: count each kind apart
+            singles = [i for i, item in enumerate(items) if not isinstance(item, tuple)]
+            doubles = [i for i, item in enumerate(items) if isinstance(item, tuple)]
+            counts = [0] * len(items)
+            for idx, n in zip(singles, self.count_tokens([items[i] for i in singles], truncate)):
+                counts[idx] = n
+            for idx, n in zip(doubles, self.count_tokens([items[i] for i in doubles], truncate)):
+                counts[idx] = n
+            return counts
+        texts = [item[0] if isinstance(item, tuple) else item for item in items]
+        pairs = [item[1] for item in items] if any(with_pairs) else None
+        if not texts:
+            return []
+        try:
+            ids = self.tokenizer(texts, pairs)["input_ids"]
+        except BertforgeError as err:
+            raise ApiError(422, str(err)) from None
+        counts = [len(x) for x in ids]
+        if truncate:
+            return [min(n, self.max_length) for n in counts]
+        for i, n in enumerate(counts):
+            if n > self.max_length:
+                raise ApiError(413, f"input {i} has {n} tokens, more than this model takes ({self.max_length}); "
+                                    'send "truncate": true to cut it')
+        return counts
+
+
+# ---------------------------------------------------------------------------------------------------- requests
+async def read_json(request: Any, limit: int) -> dict[str, Any]:
+    """The request's body as a JSON object; 413 past `limit` bytes, 400 if it is not JSON, 422 if not an object."""
+    length = request.headers.get("content-length")
+    if length is not None and (not length.isdigit() or int(length) > limit):
+        raise ApiError(413, f"the body is larger than {limit} bytes", "Payload")
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise ApiError(413, f"the body is larger than {limit} bytes", "Payload")
+    try:
+        data = json.loads(bytes(body))
+    except (ValueError, RecursionError) as err:  # UnicodeDecodeError is a ValueError
+        raise ApiError(400, f"the body is not valid JSON ({str(err)[:200]})") from None
+    if not isinstance(data, dict):
+        raise ApiError(422, f"the body must be a JSON object, got {_json_type(data)}")
+    return data
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    return {bool: "a boolean", int: "a number", float: "a number", str: "a string", list: "an array",
+            dict: "an object"}.get(type(value), type(value).__name__)
+
+
+def _flag(body: dict[str, Any], name: str, default: bool) -> bool:
+    value = body.get(name, default)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise ApiError(422, f'"{name}" must be true or false, got {_json_type(value)}')
+    return value
+
+
+def _texts(value: Any, name: str, limit: int) -> tuple[list[str], bool]:
+    """A string or a non-empty array of strings → (texts, whether it was one string)."""
+    if isinstance(value, str):
+        return [value], True
+    if value is None:
+        raise ApiError(422, f'missing "{name}": a string or an array of strings')
+    if not isinstance(value, list):
+        raise ApiError(422, f'"{name}" must be a string or an array of strings, got {_json_type(value)}')
+    if not value:
+        raise ApiError(422, f'"{name}" is an empty array')
+    if len(value) > limit:
+        raise ApiError(413, f'"{name}" has {len(value)} inputs, more than this server takes in one request '
+                            f"({limit}); split it", "Payload")
+    for i, text in enumerate(value):
+        if not isinstance(text, str):
+            raise ApiError(422, f'"{name}"[{i}] must be a string, got {_json_type(text)}')
+    return value, False
+
+
+def json_response(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> Any:
+    from starlette.responses import Response
+
+    body = json.dumps(data, allow_nan=False, separators=(",", ":"))  # ASCII: lone surrogates cannot break it
+    return Response(body, status_code=status, media_type="application/json", headers=headers)
+
+
+def _error_body(path: str, err: ApiError) -> dict[str, Any]:
+    if path.startswith("/v1/"):  # OpenAI's error shape, which its client reads
+        kind = {400: "invalid_request_error", 413: "invalid_request_error", 422: "invalid_request_error",
+                503: "server_error", 500: "server_error"}.get(err.status, "invalid_request_error")
+        return {"error": {"message": err.message, "type": kind, "param": None, "code": None}}
+    return {"error": err.message, "error_type": err.kind}
+
+
+def endpoint(handler: Callable[[Any, Engine], Any]) -> Callable[[Any], Any]:
+    """A Starlette endpoint from `handler(request, engine)`: ApiError → its status, anything else → 500; JSON."""
+
+    async def run(request: Any) -> Any:
+        engine: Engine = request.app.state.engine
+        try:
+            return await handler(request, engine)
+        except ApiError as err:
+            headers = {"Retry-After": "1"} if err.status == 503 else None
+            return json_response(_error_body(request.url.path, err), err.status, headers)
+        except asyncio.CancelledError:
+            raise
+        except Exception as err:
+            log.exception("serve: %s failed", request.url.path)
+            error = ApiError(500, f"internal error: {type(err).__name__}: {err}"[:500], "Backend")
+            return json_response(_error_body(request.url.path, error), 500)
+
+    return run
+
+
+async def _tokens(engine: Engine, items: list[Any], truncate: bool, body_size: int) -> list[int]:
+    if body_size > LARGE_BODY:
+        from starlette.concurrency import run_in_threadpool
+
+        return await run_in_threadpool(engine.count_tokens, items, truncate)
+    return engine.count_tokens(items, truncate)
+
+
+async def _compute(engine: Engine, kind: str, items: list[Any], tokens: list[int]) -> list[Any]:
+    return await engine.batcher.submit(kind, items, sum(tokens))
+
+
+def _need(engine: Engine, task: str, path: str) -> None:
+    if engine.task != task:
+        what = "an embedding" if engine.task == "embed" else "a sequence-classification"
+        need = "an embedding model" if task == "embed" else "a sequence-classification model (--task classify)"
+        raise ApiError(400, f"{path} needs {need}; this server has {what} model ({engine.model_name})", "Model")
+
+
+async def handle_embed(request: Any, engine: Engine) -> Any:
+    body = await read_json(request, engine.config.max_body_bytes)
+    _need(engine, "embed", "/embed")
+    texts, _ = _texts(body.get("inputs"), "inputs", engine.config.max_client_batch_size)
+    normalize = _flag(body, "normalize", True)
+    truncate = _flag(body, "truncate", engine.config.auto_truncate)
+    tokens = await _tokens(engine, texts, truncate, int(request.headers.get("content-length") or 0))
+    rows = np.stack(await _compute(engine, "embed", texts, tokens))
+    if normalize:
+        rows = _normalize(rows)
+    return json_response(rows.tolist())
+
+
+def _normalize(rows: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(rows, axis=1, keepdims=True)
+    return rows / np.maximum(norms, 1e-12)  # as torch.nn.functional.normalize
+
+
+async def handle_openai_embeddings(request: Any, engine: Engine) -> Any:
+    body = await read_json(request, engine.config.max_body_bytes)
+    _need(engine, "embed", "/v1/embeddings")
+    value = body.get("input")
+    if isinstance(value, list) and value and all(isinstance(x, int) or isinstance(x, list) for x in value):
+        raise ApiError(422, '"input" as token ids is not supported: send text')
+    texts, _ = _texts(value, "input", engine.config.max_client_batch_size)
+    if "model" in body and not isinstance(body["model"], str):
+        raise ApiError(422, f'"model" must be a string, got {_json_type(body["model"])}')
+    encoding = body.get("encoding_format") or "float"
+    if encoding not in ("float", "base64"):
+        raise ApiError(422, f'"encoding_format" must be "float" or "base64", got {encoding!r:.40}')
+    dimensions = body.get("dimensions")
+    if dimensions is not None and (not isinstance(dimensions, int) or isinstance(dimensions, bool)
+                                   or not 1 <= dimensions <= engine.hidden_size):
+        raise ApiError(422, f'"dimensions" must be an integer in 1..{engine.hidden_size}, got {dimensions!r:.40}')
+    tokens = await _tokens(engine, texts, engine.config.auto_truncate, int(request.headers.get("content-length") or 0))
+    rows = np.stack(await _compute(engine, "embed", texts, tokens))
+    if dimensions is not None:
+        rows = rows[:, :dimensions]  # Matryoshka: the leading dimensions
+    if engine.default_normalize:
+        rows = _normalize(rows)
+    rows = rows.astype(np.float32)
+    if encoding == "base64":
+        vectors: list[Any] = [base64.b64encode(row.astype("<f4").tobytes()).decode("ascii") for row in rows]
+    else:
+        vectors = rows.tolist()
+    total = sum(tokens)
+    return json_response({
+        "object": "list",
+        "data": [{"object": "embedding", "embedding": v, "index": i} for i, v in enumerate(vectors)],
+        "model": engine.model_name,
+        "usage": {"prompt_tokens": total, "total_tokens": total},
+    })
+
+
+def _predict_items(value: Any, limit: int) -> tuple[list[Any], bool]:
+    """"inputs" of /predict: a string, or an array of strings and [text, text_pair] arrays."""
+    if isinstance(value, str):
+        return [value], True
+    if value is None:
+        raise ApiError(422, 'missing "inputs": a string, or an array of strings and [text, text_pair] pairs')
+    if not isinstance(value, list):
+        raise ApiError(422, f'"inputs" must be a string or an array, got {_json_type(value)}')
+    if not value:
+        raise ApiError(422, '"inputs" is an empty array')
+    if len(value) > limit:
+        raise ApiError(413, f'"inputs" has {len(value)} inputs, more than this server takes in one request ({limit})',
+                       "Payload")
+    items: list[Any] = []
+    for i, item in enumerate(value):
+        if isinstance(item, str):
+            items.append(item)
+        elif isinstance(item, list) and len(item) == 2 and all(isinstance(x, str) for x in item):
+            items.append((item[0], item[1]))
+        else:
+            raise ApiError(422, f'"inputs"[{i}] must be a string or a [text, text_pair] array of two strings')
+    return items, False
+
+
+async def handle_predict(request: Any, engine: Engine) -> Any:
+    body = await read_json(request, engine.config.max_body_bytes)
+    _need(engine, "classify", "/predict")
+    items, single = _predict_items(body.get("inputs"), engine.config.max_client_batch_size)
+    raw = _flag(body, "raw_scores", False)
+    truncate = _flag(body, "truncate", engine.config.auto_truncate)
+    tokens = await _tokens(engine, items, truncate, int(request.headers.get("content-length") or 0))
+    results = await _compute(engine, "classify_raw" if raw else "classify", items, tokens)
+    return json_response(results[0] if single else list(results))
+
+
+async def handle_rerank(request: Any, engine: Engine) -> Any:
+    body = await read_json(request, engine.config.max_body_bytes)
+    _need(engine, "classify", "/rerank")
+    query = body.get("query")
+    if not isinstance(query, str):
+        raise ApiError(422, f'"query" must be a string, got {_json_type(query)}')
+    texts, _ = _texts(body.get("texts"), "texts", engine.config.max_client_batch_size)
+    raw = _flag(body, "raw_scores", False)
+    return_text = _flag(body, "return_text", False)
+    truncate = _flag(body, "truncate", engine.config.auto_truncate)
+    items = [(query, text) for text in texts]
+    tokens = await _tokens(engine, items, truncate, int(request.headers.get("content-length") or 0))
+    results = await _compute(engine, "classify_raw" if raw else "classify", items, tokens)
+    relevant = engine.id2label[len(engine.id2label) - 1]  # one label: its score; several: the last ("relevant")
+    ranked = []
+    for i, labels in enumerate(results):
+        entry: dict[str, Any] = {"index": i, "score": next(x["score"] for x in labels if x["label"] == relevant)}
+        if return_text:
+            entry["text"] = texts[i]
+        ranked.append(entry)
+    ranked.sort(key=lambda e: -e["score"])
+    return json_response(ranked)
+
+
+async def handle_info(request: Any, engine: Engine) -> Any:
+    info: dict[str, Any] = {
+        "model_id": engine.model_name,
+        "model_type": engine.task,
+        "max_input_length": engine.max_length,
+        "max_batch_tokens": engine.config.max_batch_tokens,
+        "max_client_batch_size": engine.config.max_client_batch_size,
+        "max_queue": engine.config.max_queue,
+        "auto_truncate": engine.config.auto_truncate,
+        "hidden_size": engine.hidden_size,
+    }
+    if engine.task == "embed":
+        info["normalize_default"] = engine.default_normalize
+    else:
+        info["labels"] = [engine.id2label[i] for i in range(len(engine.id2label))]
+        info["score_function"] = engine.function
+    return json_response(info)
+
+
+async def handle_health(request: Any, engine: Engine) -> Any:
+    if not engine.batcher.alive or engine.batcher.closing:
+        raise ApiError(503, "the model worker is not running", "Unhealthy")
+    return json_response({"status": "ok", "model": engine.model_name, "task": engine.task,
+                          "queue_depth": engine.batcher.depth()})
+
+
+async def handle_metrics(request: Any, engine: Engine) -> Any:
+    from starlette.responses import Response
+
+    text = engine.metrics.render(engine.batcher.depth(), engine.config.max_queue, engine.batcher.in_flight)
+    return Response(text, media_type="text/plain; version=0.0.4; charset=utf-8")
+
+
+class MetricsMiddleware:
+    """Counts every HTTP request by route and status and times it (a plain ASGI middleware: no body buffering)."""
+
+    def __init__(self, app: Any, metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+        status = 500
+
+        async def send_status(message: Any) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_status)
+        finally:
+            route = scope["path"] if scope["path"] in ROUTES else "other"
+            self.metrics.request(route, status, time.perf_counter() - start)
+
+
+def _require_server_stack() -> None:
+    try:
+        import starlette  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ModuleNotFoundError as err:
+        raise BertforgeError(f"serve needs {err.name}: pip install 'bertforge[serve]'") from None
+
+
+def create_app(config: ServeConfig | None = None, *, engine: Engine | None = None) -> Any:
+    """The Starlette application for `config` (the model is loaded here; the batcher starts with the app)."""
+    import contextlib
+
+    _require_server_stack()
+    from starlette.applications import Starlette
+    from starlette.exceptions import HTTPException
+    from starlette.routing import Route
+
+    if engine is None:
+        if config is None:
+            raise BertforgeError("create_app needs a ServeConfig or an Engine")
+        engine = Engine(config)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Any) -> Any:
+        engine.start()
+        log.info("serve: %s model %s ready (max %d tokens per batch, queue of %d)", engine.task,
+                 engine.model_name, engine.config.max_batch_tokens, engine.config.max_queue)
+        try:
+            yield
+        finally:
+            engine.stop()
+
+    async def http_error(request: Any, exc: Any) -> Any:
+        error = ApiError(exc.status_code, exc.detail or "error", "Http")
+        return json_response(_error_body(request.url.path, error), exc.status_code, exc.headers)
+
+    routes = [
+        Route("/embed", endpoint(handle_embed), methods=["POST"]),
+        Route("/predict", endpoint(handle_predict), methods=["POST"]),
+        Route("/rerank", endpoint(handle_rerank), methods=["POST"]),
+        Route("/v1/embeddings", endpoint(handle_openai_embeddings), methods=["POST"]),
+        Route("/info", endpoint(handle_info), methods=["GET"]),
+        Route("/health", endpoint(handle_health), methods=["GET"]),
+        Route("/metrics", endpoint(handle_metrics), methods=["GET"]),
+    ]
+    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: http_error})
+    app.state.engine = engine
+    app.add_middleware(MetricsMiddleware, metrics=engine.metrics)
+    return app
+
+
+def app_from_environment() -> Any:
+    """The app for uvicorn's import-string factory (`--workers N`): options from $BERTFORGE_SERVE_CONFIG."""
+    text = os.environ.get(ENV_CONFIG)
+    if not text:
+        raise BertforgeError(f"${ENV_CONFIG} is not set: start the server with `bertforge serve`")
+    return create_app(ServeConfig.from_json(text))
+
+
+def run_server(config: ServeConfig, host: str = "127.0.0.1", port: int = 8080, workers: int = 1,
+               log_level: str = "info", graceful_timeout: float | None = 30.0) -> int:
+    """Serve until SIGTERM or SIGINT; in-flight requests finish first. Returns 0 after a clean shutdown."""
+    _require_server_stack()
+    import uvicorn
+
+    if workers < 1:
+        raise BertforgeError(f"serve: workers must be at least 1, got {workers}")
+    if not 0 <= port <= 65535:
+        raise BertforgeError(f"serve: port must be in 0..65535, got {port}")
+    options = dict(host=host, port=port, log_level=log_level, timeout_graceful_shutdown=graceful_timeout,
+                   lifespan="on", access_log=False, server_header=False)
+    if workers == 1:
+        app = create_app(config)  # a bad model directory fails here, as one line
+        server = uvicorn.Server(uvicorn.Config(app, **options))
+        # uvicorn re-raises the SIGTERM it caught once it has shut down, which would end the process *by* the
+        # signal (status 143); the previous handler then runs instead: before serving it exits, after it is a no-op.
+        serving = False
+
+        def on_sigterm(signum: int, frame: Any) -> None:
+            if not serving:
+                raise SystemExit(0)
+
+        signal.signal(signal.SIGTERM, on_sigterm)
+        serving = True
+        server.run()
+        if not server.started:
+            raise BertforgeError(f"serve: the server could not start on {host}:{port} (see the log above)")
+        return 0
+    if config.num_threads is None:
+        from .system import available_cpus
+
+        config.num_threads = max(1, available_cpus() // workers)  # the processes share the machine's cores
+    Engine(config)  # check the model once here: uvicorn would restart failing workers forever
+    os.environ[ENV_CONFIG] = config.to_json()
+    uvicorn.run("bertforge.serve:app_from_environment", factory=True, workers=workers, **options)
+    return 0
