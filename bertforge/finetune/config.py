@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import BertforgeError
+from ..options import option
 
 FINETUNE_TASKS = ("classification", "ner", "qa")  # `--task` of finetune / evaluate / predict
 TASKS = FINETUNE_TASKS  # the old name (not `bertforge.pipelines.PIPELINE_CLASSES`), kept importable
@@ -20,21 +21,25 @@ TASKS = FINETUNE_TASKS  # the old name (not `bertforge.pipelines.PIPELINE_CLASSE
 
 @dataclass(kw_only=True)
 class DataOptions:
-    """How to read and encode a task's files; shared by finetune, evaluate and predict."""
+    """How to read and encode a task's files; shared by finetune, evaluate and predict (each field is also their
+    command-line option, see `bertforge.options`)."""
 
-    max_length: int | None = None  # tokens per input; None: 128 (384 for qa), at most the model's positions
-    text_column: str | None = None  # classification: None picks "text", "sentence" or "sentence1"
-    text_pair_column: str | None = None  # classification: the second text of a pair
-    label_column: str = "label"
-    no_header: bool = False  # CSV/TSV without a header row: columns are 0-based indices
-    lenient_rows: bool = False  # CSV/TSV: skip rows with the wrong field count or broken quotes (with a warning)
-    doc_stride: int = 128  # qa: tokens shared by consecutive windows of a long context
-    max_query_length: int = 64  # qa: longer questions are cut to this many tokens
-    max_answer_length: int = 30  # qa: the longest answer span, in tokens
-    n_best: int = 20  # qa: start and end candidates per window
-    eval_batch_size: int = 64
-    device: str | None = None  # None: "cuda" when available, else "cpu"
-    progress: bool | None = None  # tqdm bars; None shows them on a terminal only
+    max_length: int | None = option(None, "tokens per input (default 128; 384 for qa; at most the model's positions)",
+                                    metavar="N")
+    text_column: str | None = option(None, "classification: text column or JSON key; a 0-based index with "
+                                     "--no-header (default: text, sentence or sentence1)", metavar="NAME")
+    text_pair_column: str | None = option(None, "classification: second text of a sentence pair", metavar="NAME")
+    label_column: str = option("label", "classification: label column", metavar="NAME")
+    no_header: bool = option(False, "CSV/TSV without a header row; columns are then 0-based indices")
+    lenient_rows: bool = option(False, "CSV/TSV: skip rows with more or fewer fields than the header, or broken "
+                                "quotes, with a warning counting them (default: such a row is an error naming its line)")
+    doc_stride: int = option(128, "qa: tokens shared by consecutive context windows", metavar="N")
+    max_query_length: int = option(64, "qa: longest question in tokens", metavar="N")
+    max_answer_length: int = option(30, "qa: longest answer in tokens", metavar="N")
+    n_best: int = option(20, "qa: start/end candidates per window", metavar="N")
+    eval_batch_size: int = option(64, "batch size for evaluation/prediction", metavar="N")
+    device: str | None = option(None, "cpu, cuda, cuda:1, ... (default: cuda when available)")
+    progress: bool | None = option(None, "no progress bars (default: bars on a terminal only)", flag="--no-progress")
 
     def validate(self) -> None:
         """Raise `BertforgeError` naming the first bad setting."""
@@ -48,24 +53,28 @@ class DataOptions:
 class FinetuneConfig(DataOptions):
     """Everything that defines a fine-tuning run. Paths are made absolute when the run starts."""
 
-    task: str  # "classification", "ner" or "qa"
-    model: str  # directory of the pretrained model and its tokenizer
-    train: str
-    dev: str
-    out: str
-    epochs: int = 3
-    batch_size: int = 32
-    lr: float = 5e-5
-    warmup_ratio: float = 0.1  # fraction of the optimizer steps with a linearly rising learning rate
-    weight_decay: float = 0.01  # AdamW decay, not applied to biases and LayerNorm weights
-    seed: int = 42
-    grad_accum: int = 1  # batches whose gradients add up to one optimizer step
-    eval_every: int | None = None  # also evaluate every N optimizer steps (always at each epoch's end)
-    early_stop: int | None = None  # stop after N evaluations without a better main metric
-    metric: str | None = None  # the main metric; None: accuracy / pearson / f1 by task
-    group_by_length: bool = True  # batch training examples of similar length together (less padding)
-    log_every: int = 10  # write the training loss to metrics.jsonl every N optimizer steps
-    overwrite: bool = False  # replace an --out that already holds a run
+    task: str = option(help="the task: classification, ner or qa", choices=FINETUNE_TASKS)
+    model: str = option(help="model directory (weights, config.json, tokenizer)", metavar="DIR")
+    train: str = option(help="training data (CSV/TSV/JSONL, CoNLL, or SQuAD JSON)", metavar="FILE")
+    dev: str = option(help="dev data, scored at each evaluation", metavar="FILE")
+    out: str = option(help="output directory: model/, eval.json, metrics.jsonl, ...", metavar="DIR")
+    epochs: int = option(3, "passes over the training data", metavar="N")
+    batch_size: int = option(32, "examples per batch", metavar="N")
+    lr: float = option(5e-5, "peak learning rate", metavar="LR")
+    warmup_ratio: float = option(0.1, "fraction of the optimizer steps with a linearly rising learning rate",
+                                 metavar="R")
+    weight_decay: float = option(0.01, "AdamW weight decay (not on biases and LayerNorm weights)", metavar="W")
+    seed: int = option(42, "random seed", metavar="N")
+    grad_accum: int = option(1, "batches whose gradients add up to one optimizer step", metavar="N")
+    eval_every: int | None = option(None, "also evaluate every N optimizer steps (always at each epoch's end)",
+                                    metavar="N")
+    early_stop: int | None = option(None, "stop after N evaluations without a better main metric", metavar="N")
+    metric: str | None = option(None, "main metric that picks the best checkpoint (default: accuracy; pearson for "
+                                "regression; f1 for ner and qa)")
+    group_by_length: bool = option(True, "plain shuffled batches instead of batches of similar length",
+                                   flag="--no-group-by-length")
+    log_every: int = option(10, "write the training loss to metrics.jsonl every N optimizer steps", metavar="N")
+    overwrite: bool = option(False, "replace an --out that already holds a run")
 
     def validate(self) -> None:
         super().validate()
