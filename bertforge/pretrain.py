@@ -45,6 +45,7 @@ from .optim import make_optimizer, warmup_decay
 from .options import option
 from .pretrain_data import STATIC_DIR, pretraining_stream, run_tokenizer, static_reader
 from .state import load_state, save_state
+from .system import Runtime, barrier, setup_runtime, teardown_runtime  # noqa: F401  (Runtime: importable here too)
 from .train import TrainStep, labelled_count, pick_precision
 from .training_log import MetricsLog, Panel, plot_curves, read_rows
 
@@ -114,66 +115,6 @@ class PretrainArgs:
 
 
 # ---------------------------------------------------------------------------------------------------- environment
-@dataclass
-class Runtime:
-    rank: int
-    world_size: int
-    local_rank: int
-    device: torch.device
-    owns_process_group: bool = False  # set up here (not by the caller): torn down here at the end of the run
-
-    @property
-    def is_main(self) -> bool:
-        return self.rank == 0
-
-    @property
-    def distributed(self) -> bool:
-        return self.world_size > 1
-
-
-def setup_runtime(device: str) -> Runtime:
-    from .linear import check_linear_backend
-
-    check_linear_backend()  # a misspelt BERTFORGE_LINEAR fails here, not at the first step after the output is made
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    rank = int(os.environ.get("RANK", "0"))
-    local = int(os.environ.get("LOCAL_RANK", "0"))
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    if device == "cuda":
-        if not torch.cuda.is_available():
-            raise BertforgeError("--device cuda was asked for, but no CUDA device is available")
-        torch.cuda.set_device(local)
-        dev = torch.device("cuda", local)
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
-    elif device == "cpu":
-        from .pipelines.base import configure_threads
-        from .system import reuse_freed_memory
-
-        dev = torch.device("cpu")
-        configure_threads(None)  # one thread per CPU this process may use, unless OMP_NUM_THREADS says otherwise
-        reuse_freed_memory()  # no page faults on every step's large tensors (see bertforge.system)
-    else:
-        raise BertforgeError(f"unknown device {device!r}; choose auto, cpu or cuda")
-    owns = world > 1 and not dist.is_initialized()
-    if owns:
-        dist.init_process_group("nccl" if dev.type == "cuda" else "gloo")
-    return Runtime(rank, world, local, dev, owns)
-
-
-def teardown_runtime(rt: Runtime) -> None:
-    """Destroy the process group `setup_runtime` created. Left to interpreter exit, gloo's threads sometimes end the
-    process with `terminate called without an active exception` (SIGABRT) after a run that succeeded."""
-    if rt.owns_process_group and dist.is_initialized():
-        dist.destroy_process_group()
-
-
-def barrier(rt: Runtime) -> None:
-    if rt.distributed:
-        dist.barrier()
-
-
 # ---------------------------------------------------------------------------------------------------- checkpoints
 def list_checkpoints(out: Path) -> list[tuple[int, Path]]:
     """Complete checkpoints, oldest first (an unfinished one has a temporary name and is never listed)."""

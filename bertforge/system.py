@@ -1,5 +1,5 @@
-"""Process-wide settings, in one place: intra-op threads (`configure_threads`) and, for training on CPU, the
-allocator (`reuse_freed_memory`). The linear-layer kernels are chosen in `bertforge.linear`.
+"""Process-wide settings, in one place: `setup_runtime` (device, process group, intra-op threads, the allocator for
+training on CPU, the check of the linear-kernel choice) is what every command calls before it works.
 
 glibc's malloc serves every request above 32 MiB (BERT's word-embedding gradient, the vocabulary logits, the
 feed-forward activations of a large batch) with a fresh `mmap` and gives it back with `munmap` when freed. The
@@ -16,8 +16,10 @@ import ctypes
 import logging
 import os
 import sys
+from dataclasses import dataclass
 
 import torch
+import torch.distributed as dist
 
 from .errors import BertforgeError
 
@@ -80,3 +82,72 @@ def configure_threads(num_threads: int | None) -> None:
         torch.set_num_threads(num_threads)
     elif "OMP_NUM_THREADS" not in os.environ and torch.get_num_threads() > available_cpus():
         torch.set_num_threads(available_cpus())
+
+
+@dataclass
+class Runtime:
+    """Where this process runs: its rank among `world_size` processes (torchrun's environment) and its device."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    device: torch.device
+    owns_process_group: bool = False  # set up here (not by the caller): torn down here at the end of the run
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+
+def setup_runtime(device: str | None = "auto", *, threads: int | None = None, training: bool = True,
+                  distributed: bool = True) -> Runtime:
+    """Every process-wide setting a command needs, in one place, before it writes anything.
+
+    `device`: "auto" (CUDA when there is a GPU), "cpu", "cuda" (this process's local GPU under torchrun) or
+    "cuda:N". `threads`: intra-op threads on CPU (default: one per CPU this process may use, or OMP_NUM_THREADS).
+    `training` on CPU keeps freed memory for reuse (`reuse_freed_memory`). `distributed`: join torchrun's process
+    group (gloo on CPU, NCCL on GPU) when WORLD_SIZE > 1. A misspelt BERTFORGE_LINEAR or BERTFORGE_MALLOC fails
+    here. TF32 matrix multiplies are allowed on CUDA."""
+    from .linear import check_linear_backend
+
+    check_linear_backend()
+    world = int(os.environ.get("WORLD_SIZE", "1")) if distributed else 1
+    rank = int(os.environ.get("RANK", "0")) if distributed else 0
+    local = int(os.environ.get("LOCAL_RANK", "0")) if distributed else 0
+    device = device or "auto"
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise BertforgeError(f"--device {device} was asked for, but no CUDA device is available")
+        dev = torch.device("cuda", local) if device == "cuda" else torch.device(device)
+        torch.cuda.set_device(dev)
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    elif device == "cpu":
+        dev = torch.device("cpu")
+        configure_threads(threads)
+        if training:
+            reuse_freed_memory()  # no page faults on every step's large tensors
+    else:
+        raise BertforgeError(f"unknown device {device!r}; choose auto, cpu, cuda or cuda:N")
+    owns = world > 1 and not dist.is_initialized()
+    if owns:
+        dist.init_process_group("nccl" if dev.type == "cuda" else "gloo")
+    return Runtime(rank, world, local, dev, owns)
+
+
+def teardown_runtime(rt: Runtime) -> None:
+    """Destroy the process group `setup_runtime` created. Left to interpreter exit, gloo's threads sometimes end the
+    process with `terminate called without an active exception` (SIGABRT) after a run that succeeded."""
+    if rt.owns_process_group and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def barrier(rt: Runtime) -> None:
+    if rt.distributed:
+        dist.barrier()

@@ -16,7 +16,8 @@ from ..errors import BertforgeError
 from ..io import atomic_directory, atomic_write_text
 from .config import DataOptions, FinetuneConfig
 from .tasks import Encoded, Task, get_task, lower_is_better
-from .trainer import pick_device, plot_curve, run_model, train
+from ..system import setup_runtime
+from .trainer import plot_curve, run_model, train
 
 log = logging.getLogger("bertforge")
 
@@ -40,6 +41,7 @@ def finetune(config: FinetuneConfig | None = None, **settings: Any) -> dict[str,
     """
     cfg = config if config is not None else _make(FinetuneConfig, settings)
     cfg.validate()
+    device = setup_runtime(cfg.device, distributed=False).device  # before anything is read or written
     cfg = dataclasses.replace(cfg, **{k: str(Path(getattr(cfg, k)).resolve()) for k in ("model", "train", "dev", "out")})
     out = Path(cfg.out)
     _check_out(out, cfg.overwrite)
@@ -58,7 +60,6 @@ def finetune(config: FinetuneConfig | None = None, **settings: Any) -> dict[str,
     torch.manual_seed(cfg.seed)  # the new head's initialisation and dropout
     # a checkpoint fine-tuned for other labels gets a new head (with a warning that names it)
     model = task.model_class.from_pretrained(cfg.model, ignore_mismatched_sizes=True, **overrides)
-    device = pick_device(cfg.device)
 
     def evaluate_dev() -> dict[str, Any]:
         return _score(task, model, dev_data, opts, tokenizer.pad_token_id, device)
@@ -98,7 +99,7 @@ def evaluate(task: str, model: str | Path, data: str | Path, **options: Any) -> 
     ones the model was fine-tuned with.
     """
     the_task, opts, tokenizer, net, encoded = _prepare(task, model, data, options, labelled=True)
-    return _score(the_task, net, encoded, opts, tokenizer.pad_token_id, pick_device(opts.device))
+    return _score(the_task, net, encoded, opts, tokenizer.pad_token_id, _device(opts))
 
 
 def predict(
@@ -112,7 +113,7 @@ def predict(
     """
     the_task, opts, tokenizer, net, encoded = _prepare(task, model, input, options, labelled=False)
     outputs, _ = run_model(
-        net, encoded.features, opts.eval_batch_size, tokenizer.pad_token_id, pick_device(opts.device), opts.progress,
+        net, encoded.features, opts.eval_batch_size, tokenizer.pad_token_id, _device(opts), opts.progress,
         "predicting",
     )
     records = the_task.records(encoded, outputs, net.config, opts)
@@ -132,6 +133,11 @@ def _prepare(task: str, model: str | Path, data: str | Path, options: dict[str, 
     net = load_finetuned(the_task, model)
     encoded = the_task.encode(tokenizer, examples, opts, net.config, Path(data), labelled=labelled)
     return the_task, opts, tokenizer, net, encoded
+
+
+def _device(opts: DataOptions) -> torch.device:
+    """Where `evaluate` and `predict` run (the runtime set up for inference)."""
+    return setup_runtime(opts.device, training=False, distributed=False).device
 
 
 def load_finetuned(task: Task, model: str | Path) -> Any:

@@ -39,13 +39,6 @@ MAX_GRAD_NORM = 1.0
 FINETUNE_EPS = 1e-8  # AdamW epsilon of fine-tuning recipes (transformers' default); pretraining keeps BERT's 1e-6
 
 
-def pick_device(name: str | None) -> torch.device:
-    """`name`, or CUDA when there is a GPU and the CPU otherwise."""
-    if name:
-        return torch.device(name)
-    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-
-
 def autocast(device: torch.device) -> contextlib.AbstractContextManager[Any]:
     """bf16 autocast on CUDA (where the GPU has bf16); nothing (fp32) elsewhere: training's "auto" precision."""
     return train_autocast(device, pick_precision("auto", device))
@@ -179,10 +172,6 @@ class Finetuning:
     def run(self) -> TrainResult:
         started = time.perf_counter()
         self.model.to(self.device)
-        if self.device.type == "cpu":
-            from ..system import reuse_freed_memory
-
-            reuse_freed_memory()  # no page faults on every step's large tensors (see bertforge.system)
         self.model.train()
         for epoch in range(self.cfg.epochs):
             if self.train_epoch(epoch):
