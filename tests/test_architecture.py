@@ -1,0 +1,83 @@
+"""ARCHITECTURE.md's layering, checked: a module imports only from its own layer or the layers below it, and
+attention, backward and gradient clipping each live in one module."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import bertforge
+
+ROOT = Path(bertforge.__file__).parent
+
+#: module (or package) → layer, as in ARCHITECTURE.md's table
+LAYERS = {
+    "errors": 1, "constants": 1, "io": 1, "ops": 1, "linear": 1, "system": 1, "options": 1, "state": 1,
+    "config": 2, "attention": 2, "model": 2, "checkpoint": 2,
+    "tokenizer": 3, "data": 3, "qa_spans": 3,
+    "train": 4, "training_log": 4, "optim": 4, "pretrain": 4, "pretrain_data": 4, "finetune": 4,
+    "pipelines": 5, "onnx": 5, "serve": 5,
+    "cli": 6, "commands": 6, "__main__": 6, "__init__": 6,
+}
+
+
+def layer_of(module: str) -> int:
+    return LAYERS[module.split(".")[0]]
+
+
+def imports(path: Path, text: str | None = None) -> list[str]:
+    """The bertforge modules `path` (holding `text`, by default its contents) imports, relative imports resolved,
+    as dotted paths below the package."""
+    own = path.relative_to(ROOT).with_suffix("").parts
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8") if text is None else text)):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = list(own[: len(own) - node.level])
+                if node.module:
+                    found.append(".".join(base + [node.module]))
+                elif base:  # `from . import metrics` inside a subpackage
+                    found += [".".join(base + [alias.name]) for alias in node.names]
+                # `from .. import __version__`: the package's version string, no layer
+            elif node.module and node.module.startswith("bertforge."):
+                found.append(node.module.removeprefix("bertforge."))
+        elif isinstance(node, ast.Import):
+            found += [a.name.removeprefix("bertforge.") for a in node.names if a.name.startswith("bertforge.")]
+    return found
+
+
+def test_every_module_has_a_layer():
+    top = {p.relative_to(ROOT).parts[0].removesuffix(".py") for p in ROOT.rglob("*.py")}
+    assert top <= set(LAYERS), f"add {sorted(top - set(LAYERS))} to LAYERS and ARCHITECTURE.md"
+
+
+def test_imports_go_down_the_layers():
+    upward = []
+    for path in sorted(ROOT.rglob("*.py")):
+        name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+        if name.startswith(("__init__", "__main__")):
+            continue
+        for target in imports(path):
+            if layer_of(target) > layer_of(name):
+                upward.append(f"{name} (layer {layer_of(name)}) imports {target} (layer {layer_of(target)})")
+    assert not upward, "\n".join(upward)
+
+
+def test_one_module_each_for_attention_backward_and_clipping():
+    where: dict[str, set[str]] = {"scaled_dot_product_attention": set(), r"\.backward\(": set(), "clip_grad_norm_": set()}
+    for path in ROOT.rglob("*.py"):
+        code = "\n".join(line.split("#")[0] for line in path.read_text(encoding="utf-8").splitlines())
+        for pattern, files in where.items():
+            if re.search(pattern, code):
+                files.add(path.relative_to(ROOT).as_posix())
+    assert where == {"scaled_dot_product_attention": {"attention.py"}, r"\.backward\(": {"train.py"},
+                     "clip_grad_norm_": {"train.py"}}
+
+
+def test_the_checker_sees_an_upward_import():
+    """The layer check is not vacuous: a data module importing the pipelines would be caught."""
+    probe = ROOT / "data" / "probe.py"
+    found = imports(probe, "from ..pipelines.base import Pipeline\nfrom .corpus import take_mb\n")
+    assert found == ["pipelines.base", "data.corpus"]
+    assert layer_of("pipelines.base") > layer_of("data.probe") == layer_of("data.corpus")
