@@ -47,11 +47,13 @@ def parameter_count(config: BertConfig, head: str = "pretraining", num_labels: i
     return embeddings + config.num_hidden_layers * layer + pooler + extra
 
 
-def activation_bytes_per_sequence(config: BertConfig, seq_len: int, gradient_checkpointing: bool = False) -> int:
-    """The activations one sequence of `seq_len` tokens keeps for backward (see the module docstring)."""
+def activation_bytes_per_sequence(config: BertConfig, seq_len: int, gradient_checkpointing: bool = False,
+                                  head: str = "pretraining") -> int:
+    """The activations one sequence of `seq_len` tokens keeps for backward (see the module docstring); a head other
+    than "pretraining" has no MLM logits."""
     s, h, a, v = seq_len, config.hidden_size, config.num_attention_heads, config.vocab_size
     layer = 4 * (18 * s * h + 5 * a * s * s)
-    once = 4 * (4 * s * h + 2 * MLM_FRACTION * s * v)
+    once = 4 * (4 * s * h + (2 * MLM_FRACTION * s * v if head == "pretraining" else 0))
     if gradient_checkpointing:
         return int(config.num_hidden_layers * 4 * s * h + layer + once)
     return int(config.num_hidden_layers * layer + once)
@@ -83,8 +85,8 @@ def estimate_training_memory(config: BertConfig, batch_size: int, seq_len: int, 
     return MemoryEstimate(
         parameters=params,
         state_bytes=params * BYTES_PER_PARAMETER // max(1, shards),
-        per_sequence=activation_bytes_per_sequence(config, seq_len),
-        per_sequence_checkpointed=activation_bytes_per_sequence(config, seq_len, gradient_checkpointing=True),
+        per_sequence=activation_bytes_per_sequence(config, seq_len, head=head),
+        per_sequence_checkpointed=activation_bytes_per_sequence(config, seq_len, gradient_checkpointing=True, head=head),
         batch_size=batch_size,
         seq_len=seq_len,
         gradient_checkpointing=gradient_checkpointing,

@@ -35,6 +35,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--optimizer", choices=["adamw", "lamb"], default=d.optimizer, help="LAMB for very large batches")
     p.add_argument("--weight-decay", type=float, default=d.weight_decay)
     p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--max-skipped-steps", type=int, default=d.max_skipped_steps, metavar="N",
+                   help=f"stop with an error after N steps in a row with a non-finite loss or gradient (default {d.max_skipped_steps})")
     p.add_argument("--no-nsp", action="store_true", help="RoBERTa-style full-sentence packing, no next-sentence prediction")
     p.add_argument("--whole-word-mask", action="store_true", help="mask whole words rather than word pieces")
     p.add_argument("--mlm-probability", type=float, default=d.mlm_probability)
@@ -87,6 +89,7 @@ def run(args: argparse.Namespace) -> int:
         optimizer=args.optimizer,
         weight_decay=args.weight_decay,
         seed=args.seed,
+        max_skipped_steps=args.max_skipped_steps,
         nsp=not args.no_nsp,
         whole_word_mask=args.whole_word_mask,
         mlm_probability=args.mlm_probability,
