@@ -13,7 +13,7 @@ HELP = "fine-tune a pretrained model: sentence(-pair) classification or regressi
 
 TRAINING_OPTIONS = (
     "task", "model", "train", "dev", "out", "epochs", "batch_size", "lr", "warmup_ratio", "weight_decay", "seed",
-    "grad_accum", "eval_every", "early_stop", "metric", "group_by_length", "log_every", "overwrite",
+    "grad_accum", "eval_every", "early_stop", "metric", "group_by_length", "log_every", "overwrite", "max_skipped_steps",
 )
 REQUIRED = ("task", "model", "train", "dev", "out")
 
@@ -41,6 +41,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--no-group-by-length", dest="group_by_length", action="store_false", default=None,
                        help="plain shuffled batches instead of batches of similar length")
     group.add_argument("--log-every", type=int, metavar="N", help="training-loss record every N steps (10)")
+    group.add_argument("--max-skipped-steps", type=int, metavar="N",
+                       help="stop with an error after N steps in a row with a non-finite loss or gradient (10)")
     add_data_arguments(parser)
 
 

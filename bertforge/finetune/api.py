@@ -13,7 +13,9 @@ import torch
 from .. import __version__
 from ..config import BertConfig
 from ..errors import BertforgeError
-from ..io import atomic_directory, atomic_write_text
+from ..io import atomic_directory, atomic_write_text, lock_run_directory
+from ..memory import check_training_fits
+from ..train import refuse_nonfinite
 from .config import DataOptions, FinetuneConfig
 from .tasks import Encoded, Task, get_task, lower_is_better
 from .trainer import pick_device, plot_curve, run_model, train
@@ -42,6 +44,11 @@ def finetune(config: FinetuneConfig | None = None, **settings: Any) -> dict[str,
     cfg.validate()
     cfg = dataclasses.replace(cfg, **{k: str(Path(getattr(cfg, k)).resolve()) for k in ("model", "train", "dev", "out")})
     out = Path(cfg.out)
+    with lock_run_directory(out, "finetune"):  # a second run into `out` is refused while this one runs
+        return _finetune(cfg, out)
+
+
+def _finetune(cfg: FinetuneConfig, out: Path) -> dict[str, Any]:
     _check_out(out, cfg.overwrite)
     task = get_task(cfg.task)
     opts = cfg.data_options()
@@ -55,10 +62,13 @@ def finetune(config: FinetuneConfig | None = None, **settings: Any) -> dict[str,
     train_data = task.encode(tokenizer, train_examples, opts, model_config, Path(cfg.train), labelled=True)
     dev_data = task.encode(tokenizer, dev_examples, opts, model_config, Path(cfg.dev), labelled=True)
 
+    device = pick_device(cfg.device)
+    seq_len = task.max_length(opts, model_config)
+    check_training_fits(model_config, cfg.batch_size, seq_len, device, head="classification",
+                        what=f"fine-tuning {cfg.model}")  # before the model is built
     torch.manual_seed(cfg.seed)  # the new head's initialisation and dropout
     # a checkpoint fine-tuned for other labels gets a new head (with a warning that names it)
     model = task.model_class.from_pretrained(cfg.model, ignore_mismatched_sizes=True, **overrides)
-    device = pick_device(cfg.device)
 
     def evaluate_dev() -> dict[str, Any]:
         return _score(task, model, dev_data, opts, tokenizer.pad_token_id, device)
@@ -69,6 +79,7 @@ def finetune(config: FinetuneConfig | None = None, **settings: Any) -> dict[str,
             tokenizer.pad_token_id, device, work / "metrics.jsonl",
         )
         assert result.best is not None  # every run evaluates at least once
+        refuse_nonfinite(model.state_dict(), str(out / "model"))
         model.save_pretrained(work / "model")
         tokenizer.save_pretrained(work / "model")
         summary = {

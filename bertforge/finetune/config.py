@@ -65,6 +65,7 @@ class FinetuneConfig(DataOptions):
     group_by_length: bool = True  # batch training examples of similar length together (less padding)
     log_every: int = 10  # write the training loss to metrics.jsonl every N optimizer steps
     overwrite: bool = False  # replace an --out that already holds a run
+    max_skipped_steps: int = 10  # stop with an error after this many non-finite steps in a row
 
     def validate(self) -> None:
         super().validate()
@@ -73,7 +74,7 @@ class FinetuneConfig(DataOptions):
         for name in ("model", "train", "dev", "out"):
             if not isinstance(getattr(self, name), str) or not getattr(self, name):
                 raise BertforgeError(f"finetune needs {name!r} (a path)")
-        for name in ("epochs", "batch_size", "grad_accum", "log_every"):
+        for name in ("epochs", "batch_size", "grad_accum", "log_every", "max_skipped_steps"):
             _check_int(name, getattr(self, name), 1)
         for name in ("eval_every", "early_stop"):
             if getattr(self, name) is not None:
