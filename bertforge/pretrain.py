@@ -328,7 +328,8 @@ class Pretrainer:
         out, a = self.out, self.args
         if out.exists() and not out.is_dir():
             raise BertforgeError(f"--out {out} exists and is not a directory")
-        holds_files = out.is_dir() and any(p.name != REPLACED_DIR for p in out.iterdir())
+        # hidden entries are not a run: the remains of an atomic write killed before the run recorded itself
+        holds_files = out.is_dir() and any(not p.name.startswith(".") for p in out.iterdir())
         if a.resume:
             if not (out / RUN_CONFIG).is_file():
                 what = ("does not exist" if not out.exists() else "is empty" if not holds_files
