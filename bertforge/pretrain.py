@@ -310,13 +310,19 @@ class Pretrainer:
         --overwrite left, and checks OUT and the corpus without changing anything; every rank learns the outcome.
         One lock, rank 0's: rank 0 alone writes the run's files, and OUT may sit on a filesystem other hosts share,
         where a lock per host would not exclude a second launch elsewhere."""
-        error: BaseException | None = None
+        def lock_and_check() -> None:
+            self.lock = lock_run_directory(self.out, "pretrain")
+            self.recover_interrupted_overwrite()
+            self.check_output_dir()
+
+        self.on_main(lock_and_check)
+
+    def on_main(self, check: Any) -> None:
+        """Run `check()` on rank 0; a BertforgeError there is raised on every rank (rank 0's message on rank 0)."""
+        error: BertforgeError | None = None
         if self.rt.is_main:
             try:
-                self.lock = lock_run_directory(self.out, "pretrain")
-                self.recover_interrupted_overwrite()
-                self.check_output_dir()
-                check_corpus(self.corpus, self.args.text_field, self.args.nsp)
+                check()
             except BertforgeError as err:
                 error = err
         if not self.all_ranks_agree(error is None):
@@ -438,10 +444,15 @@ class Pretrainer:
         from .tokenizer import Tokenizer
 
         a, own = self.args, self.out / "tokenizer"
+        tokenizer = None
         if a.tokenizer:
-            return Tokenizer.from_pretrained(a.tokenizer), False
-        if not a.overwrite and (own / "tokenizer.json").is_file():
-            return Tokenizer.from_pretrained(own), False
+            tokenizer = Tokenizer.from_pretrained(a.tokenizer)
+        elif not a.overwrite and (own / "tokenizer.json").is_file():
+            tokenizer = Tokenizer.from_pretrained(own)
+        # too few documents (or none) is refused now, not at the first batch, and before a vocabulary is trained
+        self.on_main(lambda: check_corpus(self.corpus, a.text_field, a.nsp))
+        if tokenizer is not None:
+            return tokenizer, False
         return (train_run_tokenizer(a, self.corpus) if self.rt.is_main else None), True
 
     def build_config(self) -> BertConfig:
