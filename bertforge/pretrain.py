@@ -229,9 +229,15 @@ class Pretrainer:
         vocab = self.tokenizer.vocab_size if self.tokenizer is not None else args.vocab_size
         pad = self.tokenizer.pad_token_id if self.tokenizer is not None else base_config.pad_token_id
         config = dataclasses.replace(base_config, vocab_size=vocab, pad_token_id=pad)
-        check_training_fits(config, args.batch_size, args.seq_len, self.rt.device,
-                            gradient_checkpointing=args.gradient_checkpointing,
-                            shards=self.rt.world_size if args.fsdp else 1, what=f"pretraining --config {args.config}")
+        refused: BertforgeError | None = None
+        try:  # each rank against its own device; every rank learns whether all of them fit
+            check_training_fits(config, args.batch_size, args.seq_len, self.rt.device,
+                                gradient_checkpointing=args.gradient_checkpointing,
+                                shards=self.rt.world_size if args.fsdp else 1, what=f"pretraining --config {args.config}")
+        except BertforgeError as err:
+            refused = err
+        if not self.all_ranks_agree(refused is None):
+            raise refused if refused is not None else BertforgeError("the run does not fit in memory on another rank")
         self.prepare_output_dir()  # the first change to OUT
         if trained:
             if self.rt.is_main:

@@ -115,8 +115,7 @@ def test_a_failing_overwrite_loses_nothing_of_the_previous_run(inputs, previous_
     one_doc.write_text("a single document .\nwith two sentences .\n")
     corpus, tok, config = inputs
     cases = {
-        "one-document corpus with NSP": (argv(inputs, previous_run, "--overwrite", tokenizer=False)[:2]
-                                         + [str(one_doc)] + argv(inputs, previous_run, "--overwrite", tokenizer=False)[3:],
+        "one-document corpus with NSP": (argv((one_doc, tok, config), previous_run, "--overwrite", tokenizer=False),
                                          "has only 1 document"),
         "missing tokenizer": (argv(inputs, previous_run, "--overwrite", "--tokenizer", str(tmp_path / "nope")),
                               str(tmp_path / "nope")),
@@ -193,7 +192,7 @@ def test_a_second_run_into_a_directory_in_use_is_refused_naming_its_pid(inputs, 
     refused naming its pid; once it is SIGKILLed, the kernel has dropped the lock and --resume goes ahead."""
     out = tmp_path / "run"
     lock = run_lock_path(out.resolve())
-    first = subprocess.Popen(bertforge_cmd(*argv(inputs, out, steps=100_000)[0:] ), env=subprocess_env(),
+    first = subprocess.Popen(bertforge_cmd(*argv(inputs, out, steps=100_000)), env=subprocess_env(),
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 120
