@@ -383,6 +383,7 @@ class Pretrainer:
     def recover_interrupted_overwrite(self) -> None:
         """An --overwrite killed before the new run's first checkpoint left the old run in OUT/.replaced-run/: put it
         back (the new run had nothing worth keeping). Killed after that checkpoint: the old run is no longer needed."""
+        shutil.rmtree(self.out / f"{REPLACED_DIR}.deleting", ignore_errors=True)  # a kill inside drop_replaced
         aside = self.out / REPLACED_DIR
         if not aside.is_dir():
             return
@@ -413,6 +414,7 @@ class Pretrainer:
         aside, self.replaced = self.replaced, None
         if aside is not None:
             doomed = aside.with_name(f"{REPLACED_DIR}.deleting")  # one rename, so a kill never half-restores it
+            shutil.rmtree(doomed, ignore_errors=True)
             os.replace(aside, doomed)
             shutil.rmtree(doomed, ignore_errors=True)
 
