@@ -68,6 +68,15 @@ def _subparser(parser: argparse.ArgumentParser, command: str | None) -> argparse
     return parser
 
 
+def describe_os_error(err: OSError) -> str:
+    """'PATH: cause' (both paths of a rename) for an OSError, in one line; the cause alone when it names no path."""
+    cause = err.strerror or str(err) or type(err).__name__
+    paths = [str(p) for p in (err.filename, err.filename2) if p is not None]
+    if paths:
+        return f"{' -> '.join(paths)}: {cause}"
+    return f"{cause} ({type(err).__name__})"
+
+
 def main(argv: list[str] | None = None) -> int:
     try:
         parser = build_parser()
@@ -95,6 +104,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"bertforge {args.command}: interrupted", file=sys.stderr)
         return 130
+    except OSError as err:  # the file system said no (read-only, full, permissions): one line naming the path
+        if args.debug:
+            traceback.print_exc()
+        print(f"bertforge {args.command}: error: {describe_os_error(err)}", file=sys.stderr)
+        return 2
     except Exception as err:  # a bug in bertforge: still one line unless --debug
         if args.debug:
             traceback.print_exc()

@@ -313,3 +313,97 @@ def _undo(tmp: Path, old: Path | None, target: Path) -> None:
             os.replace(old, target)
         except OSError:
             pass
+
+
+# ---------------------------------------------------------------------------------------------------- run locks
+def run_lock_path(out: str | Path) -> Path:
+    """The lock file of the run directory `out`: `.NAME.lock` beside it, not inside, so that it outlives the
+    atomic exchanges of `out` itself (finetune's `out` appears only at the end; `--overwrite` moves it aside)."""
+    out = Path(out)
+    return out.parent / f".{out.name}.lock"
+
+
+class RunLock:
+    """An exclusive advisory lock (`fcntl.flock`) on a run directory, held until `release()` or the process's death
+    (the kernel drops it then, so a killed run never leaves a stale lock). The lock file holds the holder's pid."""
+
+    def __init__(self, out: Path, path: Path, fd: int) -> None:
+        self.out, self.path, self.fd = out, path, fd
+
+    def release(self) -> None:
+        if self.fd < 0:
+            return
+        if _HELD.get(self.path) is self:
+            del _HELD[self.path]
+        with contextlib.suppress(OSError):
+            os.unlink(self.path)  # while still held: a process waiting on this inode sees it is gone and retries
+        os.close(self.fd)
+        self.fd = -1
+
+    def __enter__(self) -> "RunLock":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    def __del__(self) -> None:
+        if self.fd >= 0:  # an abandoned holder: the lock goes with it
+            with contextlib.suppress(Exception):
+                self.release()
+
+
+_HELD: dict[Path, RunLock] = {}  # the locks this process holds, by lock file
+
+
+def lock_run_directory(out: str | Path, command: str = "run") -> RunLock:
+    """Take the exclusive lock on the run directory `out`, or refuse with a BertforgeError naming the pid of the run
+    that holds it. Every command that writes a run directory takes it before it changes anything there."""
+    import fcntl
+
+    out = Path(out)
+    path = run_lock_path(Path(os.path.abspath(out)))
+    held = _HELD.get(path)
+    if held is not None and held.fd >= 0:
+        # This process already holds it (an earlier trainer object on the same directory that was never closed):
+        # the new holder takes it over. Exclusion is between processes, where two runs would write at once.
+        lock = RunLock(out, path, held.fd)
+        held.fd = -1
+        _HELD[path] = lock
+        return lock
+    while True:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as err:
+            raise BertforgeError(f"cannot lock {out}: cannot create {path}: {err.strerror}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as err:
+            try:
+                holder = os.pread(fd, 64, 0).decode("ascii", "replace").split()
+            except OSError:
+                holder = []
+            os.close(fd)
+            if err.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                pid = holder[0] if holder else "unknown"
+                what = holder[1] if len(holder) > 1 else "run"
+                raise BertforgeError(
+                    f"{out} is in use by another bertforge {what} (pid {pid}; lock file {path}); wait for it to "
+                    f"end or choose another --out"
+                ) from None
+            raise BertforgeError(f"cannot lock {out}: {path}: {err.strerror}") from None
+        try:  # the file may have been unlinked by a holder releasing it between our open and flock: retry then
+            same = os.stat(path).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if not same:
+            os.close(fd)
+            continue
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()} {command}\n".encode("ascii"), 0)
+        except OSError as err:
+            os.close(fd)
+            raise BertforgeError(f"cannot lock {out}: cannot write {path}: {err.strerror}") from None
+        lock = _HELD[path] = RunLock(out, path, fd)
+        return lock

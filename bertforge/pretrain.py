@@ -39,14 +39,15 @@ from .config import BertConfig, PRESETS
 from .constants import IGNORE_INDEX
 from .data.corpus import DEFAULT_CORPUS, check_corpus_files, list_corpus_files
 from .errors import BertforgeError
-from .io import atomic_directory, atomic_write_text
+from .io import RunLock, atomic_directory, atomic_write_text, lock_run_directory
+from .memory import check_training_fits
 from .model import BertForPreTraining
 from .optim import make_optimizer, warmup_decay
 from .options import option
-from .pretrain_data import STATIC_DIR, pretraining_stream, run_tokenizer, static_reader
+from .pretrain_data import STATIC_DIR, check_corpus, pretraining_stream, static_reader, train_run_tokenizer
 from .state import load_state, save_state
 from .system import Runtime, barrier, setup_runtime, teardown_runtime  # noqa: F401  (Runtime: importable here too)
-from .train import TrainStep, labelled_count, pick_precision
+from .train import MAX_SKIPPED_STEPS, TrainStep, labelled_count, pick_precision, refuse_nonfinite
 from .training_log import MetricsLog, Panel, plot_curves, read_rows
 
 log = logging.getLogger("bertforge")
@@ -61,7 +62,13 @@ RUN_CONFIG = "run_config.json"
 CHECKPOINT_RE = re.compile(r"^step-(\d+)$")
 # Settings a resumed run may change; any other change would make the continuation a different run.
 # `out` is where the run lives, not what it is: a moved run directory resumes (the data state checks the corpus).
-RESUMABLE_CHANGES = {"max_steps", "save_every", "keep_last", "log_every", "resume", "overwrite", "progress", "demo", "out"}
+RESUMABLE_CHANGES = {"max_steps", "save_every", "keep_last", "log_every", "resume", "overwrite", "progress", "demo", "out",
+                     "max_skipped_steps"}
+# What a run writes in OUT: all that --overwrite replaces (anything else there is left alone).
+RUN_ENTRIES = ("checkpoints", "model", "tokenizer", "tensorboard", "metrics.jsonl", RUN_CONFIG, "training_curves.png",
+               STATIC_DIR)
+# Where --overwrite keeps the run it replaces (OUT/.replaced-run/) until the new run has its first checkpoint.
+REPLACED_DIR = ".replaced-run"
 
 
 @dataclass
@@ -89,6 +96,8 @@ class PretrainArgs:
     optimizer: str = option("adamw", "the optimizer; LAMB for very large batches", choices=("adamw", "lamb"))
     weight_decay: float = option(0.01, "decoupled weight decay of matrices and embeddings")
     max_grad_norm: float = 1.0
+    max_skipped_steps: int = option(MAX_SKIPPED_STEPS, "stop with an error after N steps in a row with a non-finite "
+                                    "loss or gradient", metavar="N")
     seed: int = option(0, "random seed")
     nsp: bool = option(True, "RoBERTa-style full-sentence packing, no next-sentence prediction", flag="--no-nsp")
     whole_word_mask: bool = option(False, "mask whole words rather than word pieces")
@@ -157,10 +166,42 @@ class Pretrainer:
         present = [path for path in self.corpus if Path(path).exists()]  # a missing one is reported by the reader
         if present and not args.allow_binary:  # before anything is written into --out
             check_corpus_files(list_corpus_files(present))
+        self.lock: RunLock | None = None  # rank 0's lock on OUT, held until the run ends
+        self.replaced: Path | None = None  # the run --overwrite replaces, kept aside until the first checkpoint
         base_config = self.build_config()  # settings the model config refuses fail here, before anything is written
         self.autocast_dtype = pick_precision(self.args.precision, self.rt.device)
-        self.prepare_output_dir()
-        self.tokenizer = self.load_or_train_tokenizer()
+        try:
+            self.setup(base_config)
+        except BaseException:
+            self.abandon()
+            raise
+
+    def setup(self, base_config: BertConfig) -> None:
+        """Lock OUT and check the whole run (OUT, corpus, tokenizer, model size) before OUT changes; then prepare
+        OUT and build the model, optimizer and data."""
+        args = self.args
+        self.take_lock()
+        self.tokenizer, trained = self.choose_tokenizer()
+        vocab = self.tokenizer.vocab_size if self.tokenizer is not None else args.vocab_size
+        pad = self.tokenizer.pad_token_id if self.tokenizer is not None else base_config.pad_token_id
+        config = dataclasses.replace(base_config, vocab_size=vocab, pad_token_id=pad)
+        refused: BertforgeError | None = None
+        try:  # each rank against its own device; every rank learns whether all of them fit
+            check_training_fits(config, args.batch_size, args.seq_len, self.rt.device,
+                                gradient_checkpointing=args.gradient_checkpointing,
+                                shards=self.rt.world_size if args.fsdp else 1, what=f"pretraining --config {args.config}")
+        except BertforgeError as err:
+            refused = err
+        if not self.all_ranks_agree(refused is None):
+            raise refused if refused is not None else BertforgeError("the run does not fit in memory on another rank")
+        self.prepare_output_dir()  # the first change to OUT
+        if trained:
+            if self.rt.is_main:
+                self.tokenizer.save_pretrained(self.out / "tokenizer")
+            barrier(self.rt)
+            from .tokenizer import Tokenizer
+
+            self.tokenizer = Tokenizer.from_pretrained(self.out / "tokenizer")  # every rank reads what rank 0 saved
         self.config = dataclasses.replace(  # the vocabulary the model is trained with
             base_config, vocab_size=self.tokenizer.vocab_size, pad_token_id=self.tokenizer.pad_token_id
         )
@@ -178,7 +219,8 @@ class Pretrainer:
         self.optimizer = make_optimizer(self.model, args.optimizer, args.lr, args.weight_decay)  # fused AdamW where it applies
         self.scheduler = warmup_decay(self.optimizer, args.warmup_steps, args.max_steps, args.decay)
         self.stepper = TrainStep(self.model, self.optimizer, self.scheduler, max_grad_norm=args.max_grad_norm,
-                                 device=self.rt.device, precision=self.autocast_dtype, world_size=self.rt.world_size)
+                                 device=self.rt.device, precision=self.autocast_dtype, world_size=self.rt.world_size,
+                                 max_skipped_steps=args.max_skipped_steps)
         self.stream = self.build_stream()
         self.tokens_seen = 0
         self._pending_weights: tuple[dict, dict] | None = None  # read by load_checkpoint_local, applied after
@@ -207,7 +249,7 @@ class Pretrainer:
     def validate_args(self) -> None:
         a = self.args
         for name in ("max_steps", "batch_size", "grad_accum", "seq_len", "save_every", "keep_last", "log_every", "vocab_size",
-                     "dupe_factor"):
+                     "dupe_factor", "max_skipped_steps"):
             value = getattr(a, name)
             if not isinstance(value, int) or value < 1:
                 raise BertforgeError(f"--{name.replace('_', '-')} must be a positive integer, got {value!r}")
@@ -225,34 +267,128 @@ class Pretrainer:
             if not Path(path).exists():
                 raise BertforgeError(f"corpus path {path} does not exist")
 
-    def prepare_output_dir(self) -> None:
-        """Refuse to mix two runs in one directory; record the settings of a new run."""
-        out, a = self.out, self.args
-        previous = out / RUN_CONFIG
-        settings = dataclasses.asdict(a)
+    def take_lock(self) -> None:
+        """Rank 0 locks OUT (a second run into it is refused, naming this one's pid), finishes what an interrupted
+        --overwrite left, and checks OUT and the corpus without changing anything; every rank learns the outcome.
+        One lock, rank 0's: rank 0 alone writes the run's files, and OUT may sit on a filesystem other hosts share,
+        where a lock per host would not exclude a second launch elsewhere."""
+        def lock_and_check() -> None:
+            self.lock = lock_run_directory(self.out, "pretrain")
+            self.recover_interrupted_overwrite()
+            self.check_output_dir()
+
+        self.on_main(lock_and_check)
+
+    def on_main(self, check: Any) -> None:
+        """Run `check()` on rank 0; a BertforgeError there is raised on every rank (rank 0's message on rank 0)."""
+        error: BertforgeError | None = None
         if self.rt.is_main:
-            if out.exists() and not out.is_dir():
-                raise BertforgeError(f"--out {out} exists and is not a directory")
-            if out.is_dir() and any(out.iterdir()):
-                if a.overwrite:
-                    for name in ("checkpoints", "model", "tokenizer", "tensorboard", "metrics.jsonl", RUN_CONFIG, "training_curves.png",
-                                 STATIC_DIR):
-                        target = out / name
-                        if target.is_dir():
-                            shutil.rmtree(target)
-                        elif target.exists():
-                            target.unlink()
-                elif not a.resume:
-                    raise BertforgeError(
-                        f"--out {out} already holds files (another run?); pass --resume to continue it or --overwrite to replace it"
-                    )
-                elif previous.is_file():
-                    self.check_resumable(previous, settings)
-            out.mkdir(parents=True, exist_ok=True)
-            for stale in (out / "checkpoints").glob(".step-*"):  # the remains of a save that was killed
-                shutil.rmtree(stale, ignore_errors=True)
-            atomic_write_text(previous, json.dumps(settings, indent=2) + "\n")
+            try:
+                check()
+            except BertforgeError as err:
+                error = err
+        if not self.all_ranks_agree(error is None):
+            raise error if error is not None else BertforgeError(f"{self.out}: rank 0 refused the run")
+
+    def check_output_dir(self) -> None:
+        """Refuse, before anything is written: a file as OUT, another run in OUT without --resume or --overwrite,
+        and --resume of a directory that holds no run (a mistyped --out is not a fresh start)."""
+        out, a = self.out, self.args
+        if out.exists() and not out.is_dir():
+            raise BertforgeError(f"--out {out} exists and is not a directory")
+        # hidden entries are not a run: the remains of an atomic write killed before the run recorded itself
+        holds_files = out.is_dir() and any(not p.name.startswith(".") for p in out.iterdir())
+        if a.resume:
+            if not (out / RUN_CONFIG).is_file():
+                what = ("does not exist" if not out.exists() else "is empty" if not holds_files
+                        else f"holds no pretraining run (no {RUN_CONFIG})")
+                raise BertforgeError(
+                    f"--resume: {out} {what}, so there is no run to resume (a mistyped --out?); leave out --resume "
+                    f"to start a new run there"
+                )
+            self.check_resumable(out / RUN_CONFIG, dataclasses.asdict(a))
+        elif holds_files and not a.overwrite:
+            raise BertforgeError(
+                f"--out {out} already holds files (another run?); pass --resume to continue it or --overwrite to replace it"
+            )
+
+    def prepare_output_dir(self) -> None:
+        """The first change to OUT, once the run has been checked: --overwrite moves the previous run's entries into
+        OUT/.replaced-run/ (renames, nothing deleted), where they stay until the new run has its first checkpoint
+        (`drop_replaced`), and go back if it fails before (`abandon`); then the settings of the run are recorded."""
+        out, a = self.out, self.args
+        if self.rt.is_main:
+            try:
+                out.mkdir(parents=True, exist_ok=True)
+                present = [name for name in RUN_ENTRIES if (out / name).exists() or (out / name).is_symlink()]
+                if a.overwrite and present:
+                    aside = out / REPLACED_DIR
+                    aside.mkdir()
+                    self.replaced = aside
+                    for name in present:
+                        os.replace(out / name, aside / name)
+                    log.info("--overwrite: the previous run in %s is kept in %s until the new run's first checkpoint",
+                             out, aside)
+                for stale in (out / "checkpoints").glob(".step-*"):  # the remains of a save that was killed
+                    shutil.rmtree(stale, ignore_errors=True)
+            except OSError as err:
+                raise BertforgeError(f"--out {out}: cannot prepare it: {err.filename or out}: {err.strerror}") from None
+            atomic_write_text(out / RUN_CONFIG, json.dumps(dataclasses.asdict(a), indent=2) + "\n")
         barrier(self.rt)
+
+    def recover_interrupted_overwrite(self) -> None:
+        """An --overwrite killed before the new run's first checkpoint left the old run in OUT/.replaced-run/: put it
+        back (the new run had nothing worth keeping). Killed after that checkpoint: the old run is no longer needed."""
+        shutil.rmtree(self.out / f"{REPLACED_DIR}.deleting", ignore_errors=True)  # a kill inside drop_replaced
+        aside = self.out / REPLACED_DIR
+        if not aside.is_dir():
+            return
+        if list_checkpoints(self.out):
+            shutil.rmtree(aside, ignore_errors=True)
+            return
+        self.replaced = aside
+        self.restore_replaced()
+        log.warning("%s: an interrupted --overwrite had set the previous run aside; it is back in place", self.out)
+
+    def restore_replaced(self) -> None:
+        """Put the run that --overwrite set aside back in OUT, removing what the new run wrote (rank 0)."""
+        aside, self.replaced = self.replaced, None
+        if aside is None or not aside.is_dir():
+            return
+        for name in RUN_ENTRIES:
+            target = self.out / name
+            if target.is_dir() and not target.is_symlink():
+                shutil.rmtree(target, ignore_errors=True)
+            elif target.exists() or target.is_symlink():
+                target.unlink(missing_ok=True)
+        for entry in aside.iterdir():
+            os.replace(entry, self.out / entry.name)
+        aside.rmdir()
+
+    def drop_replaced(self) -> None:
+        """The new run has a checkpoint: the run it replaces goes (rank 0, after the checkpoint is in place)."""
+        aside, self.replaced = self.replaced, None
+        if aside is not None:
+            doomed = aside.with_name(f"{REPLACED_DIR}.deleting")  # one rename, so a kill never half-restores it
+            shutil.rmtree(doomed, ignore_errors=True)
+            os.replace(aside, doomed)
+            shutil.rmtree(doomed, ignore_errors=True)
+
+    def abandon(self) -> None:
+        """After a failure: the run --overwrite set aside goes back in place, and the lock is released."""
+        if self.rt.is_main and self.replaced is not None:
+            try:
+                self.restore_replaced()
+                log.warning("the run failed before its first checkpoint; the previous run in %s is back in place", self.out)
+            except OSError as err:
+                log.error("could not put the previous run back from %s: %s", self.out / REPLACED_DIR, err)
+        self.close()
+
+    def close(self) -> None:
+        """Release the lock on OUT (the run is over, or this object will not run)."""
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
 
     def check_resumable(self, previous: Path, settings: dict[str, Any]) -> None:
         try:
@@ -264,10 +400,24 @@ class Pretrainer:
             details = ", ".join(f"{k}: {before.get(k)!r} -> {settings[k]!r}" for k in changed)
             raise BertforgeError(f"--resume with settings that differ from the run in {self.out}: {details}")
 
-    def load_or_train_tokenizer(self):
-        """`--tokenizer`, else the vocabulary this run trained before (resume and every rank reuse it: never
-        retrain), else one trained now on the corpus by rank 0 and saved in OUT/tokenizer."""
-        return run_tokenizer(self.args, self.corpus, self.out / "tokenizer", self.rt.is_main, lambda: barrier(self.rt))
+    def choose_tokenizer(self):
+        """(tokenizer, trained): `--tokenizer`; else the vocabulary this run trained before (a resume or a launch
+        killed after training it: never retrain; not with --overwrite, whose run is a new one); else one trained
+        now, in memory, on the corpus by rank 0 (saved to OUT/tokenizer once OUT is prepared; other ranks get None
+        and read it from there)."""
+        from .tokenizer import Tokenizer
+
+        a, own = self.args, self.out / "tokenizer"
+        tokenizer = None
+        if a.tokenizer:
+            tokenizer = Tokenizer.from_pretrained(a.tokenizer)
+        elif not a.overwrite and (own / "tokenizer.json").is_file():
+            tokenizer = Tokenizer.from_pretrained(own)
+        # too few documents (or none) is refused now, not at the first batch, and before a vocabulary is trained
+        self.on_main(lambda: check_corpus(self.corpus, a.text_field, a.nsp, a.allow_binary))
+        if tokenizer is not None:
+            return tokenizer, False
+        return (train_run_tokenizer(a, self.corpus) if self.rt.is_main else None), True
 
     def build_config(self) -> BertConfig:
         """The preset or config.json, checked against --seq-len (the tokenizer's vocabulary is applied later)."""
@@ -329,6 +479,10 @@ class Pretrainer:
             data = [None] * self.rt.world_size  # type: ignore[list-item]
             dist.all_gather_object(rngs, rng_state())
             dist.all_gather_object(data, self.stream.state_dict())
+        ok = not self.rt.is_main or not self.nonfinite_message(model_state)
+        if not self.all_ranks_agree(ok):  # never a checkpoint with NaN or infinite weights
+            raise BertforgeError(self.nonfinite_message(model_state) if self.rt.is_main else
+                                 f"step {self.step}: rank 0 found non-finite weights; not saving")
         if self.rt.is_main:
             target = self.out / "checkpoints" / f"step-{self.step}"
             with atomic_directory(target) as tmp:
@@ -341,13 +495,22 @@ class Pretrainer:
                 save_state(tmp, "rng", rngs)
                 save_state(tmp, "data", data)
                 trainer = {"step": self.step, "skipped_steps": self.skipped_steps, "tokens_seen": self.tokens_seen,
-                           "world_size": self.rt.world_size, "metrics_window": self.metrics_window}
+                           "world_size": self.rt.world_size, "metrics_window": self.metrics_window,
+                           "consecutive_skipped": self.stepper.consecutive_skipped}
                 (tmp / "trainer_state.json").write_text(json.dumps(trainer) + "\n", encoding="utf-8")
             for _, old in list_checkpoints(self.out)[: -self.args.keep_last]:
                 doomed = old.with_name(f".{old.name}.deleting")  # one atomic rename: never half-deleted yet listed
                 os.replace(old, doomed)
                 shutil.rmtree(doomed, ignore_errors=True)
+            self.drop_replaced()  # the new run has a checkpoint: the run --overwrite replaced can go
         barrier(self.rt)
+
+    def nonfinite_message(self, weights: dict[str, torch.Tensor]) -> str | None:
+        try:
+            refuse_nonfinite(weights, f"step {self.step} to {self.out}")
+        except BertforgeError as err:
+            return str(err)
+        return None
 
     def load_checkpoint_local(self, path: Path) -> None:
         """Read and check every file and restore what is local to this rank (schedule, RNGs, data position); no
@@ -370,6 +533,8 @@ class Pretrainer:
         set_rng_state(rngs[self.rt.rank])
         self._pending_weights = (weights, optim_state)
         self.step, self.skipped_steps, self.tokens_seen = trainer["step"], trainer["skipped_steps"], trainer["tokens_seen"]
+        consecutive = trainer.get("consecutive_skipped", 0)  # absent in checkpoints of older versions
+        self.stepper.consecutive_skipped = consecutive if type(consecutive) is int and consecutive >= 0 else 0
         window = trainer.get("metrics_window", [])  # absent in checkpoints of older versions: start a new window
         valid = isinstance(window, list) and all(
             isinstance(w, dict) and all(isinstance(v, (int, float)) for v in w.values()) for w in window
@@ -471,6 +636,17 @@ class Pretrainer:
         return result
 
     def run(self) -> Path:
+        """Train to `max_steps` and export OUT/model. A failure before the first checkpoint puts back the run that
+        --overwrite set aside; the lock on OUT is released at the end either way."""
+        try:
+            return self.run_locked()
+        except BaseException:
+            self.abandon()
+            raise
+        finally:
+            self.close()
+
+    def run_locked(self) -> Path:
         a = self.args
         if a.resume:
             self.resume()
@@ -540,6 +716,7 @@ class Pretrainer:
         weights = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
         if not self.rt.is_main:
             return
+        refuse_nonfinite(weights, str(target))
         export = BertForPreTraining(self.config)
         export.load_state_dict(weights)
         with atomic_directory(target) as tmp:
@@ -562,13 +739,13 @@ def metrics_summary(path: Path, vocab_size: int) -> str | None:
         rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
     except (OSError, json.JSONDecodeError):
         return None
-    rows = [r for r in rows if isinstance(r, dict) and "mlm_loss" in r]
+    rows = [r for r in rows if isinstance(r, dict) and isinstance(r.get("mlm_loss"), (int, float))]
     if len(rows) < 2:
         return None
     first, last = rows[0], rows[-1]
     text = (f"MLM loss {first['mlm_loss']:.2f} (step {first['step']}) -> {last['mlm_loss']:.2f} (step {last['step']}); "
             f"ln(vocab) = {math.log(vocab_size):.2f} is a uniform guess")
-    if "mlm_accuracy" in first and "mlm_accuracy" in last:
+    if isinstance(first.get("mlm_accuracy"), (int, float)) and isinstance(last.get("mlm_accuracy"), (int, float)):
         text += f"; MLM accuracy {first['mlm_accuracy']:.1%} -> {last['mlm_accuracy']:.1%}"
     return text
 

@@ -80,23 +80,28 @@ def static_reader(args: Any, out: Path, stream: Callable[[int], Any], rank: int,
     return reader
 
 
-def run_tokenizer(args: Any, corpus: list[str], own: Path, is_main: bool, barrier: Callable[[], None]):
-    """The run's tokenizer: `args.tokenizer`; else the one saved in `own` by an earlier launch of this run; else a
-    WordPiece vocabulary trained by the main process on the first `tokenizer_sample_mb` of the corpus and saved
-    in `own`, which every process then reads (after `barrier`)."""
+def check_corpus(corpus: list[str], text_field: str, nsp: bool, allow_binary: bool = False) -> None:
+    """Refuse a corpus the run cannot train on before anything is written: no text, or (with NSP) fewer than two
+    documents. Reads until it has seen enough documents (two), so a large corpus costs a few lines."""
+    from .data import CorpusReader
+
+    need = 2 if nsp else 1
+    reader = CorpusReader(corpus, text_field=text_field, min_docs=need, cycle=False, allow_binary=allow_binary)
+    try:
+        for seen, _ in enumerate(reader, start=1):  # a pass with fewer than `need` documents raises at its end
+            if seen >= need:
+                return
+    finally:
+        reader.close()
+
+
+def train_run_tokenizer(args: Any, corpus: list[str]):
+    """A WordPiece vocabulary of `args.vocab_size` trained on the first `args.tokenizer_sample_mb` of the corpus,
+    in memory (the caller saves it once the run's directory is ready)."""
+    from .data import iter_documents, take_mb
     from .tokenizer import Tokenizer
 
     a = args
-    if a.tokenizer:
-        return Tokenizer.from_pretrained(a.tokenizer)
-    if (own / "tokenizer.json").is_file():
-        return Tokenizer.from_pretrained(own)
-    if is_main:
-        from .data import iter_documents, take_mb
-
-        log.info("training a WordPiece vocabulary (%d tokens) on %s", a.vocab_size, ", ".join(corpus))
-        lines = take_mb(iter_documents(corpus, text_field=a.text_field, allow_binary=a.allow_binary), a.tokenizer_sample_mb)
-        tok = Tokenizer.train(lines, vocab_size=a.vocab_size, lowercase=a.lowercase, show_progress=a.progress)
-        tok.save_pretrained(own)
-    barrier()
-    return Tokenizer.from_pretrained(own)
+    log.info("training a WordPiece vocabulary (%d tokens) on %s", a.vocab_size, ", ".join(corpus))
+    lines = take_mb(iter_documents(corpus, text_field=a.text_field, allow_binary=a.allow_binary), a.tokenizer_sample_mb)
+    return Tokenizer.train(lines, vocab_size=a.vocab_size, lowercase=a.lowercase, show_progress=a.progress)

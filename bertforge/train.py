@@ -4,7 +4,9 @@ A trainer brings its model, its data and a `forward_backward(batch, weights)` th
 micro-batch and hands its losses to `TrainStep.accumulate`; `TrainStep.run` does the rest of an optimizer step:
 loss normalisation over micro-batches and ranks, gradient accumulation (DDP's `no_sync` on all but the last
 micro-batch), clipping, skipping a non-finite step (counted), the optimizer and schedule steps. Its `step` and
-`skipped_steps` are state a checkpoint saves (`state_dict` / `load_state_dict`).
+`skipped_steps` are state a checkpoint saves (`state_dict` / `load_state_dict`). After `max_skipped_steps` skipped
+steps in a row the run has diverged: `update` raises a BertforgeError rather than train on. `nonfinite_tensors`
+names the weights that are not finite, which a trainer checks before it saves a model.
 
 This module is the only place in bertforge that calls `.backward(` and clips gradients.
 """
@@ -29,6 +31,8 @@ log = logging.getLogger("bertforge")
 Batch = dict[str, Tensor]
 Counts = dict[str, int]  # loss term -> how many targets its mean is taken over, in one micro-batch
 Weights = dict[str, float]  # loss term -> the factor its micro-batch mean gets in the step's objective
+
+MAX_SKIPPED_STEPS = 10  # consecutive non-finite steps after which a run stops with an error (--max-skipped-steps)
 
 
 def pick_precision(name: str, device: torch.device) -> torch.dtype | None:
@@ -78,7 +82,9 @@ class TrainStep:
 
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any, *,
                  max_grad_norm: float = 1.0, device: torch.device | None = None, precision: torch.dtype | None = None,
-                 world_size: int = 1) -> None:
+                 world_size: int = 1, max_skipped_steps: int = MAX_SKIPPED_STEPS) -> None:
+        if isinstance(max_skipped_steps, bool) or not isinstance(max_skipped_steps, int) or max_skipped_steps < 1:
+            raise BertforgeError(f"--max-skipped-steps must be a positive integer, got {max_skipped_steps!r}")
         self.model = model  # the unwrapped module: its parameters are clipped
         self.optimizer, self.scheduler = optimizer, scheduler
         self.max_grad_norm = max_grad_norm
@@ -87,6 +93,8 @@ class TrainStep:
         self.world_size = world_size
         self.step = 0  # optimizer steps taken or skipped
         self.skipped_steps = 0
+        self.consecutive_skipped = 0  # skipped steps in a row, up to the last step
+        self.max_skipped_steps = max_skipped_steps
 
     def autocast(self) -> contextlib.AbstractContextManager[Any]:
         return autocast(self.device, self.precision)
@@ -141,8 +149,16 @@ class TrainStep:
         skipped = bool(bad.item())
         if skipped:
             self.skipped_steps += 1
+            self.consecutive_skipped += 1
             log.warning("step %d: non-finite loss or gradient; update skipped (%d so far)", self.step + 1, self.skipped_steps)
+            if self.consecutive_skipped >= self.max_skipped_steps:  # every rank took the same decision: all raise
+                raise BertforgeError(
+                    f"training diverged: {self.consecutive_skipped} steps in a row (up to step {self.step + 1}) had a "
+                    f"non-finite loss or gradient, so none of them updated the model; lower the learning rate "
+                    f"(--lr), or raise --max-skipped-steps to tolerate more"
+                )
         else:
+            self.consecutive_skipped = 0
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         lr = self.scheduler.get_last_lr()[0]
@@ -151,7 +167,24 @@ class TrainStep:
         return StepOutcome(totals, grad_norm, lr, skipped)
 
     def state_dict(self) -> dict[str, int]:
-        return {"step": self.step, "skipped_steps": self.skipped_steps}
+        return {"step": self.step, "skipped_steps": self.skipped_steps, "consecutive_skipped": self.consecutive_skipped}
 
     def load_state_dict(self, state: dict[str, int]) -> None:
         self.step, self.skipped_steps = state["step"], state["skipped_steps"]
+        self.consecutive_skipped = int(state.get("consecutive_skipped", 0))  # absent in older checkpoints
+
+
+def nonfinite_tensors(tensors: dict[str, Tensor]) -> list[str]:
+    """Names of the floating-point tensors of `tensors` (a state dict) holding a NaN or an infinity."""
+    return [k for k, v in tensors.items() if torch.is_tensor(v) and v.is_floating_point() and not bool(torch.isfinite(v).all())]
+
+
+def refuse_nonfinite(tensors: dict[str, Tensor], what: str) -> None:
+    """Raise a BertforgeError rather than save `what` (a path) with weights that are not finite."""
+    bad = nonfinite_tensors(tensors)
+    if bad:
+        more = f" and {len(bad) - 3} more" if len(bad) > 3 else ""
+        raise BertforgeError(
+            f"not saving {what}: the weights hold NaN or infinite values ({', '.join(bad[:3])}{more}); training "
+            f"diverged: lower the learning rate (--lr)"
+        )

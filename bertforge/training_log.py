@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -18,7 +19,8 @@ log = logging.getLogger("bertforge")
 
 class MetricsLog:
     """Rows appended to `file` (flushed each time) and, with `tensorboard`, written there as scalars tagged
-    `<row type, default "train">/<key>`. `resume_step`: a resumed run's step; rows after it are dropped from the
+    `<row type, default "train">/<key>`. Rows are strict JSON: a NaN or infinite value is written as `null` and
+its key listed in the row's `"nonfinite"` (for example `"loss": null, "nonfinite": ["loss"]`). `resume_step`: a resumed run's step; rows after it are dropped from the
     file and from TensorBoard, so that the log reads as if the run had never stopped. `enabled=False` (ranks
     other than 0) writes nothing."""
 
@@ -45,12 +47,13 @@ class MetricsLog:
     def write(self, row: dict[str, Any]) -> None:
         if not self.enabled:
             return
-        self.fh.write(json.dumps(row) + "\n")
+        row = strict_json_row(row)
+        self.fh.write(json.dumps(row, allow_nan=False) + "\n")
         self.fh.flush()
         if self.tb is not None:
             kind = row.get("type", "train")
             for k, v in row.items():
-                if k not in ("step", "type") and isinstance(v, (int, float)):
+                if k not in ("step", "type") and isinstance(v, (int, float)) and not isinstance(v, bool):
                     self.tb.add_scalar(f"{kind}/{k}", v, row["step"])
 
     def close(self) -> None:
@@ -64,6 +67,29 @@ class MetricsLog:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def strict_json_row(row: dict[str, Any]) -> dict[str, Any]:
+    """`row` with every non-finite float (at any depth) replaced by None and the keys of those values, dotted for
+    nested ones, listed under "nonfinite"; `row` itself when all its numbers are finite."""
+    found: list[str] = []
+
+    def clean(value: Any, key: str) -> Any:
+        if isinstance(value, float) and not math.isfinite(value):
+            found.append(key)
+            return None
+        if isinstance(value, dict):
+            return {k: clean(v, f"{key}.{k}" if key else str(k)) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [clean(v, f"{key}.{i}") for i, v in enumerate(value)]
+        if hasattr(value, "item") and getattr(value, "ndim", None) == 0:  # a numpy or torch scalar
+            return clean(value.item(), key)
+        return value
+
+    cleaned = clean(row, "")
+    if found:
+        cleaned["nonfinite"] = found
+    return cleaned
 
 
 def _row_step(line: str) -> int | None:
@@ -100,7 +126,8 @@ def plot_curves(rows: Iterable[dict[str, Any]], png: Path, panels: Sequence[Pane
     axes = figure.subplots(1, len(panels), squeeze=False)[0]
     for axis, panel in zip(axes, panels):
         for key in panel.keys:
-            points = [(r["step"], r[key]) for r in rows if key in r and (panel.kind is None or r.get("type") == panel.kind)]
+            points = [(r["step"], r[key]) for r in rows
+                      if r.get(key) is not None and (panel.kind is None or r.get("type") == panel.kind)]
             if points:
                 axis.plot(*zip(*points), label=key, marker=panel.marker)
         axis.set(title=panel.title, xlabel="optimizer step")

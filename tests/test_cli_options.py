@@ -249,9 +249,10 @@ def test_pretrain_vocab_size_and_tokenizer_sample_mb_shape_the_trained_vocabular
     for size in (80, 110):
         got = trained_vocab(monkeypatch, tiny, tmp_path / f"v{size}", tiny[0], "--vocab-size", str(size))
         assert len(got) == size
+    # one document (no blank line): --no-nsp, since NSP refuses a one-document corpus before training the vocabulary
     sampled = trained_vocab(monkeypatch, tiny, tmp_path / "sampled", corpus, "--vocab-size", "90",
-                            "--tokenizer-sample-mb", "0.002")
-    whole = trained_vocab(monkeypatch, tiny, tmp_path / "whole", corpus, "--vocab-size", "90")
+                            "--tokenizer-sample-mb", "0.002", "--no-nsp")
+    whole = trained_vocab(monkeypatch, tiny, tmp_path / "whole", corpus, "--vocab-size", "90", "--no-nsp")
     assert "castle" in sampled and "submarine" not in sampled and "lighthouse" not in sampled
     assert "submarine" in whole
 

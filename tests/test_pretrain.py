@@ -1,5 +1,6 @@
 """Pretraining end to end on tiny generated corpora: outputs, exact resume, skipped steps, bad input."""
 
+import dataclasses
 import json
 import math
 import random
@@ -219,7 +220,9 @@ def test_static_masking_masks_each_instance_dupe_factor_ways(corpus_and_tokenize
     stale = out / "static_shards" / ".rank-00000-of-00001.tmp"  # the remains of a killed write: replaced
     stale.mkdir(parents=True)
     (stale / "shard-00000.safetensors").write_bytes(b"junk")
-    trainer = Pretrainer(args(corpus_and_tokenizer, out, max_steps=6, static_masking=True, dupe_factor=3, resume=True))
+    settings = args(corpus_and_tokenizer, out, max_steps=6, static_masking=True, dupe_factor=3, resume=True)
+    (out / "run_config.json").write_text(json.dumps(dataclasses.asdict(settings)))  # written before the killed write
+    trainer = Pretrainer(settings)
     assert isinstance(trainer.stream, StaticShardReader)
     trainer.run()
     assert not stale.exists()

@@ -21,7 +21,10 @@ No-NSP mode (RoBERTa FULL-SENTENCES): the sentences are laid end to end in one t
 so sequences cross document boundaries; a sentence that does not fit continues in the next sequence; token types
 are all 0 and the NSP label is -100.
 
-Instances then pass through a shuffle buffer of ``shuffle_buffer`` instances (random pick, refill).
+Instances then pass through a shuffle buffer of ``shuffle_buffer`` instances (random pick, refill), or of one
+epoch's worth when an epoch of the corpus makes fewer: filling the buffer never reads the corpus again (a small
+corpus whose epoch makes 30 instances was once re-read and re-tokenized 330 times to fill 10,000 places before the
+first batch; a document holding a 1 MB line made that minutes).
 
 Randomness: each document's instances come from ``random.Random`` seeded by (seed, rank, epoch, document number),
 the shuffle buffer from one seeded by (seed, rank, epoch) (reseeded when the stream enters a new epoch); the global
@@ -313,6 +316,8 @@ class InstanceStream:
         self.epoch = 0  # epoch of the last document turned into instances
         self.instances_made = 0
         self.docs_processed = 0
+        self.epoch_instances = 0  # instances made from the documents of `epoch` so far
+        self.epoch_yield: int | None = None  # instances the last complete epoch made (None before one completes)
         self.docs_without_tokens = 0  # no-NSP: documents read in a row that produced no token
 
     # ------------------------------------------------------------------ documents
@@ -375,6 +380,8 @@ class InstanceStream:
         return pick
 
     def _enter_epoch(self, epoch: int) -> None:
+        if epoch != self.epoch:  # the previous epoch is complete: its instance count caps the shuffle buffer
+            self.epoch_yield, self.epoch_instances = self.epoch_instances, 0
         if epoch != self.shuffle_epoch:
             self.shuffle_epoch = epoch
             self.rng = random.Random(derive_seed(self.seed, self.rank, epoch, "shuffle"))
@@ -419,6 +426,7 @@ class InstanceStream:
             made = self.packer.add_document(sentences)
         self.pending.extend(made)
         self.instances_made += len(made)
+        self.epoch_instances += len(made)
         self.docs_processed += 1
         return True
 
@@ -426,8 +434,16 @@ class InstanceStream:
     def __iter__(self) -> Iterator[Instance]:
         return self
 
+    @property
+    def buffer_capacity(self) -> int:
+        """``shuffle_buffer``, or fewer: what one epoch of the corpus makes, once an epoch has been read, so that
+        filling the buffer never re-reads (and re-tokenizes) a small corpus over and over."""
+        if self.epoch_yield is None:
+            return self.shuffle_capacity
+        return max(1, min(self.shuffle_capacity, self.epoch_yield))
+
     def __next__(self) -> Instance:
-        while len(self.buffer) < self.shuffle_capacity and not self.exhausted:
+        while len(self.buffer) < self.buffer_capacity and not self.exhausted:
             if self.pending:
                 self.buffer.append(self.pending.popleft())
             elif not self._produce():
@@ -454,6 +470,8 @@ class InstanceStream:
             "exhausted": self.exhausted,
             "instances_made": self.instances_made,
             "docs_processed": self.docs_processed,
+            "epoch_instances": self.epoch_instances,
+            "epoch_yield": self.epoch_yield,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -483,3 +501,7 @@ class InstanceStream:
         self.exhausted = bool(state["exhausted"])
         self.instances_made = int(state["instances_made"])
         self.docs_processed = int(state["docs_processed"])
+        # absent in the states of older versions: the buffer is capped from the next epoch on
+        self.epoch_instances = int(state.get("epoch_instances", 0))
+        yielded = state.get("epoch_yield")
+        self.epoch_yield = None if yielded is None else int(yielded)

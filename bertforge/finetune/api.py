@@ -13,7 +13,9 @@ import torch
 from .. import __version__
 from ..config import BertConfig
 from ..errors import BertforgeError
-from ..io import atomic_directory, atomic_write_text
+from ..io import atomic_directory, atomic_write_text, lock_run_directory
+from ..memory import check_training_fits
+from ..train import refuse_nonfinite
 from .config import DataOptions, FinetuneConfig
 from .tasks import Encoded, Task, get_task, lower_is_better
 from ..system import setup_runtime
@@ -44,6 +46,11 @@ def finetune(config: FinetuneConfig | None = None, **settings: Any) -> dict[str,
     device = setup_runtime(cfg.device, distributed=False).device  # before anything is read or written
     cfg = dataclasses.replace(cfg, **{k: str(Path(getattr(cfg, k)).resolve()) for k in ("model", "train", "dev", "out")})
     out = Path(cfg.out)
+    with lock_run_directory(out, "finetune"):  # a second run into `out` is refused while this one runs
+        return _finetune(cfg, out, device)
+
+
+def _finetune(cfg: FinetuneConfig, out: Path, device: torch.device) -> dict[str, Any]:
     _check_out(out, cfg.overwrite)
     task = get_task(cfg.task)
     opts = cfg.data_options()
@@ -57,6 +64,9 @@ def finetune(config: FinetuneConfig | None = None, **settings: Any) -> dict[str,
     train_data = task.encode(tokenizer, train_examples, opts, model_config, Path(cfg.train), labelled=True)
     dev_data = task.encode(tokenizer, dev_examples, opts, model_config, Path(cfg.dev), labelled=True)
 
+    seq_len = task.max_length(opts, model_config)
+    check_training_fits(model_config, cfg.batch_size, seq_len, device, head="classification",
+                        what=f"fine-tuning {cfg.model}")  # before the model is built
     torch.manual_seed(cfg.seed)  # the new head's initialisation and dropout
     # a checkpoint fine-tuned for other labels gets a new head (with a warning that names it)
     model = task.model_class.from_pretrained(cfg.model, ignore_mismatched_sizes=True, **overrides)
@@ -70,6 +80,7 @@ def finetune(config: FinetuneConfig | None = None, **settings: Any) -> dict[str,
             tokenizer.pad_token_id, device, work / "metrics.jsonl",
         )
         assert result.best is not None  # every run evaluates at least once
+        refuse_nonfinite(model.state_dict(), str(out / "model"))
         model.save_pretrained(work / "model")
         tokenizer.save_pretrained(work / "model")
         summary = {

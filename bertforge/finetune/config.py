@@ -75,6 +75,8 @@ class FinetuneConfig(DataOptions):
                                    flag="--no-group-by-length")
     log_every: int = option(10, "write the training loss to metrics.jsonl every N optimizer steps", metavar="N")
     overwrite: bool = option(False, "replace an --out that already holds a run")
+    max_skipped_steps: int = option(10, "stop with an error after N optimizer steps in a row with a non-finite loss "
+                                    "or gradient", metavar="N")
 
     def validate(self) -> None:
         super().validate()
@@ -83,7 +85,7 @@ class FinetuneConfig(DataOptions):
         for name in ("model", "train", "dev", "out"):
             if not isinstance(getattr(self, name), str) or not getattr(self, name):
                 raise BertforgeError(f"finetune needs {name!r} (a path)")
-        for name in ("epochs", "batch_size", "grad_accum", "log_every"):
+        for name in ("epochs", "batch_size", "grad_accum", "log_every", "max_skipped_steps"):
             _check_int(name, getattr(self, name), 1)
         for name in ("eval_every", "early_stop"):
             if getattr(self, name) is not None:

@@ -153,7 +153,7 @@ class Finetuning:
         optimizer = make_optimizer(model, "adamw", cfg.lr, cfg.weight_decay, eps=FINETUNE_EPS)
         scheduler = warmup_decay(optimizer, warmup_steps, self.total_steps)
         self.stepper = TrainStep(model, optimizer, scheduler, max_grad_norm=MAX_GRAD_NORM, device=device,
-                                 precision=pick_precision("auto", device))
+                                 precision=pick_precision("auto", device), max_skipped_steps=cfg.max_skipped_steps)
         log.info(
             "fine-tuning on %d features: %d epoch(s) x %d step(s), batch %d x %d accumulated, warm-up %d step(s), on %s",
             len(train_features), cfg.epochs, steps_per_epoch, cfg.batch_size, cfg.grad_accum, warmup_steps, device,

@@ -164,8 +164,10 @@ def episode(inputs, out: Path, reference: Reference, kills: int, rng: random.Ran
         launches += 1
         assert launches <= planned + 1  # each launch is killed once at most, or runs to the end
         at_start = list_checkpoints(out)  # what a resumed launch must resume from
+        # a launch killed before it recorded its settings left no run: --resume would (rightly) refuse it
+        resume = launches > 1 and (out / "run_config.json").is_file()
         with open(log, "w") as err:
-            proc = subprocess.Popen(pretrain_argv(inputs, out, resume=launches > 1), env=subprocess_env(),
+            proc = subprocess.Popen(pretrain_argv(inputs, out, resume=resume), env=subprocess_env(),
                                     stdout=subprocess.DEVNULL, stderr=err)
         tally.launches += 1
         if kills > 0:
@@ -189,7 +191,7 @@ def episode(inputs, out: Path, reference: Reference, kills: int, rng: random.Ran
                 continue
         rc = proc.wait(timeout=LAUNCH_TIMEOUT)
         assert rc == 0, f"launch {launches} failed (rc {rc}):\n{log.read_text()[-3000:]}"
-        if launches > 1:
+        if resume:
             said = log.read_text()
             expected = f"resumed from {at_start[-1][1]} (step {at_start[-1][0]})" if at_start else "no checkpoint in"
             if expected not in said:
