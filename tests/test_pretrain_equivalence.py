@@ -18,7 +18,6 @@ from safetensors.torch import load_file, save_file
 
 from bertforge.pretrain import PretrainArgs, Pretrainer
 from bertforge.pretrain_data import pretraining_stream
-from test_pretrain import corpus_and_tokenizer  # noqa: F401  (the module fixture: corpus, tokenizer, config)
 
 NO_DROPOUT = dict(vocab_size=120, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
                   max_position_embeddings=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)

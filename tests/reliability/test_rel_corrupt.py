@@ -33,8 +33,7 @@ from bertforge.model import MODEL_CLASSES
 from bertforge.pretrain import PretrainArgs, Pretrainer, pretrain
 from bertforge.tokenizer import Tokenizer
 from rel_helpers import TINY_CONFIG, make_model_dir, make_run_inputs, one_torch_thread, report, tensors_differ
-
-SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+from tests.helpers import SPECIALS, write_vocab
 
 
 @pytest.fixture(scope="module")
@@ -335,12 +334,6 @@ def test_config_json_missing_or_a_directory(model_dir):
 
 
 # ---------------------------------------------------------------------------------------------- tokenizer files
-
-
-def write_vocab(directory: Path, tokens: list[str]) -> Path:
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / "vocab.txt").write_text("".join(t + "\n" for t in tokens), encoding="utf-8")
-    return directory
 
 
 def tokenizer_error(directory: Path) -> str:
