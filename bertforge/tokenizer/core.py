@@ -56,10 +56,10 @@ class Tokenizer:
         """Wrap `backend`.
 
         Args:
-            backend: a `tokenizers.Tokenizer` with the model of `kind` (WordPiece). It is used as is, except that its truncation
-                and padding are switched off and the special tokens are registered as special added tokens (so
-                that "[CLS]" in the text is one token, and `decode(skip_special_tokens=True)` drops it), as
-                `transformers` does.
+            backend: a `tokenizers.Tokenizer` with the model of `kind` (WordPiece for BERT). It is used as is,
+                except that its truncation and padding are switched off and the special tokens are registered as
+                special added tokens (so that "[CLS]" in the text is one token, and
+                `decode(skip_special_tokens=True)` drops it), as `transformers` does.
             special_tokens: role ("pad_token", "unk_token", ...) -> token; missing roles use the kind's defaults.
             normalization: the settings written to `tokenizer_config.json` (they must describe the backend's
                 normalizer, which `transformers` rebuilds from them).
@@ -69,7 +69,7 @@ class Tokenizer:
             kind: the tokenizer family (`kinds.BERT`).
         """
         if not isinstance(backend.model, kind.model_type):
-            raise BertforgeError(f"{source}: model is {type(backend.model).__name__}, a BERT tokenizer needs "
+            raise BertforgeError(f"{source}: model is {type(backend.model).__name__}, a {kind.family} tokenizer needs "
                                  f"{kind.model_type.__name__}")
         self._kind = kind
         self._special_tokens = {**kind.special_tokens, **(special_tokens or {})}

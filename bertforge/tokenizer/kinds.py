@@ -47,6 +47,7 @@ class TokenizerKind:
     """
 
     name: str
+    family: str  # the model family, as error messages name it ("BERT")
     tokenizer_class: str  # "tokenizer_class" in tokenizer_config.json, the class `transformers` builds
     model_type: type[Model]  # the `tokenizers` model a backend of this kind must use
     special_tokens: dict[str, str]  # role -> default token; the vocabulary must hold every one
@@ -107,6 +108,7 @@ def _wordpiece_trainer(**options: Any) -> Trainer:
 
 BERT = TokenizerKind(
     name="bert-wordpiece",
+    family="BERT",
     tokenizer_class="BertTokenizer",
     model_type=WordPiece,
     special_tokens=DEFAULT_SPECIAL_TOKENS,
