@@ -10,17 +10,14 @@ from safetensors.torch import load_file
 
 from bertforge import BertforgeError
 from bertforge.pretrain import PretrainArgs, Pretrainer, list_checkpoints, pretrain
+from tests.helpers import tiny_run_args
 
 # corpus_and_tokenizer, the tiny corpus, tokenizer and config.json: a fixture of tests/conftest.py
 
 
 def args(corpus_and_tokenizer, out, **kw) -> PretrainArgs:
-    corpus, tok, config = corpus_and_tokenizer
-    base = dict(corpus=[str(corpus)], tokenizer=str(tok), config=str(config), out=str(out), max_steps=12,
-                batch_size=4, seq_len=32, lr=1e-3, warmup_steps=2, save_every=4, log_every=2, progress=False,
-                demo=False)
-    base.update(kw)
-    return PretrainArgs(**base)
+    return tiny_run_args(corpus_and_tokenizer, out, **{"max_steps": 12, "lr": 1e-3, "warmup_steps": 2,
+                                                       "save_every": 4, "log_every": 2, **kw})
 
 
 def weights(out: Path) -> dict[str, torch.Tensor]:

@@ -8,9 +8,7 @@ through `one_torch_thread()`, which restores the previous setting.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
-import random
 import sys
 from collections.abc import Iterator
 from pathlib import Path
