@@ -29,40 +29,25 @@ from bertforge import BertConfig, BertModel, data
 from bertforge.cli import main
 from bertforge.pretrain import PretrainArgs, Pretrainer
 from bertforge.tokenizer import Tokenizer
+from tests import helpers
+from tests.helpers import TINY_CONFIG, make_corpus, make_run_inputs
 
 ROOT = Path(__file__).resolve().parents[1]
 PRETRAIN = sys.modules["bertforge.pretrain"]  # the module: `bertforge.pretrain` may name the function
 STREAM = data.PretrainingStream
 
-WORDS = ("river stone light garden window morning letter winter castle forest ship market song quiet bright heavy "
-         "ancient golden silver gentle walked opened carried watched found gave unbelievable lighthouses "
-         "wanderings").split()
-TINY = dict(vocab_size=120, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
-            max_position_embeddings=64)
+WORDS = [*helpers.WORDS, "unbelievable", "lighthouses", "wanderings"]
+TINY = TINY_CONFIG
 
 
 def sentences(rng: random.Random, words: list[str], n: int) -> list[str]:
     return [" ".join(rng.choice(words) for _ in range(rng.randint(4, 12))) + " ." for _ in range(n)]
 
 
-def write_corpus(path: Path, words: list[str] = WORDS, docs: int = 40, seed: int = 0) -> Path:
-    rng = random.Random(seed)
-    lines = []
-    for _ in range(docs):
-        lines += sentences(rng, words, rng.randint(3, 8)) + [""]
-    path.write_text("\n".join(lines), encoding="utf-8")
-    return path
-
-
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     """A corpus, a 120-token vocabulary trained on it, and a config.json of a 2-layer BERT 32 wide."""
-    root = tmp_path_factory.mktemp("cli_options")
-    corpus = write_corpus(root / "corpus.txt")
-    tok = Tokenizer.train([str(corpus)], vocab_size=120, show_progress=False)
-    tok.save_pretrained(root / "tok")
-    (root / "config.json").write_text(json.dumps(TINY))
-    return corpus, root / "tok", root / "config.json"
+    return make_run_inputs(tmp_path_factory.mktemp("cli_options"), words=WORDS)
 
 
 def pretrain_settings(monkeypatch, *argv: str) -> PretrainArgs:
@@ -217,7 +202,7 @@ def trained_vocab(monkeypatch, tiny, out: Path, corpus: Path, *argv: str) -> lis
 
 
 def test_pretrain_cased_keeps_case_in_the_trained_vocabulary(monkeypatch, tiny, tmp_path):
-    corpus = write_corpus(tmp_path / "cased.txt", [w.capitalize() for w in WORDS[:12]] + WORDS[12:])
+    corpus = make_corpus(tmp_path / "cased.txt", words=[w.capitalize() for w in WORDS[:12]] + WORDS[12:])
     cased = trained_vocab(monkeypatch, tiny, tmp_path / "cased", corpus, "--cased", "--vocab-size", "200")
     lowered = trained_vocab(monkeypatch, tiny, tmp_path / "lower", corpus, "--vocab-size", "200")
     assert "Castle" in cased and "castle" not in cased
@@ -374,7 +359,7 @@ def test_train_tokenizer_vocab_size_cased_and_text_field(tmp_path, capsys):
     corpus.write_text("".join(
         json.dumps({"text": " ".join(sentences(rng, ["Submarine", "harbour"], 3)),
                     "body": " ".join(sentences(rng, ["Lighthouse", "castle"], 3))}) + "\n" for _ in range(30)))
-    words = write_corpus(tmp_path / "words.txt")
+    words = make_corpus(tmp_path / "words.txt", words=WORDS)
     for size in (80, 110):
         assert len(train_tokenizer(tmp_path, words, "--vocab-size", str(size))) == size
     lowered = train_tokenizer(tmp_path, corpus, "--vocab-size", "200")

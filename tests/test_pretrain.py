@@ -3,7 +3,6 @@
 import dataclasses
 import json
 import math
-import random
 from pathlib import Path
 
 import pytest
@@ -12,43 +11,14 @@ from safetensors.torch import load_file
 
 from bertforge import BertforgeError
 from bertforge.pretrain import PretrainArgs, Pretrainer, list_checkpoints, pretrain
+from tests.helpers import tiny_run_args
 
-WORDS = ("river stone light garden window morning letter winter castle forest ship market song "
-         "quiet bright heavy ancient golden silver gentle walked opened carried watched found gave").split()
-
-
-def make_corpus(path: Path, docs: int = 40, seed: int = 0) -> Path:
-    rng = random.Random(seed)
-    lines = []
-    for d in range(docs):
-        for _ in range(rng.randint(3, 8)):
-            lines.append(" ".join(rng.choice(WORDS) for _ in range(rng.randint(4, 12))) + " .")
-        lines.append("")
-    path.write_text("\n".join(lines), encoding="utf-8")
-    return path
-
-
-@pytest.fixture(scope="module")
-def corpus_and_tokenizer(tmp_path_factory):
-    from bertforge.tokenizer import Tokenizer
-
-    root = tmp_path_factory.mktemp("pretrain")
-    corpus = make_corpus(root / "corpus.txt")
-    tok = Tokenizer.train([str(corpus)], vocab_size=120, show_progress=False)
-    tok.save_pretrained(root / "tok")
-    config = root / "config.json"
-    config.write_text(json.dumps(dict(vocab_size=120, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                                      intermediate_size=64, max_position_embeddings=64)))
-    return corpus, root / "tok", config
+# corpus_and_tokenizer, the tiny corpus, tokenizer and config.json: a fixture of tests/conftest.py
 
 
 def args(corpus_and_tokenizer, out, **kw) -> PretrainArgs:
-    corpus, tok, config = corpus_and_tokenizer
-    base = dict(corpus=[str(corpus)], tokenizer=str(tok), config=str(config), out=str(out), max_steps=12,
-                batch_size=4, seq_len=32, lr=1e-3, warmup_steps=2, save_every=4, log_every=2, progress=False,
-                demo=False)
-    base.update(kw)
-    return PretrainArgs(**base)
+    return tiny_run_args(corpus_and_tokenizer, out, **{"max_steps": 12, "lr": 1e-3, "warmup_steps": 2,
+                                                       "save_every": 4, "log_every": 2, **kw})
 
 
 def weights(out: Path) -> dict[str, torch.Tensor]:
@@ -79,7 +49,7 @@ def test_loss_starts_near_ln_vocab_and_falls(corpus_and_tokenizer, tmp_path):
     assert abs(rows[0]["mlm_loss"] - math.log(120)) < 0.7
     first = sum(r["mlm_loss"] for r in rows[:5]) / 5
     last = sum(r["mlm_loss"] for r in rows[-5:]) / 5
-    assert last < first - 0.3, (first, last)  # a random-word corpus: the floor is about ln(len(WORDS))
+    assert last < first - 0.3, (first, last)  # a random-word corpus: the floor is about ln(len(helpers.WORDS))
 
 
 def test_lamb_pretraining_loss_falls(corpus_and_tokenizer, tmp_path):

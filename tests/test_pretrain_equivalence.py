@@ -18,7 +18,7 @@ from safetensors.torch import load_file, save_file
 
 from bertforge.pretrain import PretrainArgs, Pretrainer
 from bertforge.pretrain_data import pretraining_stream
-from test_pretrain import corpus_and_tokenizer  # noqa: F401  (the module fixture: corpus, tokenizer, config)
+from tests.helpers import tiny_run_args
 
 NO_DROPOUT = dict(vocab_size=120, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
                   max_position_embeddings=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
@@ -46,11 +46,8 @@ def one_thread():
 
 def settings(inputs, out: Path, dropout: bool = True, **kw) -> PretrainArgs:
     corpus, tok, config, plain = inputs
-    base = dict(corpus=[str(corpus)], tokenizer=str(tok), config=str(config if dropout else plain), out=str(out),
-                max_steps=3, batch_size=4, seq_len=32, lr=1e-3, warmup_steps=0, decay="constant", progress=False,
-                demo=False, device="cpu")
-    base.update(kw)
-    return PretrainArgs(**base)
+    return tiny_run_args((corpus, tok, config if dropout else plain), out, **{
+        "max_steps": 3, "lr": 1e-3, "warmup_steps": 0, "decay": "constant", "device": "cpu", **kw})
 
 
 def train(args: PretrainArgs, steps: int, rows: list[dict] | None = None) -> tuple[Pretrainer, list[dict], dict]:

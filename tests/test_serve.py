@@ -22,8 +22,9 @@ import pytest
 import torch
 
 import bertforge
-from bertforge import BertConfig, BertForSequenceClassification, BertModel
+from bertforge import BertForSequenceClassification, BertModel
 from bertforge.serve import Engine, ServeConfig, create_app
+from tests.helpers import SPECIALS, tiny_config, write_uncased_tokenizer
 
 httpx = pytest.importorskip("httpx", reason="needs httpx: pip install -e '.[test]'")
 uvicorn = pytest.importorskip("uvicorn", reason="needs uvicorn: pip install -e '.[serve,test]'")
@@ -37,16 +38,13 @@ LONG = "the movie was good and " * 20  # 102 tokens: past the tiny models' 64 po
 
 def _vocabulary() -> list[str]:
     letters = list(string.ascii_lowercase) + [f"##{c}" for c in string.ascii_lowercase]
-    return ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *".,?!", *WORDS, *[t for t in letters if t not in WORDS]]
+    return [*SPECIALS, *".,?!", *WORDS, *[t for t in letters if t not in WORDS]]
 
 
 def _save(directory: Path, cls: type, **labels) -> Path:
     vocab = _vocabulary()
-    directory.mkdir(parents=True)
-    (directory / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
-    (directory / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": True}), encoding="utf-8")
-    config = BertConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=64, max_position_embeddings=64, **labels)
+    write_uncased_tokenizer(directory, vocab)
+    config = tiny_config(vocab_size=len(vocab), **labels)
     torch.manual_seed(0)
     model = cls(config)
     if cls is BertForSequenceClassification:

@@ -24,6 +24,7 @@ from transformers import AutoTokenizer, BertTokenizerFast
 
 from bertforge.errors import BertforgeError
 from bertforge.tokenizer import Tokenizer
+from tests.helpers import SPECIALS, write_vocab
 
 MINILM = Path(get_model_path())
 BASE_KEYS = ("input_ids", "token_type_ids", "attention_mask")
@@ -540,14 +541,6 @@ def test_bad_call_arguments_raise(ours_json):
 
 
 # ---------------------------------------------------------------------------------------------- errors
-
-
-def write_vocab(directory: Path, tokens: list[str]) -> None:
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / "vocab.txt").write_text("".join(t + "\n" for t in tokens), encoding="utf-8")
-
-
-SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 
 
 def test_missing_directory_and_files(tmp_path):

@@ -7,6 +7,8 @@ import json
 import random
 from pathlib import Path
 
+from tests.helpers import SPECIALS
+
 PAD, UNK, CLS, SEP, MASK = 0, 1, 2, 3, 4
 N_SPECIAL = 5
 
@@ -51,7 +53,7 @@ class WordVocab:
     """Whitespace tokenizer over a fixed word list; id -> word -> (doc, sentence, word) for tagged words."""
 
     def __init__(self, docs: list[list[str]], extra_words: tuple[str, ...] = ()) -> None:
-        self.words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+        self.words = list(SPECIALS)
         seen = set(self.words)
         for word in [w for doc in docs for sent in doc for w in sent.split()] + list(extra_words):
             if word not in seen:

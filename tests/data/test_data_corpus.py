@@ -4,7 +4,7 @@ import random
 import time
 
 import pytest
-from data_helpers import tagged_docs, write_gz, write_jsonl, write_txt
+from tests.data.data_helpers import tagged_docs, write_gz, write_jsonl, write_txt
 
 from bertforge.data import DEFAULT_CORPUS, CorpusReader, iter_documents, list_corpus_files
 from bertforge.data.corpus import decode_line

@@ -4,7 +4,7 @@ import random
 from array import array
 
 import pytest
-from data_helpers import CLS, SEP, WordVocab, tagged_docs, write_txt
+from tests.data.data_helpers import CLS, SEP, WordVocab, tagged_docs, write_txt
 
 from bertforge.data import (
     IS_NEXT,

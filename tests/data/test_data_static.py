@@ -3,7 +3,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from data_helpers import WordVocab, tagged_docs, write_txt
+from tests.data.data_helpers import WordVocab, tagged_docs, write_txt
 from safetensors.numpy import load_file
 
 from bertforge.data import PretrainingStream, StaticShardReader, write_static_shards

@@ -5,7 +5,7 @@ import time
 
 import pytest
 import torch
-from data_helpers import WordVocab, tagged_docs, write_gz, write_jsonl, write_txt
+from tests.data.data_helpers import WordVocab, tagged_docs, write_gz, write_jsonl, write_txt
 
 from bertforge.data import DEFAULT_CORPUS, PretrainingStream, iter_documents
 from bertforge.errors import BertforgeError

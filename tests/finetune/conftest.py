@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from bertforge import BertConfig, BertModel
+from bertforge import BertModel
+from tests.helpers import SPECIALS, tiny_config, write_uncased_tokenizer
 
 WORDS = (
     "the a an is was not very good great fun bad awful boring movie film plot actors this it i loves hates likes "
     "john mary peter lives works visited in at and of paris london berlin acme corp google where who does what city "
     "company am ##ster ##dam ##s"
 ).split()
-SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 PUNCTUATION = list(".,?!'-")
 
 
@@ -32,12 +32,9 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     directory = tmp_path_factory.mktemp("tiny_bert")
     vocab = vocabulary()
-    (directory / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
-    (directory / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": True}), encoding="utf-8")
-    config = BertConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=64, max_position_embeddings=64)
+    write_uncased_tokenizer(directory, vocab)
     torch.manual_seed(0)
-    BertModel(config).save_pretrained(directory)
+    BertModel(tiny_config(vocab_size=len(vocab))).save_pretrained(directory)
     return directory
 
 

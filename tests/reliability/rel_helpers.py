@@ -8,44 +8,15 @@ through `one_torch_thread()`, which restores the previous setting.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
-import random
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import torch
 
-WORDS = ("river stone light garden window morning letter winter castle forest ship market song "
-         "quiet bright heavy ancient golden silver gentle walked opened carried watched found gave").split()
-TINY_CONFIG = dict(vocab_size=120, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
-                   max_position_embeddings=64)
-
-
-def make_corpus(path: Path, docs: int = 40, seed: int = 0) -> Path:
-    """Documents of random words, one sentence a line, a blank line between documents."""
-    rng = random.Random(seed)
-    lines = []
-    for _ in range(docs):
-        for _ in range(rng.randint(3, 8)):
-            lines.append(" ".join(rng.choice(WORDS) for _ in range(rng.randint(4, 12))) + " .")
-        lines.append("")
-    path.write_text("\n".join(lines), encoding="utf-8")
-    return path
-
-
-def make_run_inputs(root: Path) -> tuple[Path, Path, Path]:
-    """(corpus.txt, tokenizer dir, config.json) for a tiny pretraining run."""
-    from bertforge.tokenizer import Tokenizer
-
-    root.mkdir(parents=True, exist_ok=True)
-    corpus = make_corpus(root / "corpus.txt")
-    tok = Tokenizer.train([str(corpus)], vocab_size=TINY_CONFIG["vocab_size"], show_progress=False)
-    tok.save_pretrained(root / "tok")
-    config = root / "config.json"
-    config.write_text(json.dumps(TINY_CONFIG))
-    return corpus, root / "tok", config
+# The tiny corpus, tokenizer and config are shared with the other test directories; named here as before.
+from tests.helpers import TINY_CONFIG, WORDS, make_corpus, make_run_inputs  # noqa: F401
 
 
 def make_model_dir(root: Path, tokenizer_dir: Path | None = None, seed: int = 0) -> Path:

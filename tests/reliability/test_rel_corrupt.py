@@ -33,8 +33,7 @@ from bertforge.model import MODEL_CLASSES
 from bertforge.pretrain import PretrainArgs, Pretrainer, pretrain
 from bertforge.tokenizer import Tokenizer
 from rel_helpers import TINY_CONFIG, make_model_dir, make_run_inputs, one_torch_thread, report, tensors_differ
-
-SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+from tests.helpers import SPECIALS, tiny_run_args, write_vocab
 
 
 @pytest.fixture(scope="module")
@@ -337,12 +336,6 @@ def test_config_json_missing_or_a_directory(model_dir):
 # ---------------------------------------------------------------------------------------------- tokenizer files
 
 
-def write_vocab(directory: Path, tokens: list[str]) -> Path:
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / "vocab.txt").write_text("".join(t + "\n" for t in tokens), encoding="utf-8")
-    return directory
-
-
 def tokenizer_error(directory: Path) -> str:
     with pytest.raises(BertforgeError) as caught:
         Tokenizer.from_pretrained(directory)
@@ -509,9 +502,7 @@ def finished_run(tmp_path_factory) -> tuple[tuple[Path, Path, Path], Path]:
 
 
 def run_args(inputs, out: Path, **kw) -> PretrainArgs:
-    corpus, tok, config = inputs
-    return PretrainArgs(corpus=[str(corpus)], tokenizer=str(tok), config=str(config), out=str(out), max_steps=4,
-                        batch_size=4, seq_len=32, save_every=2, log_every=2, progress=False, demo=False, **kw)
+    return tiny_run_args(inputs, out, **{"max_steps": 4, "save_every": 2, "log_every": 2, **kw})
 
 
 def resume_after_damage(finished_run, name: str, content: bytes) -> int:

@@ -29,6 +29,7 @@ from bertforge import io as bf_io
 from bertforge.pretrain import PretrainArgs, Pretrainer, list_checkpoints
 from bertforge.state import load_state
 from rel_helpers import TINY_CONFIG, make_run_inputs, one_torch_thread, report, stray_temporaries, tensors_differ
+from tests.helpers import tiny_run_args
 
 resource = pytest.importorskip("resource")
 
@@ -364,11 +365,8 @@ def run_inputs(tmp_path_factory):
 
 
 def run_args(run_inputs, out: Path, **kw) -> PretrainArgs:
-    corpus, tok, config = run_inputs
-    base = dict(corpus=[str(corpus)], tokenizer=str(tok), config=str(config), out=str(out), max_steps=4,
-                batch_size=4, seq_len=32, lr=1e-3, warmup_steps=2, save_every=2, log_every=2, progress=False,
-                demo=False)
-    return PretrainArgs(**{**base, **kw})
+    return tiny_run_args(run_inputs, out, **{"max_steps": 4, "lr": 1e-3, "warmup_steps": 2, "save_every": 2,
+                                             "log_every": 2, **kw})
 
 
 def test_saved_tokenizer_files_have_ordinary_permissions(run_inputs, tmp_path):

@@ -13,6 +13,7 @@ import pytest
 import torch
 from bertforge.pretrain import PretrainArgs, Pretrainer
 from rel_helpers import make_run_inputs, one_torch_thread, report, tensors_differ
+from tests.helpers import tiny_run_args
 
 
 @pytest.fixture(scope="module")
@@ -21,11 +22,8 @@ def inputs(tmp_path_factory):
 
 
 def run_args(inputs, out: Path, **kw) -> PretrainArgs:
-    corpus, tok, config = inputs
-    base = dict(corpus=[str(corpus)], tokenizer=str(tok), config=str(config), out=str(out), max_steps=8,
-                batch_size=4, seq_len=32, lr=1e-3, warmup_steps=2, save_every=8, log_every=1, progress=False,
-                demo=False)
-    return PretrainArgs(**{**base, **kw})
+    return tiny_run_args(inputs, out, **{"max_steps": 8, "lr": 1e-3, "warmup_steps": 2, "save_every": 8,
+                                         "log_every": 1, **kw})
 
 
 def snapshot(trainer: Pretrainer) -> dict[str, torch.Tensor]:

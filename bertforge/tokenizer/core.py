@@ -1,0 +1,387 @@
+"""`Tokenizer`: a BERT tokenizer whose encodings match `transformers.BertTokenizerFast`, over `tokenizers`.
+
+All the actual tokenization (normalization, pre-tokenization, WordPiece, special-token templates, truncation,
+padding, offsets) is done by a `tokenizers.Tokenizer` (the Rust backend, exposed as `Tokenizer.backend`). The class
+ties together what lives beside it: the family-specific parts (`kinds.py`: special tokens, template, model and
+pipeline), the tokenizer files (`files.py`) and the `__call__` argument handling and batching (`encoding.py`).
+
+The backend's truncation and padding settings are changed for each call, so every call that encodes holds a lock;
+one `Tokenizer` can be shared between threads.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import tokenizers
+from tokenizers import AddedToken
+
+from bertforge.errors import BertforgeError
+from bertforge.tokenizer import encoding
+from bertforge.tokenizer.encoding import retry_without_surrogates
+from bertforge.tokenizer.files import (
+    DEFAULT_MODEL_MAX_LENGTH,
+    LARGEST_SANE_MAX_LENGTH,
+    check_vocabulary_ids,
+    read_pretrained,
+    training_texts,
+    write_pretrained,
+)
+from bertforge.tokenizer.kinds import BERT, Normalization, TokenizerKind
+
+
+class Tokenizer:
+    """A BERT WordPiece tokenizer whose encodings match `transformers.BertTokenizerFast`.
+
+    Build one with `Tokenizer.from_pretrained(dir)` or `Tokenizer.train(...)`; the constructor wraps an existing
+    `tokenizers.Tokenizer` whose model is WordPiece. What is particular to BERT (special tokens, template, model,
+    pipeline) comes from `kind`, a `TokenizerKind`.
+    """
+
+    def __init__(
+        self,
+        backend: tokenizers.Tokenizer,
+        *,
+        special_tokens: dict[str, str] | None = None,
+        normalization: Normalization = Normalization(),
+        model_max_length: int = DEFAULT_MODEL_MAX_LENGTH,
+        clean_up_tokenization_spaces: bool = False,
+        source: str = "tokenizer",
+        kind: TokenizerKind = BERT,
+    ) -> None:
+        """Wrap `backend`.
+
+        Args:
+            backend: a `tokenizers.Tokenizer` with the model of `kind` (WordPiece for BERT). It is used as is,
+                except that its truncation and padding are switched off and the special tokens are registered as
+                special added tokens (so that "[CLS]" in the text is one token, and
+                `decode(skip_special_tokens=True)` drops it), as `transformers` does.
+            special_tokens: role ("pad_token", "unk_token", ...) -> token; missing roles use the kind's defaults.
+            normalization: the settings written to `tokenizer_config.json` (they must describe the backend's
+                normalizer, which `transformers` rebuilds from them).
+            model_max_length: the default `max_length` for truncation and `padding="max_length"`.
+            clean_up_tokenization_spaces: whether `decode` glues punctuation back on ("a ." -> "a.").
+            source: what to name in error messages (usually the file the backend came from).
+            kind: the tokenizer family (`kinds.BERT`).
+        """
+        if not isinstance(backend.model, kind.model_type):
+            raise BertforgeError(f"{source}: model is {type(backend.model).__name__}, a {kind.family} tokenizer needs "
+                                 f"{kind.model_type.__name__}")
+        self._kind = kind
+        self._special_tokens = {**kind.special_tokens, **(special_tokens or {})}
+        for token in self._special_tokens.values():
+            if backend.token_to_id(token) is None:
+                raise BertforgeError(f"{source}: vocabulary lacks the required special token {token}")
+        backend.add_special_tokens(
+            [AddedToken(token, special=True, normalized=False) for token in self._special_tokens.values()]
+        )
+        if backend.post_processor is None:
+            backend.post_processor = kind.template(backend, self._special_tokens)
+        if backend.decoder is None:
+            backend.decoder = kind.decoder()
+        backend.no_truncation()
+        backend.no_padding()
+        self._backend = backend
+        self._normalization = normalization
+        self.model_max_length = model_max_length
+        self.clean_up_tokenization_spaces = clean_up_tokenization_spaces
+        self._lock = threading.Lock()
+
+    # ------------------------------------------------------------------ loading, training, saving
+
+    @classmethod
+    def from_pretrained(cls, path: str | os.PathLike[str], *, kind: TokenizerKind = BERT) -> Tokenizer:
+        """Load the tokenizer in directory `path`.
+
+        Reads `tokenizer.json` when present, else builds the BERT pipeline from `vocab.txt`; settings
+        (lowercasing, accents, special tokens, `model_max_length`) come from the optional `tokenizer_config.json`
+        and `special_tokens_map.json`, the latter taking precedence as in `transformers`.
+        """
+        files = read_pretrained(Path(path), kind)
+        tokenizer = cls(
+            files.backend,
+            special_tokens=files.special_tokens,
+            normalization=files.normalization,
+            model_max_length=files.model_max_length,
+            clean_up_tokenization_spaces=files.clean_up_tokenization_spaces,
+            source=str(files.source),
+            kind=kind,
+        )
+        if files.from_json:  # (vocab.txt gives ids 0..N-1 by construction)
+            check_vocabulary_ids(files.backend.get_vocab(with_added_tokens=False), files.source)
+        return tokenizer
+
+    @classmethod
+    def train(
+        cls,
+        files_or_iterator: str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | Iterable[str],
+        vocab_size: int = 30522,
+        lowercase: bool = True,
+        min_frequency: int = 2,
+        strip_accents: bool | None = None,
+        limit_alphabet: int = 1000,
+        show_progress: bool = True,
+        *,
+        kind: TokenizerKind = BERT,
+    ) -> Tokenizer:
+        """Train a WordPiece vocabulary with the BERT pipeline.
+
+        Args:
+            files_or_iterator: a text file path, a list/tuple of them (UTF-8, one or more sentences a line; names
+                ending in `.gz` are gunzipped), or any other iterable of text strings (a generator, say).
+            vocab_size: the size of the vocabulary, special tokens included.
+            lowercase: lowercase the text (an "uncased" model).
+            min_frequency: how often a pair must occur to be merged.
+            strip_accents: remove accents; None does so exactly when lowercasing.
+            limit_alphabet: the most distinct characters to keep.
+            show_progress: show the trainer's progress bar.
+            kind: the tokenizer family (`kinds.BERT`).
+
+        The special tokens get ids 0-4: [PAD] [UNK] [CLS] [SEP] [MASK].
+        """
+        specials = list(kind.special_tokens.values())
+        if vocab_size <= len(specials):
+            raise BertforgeError(f"vocab_size={vocab_size} leaves no room beside the {len(specials)} special tokens")
+        if isinstance(files_or_iterator, (str, os.PathLike)):
+            files_or_iterator = [files_or_iterator]
+        if isinstance(files_or_iterator, (list, tuple)):
+            texts = training_texts(files_or_iterator)
+            described = "training files " + ", ".join(str(p) for p in files_or_iterator)
+        else:
+            texts, described = iter(files_or_iterator), "training text iterator"
+        normalization = Normalization(do_lower_case=lowercase, strip_accents=strip_accents)
+        backend = kind.pipeline(kind.new_model(None, kind.special_tokens["unk_token"]), normalization)
+        trainer = kind.trainer(
+            vocab_size=vocab_size,
+            min_frequency=min_frequency,
+            show_progress=show_progress,
+            special_tokens=specials,
+            limit_alphabet=limit_alphabet,
+        )
+        backend.train_from_iterator(texts, trainer)
+        if backend.get_vocab_size() <= len(specials):
+            raise BertforgeError(f"{described}: no text to train on (the input is empty or only whitespace)")
+        return cls(backend, normalization=normalization, clean_up_tokenization_spaces=True, kind=kind)
+
+    def save_pretrained(self, path: str | os.PathLike[str]) -> None:
+        """Write tokenizer.json, vocab.txt, tokenizer_config.json and special_tokens_map.json into `path`.
+
+        `transformers.AutoTokenizer.from_pretrained(path)` and `Tokenizer.from_pretrained(path)` both load the
+        result. Every file is written to a temporary file in `path` first and then renamed over the old one.
+        """
+        with self._lock:
+            tokenizer_json = self._backend.to_str(pretty=True)
+        config = {
+            "tokenizer_class": self._kind.tokenizer_class,
+            "do_lower_case": self._normalization.do_lower_case,
+            "strip_accents": self._normalization.strip_accents,
+            "tokenize_chinese_chars": self._normalization.tokenize_chinese_chars,
+            "model_max_length": self.model_max_length,
+            "clean_up_tokenization_spaces": self.clean_up_tokenization_spaces,
+            **self._special_tokens,
+        }
+        write_pretrained(Path(path), tokenizer_json=tokenizer_json, vocab=self.get_vocab(), config=config,
+                         special_tokens=self._special_tokens, vocab_file=self._kind.vocab_file)
+
+    # ------------------------------------------------------------------ encoding
+
+    def __call__(
+        self,
+        text: str | list[str] | list[list[str]],
+        text_pair: str | list[str] | list[list[str]] | None = None,
+        *,
+        add_special_tokens: bool = True,
+        max_length: int | None = None,
+        truncation: bool | str | None = None,
+        padding: bool | str = False,
+        return_tensors: str | None = None,
+        return_offsets_mapping: bool = False,
+        return_special_tokens_mask: bool = False,
+        is_split_into_words: bool = False,
+        return_word_ids: bool = False,
+    ) -> dict[str, Any]:
+        """Encode one text (or pair) or a batch, exactly as `transformers.BertTokenizerFast.__call__` does.
+
+        Args:
+            text: a string, or a list of strings (a batch); with `is_split_into_words`, a list of words, or a
+                list of such lists (a batch).
+            text_pair: the second segment(s), shaped like `text`.
+            add_special_tokens: add [CLS] and [SEP].
+            max_length: the length to truncate to / pad to; None means `model_max_length` where one is needed.
+            truncation: True or "longest_first", "only_first", "only_second"; False/"do_not_truncate" for none.
+                None (the default) truncates ("longest_first") when `max_length` is given and `padding` is not,
+                as `transformers` does.
+            padding: True or "longest" (to the longest in the batch), "max_length", False/"do_not_pad".
+            return_tensors: None (lists), "pt" (torch int64 tensors) or "np" (int64 arrays); tensors always have
+                a batch dimension, and need equal lengths (so padding).
+            return_offsets_mapping: add "offset_mapping", (start, end) character spans in the input.
+            return_special_tokens_mask: add "special_tokens_mask", 1 for tokens the template added.
+            is_split_into_words: the input is already split into words.
+            return_word_ids: add "word_ids", the index of each token's word (None for special tokens); always
+                Python lists, even with `return_tensors`.
+
+        Returns:
+            A dict with "input_ids", "token_type_ids", "attention_mask" and the extras asked for; each value is
+            a list for a single input, a list of lists for a batch.
+        """
+        strategies = encoding.resolve_strategies(truncation, padding, max_length, self.model_max_length)
+        batched, inputs = encoding.batch_inputs(text, text_pair, is_split_into_words)
+
+        def encode(value: list[Any]) -> list[tokenizers.Encoding]:
+            return self._backend.encode_batch(value, add_special_tokens=add_special_tokens,
+                                              is_pretokenized=is_split_into_words)
+
+        with self._lock:
+            encoding.configure(self._backend, strategies, self.pad_token_id, self.pad_token)
+            try:
+                encodings = retry_without_surrogates(encode, inputs)  # (lone surrogates: encoded as U+FFFD)
+            except Exception as error:  # the backend raises plain Exceptions, e.g. "Truncation error: ..."
+                raise BertforgeError(f"cannot encode the input: {error}") from error
+            finally:
+                encoding.configure(self._backend, encoding.NO_TRUNCATION_OR_PADDING, self.pad_token_id, self.pad_token)
+        return encoding.outputs(
+            encodings,
+            batched=batched,
+            return_tensors=return_tensors,
+            return_offsets_mapping=return_offsets_mapping,
+            return_special_tokens_mask=return_special_tokens_mask,
+            return_word_ids=return_word_ids,
+        )
+
+    def encode_ids(self, texts: list[str]) -> list[list[int]]:
+        """Token ids of each text, without special tokens, truncation or padding (the fast path for pretraining).
+
+        Lone surrogates (which UTF-8 cannot hold) are encoded as U+FFFD.
+        """
+        with self._lock:
+            texts = self._shorten_long_runs(texts)
+            encodings = retry_without_surrogates(
+                lambda value: self._backend.encode_batch(value, add_special_tokens=False), texts
+            )
+            return [item.ids for item in encodings]
+
+    def _shorten_long_runs(self, texts: list[str]) -> list[str]:
+        """`texts` with overlong runs of ASCII letters and digits cut where that cannot change the ids (see
+        `encoding.shorten_long_runs`)."""
+        return encoding.shorten_long_runs(self._backend, texts)
+
+    def tokenize(self, text: str) -> list[str]:
+        """The WordPiece tokens of `text`, without special tokens."""
+        with self._lock:
+            return retry_without_surrogates(
+                lambda value: self._backend.encode(value, add_special_tokens=False).tokens, text
+            )
+
+    def decode(self, ids: Any, skip_special_tokens: bool = True) -> str | list[str]:
+        """Turn token ids back into text, as `transformers` does.
+
+        `ids` is an int, a sequence of ints (a list, a 1-D tensor or array), or a batch of such sequences, which
+        gives a list of strings.
+        """
+        if hasattr(ids, "tolist"):
+            ids = ids.tolist()
+        if isinstance(ids, int):
+            ids = [ids]
+        if ids and isinstance(ids[0], (list, tuple)):
+            return [self.decode(sequence, skip_special_tokens) for sequence in ids]
+        text = self._backend.decode(list(ids), skip_special_tokens=skip_special_tokens)
+        return encoding.clean_up_tokenization(text) if self.clean_up_tokenization_spaces else text
+
+    # ------------------------------------------------------------------ vocabulary
+
+    @property
+    def backend(self) -> tokenizers.Tokenizer:
+        """The `tokenizers.Tokenizer` doing the work."""
+        return self._backend
+
+    @property
+    def vocab_size(self) -> int:
+        """The number of tokens, special tokens included."""
+        return self._backend.get_vocab_size(with_added_tokens=True)
+
+    def __len__(self) -> int:
+        return self.vocab_size
+
+    def get_vocab(self) -> dict[str, int]:
+        """Token -> id for every token, special tokens included."""
+        return self._backend.get_vocab(with_added_tokens=True)
+
+    def convert_tokens_to_ids(self, tokens: str | Iterable[str]) -> int | list[int]:
+        """The id of a token (or of each token); unknown tokens give the [UNK] id."""
+        if isinstance(tokens, str):
+            token_id = self._backend.token_to_id(tokens)
+            return self.unk_token_id if token_id is None else token_id
+        return [self.convert_tokens_to_ids(token) for token in tokens]
+
+    def convert_ids_to_tokens(self, ids: int | Iterable[int], skip_special_tokens: bool = False) -> str | list[str]:
+        """The token of an id (or of each id), optionally dropping special tokens from a list."""
+        if isinstance(ids, int):
+            return self._backend.id_to_token(ids)
+        special_ids = set(self.all_special_ids) if skip_special_tokens else set()
+        return [self._backend.id_to_token(int(i)) for i in ids if int(i) not in special_ids]
+
+    @property
+    def model_max_length(self) -> int:
+        """The longest input the model takes; the default `max_length` for truncation and max_length padding."""
+        return self._model_max_length
+
+    @model_max_length.setter
+    def model_max_length(self, value: int) -> None:
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= LARGEST_SANE_MAX_LENGTH:
+            raise BertforgeError(f"model_max_length must be an integer in 1..{LARGEST_SANE_MAX_LENGTH}, not {value!r}")
+        self._model_max_length = value
+
+    @property
+    def do_lower_case(self) -> bool:
+        """Whether the text is lowercased before WordPiece."""
+        return self._normalization.do_lower_case
+
+    @property
+    def kind(self) -> TokenizerKind:
+        """The tokenizer family: special tokens, template, model and pipeline."""
+        return self._kind
+
+    @property
+    def normalization(self) -> Normalization:
+        """The normalizer settings (lowercasing, accent stripping, Chinese characters)."""
+        return self._normalization
+
+    @property
+    def special_tokens(self) -> dict[str, str]:
+        """Role ("pad_token", ...) -> token, as written to special_tokens_map.json."""
+        return dict(self._special_tokens)
+
+    @property
+    def all_special_ids(self) -> list[int]:
+        """The ids of the special tokens."""
+        return [self._backend.token_to_id(token) for token in self._special_tokens.values()]
+
+    pad_token = property(lambda self: self._special_tokens["pad_token"], doc="The padding token.")
+    unk_token = property(lambda self: self._special_tokens["unk_token"], doc="The unknown-word token.")
+    cls_token = property(lambda self: self._special_tokens["cls_token"], doc="The classification (first) token.")
+    sep_token = property(lambda self: self._special_tokens["sep_token"], doc="The separator token.")
+    mask_token = property(lambda self: self._special_tokens["mask_token"], doc="The masked-LM mask token.")
+    pad_token_id = property(lambda self: self._backend.token_to_id(self.pad_token), doc="The id of pad_token.")
+    unk_token_id = property(lambda self: self._backend.token_to_id(self.unk_token), doc="The id of unk_token.")
+    cls_token_id = property(lambda self: self._backend.token_to_id(self.cls_token), doc="The id of cls_token.")
+    sep_token_id = property(lambda self: self._backend.token_to_id(self.sep_token), doc="The id of sep_token.")
+    mask_token_id = property(lambda self: self._backend.token_to_id(self.mask_token), doc="The id of mask_token.")
+
+    # ------------------------------------------------------------------ internals
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        del state["_lock"]  # locks cannot be pickled (DataLoader workers pickle the tokenizer)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return (f"Tokenizer(vocab_size={self.vocab_size}, do_lower_case={self.do_lower_case}, "
+                f"model_max_length={self.model_max_length})")

@@ -1,0 +1,80 @@
+"""Helpers shared by the tests of every directory: `from tests.helpers import ...`.
+
+Tiny vocabularies and tokenizer files, a tiny corpus, and the 2-layer, 32-wide BERT config most tests use.
+Fixtures built from them are in `tests/conftest.py`.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+#: The five BERT special tokens in their usual order (ids 0-4 in a vocabulary that starts with them).
+SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+
+#: The words of `make_corpus`.
+WORDS = ("river stone light garden window morning letter winter castle forest ship market song "
+         "quiet bright heavy ancient golden silver gentle walked opened carried watched found gave").split()
+
+#: A 2-layer BERT 32 wide, with a 120-token vocabulary (the size `make_run_inputs` trains).
+TINY_CONFIG = dict(vocab_size=120, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+                   max_position_embeddings=64)
+
+
+def write_vocab(directory: Path, tokens: list[str]) -> Path:
+    """`directory`/vocab.txt holding `tokens`, one a line (the directory is made if need be)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "vocab.txt").write_text("".join(t + "\n" for t in tokens), encoding="utf-8")
+    return directory
+
+
+def write_uncased_tokenizer(directory: Path, tokens: list[str]) -> Path:
+    """A WordPiece tokenizer in `directory`: vocab.txt and a tokenizer_config.json that lowercases."""
+    write_vocab(directory, tokens)
+    (directory / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": True}), encoding="utf-8")
+    return directory
+
+
+def tiny_config(**overrides):
+    """`TINY_CONFIG` as a `BertConfig`, with `overrides`."""
+    from bertforge import BertConfig
+
+    return BertConfig(**{**TINY_CONFIG, **overrides})
+
+
+def make_corpus(path: Path, docs: int = 40, seed: int = 0, words: list[str] = WORDS) -> Path:
+    """Documents of random `words`, one sentence a line, a blank line between documents."""
+    rng = random.Random(seed)
+    lines = []
+    for _ in range(docs):
+        for _ in range(rng.randint(3, 8)):
+            lines.append(" ".join(rng.choice(words) for _ in range(rng.randint(4, 12))) + " .")
+        lines.append("")
+    path.write_text("\n".join(lines), encoding="utf-8")
+    return path
+
+
+def make_run_inputs(root: Path, words: list[str] = WORDS) -> tuple[Path, Path, Path]:
+    """(corpus.txt, tokenizer dir, config.json) for a tiny pretraining run: a corpus of `words`, a vocabulary of
+    TINY_CONFIG's size trained on it, and TINY_CONFIG."""
+    from bertforge.tokenizer import Tokenizer
+
+    root.mkdir(parents=True, exist_ok=True)
+    corpus = make_corpus(root / "corpus.txt", words=words)
+    tok = Tokenizer.train([str(corpus)], vocab_size=TINY_CONFIG["vocab_size"], show_progress=False)
+    tok.save_pretrained(root / "tok")
+    config = root / "config.json"
+    config.write_text(json.dumps(TINY_CONFIG))
+    return corpus, root / "tok", config
+
+
+def tiny_run_args(inputs: tuple[Path, Path, Path], out: Path, **settings):
+    """`PretrainArgs` of a short run on `inputs` (`make_run_inputs`' corpus, tokenizer and config) into `out`:
+    batches of 4 rows of 32 tokens, no progress bar, no demo; `settings` add to or replace these."""
+    from bertforge.pretrain import PretrainArgs
+
+    corpus, tok, config = inputs
+    base = dict(corpus=[str(corpus)], tokenizer=str(tok), config=str(config), out=str(out), batch_size=4, seq_len=32,
+                progress=False, demo=False)
+    return PretrainArgs(**{**base, **settings})
