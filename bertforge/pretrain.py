@@ -16,7 +16,6 @@ import logging
 import math
 import os
 import random
-import re
 import shutil
 import time
 from dataclasses import dataclass
@@ -39,14 +38,15 @@ from .config import BertConfig, PRESETS
 from .constants import IGNORE_INDEX
 from .data.corpus import DEFAULT_CORPUS, check_corpus_files, list_corpus_files
 from .errors import BertforgeError
-from .io import RunLock, atomic_directory, atomic_write_text, lock_run_directory
+from .io import atomic_directory
 from .memory import check_training_fits
 from .model import BertForPreTraining
 from .optim import make_optimizer, warmup_decay
 from .options import option
-from .pretrain_data import STATIC_DIR, check_corpus, pretraining_stream, static_reader, train_run_tokenizer
+from .pretrain_data import STATIC_DIR, check_corpus, pretraining_stream, static_reader, train_run_tokenizer  # noqa: F401
+from .run_dir import CHECKPOINT_RE, RUN_CONFIG, RunDirectory, list_checkpoints  # noqa: F401  (importable here too)
 from .state import load_state, save_state
-from .system import Runtime, barrier, setup_runtime, teardown_runtime  # noqa: F401  (Runtime: importable here too)
+from .system import Runtime, all_ranks_agree, barrier, on_main, setup_runtime, teardown_runtime
 from .train import MAX_SKIPPED_STEPS, TrainStep, labelled_count, pick_precision, refuse_nonfinite
 from .training_log import MetricsLog, Panel, plot_curves, read_rows
 
@@ -58,17 +58,6 @@ DEMO_SENTENCES = [  # in the style of the bundled corpus, The Devil's Dictionary
     "The man who is always right is a [MASK] to his friends.",
     "He said that he would [MASK] her again in the morning.",
 ]
-RUN_CONFIG = "run_config.json"
-CHECKPOINT_RE = re.compile(r"^step-(\d+)$")
-# Settings a resumed run may change; any other change would make the continuation a different run.
-# `out` is where the run lives, not what it is: a moved run directory resumes (the data state checks the corpus).
-RESUMABLE_CHANGES = {"max_steps", "save_every", "keep_last", "log_every", "resume", "overwrite", "progress", "demo", "out",
-                     "max_skipped_steps"}
-# What a run writes in OUT: all that --overwrite replaces (anything else there is left alone).
-RUN_ENTRIES = ("checkpoints", "model", "tokenizer", "tensorboard", "metrics.jsonl", RUN_CONFIG, "training_curves.png",
-               STATIC_DIR)
-# Where --overwrite keeps the run it replaces (OUT/.replaced-run/) until the new run has its first checkpoint.
-REPLACED_DIR = ".replaced-run"
 
 
 @dataclass
@@ -122,22 +111,46 @@ class PretrainArgs:
     progress: bool = option(True, "no progress bar", flag="--no-progress")
     demo: bool = True  # print [MASK] predictions for a few sentences before and after
 
+    def validate(self) -> None:
+        """Raise `BertforgeError` naming the first bad setting (before anything is written)."""
+        a = self
+        for name in ("max_steps", "batch_size", "grad_accum", "seq_len", "save_every", "keep_last", "log_every", "vocab_size",
+                     "dupe_factor", "max_skipped_steps"):
+            value = getattr(a, name)
+            if not isinstance(value, int) or value < 1:
+                raise BertforgeError(f"--{name.replace('_', '-')} must be a positive integer, got {value!r}")
+        if a.seq_len < 8:
+            raise BertforgeError(f"--seq-len {a.seq_len} is too short for [CLS] A [SEP] B [SEP]; use at least 8")
+        if not (a.lr > 0 and math.isfinite(a.lr)):
+            raise BertforgeError(f"--lr must be a positive number, got {a.lr}")
+        if a.warmup_steps < 0:
+            raise BertforgeError(f"--warmup-steps must be >= 0, got {a.warmup_steps}")
+        if not 0 < a.mlm_probability < 1:
+            raise BertforgeError(f"--mlm-probability must be in (0, 1), got {a.mlm_probability}")
+        if a.resume and a.overwrite:
+            raise BertforgeError("--resume and --overwrite contradict each other; choose one")
+        for path in a.corpus:
+            if not Path(path).exists():
+                raise BertforgeError(f"corpus path {path} does not exist")
+
+    def model_config(self) -> BertConfig:
+        """The preset or config.json, checked against seq_len (the tokenizer's vocabulary is applied later)."""
+        a = self
+        if a.config in PRESETS:
+            config = BertConfig.preset(a.config)
+        elif Path(a.config).exists():
+            config = BertConfig.from_pretrained(a.config)
+        else:
+            raise BertforgeError(f"--config {a.config!r} is neither a preset ({', '.join(PRESETS)}) nor a config.json path")
+        if a.seq_len > config.max_position_embeddings:
+            raise BertforgeError(
+                f"--seq-len {a.seq_len} is above the model's max_position_embeddings ({config.max_position_embeddings})"
+            )
+        return config
+
 
 # ---------------------------------------------------------------------------------------------------- environment
 # ---------------------------------------------------------------------------------------------------- checkpoints
-def list_checkpoints(out: Path) -> list[tuple[int, Path]]:
-    """Complete checkpoints, oldest first (an unfinished one has a temporary name and is never listed)."""
-    root = out / "checkpoints"
-    if not root.is_dir():
-        return []
-    found = []
-    for d in root.iterdir():
-        m = CHECKPOINT_RE.match(d.name)
-        if m and d.is_dir() and (d / "trainer_state.json").is_file():
-            found.append((int(m.group(1)), d))
-    return sorted(found)
-
-
 def rng_state() -> dict[str, Any]:
     state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
     if torch.cuda.is_available():
@@ -159,16 +172,15 @@ class Pretrainer:
 
     def __init__(self, args: PretrainArgs) -> None:
         self.args = args
-        self.validate_args()
+        args.validate()
         self.rt = setup_runtime(args.device)
         self.out = Path(args.out)
         self.corpus = [str(p) for p in args.corpus] or [str(DEFAULT_CORPUS)]
         present = [path for path in self.corpus if Path(path).exists()]  # a missing one is reported by the reader
         if present and not args.allow_binary:  # before anything is written into --out
             check_corpus_files(list_corpus_files(present))
-        self.lock: RunLock | None = None  # rank 0's lock on OUT, held until the run ends
-        self.replaced: Path | None = None  # the run --overwrite replaces, kept aside until the first checkpoint
-        base_config = self.build_config()  # settings the model config refuses fail here, before anything is written
+        self.run_dir = RunDirectory(self.out, args.resume, args.overwrite, dataclasses.asdict(args))  # rank 0 acts on it
+        base_config = args.model_config()  # settings the model config refuses fail here, before anything is written
         self.autocast_dtype = pick_precision(self.args.precision, self.rt.device)
         try:
             self.setup(base_config)
@@ -192,7 +204,7 @@ class Pretrainer:
                                 shards=self.rt.world_size if args.fsdp else 1, what=f"pretraining --config {args.config}")
         except BertforgeError as err:
             refused = err
-        if not self.all_ranks_agree(refused is None):
+        if not all_ranks_agree(self.rt, refused is None):
             raise refused if refused is not None else BertforgeError("the run does not fit in memory on another rank")
         self.prepare_output_dir()  # the first change to OUT
         if trained:
@@ -215,7 +227,7 @@ class Pretrainer:
             # trainable weight); they are still saved, so the model keeps the BertForPreTraining layout.
             for module in (self.model.bert.pooler, self.model.cls.seq_relationship):
                 module.requires_grad_(False)
-        self.train_model = self.wrap_model(self.model)
+        self.train_model = wrap_model(self.model, self.rt, args.fsdp, args.compile)
         self.optimizer = make_optimizer(self.model, args.optimizer, args.lr, args.weight_decay)  # fused AdamW where it applies
         self.scheduler = warmup_decay(self.optimizer, args.warmup_steps, args.max_steps, args.decay)
         self.stepper = TrainStep(self.model, self.optimizer, self.scheduler, max_grad_norm=args.max_grad_norm,
@@ -246,159 +258,27 @@ class Pretrainer:
         self.stepper.skipped_steps = value
 
     # ------------------------------------------------------------------ set-up
-    def validate_args(self) -> None:
-        a = self.args
-        for name in ("max_steps", "batch_size", "grad_accum", "seq_len", "save_every", "keep_last", "log_every", "vocab_size",
-                     "dupe_factor", "max_skipped_steps"):
-            value = getattr(a, name)
-            if not isinstance(value, int) or value < 1:
-                raise BertforgeError(f"--{name.replace('_', '-')} must be a positive integer, got {value!r}")
-        if a.seq_len < 8:
-            raise BertforgeError(f"--seq-len {a.seq_len} is too short for [CLS] A [SEP] B [SEP]; use at least 8")
-        if not (a.lr > 0 and math.isfinite(a.lr)):
-            raise BertforgeError(f"--lr must be a positive number, got {a.lr}")
-        if a.warmup_steps < 0:
-            raise BertforgeError(f"--warmup-steps must be >= 0, got {a.warmup_steps}")
-        if not 0 < a.mlm_probability < 1:
-            raise BertforgeError(f"--mlm-probability must be in (0, 1), got {a.mlm_probability}")
-        if a.resume and a.overwrite:
-            raise BertforgeError("--resume and --overwrite contradict each other; choose one")
-        for path in a.corpus:
-            if not Path(path).exists():
-                raise BertforgeError(f"corpus path {path} does not exist")
-
     def take_lock(self) -> None:
         """Rank 0 locks OUT (a second run into it is refused, naming this one's pid), finishes what an interrupted
         --overwrite left, and checks OUT and the corpus without changing anything; every rank learns the outcome.
         One lock, rank 0's: rank 0 alone writes the run's files, and OUT may sit on a filesystem other hosts share,
         where a lock per host would not exclude a second launch elsewhere."""
-        def lock_and_check() -> None:
-            self.lock = lock_run_directory(self.out, "pretrain")
-            self.recover_interrupted_overwrite()
-            self.check_output_dir()
-
-        self.on_main(lock_and_check)
-
-    def on_main(self, check: Any) -> None:
-        """Run `check()` on rank 0; a BertforgeError there is raised on every rank (rank 0's message on rank 0)."""
-        error: BertforgeError | None = None
-        if self.rt.is_main:
-            try:
-                check()
-            except BertforgeError as err:
-                error = err
-        if not self.all_ranks_agree(error is None):
-            raise error if error is not None else BertforgeError(f"{self.out}: rank 0 refused the run")
-
-    def check_output_dir(self) -> None:
-        """Refuse, before anything is written: a file as OUT, another run in OUT without --resume or --overwrite,
-        and --resume of a directory that holds no run (a mistyped --out is not a fresh start)."""
-        out, a = self.out, self.args
-        if out.exists() and not out.is_dir():
-            raise BertforgeError(f"--out {out} exists and is not a directory")
-        # hidden entries are not a run: the remains of an atomic write killed before the run recorded itself
-        holds_files = out.is_dir() and any(not p.name.startswith(".") for p in out.iterdir())
-        if a.resume:
-            if not (out / RUN_CONFIG).is_file():
-                what = ("does not exist" if not out.exists() else "is empty" if not holds_files
-                        else f"holds no pretraining run (no {RUN_CONFIG})")
-                raise BertforgeError(
-                    f"--resume: {out} {what}, so there is no run to resume (a mistyped --out?); leave out --resume "
-                    f"to start a new run there"
-                )
-            self.check_resumable(out / RUN_CONFIG, dataclasses.asdict(a))
-        elif holds_files and not a.overwrite:
-            raise BertforgeError(
-                f"--out {out} already holds files (another run?); pass --resume to continue it or --overwrite to replace it"
-            )
+        on_main(self.rt, self.run_dir.lock_and_check)
 
     def prepare_output_dir(self) -> None:
-        """The first change to OUT, once the run has been checked: --overwrite moves the previous run's entries into
-        OUT/.replaced-run/ (renames, nothing deleted), where they stay until the new run has its first checkpoint
-        (`drop_replaced`), and go back if it fails before (`abandon`); then the settings of the run are recorded."""
-        out, a = self.out, self.args
+        """The first change to OUT, once the run has been checked (see `RunDirectory.prepare`)."""
         if self.rt.is_main:
-            try:
-                out.mkdir(parents=True, exist_ok=True)
-                present = [name for name in RUN_ENTRIES if (out / name).exists() or (out / name).is_symlink()]
-                if a.overwrite and present:
-                    aside = out / REPLACED_DIR
-                    aside.mkdir()
-                    self.replaced = aside
-                    for name in present:
-                        os.replace(out / name, aside / name)
-                    log.info("--overwrite: the previous run in %s is kept in %s until the new run's first checkpoint",
-                             out, aside)
-                for stale in (out / "checkpoints").glob(".step-*"):  # the remains of a save that was killed
-                    shutil.rmtree(stale, ignore_errors=True)
-            except OSError as err:
-                raise BertforgeError(f"--out {out}: cannot prepare it: {err.filename or out}: {err.strerror}") from None
-            atomic_write_text(out / RUN_CONFIG, json.dumps(dataclasses.asdict(a), indent=2) + "\n")
+            self.run_dir.prepare()
         barrier(self.rt)
-
-    def recover_interrupted_overwrite(self) -> None:
-        """An --overwrite killed before the new run's first checkpoint left the old run in OUT/.replaced-run/: put it
-        back (the new run had nothing worth keeping). Killed after that checkpoint: the old run is no longer needed."""
-        shutil.rmtree(self.out / f"{REPLACED_DIR}.deleting", ignore_errors=True)  # a kill inside drop_replaced
-        aside = self.out / REPLACED_DIR
-        if not aside.is_dir():
-            return
-        if list_checkpoints(self.out):
-            shutil.rmtree(aside, ignore_errors=True)
-            return
-        self.replaced = aside
-        self.restore_replaced()
-        log.warning("%s: an interrupted --overwrite had set the previous run aside; it is back in place", self.out)
-
-    def restore_replaced(self) -> None:
-        """Put the run that --overwrite set aside back in OUT, removing what the new run wrote (rank 0)."""
-        aside, self.replaced = self.replaced, None
-        if aside is None or not aside.is_dir():
-            return
-        for name in RUN_ENTRIES:
-            target = self.out / name
-            if target.is_dir() and not target.is_symlink():
-                shutil.rmtree(target, ignore_errors=True)
-            elif target.exists() or target.is_symlink():
-                target.unlink(missing_ok=True)
-        for entry in aside.iterdir():
-            os.replace(entry, self.out / entry.name)
-        aside.rmdir()
-
-    def drop_replaced(self) -> None:
-        """The new run has a checkpoint: the run it replaces goes (rank 0, after the checkpoint is in place)."""
-        aside, self.replaced = self.replaced, None
-        if aside is not None:
-            doomed = aside.with_name(f"{REPLACED_DIR}.deleting")  # one rename, so a kill never half-restores it
-            shutil.rmtree(doomed, ignore_errors=True)
-            os.replace(aside, doomed)
-            shutil.rmtree(doomed, ignore_errors=True)
 
     def abandon(self) -> None:
         """After a failure: the run --overwrite set aside goes back in place, and the lock is released."""
-        if self.rt.is_main and self.replaced is not None:
-            try:
-                self.restore_replaced()
-                log.warning("the run failed before its first checkpoint; the previous run in %s is back in place", self.out)
-            except OSError as err:
-                log.error("could not put the previous run back from %s: %s", self.out / REPLACED_DIR, err)
-        self.close()
+        if self.rt.is_main:
+            self.run_dir.abandon()
 
     def close(self) -> None:
         """Release the lock on OUT (the run is over, or this object will not run)."""
-        if self.lock is not None:
-            self.lock.release()
-            self.lock = None
-
-    def check_resumable(self, previous: Path, settings: dict[str, Any]) -> None:
-        try:
-            before = json.loads(previous.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as err:
-            raise BertforgeError(f"{previous}: unreadable ({err})") from None
-        changed = sorted(k for k in settings if k not in RESUMABLE_CHANGES and before.get(k, settings[k]) != settings[k])
-        if changed:
-            details = ", ".join(f"{k}: {before.get(k)!r} -> {settings[k]!r}" for k in changed)
-            raise BertforgeError(f"--resume with settings that differ from the run in {self.out}: {details}")
+        self.run_dir.close()
 
     def choose_tokenizer(self):
         """(tokenizer, trained): `--tokenizer`; else the vocabulary this run trained before (a resume or a launch
@@ -414,44 +294,10 @@ class Pretrainer:
         elif not a.overwrite and (own / "tokenizer.json").is_file():
             tokenizer = Tokenizer.from_pretrained(own)
         # too few documents (or none) is refused now, not at the first batch, and before a vocabulary is trained
-        self.on_main(lambda: check_corpus(self.corpus, a.text_field, a.nsp, a.allow_binary))
+        on_main(self.rt, lambda: check_corpus(self.corpus, a.text_field, a.nsp, a.allow_binary))
         if tokenizer is not None:
             return tokenizer, False
         return (train_run_tokenizer(a, self.corpus) if self.rt.is_main else None), True
-
-    def build_config(self) -> BertConfig:
-        """The preset or config.json, checked against --seq-len (the tokenizer's vocabulary is applied later)."""
-        a = self.args
-        if a.config in PRESETS:
-            config = BertConfig.preset(a.config)
-        elif Path(a.config).exists():
-            config = BertConfig.from_pretrained(a.config)
-        else:
-            raise BertforgeError(f"--config {a.config!r} is neither a preset ({', '.join(PRESETS)}) nor a config.json path")
-        if a.seq_len > config.max_position_embeddings:
-            raise BertforgeError(
-                f"--seq-len {a.seq_len} is above the model's max_position_embeddings ({config.max_position_embeddings})"
-            )
-        return config
-
-    def wrap_model(self, model: torch.nn.Module) -> torch.nn.Module:
-        wrapped: torch.nn.Module = model
-        if self.args.fsdp:
-            if not self.rt.distributed:
-                raise BertforgeError("--fsdp needs several processes: launch with torchrun --nproc-per-node N")
-            from torch.distributed.fsdp import fully_shard
-
-            for layer in model.bert.encoder.layer:
-                fully_shard(layer)
-            fully_shard(model)
-        elif self.rt.distributed:
-            from torch.nn.parallel import DistributedDataParallel
-
-            ids = [self.rt.local_rank] if self.rt.device.type == "cuda" else None
-            wrapped = DistributedDataParallel(model, device_ids=ids)
-        if self.args.compile:
-            wrapped = torch.compile(wrapped)
-        return wrapped
 
     def build_stream(self):
         """Dynamic masking: a `PretrainingStream` over this rank's share of the corpus. Static masking
@@ -480,7 +326,7 @@ class Pretrainer:
             dist.all_gather_object(rngs, rng_state())
             dist.all_gather_object(data, self.stream.state_dict())
         ok = not self.rt.is_main or not self.nonfinite_message(model_state)
-        if not self.all_ranks_agree(ok):  # never a checkpoint with NaN or infinite weights
+        if not all_ranks_agree(self.rt, ok):  # never a checkpoint with NaN or infinite weights
             raise BertforgeError(self.nonfinite_message(model_state) if self.rt.is_main else
                                  f"step {self.step}: rank 0 found non-finite weights; not saving")
         if self.rt.is_main:
@@ -502,7 +348,7 @@ class Pretrainer:
                 doomed = old.with_name(f".{old.name}.deleting")  # one atomic rename: never half-deleted yet listed
                 os.replace(old, doomed)
                 shutil.rmtree(doomed, ignore_errors=True)
-            self.drop_replaced()  # the new run has a checkpoint: the run --overwrite replaced can go
+            self.run_dir.drop_replaced()  # the new run has a checkpoint: the run --overwrite replaced can go
         barrier(self.rt)
 
     def nonfinite_message(self, weights: dict[str, torch.Tensor]) -> str | None:
@@ -549,14 +395,6 @@ class Pretrainer:
         set_model_state_dict(self.model, weights, options=options)
         set_optimizer_state_dict(self.model, self.optimizer, optim_state, options=options)
 
-    def all_ranks_agree(self, ok: bool) -> bool:
-        """True when `ok` holds on every rank (one all-reduce when distributed)."""
-        if not self.rt.distributed:
-            return ok
-        flag = torch.tensor(0.0 if ok else 1.0, device=self.rt.device)
-        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-        return not flag.item()
-
     def resume(self) -> None:
         """Continue from the newest checkpoint that loads; a corrupt one is reported and the previous one tried.
         Every rank takes the same decision (a rank alone falling back would leave the others in a collective)."""
@@ -566,14 +404,14 @@ class Pretrainer:
                 self.load_checkpoint_local(path)
             except Exception as err:  # whatever is wrong with a damaged checkpoint, the previous one may be fine
                 error = f"{type(err).__name__}: {err}"
-            if self.all_ranks_agree(error is None):
+            if all_ranks_agree(self.rt, error is None):
                 try:  # every rank reads the same files, so every rank fails (or not) here alike
                     self.load_checkpoint_weights()
                 except Exception as err:
                     error = f"{type(err).__name__}: {err}"
             else:
                 error = error or "unusable on another rank"
-            if not self.all_ranks_agree(error is None):
+            if not all_ranks_agree(self.rt, error is None):
                 log.warning("checkpoint %s is unusable (%s); trying the previous one", path, error or "unusable on another rank")
                 continue
             if self.rt.is_main:
@@ -722,6 +560,27 @@ class Pretrainer:
         with atomic_directory(target) as tmp:
             export.save_pretrained(tmp)
             self.tokenizer.save_pretrained(tmp)
+
+
+def wrap_model(model: torch.nn.Module, rt: Runtime, fsdp: bool, compile: bool) -> torch.nn.Module:
+    """DDP (or FSDP, per layer and whole) when several processes run, then torch.compile if asked."""
+    wrapped: torch.nn.Module = model
+    if fsdp:
+        if not rt.distributed:
+            raise BertforgeError("--fsdp needs several processes: launch with torchrun --nproc-per-node N")
+        from torch.distributed.fsdp import fully_shard
+
+        for layer in model.bert.encoder.layer:
+            fully_shard(layer)
+        fully_shard(model)
+    elif rt.distributed:
+        from torch.nn.parallel import DistributedDataParallel
+
+        ids = [rt.local_rank] if rt.device.type == "cuda" else None
+        wrapped = DistributedDataParallel(model, device_ids=ids)
+    if compile:
+        wrapped = torch.compile(wrapped)
+    return wrapped
 
 
 def pretraining_counts(batch: dict[str, torch.Tensor]) -> dict[str, int]:

@@ -16,6 +16,7 @@ import ctypes
 import logging
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -151,3 +152,24 @@ def teardown_runtime(rt: Runtime) -> None:
 def barrier(rt: Runtime) -> None:
     if rt.distributed:
         dist.barrier()
+
+
+def all_ranks_agree(rt: Runtime, ok: bool) -> bool:
+    """True when `ok` holds on every rank (one all-reduce when distributed)."""
+    if not rt.distributed:
+        return ok
+    flag = torch.tensor(0.0 if ok else 1.0, device=rt.device)
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    return not flag.item()
+
+
+def on_main(rt: Runtime, check: Callable[[], None]) -> None:
+    """Run `check()` on rank 0; a BertforgeError there is raised on every rank (rank 0's message on rank 0)."""
+    error: BertforgeError | None = None
+    if rt.is_main:
+        try:
+            check()
+        except BertforgeError as err:
+            error = err
+    if not all_ranks_agree(rt, error is None):
+        raise error if error is not None else BertforgeError("rank 0 refused the run")

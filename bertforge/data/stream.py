@@ -69,58 +69,24 @@ class PretrainingStream:
         self.nsp = nsp
         self.max_seq_length = max_seq_length
         self.seed, self.rank, self.world_size = seed, rank, world_size
-        self.reader = CorpusReader(
-            paths,
-            text_field=text_field,
-            rank=rank,
-            world_size=world_size,
-            shard_by=shard_by,
-            min_docs=2 if nsp else 1,
-            allow_binary=allow_binary,
-        )
+        self.reader = CorpusReader(paths, text_field=text_field, rank=rank, world_size=world_size, shard_by=shard_by,
+                                   min_docs=2 if nsp else 1, allow_binary=allow_binary)
         self.instances = InstanceStream(
-            self.reader,
-            tokenize,
-            cls_id=cls_id,
-            sep_id=sep_id,
-            max_seq_length=max_seq_length,
-            nsp=nsp,
-            short_seq_prob=short_seq_prob,
-            seed=seed,
-            rank=rank,
-            shuffle_buffer=shuffle_buffer,
-            doc_buffer=doc_buffer,
-            doc_buffer_tokens=doc_buffer_tokens,
-            max_epochs=max_epochs,
+            self.reader, tokenize, cls_id=cls_id, sep_id=sep_id, max_seq_length=max_seq_length, nsp=nsp,
+            short_seq_prob=short_seq_prob, seed=seed, rank=rank, shuffle_buffer=shuffle_buffer, doc_buffer=doc_buffer,
+            doc_buffer_tokens=doc_buffer_tokens, max_epochs=max_epochs,
         )
         self.collator = MaskingCollator(
-            cls_id=cls_id,
-            sep_id=sep_id,
-            pad_id=pad_id,
-            mask_id=mask_id,
-            vocab_size=vocab_size,
-            mlm_probability=mlm_probability,
-            max_predictions=max_predictions,
-            whole_word_mask=whole_word_mask,
-            is_continuation=is_continuation,
-            special_ids=special_ids,
-            pad_to_multiple_of=pad_to_multiple_of,
-            nsp=nsp,
+            cls_id=cls_id, sep_id=sep_id, pad_id=pad_id, mask_id=mask_id, vocab_size=vocab_size,
+            mlm_probability=mlm_probability, max_predictions=max_predictions, whole_word_mask=whole_word_mask,
+            is_continuation=is_continuation, special_ids=special_ids, pad_to_multiple_of=pad_to_multiple_of, nsp=nsp,
             seed=derive_seed(seed, rank, "masking"),
         )
         self.batches = 0
-        self._config = {
-            "nsp": nsp,
-            "max_seq_length": max_seq_length,
-            "seed": seed,
-            "rank": rank,
-            "world_size": world_size,
-            "shard_by": shard_by,
-            "whole_word_mask": whole_word_mask,
-            "mlm_probability": mlm_probability,
-            "short_seq_prob": short_seq_prob,
-            "vocab_size": vocab_size,
-        }
+        # what a saved state must agree with to be resumed here
+        self._config = dict(nsp=nsp, max_seq_length=max_seq_length, seed=seed, rank=rank, world_size=world_size,
+                            shard_by=shard_by, whole_word_mask=whole_word_mask, mlm_probability=mlm_probability,
+                            short_seq_prob=short_seq_prob, vocab_size=vocab_size)
 
     def __iter__(self) -> PretrainingStream:
         return self
