@@ -31,16 +31,17 @@ _M_MMAP_MAX = -4
 _applied = False
 
 
-def reuse_freed_memory() -> bool:
+def reuse_freed_memory(choice: str | None = None) -> bool:
     """Ask glibc's malloc to keep freed memory for reuse (no `mmap` per large tensor, no trimming below 2 GiB).
 
     Returns whether the setting is in force. Does nothing where it does not apply or the user has chosen: not
     Linux, no glibc, `LD_PRELOAD` (another allocator), any `MALLOC_*` tunable in the environment, or
-    BERTFORGE_MALLOC=default (values other than `reuse` and `default` are an error). The memory a process holds
+    `choice` "default" (else BERTFORGE_MALLOC=default; values other than `reuse` and `default` are an error). The
+    memory a process holds
     then stays at its high-water mark until it exits, which is what a training process reaches every step anyway.
     """
     global _applied
-    choice = os.environ.get("BERTFORGE_MALLOC", "reuse").lower()
+    choice = (choice or os.environ.get("BERTFORGE_MALLOC", "reuse")).lower()  # the argument, else the environment
     if choice not in ("reuse", "default"):
         raise BertforgeError(f"BERTFORGE_MALLOC must be 'reuse' (the default) or 'default' (glibc's own), got {choice!r}")
     if _applied:
@@ -104,17 +105,24 @@ class Runtime:
         return self.world_size > 1
 
 
-def setup_runtime(device: str | None = "auto", *, threads: int | None = None, training: bool = True,
-                  distributed: bool = True) -> Runtime:
+def setup_runtime(device: str | None = "auto", *, threads: int | None = None, linear: str | None = None,
+                  malloc: str | None = None, training: bool = True, distributed: bool = True) -> Runtime:
     """Every process-wide setting a command needs, in one place, before it writes anything.
 
     `device`: "auto" (CUDA when there is a GPU), "cpu", "cuda" (this process's local GPU under torchrun) or
     "cuda:N". `threads`: intra-op threads on CPU (default: one per CPU this process may use, or OMP_NUM_THREADS).
-    `training` on CPU keeps freed memory for reuse (`reuse_freed_memory`). `distributed`: join torchrun's process
-    group (gloo on CPU, NCCL on GPU) when WORLD_SIZE > 1. A misspelt BERTFORGE_LINEAR or BERTFORGE_MALLOC fails
-    here. TF32 matrix multiplies are allowed on CUDA."""
-    from .linear import check_linear_backend
+    `linear`: the dense-layer kernels, "auto", "onednn" or "aten" (`bertforge.linear`; default BERTFORGE_LINEAR,
+    else auto). `training` on CPU keeps freed memory for reuse unless `malloc` is "default" (`reuse_freed_memory`;
+    default BERTFORGE_MALLOC). `distributed`: join torchrun's process group (gloo on CPU, NCCL on GPU) when
+    WORLD_SIZE > 1. Environment variables are only the defaults of these arguments; a misspelt one fails here.
+    TF32 matrix multiplies are allowed on CUDA."""
+    from .linear import check_linear_backend, set_linear_backend
 
+    if linear is not None:
+        try:
+            set_linear_backend(linear)
+        except ValueError as err:
+            raise BertforgeError(str(err)) from None
     check_linear_backend()
     world = int(os.environ.get("WORLD_SIZE", "1")) if distributed else 1
     rank = int(os.environ.get("RANK", "0")) if distributed else 0
@@ -133,7 +141,7 @@ def setup_runtime(device: str | None = "auto", *, threads: int | None = None, tr
         dev = torch.device("cpu")
         configure_threads(threads)
         if training:
-            reuse_freed_memory()  # no page faults on every step's large tensors
+            reuse_freed_memory(malloc)  # no page faults on every step's large tensors
     else:
         raise BertforgeError(f"unknown device {device!r}; choose auto, cpu, cuda or cuda:N")
     owns = world > 1 and not dist.is_initialized()

@@ -57,3 +57,36 @@ def test_a_misspelt_setting_is_an_error_that_names_it(monkeypatch):
     monkeypatch.setenv("BERTFORGE_MALLOC", "off")
     with pytest.raises(BertforgeError, match="BERTFORGE_MALLOC .*'off'"):
         reuse_freed_memory()
+
+
+def test_setup_runtime_takes_explicit_settings_over_the_environment(monkeypatch):
+    """The kernels and the allocator are arguments of the one runtime set-up; the environment only gives defaults."""
+    from bertforge.errors import BertforgeError
+    from bertforge.linear import get_linear_backend, set_linear_backend
+    from bertforge.system import setup_runtime
+
+    before = get_linear_backend()
+    monkeypatch.setenv("BERTFORGE_LINEAR", "auto")
+    try:
+        rt = setup_runtime("cpu", linear="aten", training=False, distributed=False)
+        assert rt.device.type == "cpu" and rt.world_size == 1 and get_linear_backend() == "aten"
+        with pytest.raises(BertforgeError, match="linear backend must be one of"):
+            setup_runtime("cpu", linear="fast", training=False, distributed=False)
+    finally:
+        set_linear_backend(before)
+    with pytest.raises(BertforgeError, match="unknown device 'tpu'"):
+        setup_runtime("tpu", distributed=False)
+
+
+def test_the_allocator_setting_is_an_argument_too():
+    """`setup_runtime(malloc="default")` leaves glibc alone even where BERTFORGE_MALLOC asks for reuse."""
+    code = ("from bertforge.system import setup_runtime, reuse_freed_memory; import bertforge.system as s; "
+            "setup_runtime('cpu', malloc='default', distributed=False); print(s._applied)")
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_") and k != "LD_PRELOAD"}
+    out = subprocess.run([sys.executable, "-c", code], env={**environ, "BERTFORGE_MALLOC": "reuse"},
+                         capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["False"]
+    code_on = code.replace("malloc='default', ", "")
+    out = subprocess.run([sys.executable, "-c", code_on], env={**environ, "BERTFORGE_MALLOC": "reuse"},
+                         capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["True"]
