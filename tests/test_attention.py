@@ -1,0 +1,82 @@
+"""`bertforge.attention`: the one attention function and the three layouts (padded, unpadded, packed) give the same
+results for the real tokens of every sequence."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import bertforge
+from bertforge import BertConfig
+from bertforge.attention import Padded, Unpadded, attend, attention_plan, extended_attention_mask, length_groups, pack
+from bertforge.linear import linear_backend
+
+
+def test_sdpa_and_the_explicit_maths_agree_with_additive_and_boolean_masks():
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(3, 2, 7, 8, generator=g) for _ in range(3))
+    keep = torch.ones(3, 7, dtype=torch.long)
+    keep[1, 5:] = 0
+    keep[2, 2:] = 0
+    additive = extended_attention_mask(keep, q.dtype)  # [3, 1, 1, 7]
+    boolean = keep.bool()[:, None, None, :]
+    fast, none = attend(q, k, v, additive, 0.0, False)
+    slow, probs = attend(q, k, v, additive, 0.0, False, explicit=True)
+    slow_bool, _ = attend(q, k, v, boolean, 0.0, False, explicit=True)
+    assert none is None and probs.shape == (3, 2, 7, 7)
+    assert torch.allclose(fast, slow, atol=1e-6) and torch.allclose(slow, slow_bool, atol=1e-6)
+    assert probs[2, :, :, 2:].abs().max() == 0 and torch.allclose(probs.sum(-1), torch.ones(3, 2, 7))
+    assert extended_attention_mask(torch.ones(2, 5, dtype=torch.long), torch.float32) is None  # nothing to mask
+
+
+def test_unpadded_rows_round_trip_and_attend_like_the_padded_batch():
+    g = torch.Generator().manual_seed(1)
+    mask = torch.tensor([[1, 1, 1, 0, 0], [0, 1, 1, 1, 1]])  # right- and left-padded
+    layout = Unpadded.from_mask(mask, extended_attention_mask(mask, torch.float32))
+    x = torch.randn(2, 5, 6, generator=g)
+    rows = layout.unpad(x)  # [T, C]
+    assert rows.shape == (7, 6) and torch.equal(layout.pad(rows)[mask.bool()], x[mask.bool()])
+    assert layout.pad(rows)[~mask.bool()].abs().max() == 0
+    qkv = torch.randn(2, 5, 3 * 4, generator=g)
+    padded, _ = Padded(layout.mask).attend(qkv, 2, 0.0, False, False)
+    unpadded, _ = layout.attend(layout.unpad(qkv), 2, 0.0, False, False)
+    assert torch.allclose(unpadded, padded[mask.bool()], atol=1e-6)
+
+
+@pytest.mark.parametrize("backend,max_padding", [("aten", 0.0), ("auto", 0.0), ("auto", 0.5), ("aten", 100.0)])
+def test_packed_layout_equals_padded_model(backend, max_padding):
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                        intermediate_size=48, max_position_embeddings=40)
+    model = bertforge.BertModel(config).eval()
+    lengths = [9, 9, 7, 3, 3, 3, 1]  # non-increasing, runs of equal length, one single-token sequence
+    seqs = [torch.randint(1, 50, (n,)).tolist() for n in lengths]
+    types = [[0] * (n // 2) + [1] * (n - n // 2) for n in lengths]
+    batch = pack(seqs, types)
+    assert length_groups(lengths) == [(0, 2, 9), (18, 1, 7), (25, 3, 3), (34, 1, 1)]
+    with torch.inference_mode():
+        with linear_backend(backend):
+            packed = model.forward_packed(batch, max_padding)  # [T, H]
+        ids = torch.zeros(len(seqs), 9, dtype=torch.long)
+        tt = torch.zeros_like(ids)
+        mask = torch.zeros_like(ids)
+        for i, (s, t) in enumerate(zip(seqs, types)):
+            ids[i, : len(s)], tt[i, : len(s)], mask[i, : len(s)] = torch.tensor(s), torch.tensor(t), 1
+        padded = model(ids, mask, tt).last_hidden_state
+    assert packed.shape == (sum(lengths), 32)
+    expected = torch.cat([padded[i, :n] for i, n in enumerate(lengths)])
+    assert (packed - expected).abs().max() < 1e-5
+
+
+def test_attention_plan_merges_runs_within_padding_budget():
+    lengths = [9, 9, 7, 3, 3, 3, 1]
+    unmerged = attention_plan(lengths, 0.0)
+    assert [(b.start, b.count, b.length, b.mask is None) for b in unmerged] == [
+        (0, 2, 9, True), (18, 1, 7, True), (25, 3, 3, True), (34, 1, 1, True)]
+    merged = attention_plan(lengths, 0.5)  # 9,9,7 padded to 9: 27 positions for 25 real; 3,3,3,1 to 3: 12 for 10
+    assert [(b.start, b.count, b.length, b.real) for b in merged] == [(0, 3, 9, 25), (25, 4, 3, 10)]
+    b = merged[0]
+    assert b.mask.shape == (3, 1, 1, 9) and int(b.mask.sum()) == 25
+    assert b.gather.tolist()[18:27] == [18, 19, 20, 21, 22, 23, 24, 18, 18]  # third sequence + 2 padding rows
+    assert b.gather[b.scatter].tolist() == list(range(25))  # real rows come back in packed order
+    assert len(attention_plan(lengths, 100.0)) == 1
