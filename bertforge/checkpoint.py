@@ -230,11 +230,16 @@ def _own_tensors(mapped: dict[str, torch.Tensor], own: dict[str, torch.Tensor], 
         if t.data_ptr() in seen:  # a pickle may store two weights as one tensor: parameters must not share it
             t = t.clone()
         seen.add(t.data_ptr())
-        # checked in the model's dtype: float64 beyond float32's range only becomes inf there
-        if not torch.isfinite(t).all():
-            raise BertforgeError(f"{source}: the weights contain NaN or infinite values (first: {key!r})")
         out[key] = t
+    bad = nonfinite_tensors(out)  # in the model's dtype: float64 beyond float32's range only becomes inf there
+    if bad:
+        raise BertforgeError(f"{source}: the weights contain NaN or infinite values (first: {bad[0]!r})")
     return out
+
+
+def nonfinite_tensors(tensors: dict[str, torch.Tensor]) -> list[str]:
+    """Names of the floating-point tensors of `tensors` (a state dict) holding a NaN or an infinity."""
+    return [k for k, v in tensors.items() if torch.is_tensor(v) and v.is_floating_point() and not bool(torch.isfinite(v).all())]
 
 
 def _report(name: str, info: LoadingInfo, quiet: bool) -> None:

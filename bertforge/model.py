@@ -22,7 +22,7 @@ from .attention import Layout, Packed, PackedBatch, Padded, Unpadded, extended_a
 from .config import BertConfig
 from .errors import BertforgeError
 from .linear import linear
-from .ops import activation, activation_fn, dropout  # noqa: F401  (activation, dropout: public here too)
+from .ops import activation_fn, dropout
 
 from .constants import IGNORE_INDEX  # defined there; importable from here too
 

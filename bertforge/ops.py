@@ -30,11 +30,6 @@ def activation_fn(name: str) -> Callable[[Tensor], Tensor]:
         raise ValueError(f"unknown activation {name!r}; choose one of {', '.join(ACTIVATIONS)}") from None
 
 
-def activation(name: str, x: Tensor) -> Tensor:
-    """`activation_fn(name)(x)`."""
-    return activation_fn(name)(x)
-
-
 def dropout(x: Tensor, p: float, training: bool) -> Tensor:
     """`F.dropout` (zero each element with probability p, scale the rest by 1 / (1 - p)), with a cheaper mask on CPU.
 

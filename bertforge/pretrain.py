@@ -47,7 +47,7 @@ from .pretrain_data import STATIC_DIR, check_corpus, pretraining_stream, static_
 from .run_dir import CHECKPOINT_RE, RUN_CONFIG, RunDirectory, list_checkpoints  # noqa: F401  (importable here too)
 from .state import load_state, save_state
 from .system import Runtime, all_ranks_agree, barrier, on_main, setup_runtime, teardown_runtime
-from .train import MAX_SKIPPED_STEPS, TrainStep, labelled_count, pick_precision, refuse_nonfinite
+from .train import MAX_SKIPPED_STEPS, TrainStep, labelled_count, nonfinite_error, pick_precision, refuse_nonfinite
 from .training_log import MetricsLog, Panel, plot_curves, read_rows
 
 log = logging.getLogger("bertforge")
@@ -325,10 +325,9 @@ class Pretrainer:
             data = [None] * self.rt.world_size  # type: ignore[list-item]
             dist.all_gather_object(rngs, rng_state())
             dist.all_gather_object(data, self.stream.state_dict())
-        ok = not self.rt.is_main or not self.nonfinite_message(model_state)
-        if not all_ranks_agree(self.rt, ok):  # never a checkpoint with NaN or infinite weights
-            raise BertforgeError(self.nonfinite_message(model_state) if self.rt.is_main else
-                                 f"step {self.step}: rank 0 found non-finite weights; not saving")
+        error = nonfinite_error(model_state, f"step {self.step} to {self.out}") if self.rt.is_main else None
+        if not all_ranks_agree(self.rt, error is None):  # never a checkpoint with NaN or infinite weights
+            raise error or BertforgeError(f"step {self.step}: rank 0 found non-finite weights; not saving")
         if self.rt.is_main:
             target = self.out / "checkpoints" / f"step-{self.step}"
             with atomic_directory(target) as tmp:
@@ -350,13 +349,6 @@ class Pretrainer:
                 shutil.rmtree(doomed, ignore_errors=True)
             self.run_dir.drop_replaced()  # the new run has a checkpoint: the run --overwrite replaced can go
         barrier(self.rt)
-
-    def nonfinite_message(self, weights: dict[str, torch.Tensor]) -> str | None:
-        try:
-            refuse_nonfinite(weights, f"step {self.step} to {self.out}")
-        except BertforgeError as err:
-            return str(err)
-        return None
 
     def load_checkpoint_local(self, path: Path) -> None:
         """Read and check every file and restore what is local to this rank (schedule, RNGs, data position); no

@@ -5,8 +5,8 @@ micro-batch and hands its losses to `TrainStep.accumulate`; `TrainStep.run` does
 loss normalisation over micro-batches and ranks, gradient accumulation (DDP's `no_sync` on all but the last
 micro-batch), clipping, skipping a non-finite step (counted), the optimizer and schedule steps. Its `step` and
 `skipped_steps` are state a checkpoint saves (`state_dict` / `load_state_dict`). After `max_skipped_steps` skipped
-steps in a row the run has diverged: `update` raises a BertforgeError rather than train on. `nonfinite_tensors`
-names the weights that are not finite, which a trainer checks before it saves a model.
+steps in a row the run has diverged: `update` raises a BertforgeError rather than train on. `nonfinite_error`
+refuses weights that are not finite, which a trainer checks before it saves a model.
 
 This module is the only place in bertforge that calls `.backward(` and clips gradients.
 """
@@ -23,8 +23,9 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
+from .checkpoint import nonfinite_tensors
+from .constants import IGNORE_INDEX
 from .errors import BertforgeError
-from .model import IGNORE_INDEX
 
 log = logging.getLogger("bertforge")
 
@@ -174,17 +175,20 @@ class TrainStep:
         self.consecutive_skipped = int(state.get("consecutive_skipped", 0))  # absent in older checkpoints
 
 
-def nonfinite_tensors(tensors: dict[str, Tensor]) -> list[str]:
-    """Names of the floating-point tensors of `tensors` (a state dict) holding a NaN or an infinity."""
-    return [k for k, v in tensors.items() if torch.is_tensor(v) and v.is_floating_point() and not bool(torch.isfinite(v).all())]
+def nonfinite_error(tensors: dict[str, Tensor], what: str) -> BertforgeError | None:
+    """The error that refuses to save `what` (a path) when some weights of `tensors` are not finite; else None."""
+    bad = nonfinite_tensors(tensors)
+    if not bad:
+        return None
+    more = f" and {len(bad) - 3} more" if len(bad) > 3 else ""
+    return BertforgeError(
+        f"not saving {what}: the weights hold NaN or infinite values ({', '.join(bad[:3])}{more}); training "
+        f"diverged: lower the learning rate (--lr)"
+    )
 
 
 def refuse_nonfinite(tensors: dict[str, Tensor], what: str) -> None:
-    """Raise a BertforgeError rather than save `what` (a path) with weights that are not finite."""
-    bad = nonfinite_tensors(tensors)
-    if bad:
-        more = f" and {len(bad) - 3} more" if len(bad) > 3 else ""
-        raise BertforgeError(
-            f"not saving {what}: the weights hold NaN or infinite values ({', '.join(bad[:3])}{more}); training "
-            f"diverged: lower the learning rate (--lr)"
-        )
+    """Raise `nonfinite_error` rather than save `what` with weights that are not finite."""
+    error = nonfinite_error(tensors, what)
+    if error is not None:
+        raise error

@@ -6,13 +6,12 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .io import atomic_write_text
+from .io import atomic_write, atomic_write_text
 
 log = logging.getLogger("bertforge")
 
@@ -138,6 +137,4 @@ def plot_curves(rows: Iterable[dict[str, Any]], png: Path, panels: Sequence[Pane
     if title:
         figure.suptitle(title)
     figure.tight_layout()
-    tmp = png.with_name(f".{png.name}.tmp.png")
-    figure.savefig(tmp, format="png")
-    os.replace(tmp, png)
+    atomic_write(png, lambda tmp: figure.savefig(tmp, format="png"))
