@@ -36,7 +36,7 @@ from torch.distributed.checkpoint.state_dict import (
 from .checkpoint import read_state_dict
 from .config import BertConfig, PRESETS
 from .constants import IGNORE_INDEX
-from .data.corpus import DEFAULT_CORPUS, check_corpus_files, list_corpus_files
+from .data.corpus import DEFAULT_CORPUS
 from .errors import BertforgeError
 from .io import atomic_directory
 from .memory import check_training_fits
@@ -176,9 +176,6 @@ class Pretrainer:
         self.rt = setup_runtime(args.device)
         self.out = Path(args.out)
         self.corpus = [str(p) for p in args.corpus] or [str(DEFAULT_CORPUS)]
-        present = [path for path in self.corpus if Path(path).exists()]  # a missing one is reported by the reader
-        if present and not args.allow_binary:  # before anything is written into --out
-            check_corpus_files(list_corpus_files(present))
         self.run_dir = RunDirectory(self.out, args.resume, args.overwrite, dataclasses.asdict(args))  # rank 0 acts on it
         base_config = args.model_config()  # settings the model config refuses fail here, before anything is written
         self.autocast_dtype = pick_precision(self.args.precision, self.rt.device)
