@@ -117,8 +117,8 @@ class TextClassificationPipeline(Pipeline):
 
     def head(self, batch: PackedBatch, hidden: Tensor, features: list[Feature]) -> list[np.ndarray]:
         model: BertForSequenceClassification = self.model  # type: ignore[assignment]
-        pooled = model.bert.pooler(hidden[batch.starts])  # [B, H] from each [CLS]
-        return list(model.classifier(pooled).float().numpy())  # [B, num_labels]
+        pooled = model.bert.pool(hidden[batch.starts])  # [B, H] from each first token ([CLS], <s>)
+        return list(model.classify(pooled).float().numpy())  # [B, num_labels]
 
     def postprocess(self, item: Any, outputs: list[np.ndarray], features: list[Feature]) -> Any:
         logits = outputs[0].astype(np.float64)
