@@ -84,14 +84,14 @@ class Tokenizer:
             kind: the tokenizer family (`kinds.BERT`, `kinds.ROBERTA`, ...).
         """
         if not isinstance(backend.model, kind.model_type):
-            raise BertforgeError(f"{source}: model is {type(backend.model).__name__}, a {kind.family} tokenizer needs "
+            raise BertforgeError(f"{source}: model is {type(backend.model).__name__}, {kind.a_tokenizer} needs "
                                  f"{kind.model_type.__name__}")
         self._kind = kind
         self._special_tokens = {**kind.special_tokens, **(special_tokens or {})}
         for role, token in self._special_tokens.items():
             if backend.token_to_id(token) is None:
-                raise BertforgeError(f"{source}: vocabulary lacks the required special token {token} ({role} of a "
-                                     f"{kind.family} tokenizer)")
+                raise BertforgeError(f"{source}: vocabulary lacks the required special token {token} ({role} of "
+                                     f"{kind.a_tokenizer})")
         backend.add_special_tokens(_special_added_tokens(backend, self._special_tokens, kind))
         if backend.post_processor is None:
             backend.post_processor = kind.post_processor(backend, self._special_tokens)
@@ -465,7 +465,7 @@ def _training_normalization(kind: TokenizerKind, lowercase: bool | None, strip_a
     default = kind.default_normalization
     if not kind.case_options:
         if lowercase or strip_accents:
-            raise BertforgeError(f"a {kind.family} tokenizer ({kind.model_name}) keeps case and accents: "
+            raise BertforgeError(f"{kind.a_tokenizer} ({kind.model_name}) keeps case and accents: "
                                  f"lowercasing and accent stripping do not apply to it")
         return default
     return default._replace(do_lower_case=default.do_lower_case if lowercase is None else lowercase,

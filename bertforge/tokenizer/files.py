@@ -266,7 +266,7 @@ def _missing_files(kind: TokenizerKind, guessed: bool) -> str:
         return f"holds neither tokenizer.json nor {' nor '.join(files)}"
     if kind.vocab_files:
         return f"holds neither tokenizer.json nor {' + '.join(kind.vocab_files)}"
-    return f"holds no tokenizer.json (a {kind.family} tokenizer is read from tokenizer.json)"
+    return f"holds no tokenizer.json ({kind.a_tokenizer} is read from tokenizer.json)"
 
 
 def _read_vocab_files(directory: Path, kind: TokenizerKind, unk_token: str) -> Any:

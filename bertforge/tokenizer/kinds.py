@@ -103,6 +103,11 @@ class TokenizerKind:
     clean_up_tokenization_spaces: bool = False  # the default for a trained tokenizer
 
     @property
+    def a_tokenizer(self) -> str:
+        """"a BERT tokenizer", "an ALBERT tokenizer": the kind as error messages name it."""
+        return f"{'an' if self.family[0] in 'AEIOUX' else 'a'} {self.family} tokenizer"
+
+    @property
     def model_name(self) -> str:
         """The model's name in `kind_by_name`: "wordpiece", "bpe" or "unigram"."""
         return self.model_type.__name__.lower()
