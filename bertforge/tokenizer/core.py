@@ -61,7 +61,7 @@ class Tokenizer:
         backend: tokenizers.Tokenizer,
         *,
         special_tokens: dict[str, str] | None = None,
-        normalization: Normalization = Normalization(),
+        normalization: Normalization | None = None,
         model_max_length: int = DEFAULT_MODEL_MAX_LENGTH,
         clean_up_tokenization_spaces: bool = False,
         source: str = "tokenizer",
@@ -77,7 +77,7 @@ class Tokenizer:
                 has as an added token keeps its stripping of spaces, a new one strips them as `kind.lstrip` says.
             special_tokens: role ("pad_token", "unk_token", ...) -> token; missing roles use the kind's defaults.
             normalization: the settings written to `tokenizer_config.json` (they must describe the backend's
-                normalizer, which `transformers` rebuilds from them).
+                normalizer, which `transformers` rebuilds from them); None: the kind's defaults.
             model_max_length: the default `max_length` for truncation and `padding="max_length"`.
             clean_up_tokenization_spaces: whether `decode` glues punctuation back on ("a ." -> "a.").
             source: what to name in error messages (usually the file the backend came from).
@@ -100,7 +100,7 @@ class Tokenizer:
         backend.no_truncation()
         backend.no_padding()
         self._backend = backend
-        self._normalization = normalization
+        self._normalization = kind.default_normalization if normalization is None else normalization
         self.model_max_length = model_max_length
         self.clean_up_tokenization_spaces = clean_up_tokenization_spaces
         self._lock = threading.Lock()
@@ -175,13 +175,7 @@ class Tokenizer:
             beside = f"the {len(specials)} special tokens" + (f" and the {kind.alphabet_size} bytes"
                                                               if kind.alphabet_size else "")
             raise BertforgeError(f"vocab_size={vocab_size} leaves no room beside {beside}")
-        if isinstance(files_or_iterator, (str, os.PathLike)):
-            files_or_iterator = [files_or_iterator]
-        if isinstance(files_or_iterator, (list, tuple)):
-            texts = training_texts(files_or_iterator)
-            described = "training files " + ", ".join(str(p) for p in files_or_iterator)
-        else:
-            texts, described = iter(files_or_iterator), "training text iterator"
+        texts, described = training_texts(files_or_iterator)
         unk_token = kind.special_tokens["unk_token"]
         backend = kind.pipeline(kind.new_model(None, unk_token), normalization)
         trainer = kind.trainer(vocab_size=vocab_size, min_frequency=min_frequency, show_progress=show_progress,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -141,10 +141,16 @@ def check_vocabulary_ids(vocab: dict[str, Any], path: Path) -> None:
 # ---------------------------------------------------------------------- training text
 
 
-def training_texts(paths: Sequence[str | os.PathLike[str]]) -> Iterator[str]:
-    """Every line of every file in `paths` (names ending in .gz are gunzipped), after checking that there is at
-    least one path and that each is a file."""
-    return _lines_of(_check_training_files(paths))
+def training_texts(source: str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | Iterable[str]
+                   ) -> tuple[Iterator[str], str]:
+    """(the texts, how to name them in errors) of `Tokenizer.train`'s input: a path or a list/tuple of paths (every
+    line of every file, names ending in .gz gunzipped, after checking that there is at least one path and that
+    each is a file), or any other iterable of strings."""
+    if isinstance(source, (str, os.PathLike)):
+        source = [source]
+    if isinstance(source, (list, tuple)):
+        return _lines_of(_check_training_files(source)), "training files " + ", ".join(str(p) for p in source)
+    return iter(source), "training text iterator"
 
 
 def _check_training_files(paths: Sequence[str | os.PathLike[str]]) -> list[Path]:
