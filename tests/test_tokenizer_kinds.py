@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import random
 from pathlib import Path
 
 import pytest
@@ -109,25 +110,38 @@ def test_singles_match(saved, corpus, texts):
 
 
 @pytest.mark.parametrize("truncation", TRUNCATIONS)
-def test_pairs_with_truncation_and_padding_match(saved, corpus, texts, truncation):
+def test_pairs_with_truncation_match(saved, corpus, texts, truncation):
+    tok, _, hf = saved
+    rng = random.Random(TRUNCATIONS.index(truncation))
+    refused = 0
+    for first, second in zip(corpus[:60] + texts[:120], texts[120:240] + corpus[60:120]):
+        options = dict(truncation=truncation, max_length=rng.choice([1, 3, 4, 5, 6, 8, 16, 32]), **OPTIONS)
+        mine, theirs = outcome(tok, first, second, **options), outcome(hf_call, hf, first, second, **options)
+        if theirs == "error":  # the backend refuses when the sequence to cut is too short: both must refuse
+            assert mine == "error", (first, second, options)
+            refused += 1
+        else:
+            assert_same(mine, theirs, (first, second, options))
+    assert (refused > 0) == (truncation != "longest_first")
+
+
+def test_batched_pairs_and_singles_with_truncation_and_padding_match(saved, corpus, texts):
     tok, _, hf = saved
     first, second = corpus[:200] + texts[:300], texts[300:500] + corpus[200:500]
-    options = dict(truncation=truncation, max_length=24, return_special_tokens_mask=True)
-    assert_same(*(outcome(call, first, second, **options) for call in (tok, lambda *a, **k: hf_call(hf, *a, **k))),
-                first)
-    options["padding"] = "max_length"
-    assert_same(*(outcome(call, first[:50], second[:50], **options)
-                  for call in (tok, lambda *a, **k: hf_call(hf, *a, **k))), first[:50])
-    single = dict(truncation=True, max_length=7)
-    assert_same(tok(corpus[:100], **single), hf_call(hf, corpus[:100], **single), corpus[:100])
+    for options in (dict(truncation=True, max_length=24, padding=True),
+                    dict(truncation="longest_first", max_length=30, padding="max_length", return_tensors="pt")):
+        assert_same(tok(first, second, **options), hf_call(hf, first, second, **options), first)
+        assert_same(tok(first, **options), hf_call(hf, first, **options), first)
+    assert_same(tok(corpus[:100], max_length=7), hf_call(hf, corpus[:100], max_length=7), corpus[:100])
 
 
 def outcome(call, *args, **kwargs):
-    """call(...) as a plain dict, or {"error": ...} when it raises (a pair too long for only_first, say)."""
+    """call(...), or "error" when it raises: BertforgeError from ours, the backend's plain Exception from theirs."""
     try:
-        return dict(call(*args, **kwargs))
-    except Exception:  # noqa: BLE001 - the backend's plain Exception, or our BertforgeError
-        return {"error": None}
+        return call(*args, **kwargs)
+    except Exception as error:  # noqa: BLE001
+        assert not isinstance(call, Tokenizer) or isinstance(error, BertforgeError), repr(error)
+        return "error"
 
 
 def test_pair_templates_and_token_types(saved):
