@@ -1,9 +1,10 @@
 """`Tokenizer`: a tokenizer of any BERT-family kind whose encodings match `transformers`, over `tokenizers`.
 
-All the actual tokenization (normalization, pre-tokenization, WordPiece/BPE/Unigram, special-token templates, truncation,
-padding, offsets) is done by a `tokenizers.Tokenizer` (the Rust backend, exposed as `Tokenizer.backend`). The class
-ties together what lives beside it: the family-specific parts (`kinds.py`: special tokens, template, model and
-pipeline), the tokenizer files (`files.py`) and the `__call__` argument handling and batching (`encoding.py`).
+All the actual tokenization (normalization, pre-tokenization, WordPiece / BPE / Unigram, special-token templates,
+truncation, padding, offsets) is done by a `tokenizers.Tokenizer` (the Rust backend, exposed as
+`Tokenizer.backend`). The class ties together what lives beside it: the family-specific parts (`kinds.py`: special
+tokens, template, model and pipeline), the tokenizer files (`files.py`) and the `__call__` argument handling and
+batching (`encoding.py`).
 
 The backend's truncation and padding settings are changed for each call, so every call that encodes holds a lock;
 one `Tokenizer` can be shared between threads.

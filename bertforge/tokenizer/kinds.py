@@ -5,12 +5,14 @@ A kind names its special tokens (by role, with their usual spelling), the templa
 `transformers` needs to rebuild it (`tokenizer_class` and the settings in `tokenizer_config.json`). `Tokenizer`
 reads everything family-specific from its kind, so a family is a `TokenizerKind` value, not a tokenizer class:
 
-| kind | model | pipeline | template (single / pair) | token types of a pair |
+| kind | model | pipeline | pair template | its token types |
 | --- | --- | --- | --- | --- |
-| `BERT`, `DISTILBERT` | WordPiece | BERT normalizer and pre-tokenizer | `[CLS] A [SEP]` / `[CLS] A [SEP] B [SEP]` | 0 … 0 1 … 1 |
-| `ROBERTA` | BPE | byte-level (no prefix space), no normalizer | `<s> A </s>` / `<s> A </s></s> B </s>` | all 0 |
-| `ALBERT` | Unigram | ALBERT normalizer, whitespace split + Metaspace `▁` | `[CLS] A [SEP]` / `[CLS] A [SEP] B [SEP]` | 0 … 0 1 … 1 |
-| `XLM_ROBERTA` | Unigram | whitespace split + Metaspace `▁`, no normalizer | `<s> A </s>` / `<s> A </s></s> B </s>` | all 0 |
+| `BERT`, `DISTILBERT` | WordPiece | BERT normalizer and pre-tokenizer | `[CLS] A [SEP] B [SEP]` | 0 … 0 1 … 1 |
+| `ROBERTA` | BPE | byte-level (no prefix space), no normalizer | `<s> A </s></s> B </s>` | all 0 |
+| `ALBERT` | Unigram | ALBERT normalizer, whitespace split, Metaspace `▁` | `[CLS] A [SEP] B [SEP]` | 0 … 0 1 … 1 |
+| `XLM_ROBERTA` | Unigram | whitespace split, Metaspace `▁`, no normalizer | `<s> A </s></s> B </s>` | all 0 |
+
+(A single segment is the pair template cut after A's closing token: `[CLS] A [SEP]`, `<s> A </s>`.)
 
 Each pipeline is the one the `transformers` class named by `tokenizer_class` builds (5.x rebuilds the normalizer,
 pre-tokenizer and decoder from its own code and `tokenizer_config.json`, reading only the vocabulary, merges,
