@@ -567,6 +567,12 @@ def test_invalid_tokenizer_json(tmp_path):
            "model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}}
     path.write_text(json.dumps(bpe))
     with pytest.raises(BertforgeError, match="model is BPE, a BERT tokenizer needs WordPiece"):
+        Tokenizer.from_pretrained(tmp_path, kind="bert")
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "BertTokenizerFast"}))
+    with pytest.raises(BertforgeError, match="model is BPE, a BERT tokenizer needs WordPiece"):
+        Tokenizer.from_pretrained(tmp_path)
+    (tmp_path / "tokenizer_config.json").unlink()  # then the model decides: BPE is RoBERTa's, which needs <s>
+    with pytest.raises(BertforgeError, match=r"lacks the required special token <s> \(bos_token of a RoBERTa"):
         Tokenizer.from_pretrained(tmp_path)
 
 

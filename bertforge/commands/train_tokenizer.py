@@ -1,18 +1,26 @@
-"""`bertforge train-tokenizer`: a WordPiece vocabulary trained on your corpus, saved in Hugging Face layout."""
+"""`bertforge train-tokenizer`: a WordPiece, byte-level BPE or Unigram vocabulary trained on your corpus, saved in
+Hugging Face layout."""
 
 from __future__ import annotations
 
 import argparse
 
 NAME = "train-tokenizer"
-HELP = "train a WordPiece vocabulary on a corpus"
+HELP = "train a WordPiece (BERT), byte-level BPE (RoBERTa) or Unigram (ALBERT) vocabulary on a corpus"
+MODELS = ("wordpiece", "bpe", "unigram")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--corpus", nargs="+", required=True, metavar="PATH", help="text files or directories (.txt, .gz, .jsonl)")
+    p.add_argument("--model", choices=MODELS, default="wordpiece",
+                   help="the tokenizer to train: wordpiece (BERT's: [CLS] A [SEP]), bpe (RoBERTa's byte-level BPE: "
+                        "<s> A </s></s> B </s>) or unigram (ALBERT's SentencePiece-style Unigram) (default: wordpiece)")
     p.add_argument("--vocab-size", type=int, default=30522)
-    p.add_argument("--min-frequency", type=int, default=2)
-    p.add_argument("--cased", action="store_true", help="keep case and accents")
+    p.add_argument("--min-frequency", type=int, default=2, help="how often a pair must occur to be merged "
+                                                                  "(wordpiece and bpe; unigram has no such limit)")
+    p.add_argument("--cased", action="store_true",
+                   help="keep case and accents (wordpiece and unigram; bpe always keeps them: byte-level BPE is "
+                        "case-preserving by construction)")
     p.add_argument("--text-field", default="text", help="the text field of .jsonl input")
     p.add_argument("--sample-mb", type=float, default=None, help="train on the first N MB of the corpus only (default: all of it)")
     p.add_argument("--allow-binary", action="store_true",
@@ -27,17 +35,22 @@ def run(args: argparse.Namespace) -> int:
     from ..data import iter_documents
     from ..errors import BertforgeError
     from ..data import take_mb
-    from ..tokenizer import Tokenizer
+    from ..tokenizer import Tokenizer, kind_by_name
 
     if args.vocab_size < 10:
         raise BertforgeError(f"--vocab-size must be at least 10, got {args.vocab_size}")
     for path in args.corpus:
         if not Path(path).exists():
             raise BertforgeError(f"corpus path {path} does not exist")
+    kind = kind_by_name(args.model)
+    lowercase = (not args.cased) if kind.case_options else None
+    if args.cased and not kind.case_options:
+        print(f"note: --cased changes nothing for --model {args.model}: it keeps case and accents anyway")
     lines = iter_documents(args.corpus, text_field=args.text_field, allow_binary=args.allow_binary)
     if args.sample_mb is not None:
         lines = take_mb(lines, args.sample_mb)
-    tok = Tokenizer.train(lines, vocab_size=args.vocab_size, lowercase=not args.cased, min_frequency=args.min_frequency)
+    tok = Tokenizer.train(lines, vocab_size=args.vocab_size, lowercase=lowercase, min_frequency=args.min_frequency,
+                          kind=kind)
     tok.save_pretrained(args.out)
-    print(f"vocabulary of {tok.vocab_size:,} tokens written to {args.out}")
+    print(f"{kind.family} ({args.model}) vocabulary of {tok.vocab_size:,} tokens written to {args.out}")
     return 0

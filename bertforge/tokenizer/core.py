@@ -1,9 +1,10 @@
-"""`Tokenizer`: a BERT tokenizer whose encodings match `transformers.BertTokenizerFast`, over `tokenizers`.
+"""`Tokenizer`: a tokenizer of any BERT-family kind whose encodings match `transformers`, over `tokenizers`.
 
-All the actual tokenization (normalization, pre-tokenization, WordPiece, special-token templates, truncation,
-padding, offsets) is done by a `tokenizers.Tokenizer` (the Rust backend, exposed as `Tokenizer.backend`). The class
-ties together what lives beside it: the family-specific parts (`kinds.py`: special tokens, template, model and
-pipeline), the tokenizer files (`files.py`) and the `__call__` argument handling and batching (`encoding.py`).
+All the actual tokenization (normalization, pre-tokenization, WordPiece / BPE / Unigram, special-token templates,
+truncation, padding, offsets) is done by a `tokenizers.Tokenizer` (the Rust backend, exposed as
+`Tokenizer.backend`). The class ties together what lives beside it: the family-specific parts (`kinds.py`: special
+tokens, template, model and pipeline), the tokenizer files (`files.py`) and the `__call__` argument handling and
+batching (`encoding.py`).
 
 The backend's truncation and padding settings are changed for each call, so every call that encodes holds a lock;
 one `Tokenizer` can be shared between threads.
@@ -29,17 +30,31 @@ from bertforge.tokenizer.files import (
     check_vocabulary_ids,
     read_pretrained,
     training_texts,
+    vocab_file_texts,
     write_pretrained,
 )
-from bertforge.tokenizer.kinds import BERT, Normalization, TokenizerKind
+from bertforge.tokenizer.kinds import BERT, Normalization, TokenizerKind, kind_by_name
+
+
+def _role_token(role: str) -> property:
+    return property(lambda self: self._special_tokens.get(role), doc=f"The {role.replace('_', ' ')} (None if the "
+                                                                         f"kind has none).")
+
+
+def _role_id(role: str) -> property:
+    def get(self: Tokenizer) -> int | None:
+        token = self._special_tokens.get(role)
+        return None if token is None else self._backend.token_to_id(token)
+
+    return property(get, doc=f"The id of {role} (None if the kind has none).")
 
 
 class Tokenizer:
-    """A BERT WordPiece tokenizer whose encodings match `transformers.BertTokenizerFast`.
+    """A tokenizer whose encodings match those of `transformers.AutoTokenizer` on the same files.
 
     Build one with `Tokenizer.from_pretrained(dir)` or `Tokenizer.train(...)`; the constructor wraps an existing
-    `tokenizers.Tokenizer` whose model is WordPiece. What is particular to BERT (special tokens, template, model,
-    pipeline) comes from `kind`, a `TokenizerKind`.
+    `tokenizers.Tokenizer`. What is particular to a family (special tokens, template, model, pipeline) comes from
+    `kind`, a `TokenizerKind` (`kinds.BERT`, `ROBERTA`, `ALBERT`, ...).
     """
 
     def __init__(
@@ -47,7 +62,7 @@ class Tokenizer:
         backend: tokenizers.Tokenizer,
         *,
         special_tokens: dict[str, str] | None = None,
-        normalization: Normalization = Normalization(),
+        normalization: Normalization | None = None,
         model_max_length: int = DEFAULT_MODEL_MAX_LENGTH,
         clean_up_tokenization_spaces: bool = False,
         source: str = "tokenizer",
@@ -59,34 +74,34 @@ class Tokenizer:
             backend: a `tokenizers.Tokenizer` with the model of `kind` (WordPiece for BERT). It is used as is,
                 except that its truncation and padding are switched off and the special tokens are registered as
                 special added tokens (so that "[CLS]" in the text is one token, and
-                `decode(skip_special_tokens=True)` drops it), as `transformers` does.
+                `decode(skip_special_tokens=True)` drops it), as `transformers` does; a token the backend already
+                has as an added token keeps its stripping of spaces, a new one strips them as `kind.lstrip` says.
             special_tokens: role ("pad_token", "unk_token", ...) -> token; missing roles use the kind's defaults.
             normalization: the settings written to `tokenizer_config.json` (they must describe the backend's
-                normalizer, which `transformers` rebuilds from them).
+                normalizer, which `transformers` rebuilds from them); None: the kind's defaults.
             model_max_length: the default `max_length` for truncation and `padding="max_length"`.
             clean_up_tokenization_spaces: whether `decode` glues punctuation back on ("a ." -> "a.").
             source: what to name in error messages (usually the file the backend came from).
-            kind: the tokenizer family (`kinds.BERT`).
+            kind: the tokenizer family (`kinds.BERT`, `kinds.ROBERTA`, ...).
         """
         if not isinstance(backend.model, kind.model_type):
-            raise BertforgeError(f"{source}: model is {type(backend.model).__name__}, a {kind.family} tokenizer needs "
+            raise BertforgeError(f"{source}: model is {type(backend.model).__name__}, {kind.a_tokenizer} needs "
                                  f"{kind.model_type.__name__}")
         self._kind = kind
         self._special_tokens = {**kind.special_tokens, **(special_tokens or {})}
-        for token in self._special_tokens.values():
+        for role, token in self._special_tokens.items():
             if backend.token_to_id(token) is None:
-                raise BertforgeError(f"{source}: vocabulary lacks the required special token {token}")
-        backend.add_special_tokens(
-            [AddedToken(token, special=True, normalized=False) for token in self._special_tokens.values()]
-        )
+                raise BertforgeError(f"{source}: vocabulary lacks the required special token {token} ({role} of "
+                                     f"{kind.a_tokenizer})")
+        backend.add_special_tokens(_special_added_tokens(backend, self._special_tokens, kind))
         if backend.post_processor is None:
-            backend.post_processor = kind.template(backend, self._special_tokens)
+            backend.post_processor = kind.post_processor(backend, self._special_tokens)
         if backend.decoder is None:
             backend.decoder = kind.decoder()
         backend.no_truncation()
         backend.no_padding()
         self._backend = backend
-        self._normalization = normalization
+        self._normalization = kind.default_normalization if normalization is None else normalization
         self.model_max_length = model_max_length
         self.clean_up_tokenization_spaces = clean_up_tokenization_spaces
         self._lock = threading.Lock()
@@ -94,14 +109,20 @@ class Tokenizer:
     # ------------------------------------------------------------------ loading, training, saving
 
     @classmethod
-    def from_pretrained(cls, path: str | os.PathLike[str], *, kind: TokenizerKind = BERT) -> Tokenizer:
+    def from_pretrained(cls, path: str | os.PathLike[str], *, kind: TokenizerKind | str | None = None) -> Tokenizer:
         """Load the tokenizer in directory `path`.
 
-        Reads `tokenizer.json` when present, else builds the BERT pipeline from `vocab.txt`; settings
-        (lowercasing, accents, special tokens, `model_max_length`) come from the optional `tokenizer_config.json`
-        and `special_tokens_map.json`, the latter taking precedence as in `transformers`.
+        Reads `tokenizer.json` when present, else builds the kind's pipeline from its plain vocabulary
+        (`vocab.txt`, or `vocab.json` + `merges.txt`); settings (lowercasing, accents, special tokens,
+        `model_max_length`) come from the optional `tokenizer_config.json` and `special_tokens_map.json`, the
+        latter taking precedence as in `transformers`.
+
+        `kind` (a `TokenizerKind` or a name for `kinds.kind_by_name`) is found when not given: the one
+        `tokenizer_config.json`'s "tokenizer_class" names, else the one whose model `tokenizer.json` uses (for a
+        model several kinds use, the first whose special tokens the vocabulary holds), else the one whose
+        vocabulary files the directory holds.
         """
-        files = read_pretrained(Path(path), kind)
+        files = read_pretrained(Path(path), kind_by_name(kind) if isinstance(kind, str) else kind)
         tokenizer = cls(
             files.backend,
             special_tokens=files.special_tokens,
@@ -109,7 +130,7 @@ class Tokenizer:
             model_max_length=files.model_max_length,
             clean_up_tokenization_spaces=files.clean_up_tokenization_spaces,
             source=str(files.source),
-            kind=kind,
+            kind=files.kind,
         )
         if files.from_json:  # (vocab.txt gives ids 0..N-1 by construction)
             check_vocabulary_ids(files.backend.get_vocab(with_added_tokens=False), files.source)
@@ -120,72 +141,74 @@ class Tokenizer:
         cls,
         files_or_iterator: str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | Iterable[str],
         vocab_size: int = 30522,
-        lowercase: bool = True,
+        lowercase: bool | None = None,
         min_frequency: int = 2,
         strip_accents: bool | None = None,
         limit_alphabet: int = 1000,
         show_progress: bool = True,
         *,
-        kind: TokenizerKind = BERT,
+        kind: TokenizerKind | str = BERT,
     ) -> Tokenizer:
-        """Train a WordPiece vocabulary with the BERT pipeline.
+        """Train a vocabulary of `kind` (WordPiece for BERT, byte-level BPE for RoBERTa, Unigram for ALBERT and
+        XLM-RoBERTa) with that kind's pipeline.
 
         Args:
             files_or_iterator: a text file path, a list/tuple of them (UTF-8, one or more sentences a line; names
                 ending in `.gz` are gunzipped), or any other iterable of text strings (a generator, say).
-            vocab_size: the size of the vocabulary, special tokens included.
-            lowercase: lowercase the text (an "uncased" model).
-            min_frequency: how often a pair must occur to be merged.
+            vocab_size: the size of the vocabulary, special tokens included (a Unigram trainer may stop short of
+                it on a small corpus).
+            lowercase: lowercase the text (an "uncased" model); None: the kind's default (True for BERT and
+                ALBERT). RoBERTa's and XLM-RoBERTa's pipelines keep case and accents: True is refused.
+            min_frequency: how often a pair must occur to be merged (WordPiece and BPE).
             strip_accents: remove accents; None does so exactly when lowercasing.
-            limit_alphabet: the most distinct characters to keep.
+            limit_alphabet: the most distinct characters to keep (WordPiece; BPE's alphabet is the 256 bytes).
             show_progress: show the trainer's progress bar.
-            kind: the tokenizer family (`kinds.BERT`).
+            kind: the tokenizer family, a `TokenizerKind` or a name for `kinds.kind_by_name` ("roberta", "bpe").
 
-        The special tokens get ids 0-4: [PAD] [UNK] [CLS] [SEP] [MASK].
+        The special tokens come first, in the order of `kind.special_tokens`: [PAD] [UNK] [CLS] [SEP] [MASK] for
+        BERT (ids 0-4), <s> <pad> </s> <unk> <mask> for RoBERTa and XLM-RoBERTa, <pad> <unk> [CLS] [SEP] [MASK]
+        for ALBERT.
         """
-        specials = list(kind.special_tokens.values())
-        if vocab_size <= len(specials):
-            raise BertforgeError(f"vocab_size={vocab_size} leaves no room beside the {len(specials)} special tokens")
-        if isinstance(files_or_iterator, (str, os.PathLike)):
-            files_or_iterator = [files_or_iterator]
-        if isinstance(files_or_iterator, (list, tuple)):
-            texts = training_texts(files_or_iterator)
-            described = "training files " + ", ".join(str(p) for p in files_or_iterator)
-        else:
-            texts, described = iter(files_or_iterator), "training text iterator"
-        normalization = Normalization(do_lower_case=lowercase, strip_accents=strip_accents)
-        backend = kind.pipeline(kind.new_model(None, kind.special_tokens["unk_token"]), normalization)
-        trainer = kind.trainer(
-            vocab_size=vocab_size,
-            min_frequency=min_frequency,
-            show_progress=show_progress,
-            special_tokens=specials,
-            limit_alphabet=limit_alphabet,
-        )
+        kind = kind_by_name(kind) if isinstance(kind, str) else kind
+        normalization = _training_normalization(kind, lowercase, strip_accents)
+        specials = list(dict.fromkeys(kind.special_tokens.values()))
+        if vocab_size <= len(specials) + kind.alphabet_size:
+            beside = f"the {len(specials)} special tokens" + (f" and the {kind.alphabet_size} bytes"
+                                                              if kind.alphabet_size else "")
+            raise BertforgeError(f"vocab_size={vocab_size} leaves no room beside {beside}")
+        texts, described = training_texts(files_or_iterator)
+        unk_token = kind.special_tokens["unk_token"]
+        backend = kind.pipeline(kind.new_model(None, unk_token), normalization)
+        trainer = kind.trainer(vocab_size=vocab_size, min_frequency=min_frequency, show_progress=show_progress,
+                               special_tokens=_special_added_tokens(backend, kind.special_tokens, kind),
+                               limit_alphabet=limit_alphabet, unk_token=unk_token)
         backend.train_from_iterator(texts, trainer)
-        if backend.get_vocab_size() <= len(specials):
+        if backend.get_vocab_size() <= len(specials) + kind.alphabet_size:
             raise BertforgeError(f"{described}: no text to train on (the input is empty or only whitespace)")
-        return cls(backend, normalization=normalization, clean_up_tokenization_spaces=True, kind=kind)
+        return cls(backend, normalization=normalization,
+                   clean_up_tokenization_spaces=kind.clean_up_tokenization_spaces, kind=kind)
 
     def save_pretrained(self, path: str | os.PathLike[str]) -> None:
-        """Write tokenizer.json, vocab.txt, tokenizer_config.json and special_tokens_map.json into `path`.
+        """Write tokenizer.json, the kind's vocabulary files (vocab.txt, or vocab.json and merges.txt),
+        tokenizer_config.json and special_tokens_map.json into `path`.
 
         `transformers.AutoTokenizer.from_pretrained(path)` and `Tokenizer.from_pretrained(path)` both load the
         result. Every file is written to a temporary file in `path` first and then renamed over the old one.
         """
         with self._lock:
             tokenizer_json = self._backend.to_str(pretty=True)
+            added = self._backend.get_added_tokens_decoder()
         config = {
             "tokenizer_class": self._kind.tokenizer_class,
-            "do_lower_case": self._normalization.do_lower_case,
-            "strip_accents": self._normalization.strip_accents,
-            "tokenize_chinese_chars": self._normalization.tokenize_chinese_chars,
+            **self._kind.config(self._normalization),
             "model_max_length": self.model_max_length,
             "clean_up_tokenization_spaces": self.clean_up_tokenization_spaces,
             **self._special_tokens,
+            "added_tokens_decoder": {str(i): _added_token_dict(token) for i, token in sorted(added.items())},
         }
-        write_pretrained(Path(path), tokenizer_json=tokenizer_json, vocab=self.get_vocab(), config=config,
-                         special_tokens=self._special_tokens, vocab_file=self._kind.vocab_file)
+        vocab_files = vocab_file_texts(self._kind, self.get_vocab(), tokenizer_json, Path(path))
+        write_pretrained(Path(path), tokenizer_json=tokenizer_json, vocab_files=vocab_files, config=config,
+                         special_tokens=self._special_tokens)
 
     # ------------------------------------------------------------------ encoding
 
@@ -269,8 +292,31 @@ class Tokenizer:
         `encoding.shorten_long_runs`)."""
         return encoding.shorten_long_runs(self._backend, texts)
 
+    def build_inputs(self, ids_a: Sequence[int], ids_b: Sequence[int] | None = None) -> tuple[list[int], list[int]]:
+        """(input_ids, token_type_ids) of one segment of token ids, or of a pair, with this kind's special tokens
+        laid out as its template says (what `__call__` adds): [CLS] A [SEP] B [SEP] with types 0 … 0 1 … 1 for
+        BERT and ALBERT, <s> A </s></s> B </s> all of type 0 for RoBERTa and XLM-RoBERTa."""
+        ids: list[int] = []
+        types: list[int] = []
+        for piece, type_id in self._kind.pieces(pair=ids_b is not None):
+            run = ids_a if piece == "A" else ids_b if piece == "B" else [self._role_ids[piece]]
+            ids += run
+            types += [type_id] * len(run)
+        return ids, types
+
+    def num_special_tokens_to_add(self, pair: bool = False) -> int:
+        """How many special tokens the template adds to one segment (or to a pair): 2 (3), or 2 (4) for RoBERTa."""
+        return sum(not piece.is_segment for piece in self._kind.pieces(pair))
+
+    def continuation_mask(self) -> list[bool]:
+        """For each id, whether its token continues the word before it ("##ing" in WordPiece; a byte-level or
+        Unigram token not starting with "Ġ" or "▁"), for whole-word masking; False for special tokens."""
+        special = set(self.all_special_ids)
+        return [i not in special and self._kind.is_continuation(self._backend.id_to_token(i))
+                for i in range(self.vocab_size)]
+
     def tokenize(self, text: str) -> list[str]:
-        """The WordPiece tokens of `text`, without special tokens."""
+        """The tokens of `text`, without special tokens."""
         with self._lock:
             return retry_without_surrogates(
                 lambda value: self._backend.encode(value, add_special_tokens=False).tokens, text
@@ -337,7 +383,7 @@ class Tokenizer:
 
     @property
     def do_lower_case(self) -> bool:
-        """Whether the text is lowercased before WordPiece."""
+        """Whether the text is lowercased before the model splits it."""
         return self._normalization.do_lower_case
 
     @property
@@ -357,19 +403,20 @@ class Tokenizer:
 
     @property
     def all_special_ids(self) -> list[int]:
-        """The ids of the special tokens."""
-        return [self._backend.token_to_id(token) for token in self._special_tokens.values()]
+        """The ids of the special tokens (each once)."""
+        return list(dict.fromkeys(self._role_ids.values()))
 
-    pad_token = property(lambda self: self._special_tokens["pad_token"], doc="The padding token.")
-    unk_token = property(lambda self: self._special_tokens["unk_token"], doc="The unknown-word token.")
-    cls_token = property(lambda self: self._special_tokens["cls_token"], doc="The classification (first) token.")
-    sep_token = property(lambda self: self._special_tokens["sep_token"], doc="The separator token.")
-    mask_token = property(lambda self: self._special_tokens["mask_token"], doc="The masked-LM mask token.")
-    pad_token_id = property(lambda self: self._backend.token_to_id(self.pad_token), doc="The id of pad_token.")
-    unk_token_id = property(lambda self: self._backend.token_to_id(self.unk_token), doc="The id of unk_token.")
-    cls_token_id = property(lambda self: self._backend.token_to_id(self.cls_token), doc="The id of cls_token.")
-    sep_token_id = property(lambda self: self._backend.token_to_id(self.sep_token), doc="The id of sep_token.")
-    mask_token_id = property(lambda self: self._backend.token_to_id(self.mask_token), doc="The id of mask_token.")
+    @property
+    def _role_ids(self) -> dict[str, int]:
+        """Role -> id of the special tokens (the kind's roles: RoBERTa's bos_token is its cls_token, ...)."""
+        return {role: self._backend.token_to_id(token) for role, token in self._special_tokens.items()}
+
+    pad_token, unk_token, cls_token, sep_token, mask_token, bos_token, eos_token = (
+        _role_token(role) for role in ("pad_token", "unk_token", "cls_token", "sep_token", "mask_token",
+                                       "bos_token", "eos_token"))
+    pad_token_id, unk_token_id, cls_token_id, sep_token_id, mask_token_id, bos_token_id, eos_token_id = (
+        _role_id(role) for role in ("pad_token", "unk_token", "cls_token", "sep_token", "mask_token",
+                                    "bos_token", "eos_token"))
 
     # ------------------------------------------------------------------ internals
 
@@ -383,5 +430,38 @@ class Tokenizer:
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
-        return (f"Tokenizer(vocab_size={self.vocab_size}, do_lower_case={self.do_lower_case}, "
-                f"model_max_length={self.model_max_length})")
+        return (f"Tokenizer(kind={self._kind.name}, vocab_size={self.vocab_size}, "
+                f"do_lower_case={self.do_lower_case}, model_max_length={self.model_max_length})")
+
+
+def _special_added_tokens(backend: tokenizers.Tokenizer, special_tokens: dict[str, str],
+                          kind: TokenizerKind) -> list[AddedToken]:
+    """The special tokens as special, unnormalized added tokens: one the backend already has keeps its stripping
+    of spaces (roberta-base's <mask> strips those before it), a new one strips them as `kind.lstrip` says."""
+    existing = {token.content: token for token in backend.get_added_tokens_decoder().values()}
+    lstrip = {special_tokens[role] for role in kind.lstrip if role in special_tokens}
+    result = []
+    for token in dict.fromkeys(special_tokens.values()):
+        old = existing.get(token)
+        flags = (dict(lstrip=old.lstrip, rstrip=old.rstrip, single_word=old.single_word) if old is not None
+                 else dict(lstrip=token in lstrip))
+        result.append(AddedToken(token, special=True, normalized=False, **flags))
+    return result
+
+
+def _added_token_dict(token: AddedToken) -> dict[str, Any]:
+    """An added token as `transformers` writes it in tokenizer_config.json's "added_tokens_decoder"."""
+    return {"content": token.content, "lstrip": token.lstrip, "normalized": token.normalized,
+            "rstrip": token.rstrip, "single_word": token.single_word, "special": token.special}
+
+
+def _training_normalization(kind: TokenizerKind, lowercase: bool | None, strip_accents: bool | None) -> Normalization:
+    """The normalizer settings of a tokenizer to train (`Tokenizer.train`'s arguments)."""
+    default = kind.default_normalization
+    if not kind.case_options:
+        if lowercase or strip_accents:
+            raise BertforgeError(f"{kind.a_tokenizer} ({kind.model_name}) keeps case and accents: "
+                                 f"lowercasing and accent stripping do not apply to it")
+        return default
+    return default._replace(do_lower_case=default.do_lower_case if lowercase is None else lowercase,
+                            strip_accents=strip_accents)

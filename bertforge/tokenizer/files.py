@@ -1,7 +1,8 @@
 """The files of a tokenizer: a Hugging Face tokenizer directory read and written, and training text read.
 
-A directory holds `tokenizer.json` (the whole `tokenizers` pipeline) or a plain vocabulary (`vocab.txt`), with
-optional `tokenizer_config.json` and `special_tokens_map.json`, the latter taking precedence as in `transformers`.
+A directory holds `tokenizer.json` (the whole `tokenizers` pipeline) or a plain vocabulary (`vocab.txt` for
+WordPiece, `vocab.json` + `merges.txt` for BPE), with optional `tokenizer_config.json` and
+`special_tokens_map.json`, the latter taking precedence as in `transformers`.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -17,7 +18,7 @@ import tokenizers
 
 from bertforge.errors import BertforgeError
 from bertforge.io import atomic_write_files
-from bertforge.tokenizer.kinds import Normalization, TokenizerKind
+from bertforge.tokenizer.kinds import BERT, KINDS, Normalization, TokenizerKind, kind_for_class, kind_for_model
 
 #: `model_max_length` used when `tokenizer_config.json` gives none or a placeholder such as 1e30.
 DEFAULT_MODEL_MAX_LENGTH = 512
@@ -28,6 +29,7 @@ class TokenizerFiles(NamedTuple):
     """What a tokenizer directory holds: the backend and the settings `Tokenizer.__init__` takes."""
 
     backend: tokenizers.Tokenizer
+    kind: TokenizerKind
     special_tokens: dict[str, str]
     normalization: Normalization
     model_max_length: int
@@ -36,32 +38,37 @@ class TokenizerFiles(NamedTuple):
     from_json: bool  # whether that is tokenizer.json (whose vocabulary ids are then to be checked)
 
 
-def read_pretrained(directory: Path, kind: TokenizerKind) -> TokenizerFiles:
-    """Read the tokenizer in `directory` (see the module docstring)."""
+def read_pretrained(directory: Path, kind: TokenizerKind | None = None) -> TokenizerFiles:
+    """Read the tokenizer in `directory` (see the module docstring).
+
+    Without `kind`, the kind is `tokenizer_config.json`'s "tokenizer_class" when that names one, else the one
+    whose model `tokenizer.json` uses, else the one whose vocabulary files the directory holds.
+    """
     if not directory.is_dir():
         raise BertforgeError(f"{directory}: tokenizer directory does not exist")
     config = _read_json_object(directory / "tokenizer_config.json")
+    tokenizer_json = directory / "tokenizer.json"
+    backend, bert_normalizer = _load_tokenizer_json(tokenizer_json) if tokenizer_json.is_file() else (None, None)
+    kind = kind or kind_for_class(config.get("tokenizer_class"))
+    if kind is None and backend is not None:
+        kind = kind_for_model(backend, str(tokenizer_json))
+    guessed = kind is None
+    kind = kind or next((k for k in KINDS.values() if k.vocab_files and _holds(directory, k.vocab_files)), BERT)
     special_tokens = _special_tokens_from(config, directory / "tokenizer_config.json", kind)
     special_tokens_map = directory / "special_tokens_map.json"
     special_tokens.update(_special_tokens_from(_read_json_object(special_tokens_map), special_tokens_map, kind))
-    normalization = Normalization(
-        do_lower_case=bool(config.get("do_lower_case", True)),
-        strip_accents=config.get("strip_accents"),
-        tokenize_chinese_chars=bool(config.get("tokenize_chinese_chars", True)),
-    )
-    tokenizer_json = directory / "tokenizer.json"
-    vocab_file = directory / kind.vocab_file if kind.vocab_file else None
-    if tokenizer_json.is_file():
-        backend, normalization = _load_tokenizer_json(tokenizer_json, normalization)
+    normalization = bert_normalizer or _config_normalization(config, kind)
+    if backend is not None:
         source = tokenizer_json
-    elif vocab_file is not None and vocab_file.is_file():
+    elif kind.vocab_files and _holds(directory, kind.vocab_files):
+        source = directory / kind.vocab_files[0]
         unk_token = special_tokens.get("unk_token", kind.special_tokens["unk_token"])
-        backend = kind.pipeline(kind.new_model(_read_vocab_txt(vocab_file), unk_token), normalization)
-        source = vocab_file
+        backend = kind.pipeline(_read_vocab_files(directory, kind, unk_token), normalization)
     else:
-        raise BertforgeError(f"{directory}: holds neither tokenizer.json nor {kind.vocab_file}")
+        raise BertforgeError(f"{directory}: {_missing_files(kind, guessed)}")
     return TokenizerFiles(
         backend=backend,
+        kind=kind,
         special_tokens=special_tokens,
         normalization=normalization,
         model_max_length=_sane_max_length(config.get("model_max_length")),
@@ -71,21 +78,14 @@ def read_pretrained(directory: Path, kind: TokenizerKind) -> TokenizerFiles:
     )
 
 
-def write_pretrained(directory: Path, *, tokenizer_json: str, vocab: dict[str, int], config: dict[str, Any],
-                     special_tokens: dict[str, str], vocab_file: str | None = "vocab.txt") -> None:
-    """Write tokenizer.json, the vocabulary file, tokenizer_config.json and special_tokens_map.json into
-    `directory`; every file is written to a temporary file in `directory` first and then renamed over the old one.
+def write_pretrained(directory: Path, *, tokenizer_json: str, vocab_files: dict[str, str], config: dict[str, Any],
+                     special_tokens: dict[str, str]) -> None:
+    """Write tokenizer.json, the vocabulary files (name -> text, from `vocab_file_texts`), tokenizer_config.json
+    and special_tokens_map.json into `directory`; every file is written to a temporary file in `directory` first
+    and then renamed over the old one.
     """
     directory.mkdir(parents=True, exist_ok=True)
-    id_to_token = sorted((i, t) for t, i in vocab.items())
-    for expected, (index, token) in enumerate(id_to_token if vocab_file is not None else ()):
-        if index != expected:
-            raise BertforgeError(f"{directory}: cannot write {vocab_file}, no token has id {expected}")
-        if "\n" in token or "\r" in token:
-            raise BertforgeError(f"{directory}: cannot write {vocab_file}, token {token!r} (id {index}) has a newline")
-    contents = {"tokenizer.json": tokenizer_json}
-    if vocab_file is not None:
-        contents[vocab_file] = "".join(token + "\n" for _, token in id_to_token)
+    contents = {"tokenizer.json": tokenizer_json, **vocab_files}
     contents["tokenizer_config.json"] = json.dumps(config, indent=2, ensure_ascii=False) + "\n"
     contents["special_tokens_map.json"] = json.dumps(special_tokens, indent=2, ensure_ascii=False) + "\n"
 
@@ -93,6 +93,34 @@ def write_pretrained(directory: Path, *, tokenizer_json: str, vocab: dict[str, i
         return lambda tmp: tmp.write_text(text, encoding="utf-8", newline="\n")
 
     atomic_write_files(directory, {name: writer(text) for name, text in contents.items()})
+
+
+def vocab_file_texts(kind: TokenizerKind, vocab: dict[str, int], tokenizer_json: str,
+                     directory: Path) -> dict[str, str]:
+    """The plain vocabulary files of `kind` (name -> text): vocab.txt for WordPiece, vocab.json and merges.txt
+    for BPE, none for Unigram (whose SentencePiece model file bertforge does not write)."""
+    if not kind.vocab_files:
+        return {}
+    id_to_token = sorted((i, t) for t, i in vocab.items())
+    name = kind.vocab_files[0]
+    for expected, (index, token) in enumerate(id_to_token):
+        if index != expected:
+            raise BertforgeError(f"{directory}: cannot write {name}, no token has id {expected}")
+        if name == "vocab.txt" and ("\n" in token or "\r" in token):
+            raise BertforgeError(f"{directory}: cannot write {name}, token {token!r} (id {index}) has a newline")
+    if name == "vocab.txt":
+        return {name: "".join(token + "\n" for _, token in id_to_token)}
+    merges = []
+    for merge in json.loads(tokenizer_json)["model"].get("merges", []):
+        left, right = merge.split(" ", 1) if isinstance(merge, str) else merge
+        if any(c in left + right for c in " \n\r"):
+            raise BertforgeError(f"{directory}: cannot write merges.txt, the merge {left!r} + {right!r} has a space "
+                                 f"or newline")
+        merges.append(f"{left} {right}\n")
+    return {
+        "vocab.json": json.dumps(dict((t, i) for i, t in id_to_token), indent=2, ensure_ascii=False) + "\n",
+        "merges.txt": "#version: 0.2\n" + "".join(merges),
+    }
 
 
 def check_vocabulary_ids(vocab: dict[str, Any], path: Path) -> None:
@@ -113,10 +141,16 @@ def check_vocabulary_ids(vocab: dict[str, Any], path: Path) -> None:
 # ---------------------------------------------------------------------- training text
 
 
-def training_texts(paths: Sequence[str | os.PathLike[str]]) -> Iterator[str]:
-    """Every line of every file in `paths` (names ending in .gz are gunzipped), after checking that there is at
-    least one path and that each is a file."""
-    return _lines_of(_check_training_files(paths))
+def training_texts(source: str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | Iterable[str]
+                   ) -> tuple[Iterator[str], str]:
+    """(the texts, how to name them in errors) of `Tokenizer.train`'s input: a path or a list/tuple of paths (every
+    line of every file, names ending in .gz gunzipped, after checking that there is at least one path and that
+    each is a file), or any other iterable of strings."""
+    if isinstance(source, (str, os.PathLike)):
+        source = [source]
+    if isinstance(source, (list, tuple)):
+        return _lines_of(_check_training_files(source)), "training files " + ", ".join(str(p) for p in source)
+    return iter(source), "training text iterator"
 
 
 def _check_training_files(paths: Sequence[str | os.PathLike[str]]) -> list[Path]:
@@ -182,30 +216,90 @@ def _sane_max_length(value: Any) -> int:
     return DEFAULT_MODEL_MAX_LENGTH
 
 
-def _load_tokenizer_json(path: Path, fallback: Normalization) -> tuple[tokenizers.Tokenizer, Normalization]:
-    """The backend serialized in `path`, and its normalizer settings (from the file when it uses BertNormalizer)."""
+def _load_tokenizer_json(path: Path) -> tuple[tokenizers.Tokenizer, Normalization | None]:
+    """The backend serialized in `path`, and its normalizer settings when it uses BertNormalizer."""
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
         raise BertforgeError(f"{path}: cannot read the file ({error})") from error
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise BertforgeError(f"{path}: invalid JSON ({error})") from error
-    except RecursionError as error:
-        raise BertforgeError(f"{path}: invalid JSON (nested too deeply)") from error
+    data = _parse_json(text, path)
     try:
         backend = tokenizers.Tokenizer.from_str(text)
     except Exception as error:  # the Rust side raises plain Exceptions
         raise BertforgeError(f"{path}: not a valid tokenizers file ({error})") from error
     normalizer = data.get("normalizer") if isinstance(data, dict) else None
     if isinstance(normalizer, dict) and normalizer.get("type") == "BertNormalizer":
-        fallback = Normalization(
+        return backend, Normalization(
             do_lower_case=bool(normalizer.get("lowercase", True)),
             strip_accents=normalizer.get("strip_accents"),
             tokenize_chinese_chars=bool(normalizer.get("handle_chinese_chars", True)),
         )
-    return backend, fallback
+    return backend, None
+
+
+def _parse_json(text: str, path: Path) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        raise BertforgeError(f"{path}: invalid JSON ({error})") from error
+    except RecursionError as error:
+        raise BertforgeError(f"{path}: invalid JSON (nested too deeply)") from error
+
+
+def _config_normalization(config: dict[str, Any], kind: TokenizerKind) -> Normalization:
+    """The normalizer settings `tokenizer_config.json` gives (BERT's "strip_accents" or ALBERT's "keep_accents"),
+    the kind's defaults for those it does not; always the defaults for a kind without such settings."""
+    default = kind.default_normalization
+    if not kind.case_options:
+        return default
+    strip_accents = config.get("strip_accents", default.strip_accents)
+    if "keep_accents" in config:
+        strip_accents = not config["keep_accents"]
+    return Normalization(
+        do_lower_case=bool(config.get("do_lower_case", default.do_lower_case)),
+        strip_accents=None if strip_accents is None else bool(strip_accents),
+        tokenize_chinese_chars=bool(config.get("tokenize_chinese_chars", default.tokenize_chinese_chars)),
+    )
+
+
+def _holds(directory: Path, names: tuple[str, ...]) -> bool:
+    return all((directory / name).is_file() for name in names)
+
+
+def _missing_files(kind: TokenizerKind, guessed: bool) -> str:
+    if guessed:
+        files = dict.fromkeys(" + ".join(k.vocab_files) for k in KINDS.values() if k.vocab_files)
+        return f"holds neither tokenizer.json nor {' nor '.join(files)}"
+    if kind.vocab_files:
+        return f"holds neither tokenizer.json nor {' + '.join(kind.vocab_files)}"
+    return f"holds no tokenizer.json ({kind.a_tokenizer} is read from tokenizer.json)"
+
+
+def _read_vocab_files(directory: Path, kind: TokenizerKind, unk_token: str) -> Any:
+    """The model of `kind` built from its plain vocabulary files in `directory`."""
+    if kind.vocab_files == ("vocab.txt",):
+        return kind.new_model(_read_vocab_txt(directory / "vocab.txt"), unk_token)
+    vocab_path, merges_path = (directory / name for name in kind.vocab_files)
+    try:
+        vocab = _parse_json(vocab_path.read_text(encoding="utf-8"), vocab_path)
+        lines = merges_path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as error:
+        raise BertforgeError(f"{directory}: cannot read the vocabulary ({error})") from error
+    if not isinstance(vocab, dict) or not vocab:
+        raise BertforgeError(f"{vocab_path}: expected a non-empty JSON object of token -> id")
+    check_vocabulary_ids(vocab, vocab_path)
+    merges = []
+    for number, line in enumerate(lines, 1):
+        if number == 1 and line.startswith("#version") or not line.strip():
+            continue
+        parts = line.split(" ")
+        if len(parts) != 2:
+            raise BertforgeError(f"{merges_path}: line {number} is not two tokens separated by a space: {line!r}")
+        merges.append((parts[0], parts[1]))
+    try:
+        return kind.new_model(vocab, unk_token, merges)
+    except Exception as error:  # the Rust side raises plain Exceptions (a merge of tokens not in the vocabulary)
+        raise BertforgeError(f"{merges_path}: the merges do not fit {vocab_path.name} ({error})") from error
 
 
 def _read_vocab_txt(path: Path) -> dict[str, int]:
