@@ -147,6 +147,11 @@ class BertConfig:
         return self.embedding_size or self.hidden_size
 
     @property
+    def max_sequence_length(self) -> int:
+        """The most tokens one sequence may have: the position table's size, less RoBERTa's offset."""
+        return self.max_position_embeddings - self.position_offset
+
+    @property
     def position_offset(self) -> int:
         """The first position id (RoBERTa's start after the padding id)."""
         return self.pad_token_id + 1 if self.family.positions_after_padding else 0

@@ -130,11 +130,6 @@ def sample_inputs(batch: int, seq: int, config: BertConfig, seed: int) -> dict[s
     return {name: inputs[name] for name in input_names(config)}
 
 
-def longest_input(config: BertConfig) -> int:
-    """The most tokens the position table covers (RoBERTa's starts after the padding offset)."""
-    return config.max_position_embeddings - config.position_offset
-
-
 def export_onnx(
     model: BertPreTrainedModel | str | Path,
     out: str | Path,
@@ -159,8 +154,8 @@ def export_onnx(
     model = model.eval()
     wrapper = ExportWrapper(model)
     config = model.config
-    example = sample_inputs(2, min(16, longest_input(config)), config, seed=0)
-    shapes = [(b, min(s, longest_input(config))) for b, s in CHECK_SHAPES]
+    example = sample_inputs(2, min(16, config.max_sequence_length), config, seed=0)
+    shapes = [(b, min(s, config.max_sequence_length)) for b, s in CHECK_SHAPES]
     report = ExportReport(out, type(model).__name__, wrapper.output_names, float("nan"), shapes)
 
     def write(tmp: Path) -> None:

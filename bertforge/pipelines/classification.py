@@ -195,7 +195,8 @@ class TokenClassificationPipeline(Pipeline):
                 continue
             piece = self.tokenizer.convert_ids_to_tokens(token_id)
             original = item[start:end]
-            continues = len(piece) != len(original)  # "##ing" is longer than "ing": a word piece
+            # a word piece: "##ing" (WordPiece), a byte-level or Unigram piece not opening with "Ġ" / "▁"
+            continues = self.tokenizer.kind.is_continuation(piece)
             if token_id == self.tokenizer.unk_token_id:
                 piece, continues = original, False
             tokens.append({"word": piece, "scores": scores[index], "start": start, "end": end, "index": index,
@@ -216,7 +217,7 @@ class TokenClassificationPipeline(Pipeline):
 
     def _join(self, pieces: list[str]) -> str:
         decoder = self.tokenizer.backend.decoder
-        return decoder.decode(pieces) if decoder is not None else " ".join(pieces)
+        return decoder.decode(pieces).strip() if decoder is not None else " ".join(pieces)
 
     def _word_entities(self, tokens: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """One entity per word (a token and the sub-word pieces after it), labelled by the strategy."""
