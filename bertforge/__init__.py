@@ -1,5 +1,14 @@
 """bertforge: a complete, fast, readable BERT — pretrain it, fine-tune it, use it."""
 
+from .auto import (
+    AutoConfig,
+    AutoModel,
+    AutoModelForMaskedLM,
+    AutoModelForPreTraining,
+    AutoModelForQuestionAnswering,
+    AutoModelForSequenceClassification,
+    AutoModelForTokenClassification,
+)
 from .config import BertConfig
 from .errors import BertforgeError
 from .model import (
@@ -28,6 +37,13 @@ def __getattr__(name: str):  # lazy: importing the model does not pull in the to
 
 
 __all__ = [
+    "AutoConfig",
+    "AutoModel",
+    "AutoModelForMaskedLM",
+    "AutoModelForPreTraining",
+    "AutoModelForQuestionAnswering",
+    "AutoModelForSequenceClassification",
+    "AutoModelForTokenClassification",
     "BertConfig",
     "BertForMaskedLM",
     "BertForNextSentencePrediction",

@@ -1,8 +1,10 @@
 """Hugging Face checkpoint directories, both ways: `config.json` + `model.safetensors` (or shards, or a
 `pytorch_model.bin` read with `weights_only=True`).
 
-All the variation found in published BERT files is handled by one declarative table, `KEY_RULES`, applied to
-every key of a checkpoint before it is matched against the model's own `state_dict()` names.
+The variation found in published BERT files (TF-era names, buffers, tied decoders) is handled by one declarative
+table, `KEY_RULES`, applied to every key of a checkpoint; then the family's own table (`bertforge.families`)
+translates its names (`roberta.`, DistilBERT's `q_lin`, ALBERT's layer groups, ...) to the encoder's, and back
+when saving.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from safetensors.torch import load_file, save_file
 
 from .config import CONFIG_NAME, BertConfig
 from .errors import BertforgeError
+from .families import INTERNAL_PREFIX
 from .io import atomic_write_files
 
 log = logging.getLogger("bertforge")
@@ -32,11 +35,11 @@ PICKLE_WEIGHTS_NAME = "pytorch_model.bin"
 KEY_RULES: list[tuple[str, str | None]] = [
     (r"^(.*LayerNorm)\.gamma$", r"\1.weight"),  # TF-era names
     (r"^(.*LayerNorm)\.beta$", r"\1.bias"),
-    (r"(^|\.)embeddings\.position_ids$", None),  # a buffer, not a weight
+    (r"(^|\.)embeddings\.(position_ids|token_type_ids)$", None),  # buffers, not weights
     (r"^cls\.predictions\.decoder\.weight$", None),  # tied to the word embeddings
     (r"^cls\.predictions\.decoder\.bias$", None),  # the same tensor as cls.predictions.bias
 ]
-_BODY = ("embeddings.", "encoder.", "pooler.")
+_BODY = ("embeddings.", "encoder.", "pooler.")  # the encoder's own (internal) parameter names start so
 
 
 @dataclass
@@ -137,19 +140,20 @@ def convert_state_dict(
     A shape mismatch is an error, except that with `ignore_mismatched_sizes` a head weight (a classifier with
     another number of labels) is left out, to be initialised anew; the encoder's weights must always fit."""
     own = model.state_dict()
+    member = model.config.family  # type: ignore[union-attr]
     with_prefix = any(k.startswith("bert.") for k in own)
+    own_full = set(own) if with_prefix else {f"{INTERNAL_PREFIX}.{k}" for k in own}  # with the `bert.` prefix
     mapped: dict[str, torch.Tensor] = {}
     unexpected: list[str] = []
     mismatched: list[str] = []  # "name [file shape] -> [model shape]"
     replaced: set[str] = set()  # their names
     for key, tensor in state.items():
         new = rename_key(key)
+        new = member.to_internal(new, own_full) if new is not None else None
         if new is None:
             continue
-        if with_prefix and new.startswith(_BODY):
-            new = "bert." + new
-        elif not with_prefix and new.startswith("bert."):
-            new = new[len("bert.") :]
+        if not with_prefix:
+            new = new.removeprefix(INTERNAL_PREFIX + ".")
         if new not in own:
             unexpected.append(key)
             continue
@@ -202,7 +206,7 @@ def load_pretrained(
         model = cls(config)  # type: ignore[call-arg]
     mapped, info = convert_state_dict(state, model, source, ignore_mismatched_sizes)
     if not mapped:
-        raise BertforgeError(f"{source}: none of its weights belong to a BERT model")
+        raise BertforgeError(f"{source}: none of its weights belong to a {config.family.name} model")
     body_missing = [k for k in info.missing_keys if k.removeprefix("bert.").startswith(("embeddings.", "encoder."))]
     if body_missing:
         raise BertforgeError(
@@ -256,11 +260,20 @@ def _report(name: str, info: LoadingInfo, quiet: bool) -> None:
 
 
 def save_pretrained(model: torch.nn.Module, path: str | Path) -> None:
-    """Write `config.json` + `model.safetensors` that `transformers`' same-named class loads as they are."""
+    """Write `config.json` + `model.safetensors` that the family's `transformers` class of the same task (BertForMaskedLM
+    → RobertaForMaskedLM for a RoBERTa config) loads as they are: parameter names through the family's table."""
     path = Path(path)
     config: BertConfig = model.config  # type: ignore[assignment]
     config.architectures = [type(model).__name__]
-    state = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}
+    member = config.family
+    own = model.state_dict()
+    with_prefix = any(k.startswith(INTERNAL_PREFIX + ".") for k in own)
+
+    def file_key(key: str) -> str:
+        key = member.to_hf(key if with_prefix else f"{INTERNAL_PREFIX}.{key}")
+        return key if with_prefix else key.removeprefix(member.prefix + ".")
+
+    state = {file_key(k): v.detach().to("cpu").contiguous() for k, v in own.items()}
     config_text = json.dumps(config.to_dict(), indent=2) + "\n"
     # both files are written before either replaces its old version: a full disk cannot leave new weights
     # beside an old config.json (or the reverse)

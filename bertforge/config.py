@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import BertforgeError
+from .families import FAMILIES, Family, family
 from .io import atomic_write_text
 from .ops import ACTIVATIONS  # the activations the model implements, by their Hugging Face names
 
@@ -45,7 +46,7 @@ class BertConfig:
     hidden_dropout_prob: float = 0.1  # dropout after embeddings, attention output and feed-forward
     attention_probs_dropout_prob: float = 0.1  # dropout on attention probabilities
     max_position_embeddings: int = 512  # longest sequence the position table covers
-    type_vocab_size: int = 2  # segment ids (0 = sentence A, 1 = sentence B)
+    type_vocab_size: int = 2  # segment ids (0 = sentence A, 1 = sentence B); 0: no token types (DistilBERT)
     layer_norm_eps: float = 1e-12
     initializer_range: float = 0.02  # std of the truncated-normal init
     pad_token_id: int = 0
@@ -55,7 +56,10 @@ class BertConfig:
     classifier_dropout: float | None = None  # None: use hidden_dropout_prob
     problem_type: str | None = None  # "regression" | "single_label_classification" | "multi_label_classification"
     attn_implementation: str = "sdpa"  # run-time choice, not written to config.json
-    architectures: list[str] | None = None
+    architectures: list[str] | None = None  # the internal (Bert*) class names; the family's names in config.json
+    model_type: str = "bert"  # the family (`bertforge.families`): bert, roberta, xlm-roberta, distilbert, albert
+    embedding_size: int | None = None  # ALBERT: embeddings of width E, projected to hidden_size; None: E = H
+    num_hidden_groups: int | None = None  # ALBERT: layers share weights in this many groups; None: no sharing
     extra: dict[str, Any] = field(default_factory=dict, repr=False)  # unknown config.json keys, kept for saving
 
     def __post_init__(self) -> None:
@@ -85,8 +89,15 @@ class BertConfig:
         positive_int("num_attention_heads", _MAX_HIDDEN)
         positive_int("intermediate_size", 8 * _MAX_HIDDEN)
         positive_int("max_position_embeddings", _MAX_POSITIONS)
-        positive_int("type_vocab_size", 1024)
+        if self.type_vocab_size != 0:  # 0: no token-type embeddings
+            positive_int("type_vocab_size", 1024)
         positive_int("num_labels", _MAX_VOCAB)
+        if self.model_type not in FAMILIES:
+            raise BertforgeError(f"model_type {self.model_type!r} is not supported; supported: {', '.join(FAMILIES)}")
+        if self.embedding_size is not None:
+            positive_int("embedding_size", _MAX_HIDDEN)
+        if self.num_hidden_groups is not None:
+            positive_int("num_hidden_groups", self.num_hidden_layers)
         if self.hidden_size % self.num_attention_heads:
             raise BertforgeError(
                 f"config field 'hidden_size' ({self.hidden_size}) must be divisible by "
@@ -126,15 +137,44 @@ class BertConfig:
     def head_dim(self) -> int:
         return self.hidden_size // self.num_attention_heads
 
+    @property
+    def family(self) -> Family:
+        """What this model's family changes in the encoder (`bertforge.families`)."""
+        return family(self.model_type)
+
+    @property
+    def embedding_dim(self) -> int:
+        return self.embedding_size or self.hidden_size
+
+    @property
+    def max_sequence_length(self) -> int:
+        """The most tokens one sequence may have: the position table's size, less RoBERTa's offset."""
+        return self.max_position_embeddings - self.position_offset
+
+    @property
+    def position_offset(self) -> int:
+        """The first position id (RoBERTa's start after the padding id)."""
+        return self.pad_token_id + 1 if self.family.positions_after_padding else 0
+
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> "BertConfig":
-        """A named size: tiny, mini, small, medium, base or large (intermediate = 4 x hidden)."""
-        if name not in PRESETS:
-            raise BertforgeError(f"unknown config preset {name!r}; choose one of: {', '.join(PRESETS)}")
-        layers, hidden, heads = PRESETS[name]
+        """A named size — tiny, mini, small, medium, base or large (intermediate = 4 x hidden) — for BERT, or
+        FAMILY-SIZE for another member (`roberta-tiny`, `albert-base`, ...), with that family's usual settings."""
+        family_name, _, size = name.rpartition("-")
+        member = FAMILIES.get(family_name or "bert")
+        if size not in PRESETS or member is None:
+            sizes = ", ".join(PRESETS)
+            raise BertforgeError(
+                f"unknown config preset {name!r}; choose a size ({sizes}), optionally after a family and a dash "
+                f"({', '.join(f + '-' for f in FAMILIES)})"
+            )
+        layers, hidden, heads = PRESETS[size]
         kwargs: dict[str, Any] = dict(
-            num_hidden_layers=layers, hidden_size=hidden, num_attention_heads=heads, intermediate_size=4 * hidden
+            num_hidden_layers=layers, hidden_size=hidden, num_attention_heads=heads, intermediate_size=4 * hidden,
+            model_type=member.model_type, **member.preset,
         )
+        if member.model_type == "albert":
+            kwargs["embedding_size"] = min(128, hidden // 2)
         kwargs.update(overrides)
         return cls(**kwargs)
 
@@ -142,16 +182,22 @@ class BertConfig:
     def from_dict(cls, data: dict[str, Any], source: str = "config") -> "BertConfig":
         if not isinstance(data, dict):
             raise BertforgeError(f"{source}: expected a JSON object, got {type(data).__name__}")
-        model_type = data.get("model_type", "bert")
-        if model_type not in ("bert", None):
-            raise BertforgeError(f"{source}: model_type is {model_type!r}; bertforge loads only 'bert' checkpoints")
+        member = family(data.get("model_type", "bert"), source)
         if data.get("position_embedding_type", "absolute") != "absolute":
             raise BertforgeError(
                 f"{source}: position_embedding_type {data['position_embedding_type']!r} is not supported (only 'absolute')"
             )
+        if data.get("inner_group_num", 1) != 1:
+            raise BertforgeError(f"{source}: inner_group_num {data['inner_group_num']!r} is not supported (only 1)")
+        data = {member.config_keys.get(k, k): v for k, v in data.items()}
+        if member.model_type == "albert" and "num_hidden_groups" not in data:
+            data["num_hidden_groups"] = 1
         known = {f.name for f in dataclasses.fields(cls)} - {"extra"}
-        kwargs = {k: v for k, v in data.items() if k in known}
-        written_by_us = ("model_type", "position_embedding_type", "tie_word_embeddings")
+        kwargs = {**member.defaults, **{k: v for k, v in data.items() if k in known}}
+        kwargs["model_type"] = member.model_type
+        if kwargs.get("architectures") is not None and isinstance(kwargs["architectures"], list):
+            kwargs["architectures"] = [member.internal_architecture(str(a)) for a in kwargs["architectures"]]
+        written_by_us = ("position_embedding_type", "tie_word_embeddings", "inner_group_num")
         extra = {k: v for k, v in data.items() if k not in known and k not in written_by_us}
         try:
             return cls(**kwargs, extra=extra)
@@ -181,18 +227,29 @@ class BertConfig:
         return cls.from_dict(data, source=str(file))
 
     def to_dict(self) -> dict[str, Any]:
-        """The `config.json` contents, in the layout `transformers.BertConfig` reads."""
+        """The `config.json` contents, in the layout the family's `transformers` config class reads."""
+        member = self.family
+        names = {internal: name for name, internal in member.config_keys.items()}
         out: dict[str, Any] = dict(self.extra)
         for f in dataclasses.fields(self):
-            if f.name in ("extra", "attn_implementation"):
+            if f.name in ("extra", "attn_implementation") or f.name in member.unused:
                 continue
             value = getattr(self, f.name)
-            if f.name in ("id2label", "label2id", "problem_type", "architectures") and value is None:
+            if f.name in ("id2label", "label2id", "problem_type", "architectures", "embedding_size",
+                          "num_hidden_groups") and value is None:
                 continue
             if f.name == "id2label":
                 value = {str(k): v for k, v in value.items()}
-            out[f.name] = value
-        out.update(model_type="bert", position_embedding_type="absolute", tie_word_embeddings=True)
+            if f.name == "architectures":
+                value = [member.architecture(a) for a in value]
+            if f.name == "classifier_dropout" and value is None and f.name in names:
+                value = self.hidden_dropout_prob  # the family's classes need a number, and this is what None means
+            out[names.get(f.name, f.name)] = value
+        out.update(position_embedding_type="absolute", tie_word_embeddings=True)
+        if member.model_type == "albert":
+            out["inner_group_num"] = 1
+        if member.model_type == "distilbert":
+            out.pop("position_embedding_type")
         out.pop("_attn_implementation", None)
         out.pop("attn_implementation", None)
         return dict(sorted(out.items()))

@@ -35,16 +35,18 @@ GiB = 1 << 30
 def parameter_count(config: BertConfig, head: str = "pretraining", num_labels: int | None = None) -> int:
     """Parameters of the model `config` describes: the encoder (embeddings, layers, pooler) and `head`
     ("pretraining": MLM transform, tied decoder's bias and NSP; "classification": num_labels outputs)."""
-    h, i, v = config.hidden_size, config.intermediate_size, config.vocab_size
-    embeddings = (v + config.max_position_embeddings + config.type_vocab_size) * h + 2 * h
+    h, i, v, e = config.hidden_size, config.intermediate_size, config.vocab_size, config.embedding_dim
+    embeddings = (v + config.max_position_embeddings + config.type_vocab_size) * e + 2 * e
+    projection = e * h + h if e != h else 0  # ALBERT's E -> H
     layer = 4 * (h * h + h) + 2 * h + (h * i + i) + (i * h + h) + 2 * h
-    pooler = h * h + h
+    layers = (config.num_hidden_groups or config.num_hidden_layers) * layer  # ALBERT shares them
+    pooler = h * h + h if config.family.pooler else 0
     if head == "pretraining":
-        extra = (h * h + h) + 2 * h + v + (2 * h + 2)
+        extra = (h * e + e) + 2 * e + v + ((2 * h + 2) if config.family.sentence_head else 0)
     else:
         labels = num_labels if num_labels is not None else config.num_labels
         extra = h * labels + labels
-    return embeddings + config.num_hidden_layers * layer + pooler + extra
+    return embeddings + projection + layers + pooler + extra
 
 
 def activation_bytes_per_sequence(config: BertConfig, seq_len: int, gradient_checkpointing: bool = False,

@@ -131,30 +131,53 @@ class Embedding(nn.Module):
 
 
 class BertEmbeddings(nn.Module):
+    """Word + position (+ token type) embeddings → LayerNorm → dropout, of width E = `config.embedding_dim` (H, or
+    ALBERT's smaller E, projected to H by the encoder). The family chooses how positions are counted (from 0, or
+    RoBERTa's from pad_token_id + 1 with padding kept at pad_token_id) and whether token types exist."""
+
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
-        self.word_embeddings = Embedding(config.vocab_size, config.hidden_size)
-        self.position_embeddings = Embedding(config.max_position_embeddings, config.hidden_size)
-        self.token_type_embeddings = Embedding(config.type_vocab_size, config.hidden_size)
-        self.LayerNorm = LayerNorm(config.hidden_size, config.layer_norm_eps)
+        e = config.embedding_dim
+        self.word_embeddings = Embedding(config.vocab_size, e)
+        self.position_embeddings = Embedding(config.max_position_embeddings, e)
+        self.token_type_embeddings = Embedding(config.type_vocab_size, e) if config.type_vocab_size else None
+        self.LayerNorm = LayerNorm(e, config.layer_norm_eps)
         self.dropout = config.hidden_dropout_prob
+        self.pad_token_id = config.pad_token_id
+        self.positions_after_padding = config.family.positions_after_padding
 
     def forward(self, input_ids: Tensor, token_type_ids: Tensor | None, position_ids: Tensor | None) -> Tensor:
-        """input_ids [B, S] (positions 0..S-1 unless given), or packed [T] with `position_ids` [T] → [..., H]."""
-        x = self.word_embeddings(input_ids)  # [B, S, H] or [T, H]
+        """input_ids [B, S] (positions counted by the family unless given), or packed [T] with `position_ids` [T]
+        → [..., E]. Token types are ignored by a family without them (DistilBERT)."""
+        x = self.word_embeddings(input_ids)  # [B, S, E] or [T, E]
+        limit = self.position_embeddings.weight.shape[0]
+        if position_ids is None and self.positions_after_padding:
+            position_ids = padded_position_ids(input_ids, self.pad_token_id)  # [B, S]
+            if input_ids.shape[-1] + self.pad_token_id >= limit:
+                raise ValueError(
+                    f"sequence length {input_ids.shape[-1]} exceeds max_position_embeddings={limit} less the "
+                    f"{self.pad_token_id + 1} positions before the first token"
+                )
         if position_ids is None:
-            seq_len, limit = input_ids.shape[-1], self.position_embeddings.weight.shape[0]
+            seq_len = input_ids.shape[-1]
             if seq_len > limit:
                 raise ValueError(f"sequence length {seq_len} exceeds max_position_embeddings={limit}")
             x = x + self.position_embeddings.weight[:seq_len]  # broadcast over the batch
         else:
             x = x + self.position_embeddings(position_ids)
-        if token_type_ids is None:
-            x = x + self.token_type_embeddings.weight[0]
-        else:
-            x = x + self.token_type_embeddings(token_type_ids)
+        if self.token_type_embeddings is not None:
+            if token_type_ids is None:
+                x = x + self.token_type_embeddings.weight[0]
+            else:
+                x = x + self.token_type_embeddings(token_type_ids)
         x = self.LayerNorm(x)
         return dropout(x, self.dropout, self.training)
+
+
+def padded_position_ids(input_ids: Tensor, pad_token_id: int) -> Tensor:
+    """RoBERTa's positions: pad_token_id + 1, + 2, ... over the real tokens; padding tokens get pad_token_id."""
+    real = (input_ids != pad_token_id).long()
+    return torch.cumsum(real, dim=-1) * real + pad_token_id
 
 
 class BertSelfAttention(nn.Module):
@@ -232,17 +255,26 @@ class BertLayer(nn.Module):
 
 
 class BertEncoder(nn.Module):
+    """The blocks, in order. ALBERT's parts: embeddings narrower than H are projected to H first, and with
+    `num_hidden_groups` the L blocks share the weights of that many layers (block i runs layer i * G // L)."""
+
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
-        self.layer = nn.ModuleList(BertLayer(config) for _ in range(config.num_hidden_layers))
+        e, h, n = config.embedding_dim, config.hidden_size, config.num_hidden_layers
+        self.embedding_projection = Dense(e, h) if e != h else None
+        groups = config.num_hidden_groups or n
+        self.layer = nn.ModuleList(BertLayer(config) for _ in range(groups))
+        self.schedule = [i * groups // n for i in range(n)]  # the layer each block runs
         self.gradient_checkpointing = False
 
     def forward(
         self, x: Tensor, layout: Layout, output_attentions: bool = False, output_hidden_states: bool = False
     ) -> tuple[Tensor, tuple[Tensor, ...] | None, tuple[Tensor, ...] | None]:
+        if self.embedding_projection is not None:
+            x = self.embedding_projection(x)  # [..., E] -> [..., H]
         hidden = (x,) if output_hidden_states else None
         attentions: tuple[Tensor, ...] | None = () if output_attentions else None
-        for layer in self.layer:
+        for layer in (self.layer[i] for i in self.schedule):
             if self.gradient_checkpointing and self.training and not output_attentions:
                 x, probs = torch.utils.checkpoint.checkpoint(layer, x, layout, False, use_reentrant=False)
             else:
@@ -330,7 +362,7 @@ class BertModel(BertPreTrainedModel):
         super().__init__(config)
         self.embeddings = BertEmbeddings(config)
         self.encoder = BertEncoder(config)
-        self.pooler = BertPooler(config) if add_pooling_layer else None
+        self.pooler = BertPooler(config) if add_pooling_layer and config.family.pooler else None
         if initialize:  # a head class initialises the whole tree once, body included
             self.init_weights()
 
@@ -364,16 +396,25 @@ class BertModel(BertPreTrainedModel):
         """Last hidden states [T, H] of a `PackedBatch` (sequences end to end, no padding: the inference path of
         the pipelines). `max_padding`: see `bertforge.attention.attention_plan`. Apply the pooler to
         `hidden[batch.starts]` for each sequence's pooled output."""
-        x = self.embeddings(batch.input_ids, batch.token_type_ids, batch.position_ids)  # [T, H]
+        offset = self.config.position_offset  # RoBERTa counts from pad_token_id + 1
+        positions = batch.position_ids + offset if offset else batch.position_ids
+        x = self.embeddings(batch.input_ids, batch.token_type_ids, positions)  # [T, E]
         x, _, _ = self.encoder(x, Packed.from_lengths(batch.lengths, max_padding))
         return x
 
+    def pool(self, first: Tensor) -> Tensor:
+        """Each sequence's first hidden state [B, H] → the pooled output (the family's pooler, if it has one)."""
+        return self.pooler(first) if self.pooler is not None else first
+
 
 class BertPredictionHeadTransform(nn.Module):
+    """dense (H → E) → activation → LayerNorm: the MLM head's transform, to the width of the word embeddings."""
+
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
-        self.dense = Dense(config.hidden_size, config.hidden_size, act=config.hidden_act)
-        self.LayerNorm = LayerNorm(config.hidden_size, config.layer_norm_eps)
+        act = config.family.mlm_head_act or config.hidden_act
+        self.dense = Dense(config.hidden_size, config.embedding_dim, act=act)
+        self.LayerNorm = LayerNorm(config.embedding_dim, config.layer_norm_eps)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.LayerNorm(self.dense(x))
@@ -419,11 +460,22 @@ def masked_lm(
     return logits, loss
 
 
+def require_sentence_head(config: BertConfig, cls: str, kinds: tuple[str, ...]) -> None:
+    """Refuse a sentence-level pretraining head the family does not have (RoBERTa and DistilBERT: none)."""
+    if config.family.sentence_head not in kinds:
+        raise BertforgeError(
+            f"{cls} needs a family with a {' or '.join(kinds)} head; {config.family.name} is pretrained with "
+            f"{config.family.sentence_head or 'MLM only'} (use BertForMaskedLM)"
+        )
+
+
 class BertForPreTraining(BertPreTrainedModel):
-    """BERT with the MLM and NSP heads; loss = MLM loss + NSP loss."""
+    """The MLM head and the sentence head on the pooled output (BERT: next-sentence prediction; ALBERT:
+    sentence-order prediction, the same head); loss = MLM loss + sentence loss."""
 
     def __init__(self, config: BertConfig) -> None:
         super().__init__(config)
+        require_sentence_head(config, type(self).__name__, ("NSP", "SOP"))
         self.bert = BertModel(config, initialize=False)
         self.cls = BertPreTrainingHeads(config)
         self.init_weights()
@@ -489,6 +541,7 @@ class BertForMaskedLM(BertPreTrainedModel):
 class BertForNextSentencePrediction(BertPreTrainedModel):
     def __init__(self, config: BertConfig) -> None:
         super().__init__(config)
+        require_sentence_head(config, type(self).__name__, ("NSP",))
         self.bert = BertModel(config, initialize=False)
         self.cls = BertPreTrainingHeads(config, mlm=False)
         self.init_weights()
@@ -517,15 +570,43 @@ class _ClassifierMixin:
         return config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
 
 
+class FirstTokenHead(nn.Module):
+    """The sequence head of RoBERTa and DistilBERT, on the first token's hidden state (they have no pooler there):
+    (dropout →) dense → tanh or ReLU → dropout → out_proj."""
+
+    def __init__(self, config: BertConfig, p: float) -> None:
+        super().__init__()
+        h = config.hidden_size
+        self.dense = Dense(h, h, act=config.family.sequence_head_act)
+        self.out_proj = Dense(h, config.num_labels)
+        self.p = p
+        self.dropout_first = config.family.dropout_before_head_dense
+
+    def forward(self, first: Tensor) -> Tensor:
+        if self.dropout_first:
+            first = dropout(first, self.p, self.training)
+        return self.out_proj(dropout(self.dense(first), self.p, self.training))
+
+
 class BertForSequenceClassification(_ClassifierMixin, BertPreTrainedModel):
-    """Pooled [CLS] → dropout → linear. Loss: MSE when num_labels == 1 (regression), BCE for multi-label
-    (float labels of shape [B, num_labels]), cross-entropy otherwise — or as `config.problem_type` says."""
+    """Pooled [CLS] → dropout → linear (BERT, ALBERT), or the `FirstTokenHead` (RoBERTa, DistilBERT). Loss: MSE
+    when num_labels == 1 (regression), BCE for multi-label (float labels of shape [B, num_labels]), cross-entropy
+    otherwise — or as `config.problem_type` says."""
 
     def __init__(self, config: BertConfig) -> None:
         super().__init__(config)
-        self.bert = BertModel(config, initialize=False)
-        self.classifier = Dense(config.hidden_size, config.num_labels)
+        pooled = config.family.sequence_head == "pooler"
+        self.bert = BertModel(config, add_pooling_layer=pooled, initialize=False)
+        self.classifier: nn.Module = Dense(config.hidden_size, config.num_labels) if pooled else FirstTokenHead(
+            config, self._dropout_p()
+        )
         self.init_weights()
+
+    def classify(self, pooled: Tensor) -> Tensor:
+        """Logits [B, num_labels] from `BertModel.pool` of each sequence's first hidden state."""
+        if isinstance(self.classifier, FirstTokenHead):
+            return self.classifier(pooled)
+        return self.classifier(dropout(pooled, self._dropout_p(), self.training))
 
     def problem_type(self, labels: Tensor) -> str:
         if self.config.problem_type:
@@ -549,8 +630,8 @@ class BertForSequenceClassification(_ClassifierMixin, BertPreTrainedModel):
         out = self.bert(  # only [CLS] is read: skip padding
             input_ids, attention_mask, token_type_ids, position_ids, output_attentions, output_hidden_states, unpad=True
         )
-        pooled = dropout(out.pooler_output, self._dropout_p(), self.training)
-        logits = self.classifier(pooled)  # [B, num_labels]
+        pooled = out.pooler_output if out.pooler_output is not None else out.last_hidden_state[:, 0]
+        logits = self.classify(pooled)  # [B, num_labels]
         loss = None
         if labels is not None:
             kind = self.problem_type(labels)

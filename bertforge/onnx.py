@@ -1,6 +1,6 @@
 """Export a checkpoint to ONNX with dynamic batch and sequence axes, and check it against onnxruntime.
 
-The graph takes `input_ids`, `attention_mask` and `token_type_ids` ([batch, sequence] int64) and returns the
+The graph takes `input_ids`, `attention_mask` and (except for DistilBERT) `token_type_ids` ([batch, sequence] int64) and returns the
 outputs of the checkpoint's class: `last_hidden_state` and `pooler_output` for a BertModel, `logits` for the MLM,
 sequence- and token-classification heads, `start_logits` and `end_logits` for QA.
 
@@ -22,6 +22,7 @@ import torch
 from torch import Tensor, nn
 
 from .checkpoint import load_pretrained
+from .config import BertConfig
 from .errors import BertforgeError
 from .io import atomic_write
 from .model import MODEL_CLASSES, BertModel, BertPreTrainedModel
@@ -43,7 +44,7 @@ class ExportWrapper(nn.Module):
         self.output_names = output_names(model)
         self.eval()  # the exporter restores the wrapper's mode afterwards: it must be eval too
 
-    def forward(self, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor) -> tuple[Tensor, ...]:
+    def forward(self, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor | None = None) -> tuple[Tensor, ...]:
         out = self.model(input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
         return tuple(out[name] for name in self.output_names)
 
@@ -65,10 +66,15 @@ def output_names(model: BertPreTrainedModel) -> list[str]:
     return list(_probe(model))
 
 
+def input_names(config: BertConfig) -> list[str]:
+    """The graph's inputs: `token_type_ids` only for a model that has token types (not DistilBERT)."""
+    return INPUT_NAMES if config.type_vocab_size else INPUT_NAMES[:2]
+
+
 def dynamic_axes(model: BertPreTrainedModel, names: list[str]) -> dict[str, dict[int, str]]:
     """Batch (and, for per-token tensors, sequence) axes of every input and output."""
     per_token = _probe(model)
-    axes = {name: {0: "batch", 1: "sequence"} for name in INPUT_NAMES}
+    axes = {name: {0: "batch", 1: "sequence"} for name in input_names(model.config)}
     for name in names:
         axes[name] = {0: "batch", 1: "sequence"} if per_token[name] else {0: "batch"}
     return axes
@@ -90,8 +96,6 @@ def load_for_export(path: Path, head: str = "auto") -> BertPreTrainedModel:
         if heads_missing:
             raise BertforgeError(f"{path} has no {head} head weights ({heads_missing[0]} is missing)")
         return model
-    from .config import BertConfig
-
     architectures = BertConfig.from_pretrained(path).architectures or []
     cls = next((MODEL_CLASSES[a] for a in architectures if a in MODEL_CLASSES), BertModel)
     model = load_pretrained(cls, path, quiet=True).eval()
@@ -110,15 +114,20 @@ class ExportReport:
     shapes: list[tuple[int, int]]
 
 
-def sample_inputs(batch: int, seq: int, vocab: int, seed: int) -> dict[str, Tensor]:
-    """Random ids with ragged lengths (every row keeps at least 2 tokens) and both segment ids."""
+def sample_inputs(batch: int, seq: int, config: BertConfig, seed: int) -> dict[str, Tensor]:
+    """Random ids with ragged lengths (every row keeps at least 2 tokens), padded with the model's pad id, and
+    both segment ids where the model has two token types."""
     g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(5, vocab, (batch, seq), generator=g)
+    ids = torch.randint(5, config.vocab_size, (batch, seq), generator=g)
+    ids[ids == config.pad_token_id] = 4  # a real token is never the pad id (RoBERTa counts positions by it)
     lengths = torch.randint(min(2, seq), seq + 1, (batch,), generator=g)
     lengths[0] = seq
     mask = (torch.arange(seq)[None, :] < lengths[:, None]).long()
     types = ((torch.arange(seq)[None, :] >= (lengths[:, None] // 2)) & mask.bool()).long()
-    return {"input_ids": ids * mask, "attention_mask": mask, "token_type_ids": types}
+    if config.type_vocab_size < 2:
+        types.zero_()
+    inputs = {"input_ids": ids.masked_fill(mask == 0, config.pad_token_id), "attention_mask": mask, "token_type_ids": types}
+    return {name: inputs[name] for name in input_names(config)}
 
 
 def export_onnx(
@@ -145,8 +154,8 @@ def export_onnx(
     model = model.eval()
     wrapper = ExportWrapper(model)
     config = model.config
-    example = sample_inputs(2, min(16, config.max_position_embeddings), config.vocab_size, seed=0)
-    shapes = [(b, min(s, config.max_position_embeddings)) for b, s in CHECK_SHAPES]
+    example = sample_inputs(2, min(16, config.max_sequence_length), config, seed=0)
+    shapes = [(b, min(s, config.max_sequence_length)) for b, s in CHECK_SHAPES]
     report = ExportReport(out, type(model).__name__, wrapper.output_names, float("nan"), shapes)
 
     def write(tmp: Path) -> None:
@@ -154,9 +163,9 @@ def export_onnx(
             warnings.simplefilter("ignore")  # tracer chatter about shapes read as Python ints
             torch.onnx.export(
                 wrapper,
-                (example["input_ids"], example["attention_mask"], example["token_type_ids"]),
+                tuple(example.values()),
                 str(tmp),
-                input_names=INPUT_NAMES,
+                input_names=list(example),
                 output_names=wrapper.output_names,
                 dynamic_axes=dynamic_axes(model, wrapper.output_names),
                 opset_version=opset,
@@ -184,10 +193,9 @@ def check_onnx(path: Path, wrapper: ExportWrapper, shapes: list[tuple[int, int]]
     except ImportError:
         pass
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    vocab = wrapper.model.config.vocab_size
     worst = 0.0
     for seed, (batch, seq) in enumerate(shapes, start=1):
-        inputs = sample_inputs(batch, seq, vocab, seed)
+        inputs = sample_inputs(batch, seq, wrapper.model.config, seed)
         with torch.no_grad():
             expected = wrapper(**inputs)
         got = session.run(None, {k: v.numpy() for k, v in inputs.items()})

@@ -142,7 +142,7 @@ class PretrainArgs:
             config = BertConfig.from_pretrained(a.config)
         else:
             raise BertforgeError(f"--config {a.config!r} is neither a preset ({', '.join(PRESETS)}) nor a config.json path")
-        if a.seq_len > config.max_position_embeddings:
+        if a.seq_len > config.max_sequence_length:
             raise BertforgeError(
                 f"--seq-len {a.seq_len} is above the model's max_position_embeddings ({config.max_position_embeddings})"
             )

@@ -91,12 +91,13 @@ def encode_qa(
     contexts = sorted({e.context for e in examples})
     encoded = tokenizer(contexts, add_special_tokens=False, return_offsets_mapping=True)
     context_tokens = {c: (encoded["input_ids"][i], encoded["offset_mapping"][i]) for i, c in enumerate(contexts)}
-    cls_id, sep_id = tokenizer.cls_token_id, tokenizer.sep_token_id
+    pieces = [p.piece for p in tokenizer.kind.pieces(pair=True)]
+    suffix = len(pieces) - pieces.index("B") - 1  # special tokens after the context: [SEP], or RoBERTa's </s>
     features: list[dict[str, Any]] = []
     windows: list[Window] = []
     for index, example in enumerate(examples):
         question = questions[index][:max_query_length]
-        room = max_length - len(question) - 3  # context tokens per window: minus [CLS] and two [SEP]
+        room = max_length - len(question) - tokenizer.num_special_tokens_to_add(pair=True)  # context tokens per window
         if room <= doc_stride:
             raise BertforgeError(
                 f"--max-length {max_length} leaves {room} context tokens per window after a {len(question)}-token "
@@ -107,22 +108,20 @@ def encode_qa(
         if with_targets and example.answers:
             text, start = example.answers[0]
             answer_span = answer_token_span(offsets, start, start + len(text))
-        prefix = [cls_id, *question, sep_id]
         window_start = 0
         while True:
             window_end = min(window_start + room, len(ids))
-            feature: dict[str, Any] = {
-                "input_ids": prefix + ids[window_start:window_end] + [sep_id],
-                "token_type_ids": [0] * len(prefix) + [1] * (window_end - window_start + 1),
-            }
+            input_ids, type_ids = tokenizer.build_inputs(question, ids[window_start:window_end])  # the family's template
+            prefix = len(input_ids) - (window_end - window_start) - suffix  # tokens before the context
+            feature: dict[str, Any] = {"input_ids": input_ids, "token_type_ids": type_ids}
             if with_targets:
                 target = (0, 0)
                 if answer_span and window_start <= answer_span[0] and answer_span[1] < window_end:
-                    shift = len(prefix) - window_start
+                    shift = prefix - window_start
                     target = (answer_span[0] + shift, answer_span[1] + shift)
                 feature["start_positions"], feature["end_positions"] = target
             features.append(feature)
-            windows.append(Window(index, [None] * len(prefix) + list(offsets[window_start:window_end]) + [None]))
+            windows.append(Window(index, [None] * prefix + list(offsets[window_start:window_end]) + [None] * suffix))
             if window_end >= len(ids):
                 break
             window_start += room - doc_stride

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from bertforge import BertforgeError
+from bertforge import BertConfig, BertforgeError
 from bertforge.cli import main
 from bertforge.onnx import export_onnx, sample_inputs
 
@@ -46,20 +46,48 @@ def test_export_matches_transformers_on_several_shapes(tmp_path, cls_name):
     graph = onnx.load(str(tmp_path / "model.onnx")).graph
     for value in graph.input:
         assert [d.dim_param for d in value.type.tensor_type.shape.dim] == ["batch", "sequence"]
-    session = ort.InferenceSession(str(tmp_path / "model.onnx"), providers=["CPUExecutionProvider"])
+    assert_session_matches(tmp_path / "model.onnx", report.outputs, reference, BertConfig.from_pretrained(directory))
+
+
+def assert_session_matches(onnx_file: Path, outputs: list[str], reference: torch.nn.Module, config: BertConfig) -> None:
+    """onnxruntime on the exported graph against the `transformers` model, on ragged batches of several shapes."""
+    session = ort.InferenceSession(str(onnx_file), providers=["CPUExecutionProvider"])
     for seed, (batch, seq) in enumerate(SHAPES):
-        inputs = sample_inputs(batch, seq, 120, seed=100 + seed)
-        got = dict(zip(report.outputs, session.run(None, {k: v.numpy() for k, v in inputs.items()})))
+        inputs = sample_inputs(batch, seq, config, seed=100 + seed)
+        got = dict(zip(outputs, session.run(None, {k: v.numpy() for k, v in inputs.items()})))
         with torch.no_grad():
             expected = reference(**inputs)
         real = inputs["attention_mask"].bool().numpy()
-        for name in report.outputs:
+        for name in outputs:
             want = expected[name].numpy()
             assert got[name].shape == want.shape
             diff = np.abs(got[name] - want)
             if want.ndim >= 2 and want.shape[1] == seq:
                 diff = diff[real]  # padding positions are not defined outputs
             assert diff.max() < 1e-4, (name, batch, seq, diff.max())
+
+
+FAMILY_CONFIGS = {
+    "Roberta": lambda: transformers.RobertaConfig(vocab_size=120, hidden_size=32, num_hidden_layers=2,
+                                                  num_attention_heads=4, intermediate_size=48, type_vocab_size=1,
+                                                  max_position_embeddings=80, num_labels=3),
+    "DistilBert": lambda: transformers.DistilBertConfig(vocab_size=120, dim=32, n_layers=2, n_heads=4, hidden_dim=48,
+                                                        max_position_embeddings=80, num_labels=3),
+    "Albert": lambda: transformers.AlbertConfig(vocab_size=120, embedding_size=16, hidden_size=32, num_hidden_layers=3,
+                                                num_attention_heads=4, intermediate_size=48,
+                                                max_position_embeddings=80, num_labels=3),
+}
+
+
+@pytest.mark.parametrize("family", list(FAMILY_CONFIGS))
+@pytest.mark.parametrize("task", ["ForMaskedLM", "ForSequenceClassification"])
+def test_export_of_every_family_matches_transformers(tmp_path, family, task):
+    torch.manual_seed(0)
+    reference = getattr(transformers, family + task)(FAMILY_CONFIGS[family]()).eval()
+    reference.save_pretrained(tmp_path / "model")
+    report = export_onnx(tmp_path / "model", tmp_path / "model.onnx")
+    assert report.model_class == "Bert" + task and report.max_diff < 1e-4
+    assert_session_matches(tmp_path / "model.onnx", report.outputs, reference, BertConfig.from_pretrained(tmp_path / "model"))
 
 
 def test_cli_export_onnx_and_errors(tmp_path, capsys):

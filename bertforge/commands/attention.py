@@ -44,7 +44,7 @@ def attention_probabilities(model_dir: Path, text: str, text_pair: str | None) -
     tokenizer = Tokenizer.from_pretrained(model_dir)
     model = load_pretrained(BertModel, model_dir, quiet=True).eval()
     model.set_attn_implementation("eager")
-    limit = min(MAX_TOKENS, model.config.max_position_embeddings, tokenizer.model_max_length)
+    limit = min(MAX_TOKENS, model.config.max_sequence_length, tokenizer.model_max_length)
     enc = tokenizer(text, text_pair)
     if len(enc["input_ids"]) > limit:
         log.warning("attention: the text has %d tokens; drawing the first %d", len(enc["input_ids"]), limit)

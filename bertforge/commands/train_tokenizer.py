@@ -12,7 +12,7 @@ MODELS = ("wordpiece", "bpe", "unigram")
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--corpus", nargs="+", required=True, metavar="PATH", help="text files or directories (.txt, .gz, .jsonl)")
-    p.add_argument("--model", choices=MODELS, default="wordpiece",
+    p.add_argument("--model", dest="tokenizer_model", choices=MODELS, default="wordpiece",
                    help="the tokenizer to train: wordpiece (BERT's: [CLS] A [SEP]), bpe (RoBERTa's byte-level BPE: "
                         "<s> A </s></s> B </s>) or unigram (ALBERT's SentencePiece-style Unigram) (default: wordpiece)")
     p.add_argument("--vocab-size", type=int, default=30522)
@@ -42,15 +42,15 @@ def run(args: argparse.Namespace) -> int:
     for path in args.corpus:
         if not Path(path).exists():
             raise BertforgeError(f"corpus path {path} does not exist")
-    kind = kind_by_name(args.model)
+    kind = kind_by_name(args.tokenizer_model)
     lowercase = (not args.cased) if kind.case_options else None
     if args.cased and not kind.case_options:
-        print(f"note: --cased changes nothing for --model {args.model}: it keeps case and accents anyway")
+        print(f"note: --cased changes nothing for --model {args.tokenizer_model}: it keeps case and accents anyway")
     lines = iter_documents(args.corpus, text_field=args.text_field, allow_binary=args.allow_binary)
     if args.sample_mb is not None:
         lines = take_mb(lines, args.sample_mb)
     tok = Tokenizer.train(lines, vocab_size=args.vocab_size, lowercase=lowercase, min_frequency=args.min_frequency,
                           kind=kind)
     tok.save_pretrained(args.out)
-    print(f"{kind.family} ({args.model}) vocabulary of {tok.vocab_size:,} tokens written to {args.out}")
+    print(f"{kind.family} ({args.tokenizer_model}) vocabulary of {tok.vocab_size:,} tokens written to {args.out}")
     return 0

@@ -128,7 +128,7 @@ class Pipeline:
             tokenizer = Tokenizer.from_pretrained(self.model_dir)
         self.tokenizer = tokenizer
         config = self.model.config
-        limit = min(config.max_position_embeddings, tokenizer.model_max_length)
+        limit = min(config.max_sequence_length, tokenizer.model_max_length)
         if max_length is None:
             max_length = limit
         if not isinstance(max_length, int) or isinstance(max_length, bool) or not 2 < max_length <= limit:

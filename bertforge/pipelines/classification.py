@@ -117,8 +117,8 @@ class TextClassificationPipeline(Pipeline):
 
     def head(self, batch: PackedBatch, hidden: Tensor, features: list[Feature]) -> list[np.ndarray]:
         model: BertForSequenceClassification = self.model  # type: ignore[assignment]
-        pooled = model.bert.pooler(hidden[batch.starts])  # [B, H] from each [CLS]
-        return list(model.classifier(pooled).float().numpy())  # [B, num_labels]
+        pooled = model.bert.pool(hidden[batch.starts])  # [B, H] from each first token ([CLS], <s>)
+        return list(model.classify(pooled).float().numpy())  # [B, num_labels]
 
     def postprocess(self, item: Any, outputs: list[np.ndarray], features: list[Feature]) -> Any:
         logits = outputs[0].astype(np.float64)
@@ -195,7 +195,8 @@ class TokenClassificationPipeline(Pipeline):
                 continue
             piece = self.tokenizer.convert_ids_to_tokens(token_id)
             original = item[start:end]
-            continues = len(piece) != len(original)  # "##ing" is longer than "ing": a word piece
+            # a word piece: "##ing" (WordPiece), a byte-level or Unigram piece not opening with "Ġ" / "▁"
+            continues = self.tokenizer.kind.is_continuation(piece)
             if token_id == self.tokenizer.unk_token_id:
                 piece, continues = original, False
             tokens.append({"word": piece, "scores": scores[index], "start": start, "end": end, "index": index,
@@ -216,7 +217,7 @@ class TokenClassificationPipeline(Pipeline):
 
     def _join(self, pieces: list[str]) -> str:
         decoder = self.tokenizer.backend.decoder
-        return decoder.decode(pieces) if decoder is not None else " ".join(pieces)
+        return decoder.decode(pieces).strip() if decoder is not None else " ".join(pieces)
 
     def _word_entities(self, tokens: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """One entity per word (a token and the sub-word pieces after it), labelled by the strategy."""

@@ -302,7 +302,7 @@ CONFIG_CASES = {
     "id2label bad keys": dict(id2label={"x": "a"}),
     "id2label with a gap": dict(id2label={"0": "a", "5": "b"}),
     "label2id bad values": dict(label2id={"a": "b"}),
-    "model_type roberta": dict(model_type="roberta"),
+    "model_type gpt2": dict(model_type="gpt2"),
     "position_embedding_type relative": dict(position_embedding_type="relative_key"),
 }
 

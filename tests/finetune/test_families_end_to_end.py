@@ -1,0 +1,118 @@
+"""Fine-tuning and using RoBERTa, ALBERT and DistilBERT checkpoints through the CLI and the pipelines, as for BERT:
+each family's tokenizer kind (byte-level BPE, Unigram, WordPiece) trained in the test, a tiny random model of the
+family, `finetune` / `predict` / `evaluate`, and `transformers` loading what comes out as that family."""
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+import bertforge
+from bertforge import BertConfig
+from bertforge.cli import main
+from bertforge.tokenizer import Tokenizer
+
+from .conftest import NER_SENTENCES, NEGATIVE, POSITIVE, write_conll, write_sentiment, write_squad
+
+transformers = pytest.importorskip("transformers")
+
+FAST = ["--epochs", "1", "--batch-size", "8", "--lr", "1e-3", "--no-progress"]
+PREFIX = {"roberta": "Roberta", "albert": "Albert", "distilbert": "DistilBert"}
+
+
+@pytest.fixture(scope="module", params=["roberta", "albert", "distilbert"])
+def family_model(request, tmp_path_factory) -> tuple[str, Path]:
+    """A tiny random model of the family with its own kind of tokenizer, trained on the tests' words."""
+    family = request.param
+    directory = tmp_path_factory.mktemp(family)
+    lines = POSITIVE + NEGATIVE + [" ".join(w for w, _ in s) for s in NER_SENTENCES]
+    lines += ["where does john live ?", "mary works at acme corp in paris ."]
+    tokenizer = Tokenizer.train(iter(lines * 20), vocab_size=300, kind=family)
+    tokenizer.save_pretrained(directory)
+    config = BertConfig.preset(f"{family}-tiny", vocab_size=tokenizer.vocab_size, pad_token_id=tokenizer.pad_token_id,
+                               hidden_size=32, num_attention_heads=2, intermediate_size=64, max_position_embeddings=140)
+    torch.manual_seed(0)
+    bertforge.AutoModel.from_config(config).save_pretrained(directory)
+    return family, directory
+
+
+def run(capsys, *argv: str) -> dict:
+    rc = main(list(argv))
+    captured = capsys.readouterr()
+    assert rc == 0, captured.err
+    return json.loads(captured.out) if captured.out.strip().startswith("{") else {}
+
+
+def test_classification_through_the_cli_and_transformers(tmp_path, family_model, capsys):
+    family, model = family_model
+    train, dev = write_sentiment(tmp_path / "train.tsv", 32), write_sentiment(tmp_path / "dev.tsv", 8)
+    out = tmp_path / "run"
+    run(capsys, "finetune", "--task", "classification", "--model", str(model), "--train", str(train), "--dev", str(dev),
+        "--out", str(out), *FAST)
+    config = json.loads((out / "model" / "config.json").read_text())
+    assert config["model_type"] == family and config["architectures"] == [f"{PREFIX[family]}ForSequenceClassification"]
+    reference = transformers.AutoModelForSequenceClassification.from_pretrained(out / "model").eval()
+    assert type(reference).__name__ == f"{PREFIX[family]}ForSequenceClassification"
+    hf_tokenizer = transformers.AutoTokenizer.from_pretrained(out / "model")
+    texts = ["good movie", "an awful plot of this film"]
+    batch = hf_tokenizer(texts, padding=True, return_tensors="pt")
+    ours = bertforge.AutoModelForSequenceClassification.from_pretrained(out / "model").eval()
+    with torch.no_grad():
+        expected = reference(**batch).logits
+        assert (expected - ours(**batch).logits).abs().max() <= 1e-5
+    pipe = bertforge.pipeline("text-classification", model=out / "model", top_k=None, function_to_apply="none")
+    for text, row in zip(texts, expected):
+        got = {r["label"]: r["score"] for r in pipe(text)}
+        assert got == pytest.approx({"neg": float(row[0]), "pos": float(row[1])}, abs=1e-5)
+    evaluated = run(capsys, "evaluate", "--task", "classification", "--model", str(out / "model"), "--data", str(dev),
+                    "--no-progress")
+    assert 0.0 <= evaluated["accuracy"] <= 1.0
+
+
+def test_ner_through_the_cli_and_the_pipeline(tmp_path, family_model, capsys):
+    family, model = family_model
+    data = write_conll(tmp_path / "train.conll", 6)
+    out = tmp_path / "run"
+    run(capsys, "finetune", "--task", "ner", "--model", str(model), "--train", str(data), "--dev", str(data),
+        "--out", str(out), "--epochs", "30", "--batch-size", "4", "--lr", "3e-3", "--no-progress")
+    reference = transformers.AutoModelForTokenClassification.from_pretrained(out / "model")
+    assert type(reference).__name__ == f"{PREFIX[family]}ForTokenClassification"
+    summary = json.loads((out / "eval.json").read_text())
+    assert summary["metrics"]["f1"] > 0.5, summary  # the tiny set is learnable: the labels reach the right tokens
+    entities = bertforge.pipeline("token-classification", model=out / "model")("john lives in amsterdam .")
+    words = {e["word"]: e["entity_group"] for e in entities}
+    assert words.get("john") == "PER", entities  # whole words, not "Ġjohn" or "▁john"
+    assert all(e["word"] == "john lives in amsterdam ."[e["start"] : e["end"]] for e in entities), entities
+
+
+def test_question_answering_windows_use_the_family_template(tmp_path, family_model, capsys):
+    family, model = family_model
+    data = write_squad(tmp_path / "squad.json")
+    out = tmp_path / "run"
+    run(capsys, "finetune", "--task", "qa", "--model", str(model), "--train", str(data), "--dev", str(data),
+        "--out", str(out), "--max-length", "96", "--doc-stride", "16", *FAST)
+    tokenizer = Tokenizer.from_pretrained(out / "model")
+    from bertforge.finetune.data import QAExample
+    from bertforge.qa_spans import encode_qa
+
+    features, _ = encode_qa(tokenizer, [QAExample("q1", "where does john live ?", "john lives in paris .")],
+                            max_length=64, doc_stride=16, max_query_length=32, with_targets=False)
+    hf_tokenizer = transformers.AutoTokenizer.from_pretrained(out / "model")
+    expected = hf_tokenizer("where does john live ?", "john lives in paris .")["input_ids"]
+    assert features[0]["input_ids"] == expected  # <s> q </s></s> c </s> for RoBERTa, [CLS] q [SEP] c [SEP] else
+
+
+def test_fill_mask_with_the_family_mask_token(family_model, tmp_path):
+    family, model = family_model
+    config = BertConfig.from_pretrained(model)
+    torch.manual_seed(0)
+    bertforge.AutoModelForMaskedLM.from_config(config).save_pretrained(tmp_path)
+    Tokenizer.from_pretrained(model).save_pretrained(tmp_path)
+    mask = Tokenizer.from_pretrained(tmp_path).mask_token
+    assert mask == ("<mask>" if family == "roberta" else "[MASK]")
+    results = bertforge.pipeline("fill-mask", model=tmp_path, top_k=3)(f"john lives in {mask} .")
+    assert len(results) == 3 and all(0.0 <= r["score"] <= 1.0 for r in results)
+    reference = transformers.pipeline("fill-mask", model=str(tmp_path), top_k=3)(f"john lives in {mask} .")
+    assert [r["token"] for r in results] == [r["token"] for r in reference]
+    assert [r["score"] for r in results] == pytest.approx([r["score"] for r in reference], abs=1e-5)

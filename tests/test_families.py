@@ -1,0 +1,215 @@
+"""RoBERTa, XLM-RoBERTa, DistilBERT and ALBERT on the one encoder, against `transformers` itself: every task class
+loads a tiny random checkpoint that `transformers` saved with the same outputs (padded batches included), saves back
+what the same `transformers` class loads with no missing or unexpected keys, and runs the packed inference path."""
+
+import logging
+
+import pytest
+import torch
+
+import bertforge
+from bertforge import BertConfig, BertforgeError
+from bertforge.attention import pack
+from bertforge.families import FAMILIES
+from bertforge.model import BertForNextSentencePrediction, BertForPreTraining
+
+transformers = pytest.importorskip("transformers")
+
+TOL = 1e-5
+SIZES = dict(vocab_size=99, max_position_embeddings=64)
+
+
+def hf_config(model_type: str, num_labels: int = 3):
+    """A tiny random config of each family, as `transformers` spells it (no dropout: outputs are compared)."""
+    if model_type == "distilbert":
+        return transformers.DistilBertConfig(**SIZES, dim=32, n_layers=2, n_heads=4, hidden_dim=37, dropout=0.0,
+                                             attention_dropout=0.0, num_labels=num_labels)
+    common = dict(**SIZES, hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=37,
+                  hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, num_labels=num_labels)
+    if model_type == "albert":  # E < H and 3 layers sharing one group
+        return transformers.AlbertConfig(**common, embedding_size=16)
+    if model_type == "roberta":  # roberta-base's shape of embeddings: one token type, eps 1e-5
+        return transformers.RobertaConfig(**common, type_vocab_size=1, layer_norm_eps=1e-5)
+    if model_type == "xlm-roberta":
+        return transformers.XLMRobertaConfig(**common)
+    return transformers.BertConfig(**common)
+
+
+PREFIX = {"bert": "Bert", "roberta": "Roberta", "xlm-roberta": "XLMRoberta", "distilbert": "DistilBert",
+          "albert": "Albert"}
+AUTO = {
+    "Model": bertforge.AutoModel,
+    "ForPreTraining": bertforge.AutoModelForPreTraining,
+    "ForMaskedLM": bertforge.AutoModelForMaskedLM,
+    "ForSequenceClassification": bertforge.AutoModelForSequenceClassification,
+    "ForTokenClassification": bertforge.AutoModelForTokenClassification,
+    "ForQuestionAnswering": bertforge.AutoModelForQuestionAnswering,
+}
+# transformers has no RobertaForPreTraining / DistilBertForPreTraining: its AutoModelForPreTraining gives the MLM class
+CASES = [(t, task) for t in FAMILIES for task in AUTO if hasattr(transformers, PREFIX[t] + task)]
+OUTPUT_NAMES = {"sop_logits": "seq_relationship_logits"}
+
+
+def inputs(config, seed: int = 0):
+    """A padded batch: three rows of different lengths, padding with the family's pad id."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(5, config.vocab_size, (3, 13), generator=g)
+    mask = torch.ones_like(ids)
+    mask[1, 8:] = 0
+    mask[2, 3:] = 0
+    return ids.masked_fill(mask == 0, config.pad_token_id), mask
+
+
+def compare(ref_out, our_out, mask):
+    compared = 0
+    for name in ref_out.keys():
+        if name in ("hidden_states", "attentions", "loss"):
+            continue
+        ref, ours = ref_out[name], getattr(our_out, OUTPUT_NAMES.get(name, name))
+        if name == "last_hidden_state":  # padding positions carry no meaning (bertforge leaves zeros there)
+            ref, ours = ref * mask[..., None], ours * mask[..., None]
+        assert ours.shape == ref.shape, name
+        assert (ref - ours).abs().max().item() <= TOL, name
+        compared += 1
+    assert compared
+
+
+@pytest.mark.parametrize("model_type,task", CASES, ids=[f"{t}-{task}" for t, task in CASES])
+def test_transformers_checkpoint_loads_with_equal_outputs_and_saves_back(tmp_path, model_type, task):
+    torch.manual_seed(0)
+    hf_class = getattr(transformers, PREFIX[model_type] + task)
+    labels = 3 if task in ("ForSequenceClassification", "ForTokenClassification") else 2  # QA, NSP, SOP: 2
+    ref = hf_class(hf_config(model_type, labels)).eval()
+    ref.save_pretrained(tmp_path / "hf")
+    ours = AUTO[task].from_pretrained(tmp_path / "hf").eval()
+    assert ours.config.model_type == model_type
+    assert ours.loading_info.missing_keys == [] and ours.loading_info.unexpected_keys == []
+    ids, mask = inputs(ours.config)
+    with torch.no_grad():
+        compare(ref(input_ids=ids, attention_mask=mask), ours(input_ids=ids, attention_mask=mask), mask)
+
+    ours.save_pretrained(tmp_path / "ours")
+    back, info = hf_class.from_pretrained(tmp_path / "ours", output_loading_info=True)
+    assert info["missing_keys"] == set() or not info["missing_keys"], info
+    assert not info["unexpected_keys"] and not info["mismatched_keys"], info
+    assert back.config.architectures == [hf_class.__name__]
+    with torch.no_grad():
+        compare(back.eval()(input_ids=ids, attention_mask=mask), ours(input_ids=ids, attention_mask=mask), mask)
+
+
+@pytest.mark.parametrize("model_type", list(FAMILIES))
+def test_packed_inference_equals_the_padded_batch(tmp_path, model_type):
+    """The pipelines' path (sequences end to end, no padding; RoBERTa's positions after the padding offset)."""
+    torch.manual_seed(0)
+    hf_class = getattr(transformers, PREFIX[model_type] + "ForSequenceClassification")
+    hf_class(hf_config(model_type)).save_pretrained(tmp_path)
+    model = bertforge.AutoModelForSequenceClassification.from_pretrained(tmp_path).eval()
+    ids, mask = inputs(model.config)
+    rows = [row[: int(m.sum())].tolist() for row, m in zip(ids, mask)]
+    batch = pack(rows)
+    with torch.no_grad():
+        padded = model.bert(ids, mask).last_hidden_state
+        packed = model.bert.forward_packed(batch)
+        logits = model.classify(model.bert.pool(packed[batch.starts]))
+        assert (packed - padded[mask.bool()]).abs().max() <= TOL
+        assert (logits - model(ids, mask).logits).abs().max() <= TOL
+
+
+@pytest.mark.parametrize("model_type", ["bert", "roberta", "albert", "distilbert"])
+def test_pretraining_from_scratch_saves_what_transformers_loads(tmp_path, model_type):
+    """A preset of each family, trained one step here, is the same model in `transformers` (its MLM head too)."""
+    config = BertConfig.preset(f"{model_type}-tiny", vocab_size=99, max_position_embeddings=66)
+    model = bertforge.AutoModelForPreTraining.from_config(config)
+    ids, mask = inputs(config)
+    labels = ids.masked_fill(torch.rand(ids.shape, generator=torch.Generator().manual_seed(1)) > 0.3, -100)
+    model(ids, mask, labels=labels).loss.backward()
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.grad is not None:  # the sentence head has none: no sentence labels here
+                p -= 0.1 * p.grad
+    model.save_pretrained(tmp_path)
+    hf_name = PREFIX[model_type] + ("ForPreTraining" if config.family.sentence_head else "ForMaskedLM")
+    ref, info = getattr(transformers, hf_name).from_pretrained(tmp_path, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"], info
+    model.eval()
+    with torch.no_grad():
+        compare(ref.eval()(input_ids=ids, attention_mask=mask), model(ids, mask, sparse_mlm=False), mask)
+
+
+def test_family_parts_are_what_the_family_declares():
+    albert = BertConfig.preset("albert-mini", vocab_size=500)
+    model = bertforge.AutoModelForMaskedLM.from_config(albert)
+    assert model.bert.embeddings.word_embeddings.weight.shape == (500, 128)  # factorised: E = 128 < H = 256
+    assert len(model.bert.encoder.layer) == 1 and model.bert.encoder.schedule == [0] * 4  # 4 blocks, 1 layer
+    distil = bertforge.AutoModel.from_config(BertConfig.preset("distilbert-tiny", vocab_size=50))
+    assert distil.pooler is None and distil.embeddings.token_type_embeddings is None
+    roberta = BertConfig.preset("roberta-tiny", vocab_size=50)
+    assert roberta.position_offset == 2 and roberta.type_vocab_size == 1
+    bert = BertConfig.preset("tiny")
+    assert bert.model_type == "bert" and bert.position_offset == 0
+
+
+def test_roberta_positions_skip_padding():
+    """RoBERTa counts positions from pad_token_id + 1 over the real tokens; padding keeps pad_token_id."""
+    config = BertConfig.preset("roberta-tiny", vocab_size=50)
+    model = bertforge.AutoModel.from_config(config).eval()
+    ids = torch.tensor([[0, 7, 8, 2, 1, 1]])
+    from bertforge.model import padded_position_ids
+
+    assert padded_position_ids(ids, 1).tolist() == [[2, 3, 4, 5, 1, 1]]
+    with pytest.raises(ValueError, match="max_position_embeddings"):
+        model(torch.full((1, 513), 5))  # 513 tokens need positions up to 514: one more than the table holds
+
+
+@pytest.mark.parametrize("model_type", ["roberta", "distilbert"])
+def test_sentence_heads_a_family_lacks_are_refused(model_type):
+    config = BertConfig.preset(f"{model_type}-tiny", vocab_size=50)
+    for cls in (BertForPreTraining, BertForNextSentencePrediction):
+        with pytest.raises(BertforgeError, match="MLM only"):
+            cls(config)
+    with pytest.raises(BertforgeError, match="NSP"):
+        BertForNextSentencePrediction(BertConfig.preset("albert-tiny", vocab_size=50))
+
+
+def test_unsupported_model_type_names_the_supported_ones(tmp_path):
+    (tmp_path / "config.json").write_text('{"model_type": "gpt2", "vocab_size": 10}')
+    with pytest.raises(BertforgeError) as caught:
+        bertforge.AutoModel.from_pretrained(tmp_path)
+    message = str(caught.value)
+    assert "'gpt2'" in message and all(name in message for name in FAMILIES)
+    with pytest.raises(BertforgeError, match="unknown config preset 'gpt2-tiny'"):
+        BertConfig.preset("gpt2-tiny")
+    with pytest.raises(BertforgeError, match="inner_group_num"):
+        BertConfig.from_dict({"model_type": "albert", "inner_group_num": 2})
+
+
+@pytest.mark.parametrize("model_type", ["roberta", "distilbert", "albert"])
+def test_config_json_round_trips_in_the_family_spelling(tmp_path, model_type):
+    ref = hf_config(model_type)
+    ref.save_pretrained(tmp_path)
+    config = bertforge.AutoConfig.from_pretrained(tmp_path)
+    assert (config.hidden_size, config.num_hidden_layers, config.vocab_size) == (32, 2 if model_type == "distilbert" else 3, 99)
+    config.save_pretrained(tmp_path / "back")
+    again = transformers.AutoConfig.from_pretrained(tmp_path / "back")
+    assert type(again) is type(ref)
+    for key, value in ref.to_diff_dict().items():
+        if key not in ("transformers_version", "architectures", "dtype", "id2label", "label2id"):
+            assert getattr(again, key) == value, key
+
+
+def test_auto_config_for_model_uses_the_family_defaults():
+    config = bertforge.AutoConfig.for_model("albert", hidden_size=64, num_attention_heads=4, intermediate_size=128)
+    assert (config.embedding_size, config.hidden_act, config.num_hidden_groups) == (128, "gelu_new", 1)
+    assert bertforge.AutoConfig.for_model("distilbert").num_hidden_layers == 6
+
+
+def test_a_bert_head_from_a_roberta_file_is_reported_missing(tmp_path, caplog):
+    """A base-model checkpoint under a task class: the head is initialised and named, as for BERT."""
+    torch.manual_seed(0)
+    transformers.RobertaModel(hf_config("roberta")).save_pretrained(tmp_path)
+    with caplog.at_level(logging.WARNING, logger="bertforge"):
+        model = bertforge.AutoModelForSequenceClassification.from_pretrained(tmp_path)
+    assert sorted(model.loading_info.missing_keys) == [
+        "classifier.dense.bias", "classifier.dense.weight", "classifier.out_proj.bias", "classifier.out_proj.weight"
+    ]
+    assert "classifier.dense.weight" in caplog.text
