@@ -6,8 +6,9 @@ second its positive (or, in a scored pair, the other sentence), any further text
 `score`, `label` or `similarity` holds the score of a scored pair.
 
 * CSV/TSV: the first row is a header when every cell of it is a column name of this kind (`anchor`, `positive`,
-  `negative`, `query`, `passage`, `sentence1`, `sentence2`, `score`, ..., optionally numbered: `negative_2`);
-  otherwise every row is data, and the last column is the score when it is a number on every row.
+  `negative`, `query`, `passage`, `sentence1`, `sentence2`, `score`, ..., optionally numbered: `negative_2`), or
+  when the last column is a number on every other row but not on the first; otherwise every row is data. With three
+  columns or more, a last column that is a number on every data row is the score.
 * JSONL: one JSON object a line; its keys in order are the columns (the same keys on every line).
 
 The shape follows: 2 texts and a score → scored pairs, 2 texts → pairs, 3 or more texts → triplets (anchor,
@@ -68,11 +69,15 @@ def _table_rows(path: Path, text: str) -> tuple[list[str] | None, list[tuple[int
     except BertforgeError as err:  # its hint names fine-tuning's --lenient-rows, which this command does not have
         raise BertforgeError(str(err).replace(" (--lenient-rows skips malformed rows)", "")) from None
     first = [c.strip() for c in rows[0][1]]
-    if all(_COLUMN_NAME.fullmatch(c) for c in first):
+    numeric_last = len(first) > 2 and len(rows) > 1 and all(_number(cells[-1]) is not None for _, cells in rows[1:])
+    if all(_COLUMN_NAME.fullmatch(c) for c in first) or (numeric_last and _number(first[-1]) is None):
         if len(rows) == 1:
             raise BertforgeError(f"{path}: no examples (only a header?)")
-        return [c.lower() for c in first], rows[1:]
-    if len(first) > 2 and all(_number(cells[-1]) is not None for _, cells in rows):
+        names = [c.lower() for c in first]
+        if numeric_last and not any(n in SCORE_COLUMNS for n in names):
+            names[-1] = "score"
+        return names, rows[1:]
+    if numeric_last:
         return [f"text{i}" for i in range(len(first) - 1)] + ["score"], rows
     return None, rows
 
