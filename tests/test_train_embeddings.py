@@ -369,3 +369,14 @@ def test_bad_settings_are_refused(tiny, tmp_path, capsys, args, message):
     rc = main(["train-embeddings", "--model", str(tiny), "--train", str(train), "--out", str(tmp_path / "o"), *args])
     err = capsys.readouterr().err
     assert rc == 2 and message in err, err
+
+
+def test_the_schedule_spans_the_batches_without_repeated_texts(tiny, tmp_path):
+    """12 questions sharing 2 passages: batches of 4 without a repeated passage hold 2 examples, so an epoch has 6
+    steps, not 3, and the learning rate must not reach 0 before the last of them."""
+    data_file = write_tsv(tmp_path / "shared.tsv", [(f"{A[i]} now", f"see {B[i % 2]}") for i in range(12)])
+    run = _training(tiny, data_file, batch_size=4, epochs=2, warmup_ratio=0.0)
+    assert [len(b) for epoch in run.plan for b in epoch] == [2] * 12
+    assert run.total_steps == 12
+    factor = run.stepper.scheduler.lr_lambdas[0]
+    assert factor(11) > 0 and factor(12) == 0

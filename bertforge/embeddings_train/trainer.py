@@ -20,6 +20,7 @@ activations are alive at a time, for one extra forward pass.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +29,7 @@ import torch
 from torch import Tensor
 
 from ..finetune.trainer import Finetuning
+from ..optim import warmup_decay
 from .data import PairData
 from .encoder import embed_ids, rng_state, set_rng_state
 from .losses import Loss
@@ -118,8 +120,19 @@ class EmbeddingTraining(Finetuning):
         self.in_batch_negatives = data.labels is None
         self.has_dev = main_metric is not None
         self.baseline: dict[str, Any] | None = None  # the dev metrics before training
+        # Batches without repeated texts can be more than len / batch_size (an example waits for a later batch when
+        # its text is taken): every epoch's batches are drawn now, and the schedule spans the steps there really are.
+        self.plan = [self.draw_batches() for _ in range(cfg.epochs)]
+        total = sum(len(batches) for batches in self.plan)
+        if total != self.total_steps:
+            self.total_steps = total
+            self.stepper.scheduler = warmup_decay(self.stepper.optimizer, math.ceil(total * cfg.warmup_ratio), total)
 
     def epoch_batches(self) -> list[list[int]]:
+        return self.plan.pop(0)
+
+    def draw_batches(self) -> list[list[int]]:
+        """One epoch's batches: shuffled; for in-batch negatives, no text twice in a batch (`distinct_batches`)."""
         order = torch.randperm(len(self.data), generator=self.generator).tolist()
         if not self.in_batch_negatives:
             return [order[i : i + self.cfg.batch_size] for i in range(0, len(order), self.cfg.batch_size)]
