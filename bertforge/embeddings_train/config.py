@@ -30,9 +30,9 @@ class EmbeddingsConfig:
                        choices=LOSSES)
     symmetric: bool = option(False, "mnrl: also rank the anchors for each positive (the symmetric loss)")
     scale: float = option(20.0, "mnrl and cosent: the factor on cosine similarities (1 / temperature)", metavar="S")
-    matryoshka_dims: str | None = option(None, "also train prefixes of the embedding: the loss summed over these "
-                                         "dimensions (truncated, re-normalised), e.g. 384,256,128,64",
-                                         metavar="D,D,...")
+    matryoshka_dims: str | None = option(None, "Matryoshka: the loss summed over these prefix sizes of the embedding "
+                                         "(truncated, re-normalised); list the full size too to keep training it, "
+                                         "e.g. 384,256,128,64", metavar="D,D,...")
     score_max: float | None = option(None, "scored pairs: the top of the score scale, scores become score / MAX; "
                                      "default: scores within [-1, 1] are used as they are, scores within [0, 5] "
                                      "(STS) are divided by 5, others are refused", metavar="MAX")
