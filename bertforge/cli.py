@@ -22,6 +22,7 @@ COMMANDS = [
     "pretrain",
     "train_tokenizer",
     "finetune",
+    "train_embeddings",
     "evaluate",
     "predict",
     "embed",

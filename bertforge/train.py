@@ -8,7 +8,9 @@ micro-batch), clipping, skipping a non-finite step (counted), the optimizer and 
 steps in a row the run has diverged: `update` raises a BertforgeError rather than train on. `nonfinite_error`
 refuses weights that are not finite, which a trainer checks before it saves a model.
 
-This module is the only place in bertforge that calls `.backward(` and clips gradients.
+This module is the only place in bertforge that calls `.backward(` and clips gradients (gradient caching, where a
+loss is differentiated with respect to embeddings computed without grad and the gradients are pushed through each
+mini-batch later, goes through `TrainStep.output_gradients` and `backward_from`).
 """
 
 from __future__ import annotations
@@ -121,6 +123,19 @@ class TrainStep:
             objective = objective + term
         (objective * self.world_size if self.world_size > 1 else objective).backward()
         return objective.detach()
+
+    def backward_from(self, outputs: Sequence[Tensor], grads: Sequence[Tensor], weight: float = 1.0) -> None:
+        """Backpropagate gradients already known for `outputs` (d objective / d outputs, times `weight`) into the
+        parameters: the second half of gradient caching (Gao et al., 2021), where a loss over a whole batch is
+        differentiated with respect to its embeddings once (`output_gradients`) and each mini-batch is then re-run
+        with grad and handed its share of those gradients here."""
+        scale = weight * self.world_size if self.world_size > 1 else weight
+        torch.autograd.backward(list(outputs), [g * scale for g in grads])
+
+    @staticmethod
+    def output_gradients(loss: Tensor, outputs: Sequence[Tensor]) -> list[Tensor]:
+        """d loss / d outputs, the graph of `loss` freed: the first half of gradient caching (`backward_from`)."""
+        return list(torch.autograd.grad(loss, list(outputs)))
 
     def run(self, batches: Sequence[Batch], forward_backward: Callable[[Batch, Weights], dict[str, Tensor]],
             counts: Callable[[Batch], Counts], wrapped: torch.nn.Module | None = None) -> StepOutcome:

@@ -122,8 +122,13 @@ def train(
     evaluations are appended to `metrics_file`, one JSON object a line.
     """
     run = Finetuning(model, train_features, evaluate, cfg, main_metric, lower_is_better, pad_token_id, device)
-    with MetricsLog(metrics_file) as metrics, logging_redirect_tqdm(), tqdm(
-        total=run.total_steps, desc="fine-tuning", unit="step", disable=_disable(cfg.progress)
+    return run_logged(run, MetricsLog(metrics_file), "fine-tuning")
+
+
+def run_logged(run: Finetuning, metrics: MetricsLog, description: str) -> TrainResult:
+    """`run.run()` with its records written to `metrics` (closed at the end) and a progress bar of its steps."""
+    with metrics, logging_redirect_tqdm(), tqdm(
+        total=run.total_steps, desc=description, unit="step", disable=_disable(run.cfg.progress)
     ) as bar:
         run.record, run.bar = metrics.write, bar
         return run.run()
@@ -139,13 +144,13 @@ def finetuning_counts(batch: dict[str, torch.Tensor]) -> dict[str, int]:
 
 class Finetuning:
     """The state of one fine-tuning run: the shared `TrainStep` plus batching by epoch, evaluation, best-weights
-    keeping and early stopping. `train()` is its entry point."""
+    keeping and early stopping. `train()` is its entry point. Another trainer (sentence embeddings) subclasses it
+    with its own `epoch_batches`, `make_batch`, `forward_backward` and `counts`."""
 
     def __init__(self, model, train_features, evaluate, cfg, main_metric, lower_is_better, pad_token_id, device) -> None:
         self.model, self.features, self.evaluate, self.cfg = model, train_features, evaluate, cfg
         self.main_metric, self.lower_is_better, self.pad_token_id, self.device = main_metric, lower_is_better, pad_token_id, device
         self.generator = torch.Generator().manual_seed(cfg.seed)
-        self.lengths = [len(f["input_ids"]) for f in train_features]
         batches_per_epoch = math.ceil(len(train_features) / cfg.batch_size)
         steps_per_epoch = math.ceil(batches_per_epoch / cfg.grad_accum)
         self.total_steps = steps_per_epoch * cfg.epochs
@@ -163,6 +168,19 @@ class Finetuning:
         self.since_best = 0
         self.record: Callable[[dict[str, Any]], Any] = lambda entry: None
         self.bar: Any = None
+
+    def epoch_batches(self) -> list[list[int]]:
+        """One epoch's batches of example indices, in the order of the run's generator."""
+        lengths = [len(f["input_ids"]) for f in self.features]
+        return training_batches(lengths, self.cfg.batch_size, self.generator, self.cfg.group_by_length)
+
+    def make_batch(self, indices: list[int]) -> Any:
+        """The micro-batch `forward_backward` takes, for these examples."""
+        return collate([self.features[i] for i in indices], self.pad_token_id)
+
+    def counts(self, batch: Any) -> dict[str, int]:
+        """What a micro-batch's loss is normalised by (see `TrainStep`)."""
+        return finetuning_counts(batch)
 
     def forward_backward(self, batch: dict[str, torch.Tensor], weights: dict[str, float]) -> dict[str, torch.Tensor]:
         with self.stepper.autocast():
@@ -190,12 +208,12 @@ class Finetuning:
     def train_epoch(self, epoch: int) -> bool:
         """One pass over the data, `grad_accum` batches a step (the last step may take fewer). True: stop early."""
         cfg = self.cfg
-        batches = training_batches(self.lengths, cfg.batch_size, self.generator, cfg.group_by_length)
+        batches = self.epoch_batches()
         groups = [batches[i : i + cfg.grad_accum] for i in range(0, len(batches), cfg.grad_accum)]
         losses: list[float] = []
         for g, group in enumerate(groups):
-            micro = [collate([self.features[i] for i in indices], self.pad_token_id) for indices in group]
-            outcome = self.stepper.run(micro, self.forward_backward, finetuning_counts)
+            micro = [self.make_batch(indices) for indices in group]
+            outcome = self.stepper.run(micro, self.forward_backward, self.counts)
             losses.append(outcome.totals["loss"].item())
             step, last = self.stepper.step, g + 1 == len(groups)
             done = epoch + min(len(batches), (g + 1) * cfg.grad_accum) / len(batches)

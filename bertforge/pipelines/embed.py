@@ -2,68 +2,19 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from ..errors import BertforgeError
 from ..model import BertModel
+from ..pooling import POOLINGS, mean_pool, pool, sentence_transformers_settings  # noqa: F401  (importable here too)
 from .base import Feature, Pipeline
 from ..attention import PackedBatch
-
-POOLINGS = ("mean", "cls")
-
-
-def sentence_transformers_settings(path: Path | None) -> dict[str, Any]:
-    """Pooling, normalisation and maximum length a sentence-transformers model directory declares, if any.
-
-    Reads `modules.json` (is there a Normalize module?), the Pooling module's `config.json` and
-    `sentence_bert_config.json` (max_seq_length). Unreadable files are ignored: they are only defaults.
-    """
-    if path is None:
-        return {}
-
-    def read(file: Path) -> Any:
-        try:
-            return json.loads(file.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-            return None
-
-    settings: dict[str, Any] = {}
-    modules = read(path / "modules.json")
-    if isinstance(modules, list):
-        types = [m.get("type", "") for m in modules if isinstance(m, dict)]
-        settings["normalize"] = any(t.endswith(".Normalize") for t in types)
-        for m in modules:
-            if isinstance(m, dict) and str(m.get("type", "")).endswith(".Pooling"):
-                pooling = read(path / str(m.get("path", "")) / "config.json")
-                if isinstance(pooling, dict):
-                    if pooling.get("pooling_mode_cls_token"):
-                        settings["pooling"] = "cls"
-                    elif pooling.get("pooling_mode_mean_tokens"):
-                        settings["pooling"] = "mean"
-    st_config = read(path / "sentence_bert_config.json")
-    if isinstance(st_config, dict) and isinstance(st_config.get("max_seq_length"), int):
-        settings["max_length"] = st_config["max_seq_length"]
-    return settings
-
-
-def mean_pool(hidden: Tensor, lengths: list[int]) -> Tensor:
-    """Mean of each sequence's rows of a packed [T, H] matrix (sequences end to end) → [B, H].
-
-    One segment sum (`index_add_` of every row into its sequence's row) instead of a mean per length group and a
-    `cat`: one pass over [T, H] whatever the number of distinct lengths.
-    """
-    counts = torch.tensor(lengths)  # [B]
-    segment = torch.repeat_interleave(torch.arange(len(lengths)), counts)  # [T]: each row's sequence
-    sums = hidden.new_zeros(len(lengths), hidden.shape[-1]).index_add_(0, segment, hidden)  # [B, H]
-    return sums / counts.unsqueeze(1).to(hidden.dtype)
 
 
 class EmbedPipeline(Pipeline):
@@ -102,13 +53,7 @@ class EmbedPipeline(Pipeline):
         return [Feature(i, ids) for i, ids in enumerate(enc["input_ids"])], truncated
 
     def head(self, batch: PackedBatch, hidden: Tensor, features: list[Feature]) -> list[np.ndarray]:
-        if self.pooling == "cls":
-            pooled = hidden[batch.starts]  # [B, H]
-        else:
-            pooled = mean_pool(hidden, batch.lengths)  # [B, H]
-        if self.normalize:
-            pooled = F.normalize(pooled, dim=-1)
-        return list(pooled.numpy())
+        return list(pool(hidden, batch.lengths, batch.starts, self.pooling, self.normalize).numpy())  # [B, H] rows
 
     def postprocess(self, item: str, outputs: list[np.ndarray], features: list[Feature]) -> np.ndarray:
         return outputs[0]

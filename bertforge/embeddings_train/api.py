@@ -1,0 +1,166 @@
+"""`train_embeddings`, the Python API behind `bertforge train-embeddings`."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .. import __version__
+from ..config import BertConfig
+from ..errors import BertforgeError
+from ..finetune.api import _make
+from ..io import atomic_directory, atomic_write_text, lock_run_directory
+from ..memory import check_training_fits
+from ..model import BertModel
+from ..pooling import sentence_transformers_settings, write_sentence_transformers_files
+from ..system import setup_runtime
+from ..train import refuse_nonfinite
+from ..training_log import MetricsLog, Panel, plot_curves, read_rows
+from ..finetune.trainer import run_logged
+from .config import EmbeddingsConfig
+from .data import PairData, normalized_scores, read_pairs
+from .encoder import embed_all
+from .evaluation import main_metric, retrieval_metrics, retrieval_task, similarity_metrics
+from .losses import make_loss
+from .trainer import EmbeddingTraining, encode_pairs
+
+log = logging.getLogger("bertforge")
+
+RUN_MARKER = "train_embeddings_config.json"  # marks a directory as this command's output
+DEFAULT_MAX_LENGTH = 128
+
+
+def train_embeddings(config: EmbeddingsConfig | None = None, **settings: Any) -> dict[str, Any]:
+    """Train a sentence-embedding model on pairs, triplets or scored pairs; write a sentence-transformers model.
+
+    Pass an `EmbeddingsConfig`, or its fields as keywords: `train_embeddings(model=..., train="pairs.tsv",
+    dev="dev.tsv", out=..., batch_size=256, mini_batch_size=32)`. Everything is read and checked before training;
+    `out` appears only when the run has finished, holding the model (config.json, model.safetensors, the tokenizer,
+    `modules.json`, `sentence_bert_config.json`, `1_Pooling/`, `2_Normalize/`: `SentenceTransformer(out)` and
+    `bertforge.pipeline("embed", model=out)` both load it), `eval.json` (dev metrics before training and at the best
+    evaluation), `metrics.jsonl`, `tensorboard/`, `training_curve.png` and `train_embeddings_config.json`.
+
+    Returns the contents of `eval.json`.
+    """
+    cfg = config if config is not None else _make(EmbeddingsConfig, settings)
+    cfg.validate()
+    device = setup_runtime(cfg.device, distributed=False).device
+    paths = {k: str(Path(getattr(cfg, k)).resolve()) for k in ("model", "train", "dev", "out") if getattr(cfg, k)}
+    cfg = dataclasses.replace(cfg, **paths)
+    out = Path(cfg.out)
+    with lock_run_directory(out, "train-embeddings"):
+        _check_out(out, cfg.overwrite)
+        return _train(cfg, out, device)
+
+
+def _train(cfg: EmbeddingsConfig, out: Path, device: torch.device) -> dict[str, Any]:
+    from ..tokenizer import Tokenizer
+
+    tokenizer = Tokenizer.from_pretrained(cfg.model)
+    model_config = BertConfig.from_pretrained(cfg.model)
+    declared = sentence_transformers_settings(Path(cfg.model))
+    pooling = cfg.pooling or declared.get("pooling", "mean")
+    max_length = _max_length(cfg, declared, model_config, tokenizer)
+    train_data = read_pairs(cfg.train)
+    dev_data = read_pairs(cfg.dev) if cfg.dev else None
+    loss_name = _loss_name(cfg, train_data)
+    dims = cfg.dims()
+    if dims and dims[0] > model_config.hidden_size:
+        raise BertforgeError(f"--matryoshka-dims {dims[0]} is larger than the embedding ({model_config.hidden_size})")
+    labels = normalized_scores(train_data, cfg.score_max) if train_data.shape == "scored" else None
+    encoded = encode_pairs(tokenizer, train_data, max_length, labels)
+    texts_per_forward = cfg.mini_batch_size or cfg.batch_size * len(train_data.texts)
+    check_training_fits(model_config, min(texts_per_forward, cfg.batch_size * len(train_data.texts)), max_length,
+                        device, head="classification", what=f"training embeddings from {cfg.model}")
+    torch.manual_seed(cfg.seed)  # dropout, and a pooler the checkpoint lacks (unused, saved for transformers)
+    model = BertModel.from_pretrained(cfg.model, quiet=True).to(device)
+    log.info("train-embeddings: %d %s from %s, loss %s%s, %s pooling, up to %d tokens a text", len(train_data),
+             train_data.shape, cfg.train, loss_name, f" (matryoshka {dims})" if dims else "", pooling, max_length)
+    evaluate = _evaluator(dev_data, tokenizer, model, pooling, max_length, device, cfg) if dev_data else None
+    loss = make_loss(loss_name, cfg.scale, cfg.symmetric, dims)
+    run = EmbeddingTraining(model, encoded, evaluate, cfg, main_metric(dev_data) if dev_data else None, loss,
+                            pooling, device)
+    with atomic_directory(out) as work:
+        result = run_logged(run, MetricsLog(work / "metrics.jsonl", tensorboard=work / "tensorboard"), "training embeddings")
+        refuse_nonfinite(model.state_dict(), str(out))
+        model.save_pretrained(work)
+        tokenizer.save_pretrained(work)
+        write_sentence_transformers_files(work, model_config.hidden_size, pooling, cfg.normalize, max_length,
+                                          {"bertforge": __version__, "pytorch": torch.__version__})
+        summary = {
+            "train": cfg.train, "shape": train_data.shape, "loss": loss_name, "dev": cfg.dev,
+            "main_metric": main_metric(dev_data) if dev_data else None,
+            "before": run.baseline,
+            "best": None if result.best is None else {"step": result.best.step, "epoch": result.best.epoch,
+                                                      "metrics": result.best.metrics},
+            "train_steps": result.steps, "skipped_steps": result.skipped_steps,
+            "train_seconds": round(result.seconds, 2), "stopped_early": result.stopped_early,
+        }
+        atomic_write_text(work / "eval.json", json.dumps(summary, indent=2) + "\n")
+        saved = {**cfg.to_dict(), "versions": {"bertforge": __version__, "torch": torch.__version__}}
+        atomic_write_text(work / RUN_MARKER, json.dumps(saved, indent=2) + "\n")
+        _plot(work, summary["main_metric"])
+    log.info("sentence-transformers model written to %s", out)
+    return summary
+
+
+def _max_length(cfg: EmbeddingsConfig, declared: dict[str, Any], config: BertConfig, tokenizer: Any) -> int:
+    """Tokens a text may have: --max-length, else the model's max_seq_length, else 128; at most the model's limit."""
+    limit = min(config.max_position_embeddings, tokenizer.model_max_length)
+    if cfg.max_length is not None:
+        if cfg.max_length > limit:
+            raise BertforgeError(f"--max-length {cfg.max_length} is beyond this model's {limit} positions")
+        return cfg.max_length
+    return min(declared.get("max_length", DEFAULT_MAX_LENGTH), limit)
+
+
+def _loss_name(cfg: EmbeddingsConfig, data: PairData) -> str:
+    """--loss, with auto resolved by the file's shape; a loss that cannot use the file is refused."""
+    name = cfg.loss if cfg.loss != "auto" else ("cosent" if data.shape == "scored" else "mnrl")
+    if (name == "mnrl") == (data.shape == "scored"):
+        wanted = "pairs or triplets" if name == "mnrl" else "scored pairs (two texts and a score)"
+        raise BertforgeError(f"{data.path}: --loss {name} needs {wanted}; this file holds {data.shape}")
+    if cfg.symmetric and name != "mnrl":
+        raise BertforgeError(f"--symmetric applies to --loss mnrl, not {name}")
+    return name
+
+
+def _evaluator(data: PairData, tokenizer: Any, model: BertModel, pooling: str, max_length: int,
+               device: torch.device, cfg: EmbeddingsConfig):
+    """The dev scoring function: retrieval metrics for pairs and triplets, correlations for scored pairs."""
+    from ..train import autocast, pick_precision
+
+    precision = pick_precision("auto", device)
+
+    def embed(texts: list[str]) -> torch.Tensor:
+        ids = tokenizer(texts, truncation=True, max_length=max_length)["input_ids"]
+        return embed_all(model, ids, pooling, device, cfg.eval_batch_size, lambda: autocast(device, precision))
+
+    if data.shape == "scored":
+        return lambda: similarity_metrics(embed(data.texts[0]), embed(data.texts[1]), data.scores or [])
+    task = retrieval_task(data)
+    return lambda: retrieval_metrics(embed(task.queries), embed(task.corpus), task.relevant)
+
+
+def _plot(work: Path, metric: str | None) -> None:
+    panels = [Panel("training loss", ("loss",), kind="train"), Panel("learning rate", ("lr",), kind="train")]
+    if metric is not None:
+        panels.insert(1, Panel(f"dev {metric}", (metric,), kind="eval", marker="o"))
+    plot_curves(read_rows(work / "metrics.jsonl"), work / "training_curve.png", panels, title="sentence embeddings")
+
+
+def _check_out(out: Path, overwrite: bool) -> None:
+    """Refuse an output directory that holds anything but (with `overwrite`) an earlier train-embeddings run."""
+    if out.exists() and not out.is_dir():
+        raise BertforgeError(f"{out}: --out exists and is not a directory")
+    if not out.is_dir() or not any(out.iterdir()):
+        return
+    if not (out / RUN_MARKER).is_file():
+        raise BertforgeError(f"{out}: --out holds files that are not a train-embeddings run; choose another directory")
+    if not overwrite:
+        raise BertforgeError(f"{out}: --out already holds a train-embeddings run; pass --overwrite to replace it")

@@ -1,0 +1,109 @@
+"""The settings of a sentence-embedding training run (`EmbeddingsConfig`), each field also its command-line option.
+A run's settings are saved as `OUT/train_embeddings_config.json`."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from ..errors import BertforgeError
+from ..finetune.config import _check_int
+from ..options import option
+from ..pooling import POOLINGS
+
+LOSSES = ("auto", "mnrl", "cosent", "cosine")
+
+
+@dataclass(kw_only=True)
+class EmbeddingsConfig:
+    """Everything that defines a `train-embeddings` run. Paths are made absolute when the run starts."""
+
+    model: str = option(help="starting model directory (a BERT checkpoint or a sentence-transformers model)",
+                        metavar="DIR")
+    train: str = option(help="training pairs, triplets or scored pairs (TSV/CSV/JSONL)", metavar="FILE")
+    dev: str | None = option(None, "held-out pairs (retrieval: MRR@10, NDCG@10, recall@k) or scored pairs "
+                             "(Spearman), scored before training and at each evaluation", metavar="FILE")
+    out: str = option(help="output: a sentence-transformers model directory, with the run's logs", metavar="DIR")
+    loss: str = option("auto", "mnrl (in-batch negatives; pairs, triplets), cosent or cosine (cosine-similarity "
+                       "MSE; scored pairs); auto: mnrl for pairs and triplets, cosent for scored pairs",
+                       choices=LOSSES)
+    symmetric: bool = option(False, "mnrl: also rank the anchors for each positive (the symmetric loss)")
+    scale: float = option(20.0, "mnrl and cosent: the factor on cosine similarities (1 / temperature)", metavar="S")
+    matryoshka_dims: str | None = option(None, "Matryoshka: the loss summed over these prefix sizes of the embedding "
+                                         "(truncated, re-normalised); list the full size too to keep training it, "
+                                         "e.g. 384,256,128,64", metavar="D,D,...")
+    score_max: float | None = option(None, "scored pairs: the top of the score scale, scores become score / MAX; "
+                                     "default: scores within [-1, 1] are used as they are, scores within [0, 5] "
+                                     "(STS) are divided by 5, others are refused", metavar="MAX")
+    pooling: str | None = option(None, "mean or cls (default: what a sentence-transformers model declares, else "
+                                 "mean)", choices=POOLINGS)
+    normalize: bool = option(True, "save without a Normalize module (raw pooled vectors at inference)",
+                             flag="--no-normalize")
+    max_length: int | None = option(None, "tokens per text (default: a sentence-transformers model's max_seq_length, "
+                                    "else 128; at most the model's positions)", metavar="N")
+    epochs: int = option(1, "passes over the training data", metavar="N")
+    batch_size: int = option(64, "examples per optimizer step (the in-batch negatives of mnrl)", metavar="N")
+    mini_batch_size: int | None = option(None, "gradient caching: run the model on this many texts at a time, so a "
+                                         "large --batch-size fits in memory with the same gradient", metavar="N")
+    lr: float = option(2e-5, "peak learning rate", metavar="LR")
+    warmup_ratio: float = option(0.1, "fraction of the optimizer steps with a linearly rising learning rate",
+                                 metavar="R")
+    weight_decay: float = option(0.01, "AdamW weight decay (not on biases and LayerNorm weights)", metavar="W")
+    seed: int = option(42, "random seed", metavar="N")
+    eval_every: int | None = option(None, "also evaluate every N optimizer steps (always at each epoch's end)",
+                                    metavar="N")
+    early_stop: int | None = option(None, "stop after N evaluations without a better main metric", metavar="N")
+    eval_batch_size: int = option(64, "texts per batch when embedding the dev set", metavar="N")
+    log_every: int = option(10, "write the training loss to metrics.jsonl every N optimizer steps", metavar="N")
+    overwrite: bool = option(False, "replace an --out that already holds a train-embeddings run")
+    max_skipped_steps: int = option(10, "stop with an error after N optimizer steps in a row with a non-finite loss "
+                                    "or gradient", metavar="N")
+    device: str | None = option(None, "cpu, cuda, cuda:1, ... (default: cuda when available)")
+    progress: bool | None = option(None, "no progress bars (default: bars on a terminal only)", flag="--no-progress")
+
+    grad_accum: ClassVar[int] = 1  # one batch a step: a large batch is what --mini-batch-size is for
+
+    def dims(self) -> list[int]:
+        """The Matryoshka dimensions, largest first; [] without them."""
+        if self.matryoshka_dims is None:
+            return []
+        try:
+            dims = [int(d) for d in str(self.matryoshka_dims).split(",") if d.strip()]
+        except ValueError:
+            raise BertforgeError(f"--matryoshka-dims must be integers separated by commas, got {self.matryoshka_dims!r}") from None
+        if not dims or any(d < 1 for d in dims) or len(set(dims)) != len(dims):
+            raise BertforgeError(f"--matryoshka-dims must be distinct positive integers, got {self.matryoshka_dims!r}")
+        return sorted(dims, reverse=True)
+
+    def validate(self) -> None:
+        """Raise `BertforgeError` naming the first bad setting."""
+        for name in ("model", "train", "out"):
+            if not isinstance(getattr(self, name), str) or not getattr(self, name):
+                raise BertforgeError(f"train-embeddings needs {name!r} (a path)")
+        if self.loss not in LOSSES:
+            raise BertforgeError(f"unknown loss {self.loss!r}; choose one of: {', '.join(LOSSES)}")
+        if self.pooling is not None and self.pooling not in POOLINGS:
+            raise BertforgeError(f"unknown pooling {self.pooling!r}; choose one of: {', '.join(POOLINGS)}")
+        for name in ("epochs", "batch_size", "eval_batch_size", "log_every", "max_skipped_steps"):
+            _check_int(name, getattr(self, name), 1)
+        for name in ("eval_every", "early_stop", "mini_batch_size"):
+            if getattr(self, name) is not None:
+                _check_int(name, getattr(self, name), 1)
+        if self.max_length is not None:
+            _check_int("max_length", self.max_length, 3)
+        _check_int("seed", self.seed, 0)
+        if not isinstance(self.lr, (int, float)) or not 0 < self.lr < 1:
+            raise BertforgeError(f"lr must be a number in (0, 1), got {self.lr!r}")
+        if not isinstance(self.warmup_ratio, (int, float)) or not 0 <= self.warmup_ratio < 1:
+            raise BertforgeError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio!r}")
+        if not isinstance(self.weight_decay, (int, float)) or self.weight_decay < 0:
+            raise BertforgeError(f"weight_decay must be >= 0, got {self.weight_decay!r}")
+        if not isinstance(self.scale, (int, float)) or not self.scale > 0:
+            raise BertforgeError(f"scale must be a positive number, got {self.scale!r}")
+        if self.score_max is not None and (not isinstance(self.score_max, (int, float)) or not self.score_max > 0):
+            raise BertforgeError(f"score_max must be a positive number, got {self.score_max!r}")
+        self.dims()
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)

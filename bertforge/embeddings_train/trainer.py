@@ -1,0 +1,187 @@
+"""The training loop of sentence embeddings: fine-tuning's loop (`finetune.trainer.Finetuning`: the shared
+`TrainStep`, AdamW with warm-up and decay, evaluation, best-weights keeping, early stopping, the metrics log) with
+this trainer's batches and its `forward_backward`.
+
+A step is one batch of examples (their anchors, positives, negatives: every text of the batch goes through the model
+as one packed batch) and one loss over the whole batch: the in-batch negatives of MNRL couple every example with
+every other, so a batch cannot be split into independent micro-batches. `--mini-batch-size` splits it anyway with
+gradient caching (Gao et al. 2021, "Scaling Deep Contrastive Learning Batch Size under Memory Limited Setup"):
+
+1. embed the batch mini-batch by mini-batch without grad (no activations kept), saving the random state each
+   mini-batch started from;
+2. compute the loss on those embeddings and its gradient with respect to them;
+3. re-run each mini-batch with grad from its saved random state (the same dropout masks, so the same embeddings)
+   and backpropagate its rows of that gradient (`TrainStep.backward_from`).
+
+The parameter gradient is the one of the whole batch at once (tests check it to 1e-6) while only one mini-batch's
+activations are alive at a time, for one extra forward pass.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ..finetune.trainer import Finetuning
+from ..optim import warmup_decay
+from .data import PairData
+from .encoder import embed_ids, rng_state, set_rng_state
+from .losses import Loss
+
+log = logging.getLogger("bertforge")
+
+
+@dataclass
+class EncodedPairs:
+    """A file's examples as token ids: each distinct text tokenized once (`tokens`), `columns[c][i]` the index in
+    `tokens` of example i's text in column c, `labels` the scores (scored pairs) on cosine's scale."""
+
+    tokens: list[list[int]]
+    columns: list[list[int]]
+    labels: list[float] | None
+
+    def __len__(self) -> int:
+        return len(self.columns[0])
+
+    def texts_of(self, example: int) -> set[int]:
+        return {column[example] for column in self.columns}
+
+
+def encode_pairs(tokenizer: Any, data: PairData, max_length: int, labels: list[float] | None) -> EncodedPairs:
+    """Tokenize every distinct text of `data` once, truncated to `max_length` tokens ([CLS] and [SEP] included)."""
+    index: dict[str, int] = {}
+    for column in data.texts:
+        for text in column:
+            index.setdefault(text, len(index))
+    texts = list(index)
+    tokens = tokenizer(texts, truncation=True, max_length=max_length)["input_ids"]
+    full = tokenizer(texts)["input_ids"] if texts else []
+    cut = sum(1 for a, b in zip(tokens, full) if len(a) < len(b))
+    if cut:
+        log.info("%s: %d of %d distinct texts cut to %d tokens", data.path, cut, len(texts), max_length)
+    return EncodedPairs(tokens, [[index[t] for t in column] for column in data.texts], labels)
+
+
+def distinct_batches(order: Sequence[int], keys: Sequence[set[int]], batch_size: int) -> list[list[int]]:
+    """Batches of the examples in `order` in which no text occurs twice (sentence-transformers' "no duplicates"
+    sampling): an in-batch negative equal to an anchor's positive would be a false negative. An example that would
+    repeat a text waits for the next batch; batches keep the order otherwise."""
+    batches: list[list[int]] = []
+    pending: list[int] = []
+    position = 0
+    while pending or position < len(order):
+        batch: list[int] = []
+        seen: set[int] = set()
+        waiting: list[int] = []
+
+        def offer(example: int) -> None:
+            if len(batch) < batch_size and seen.isdisjoint(keys[example]):
+                batch.append(example)
+                seen.update(keys[example])
+            else:
+                waiting.append(example)
+
+        for example in pending:
+            offer(example)
+        while len(batch) < batch_size and position < len(order):
+            offer(order[position])
+            position += 1
+        pending = waiting
+        batches.append(batch)
+    return batches
+
+
+@dataclass
+class TextBatch:
+    """One step's texts, column after column (anchors, positives, negatives), and the scores of scored pairs."""
+
+    ids: list[list[int]]
+    columns: int
+    labels: Tensor | None
+
+    def split(self, embeddings: Tensor) -> list[Tensor]:
+        """[columns * B, H] → one [B, H] tensor per column."""
+        return list(embeddings.chunk(self.columns))
+
+
+class EmbeddingTraining(Finetuning):
+    """A `Finetuning` run whose examples are `EncodedPairs` and whose loss is one of `losses.make_loss`."""
+
+    def __init__(self, model, data: EncodedPairs, evaluate, cfg, main_metric: str | None, loss: Loss, pooling: str,
+                 device: torch.device) -> None:
+        super().__init__(model, data, evaluate, cfg, main_metric or "", False, 0, device)
+        self.data, self.loss, self.pooling = data, loss, pooling
+        self.in_batch_negatives = data.labels is None
+        self.has_dev = main_metric is not None
+        self.baseline: dict[str, Any] | None = None  # the dev metrics before training
+        # Batches without repeated texts can be more than len / batch_size (an example waits for a later batch when
+        # its text is taken): every epoch's batches are drawn now, and the schedule spans the steps there really are.
+        self.plan = [self.draw_batches() for _ in range(cfg.epochs)]
+        total = sum(len(batches) for batches in self.plan)
+        if total != self.total_steps:
+            self.total_steps = total
+            self.stepper.scheduler = warmup_decay(self.stepper.optimizer, math.ceil(total * cfg.warmup_ratio), total)
+
+    def epoch_batches(self) -> list[list[int]]:
+        return self.plan.pop(0)
+
+    def draw_batches(self) -> list[list[int]]:
+        """One epoch's batches: shuffled; for in-batch negatives, no text twice in a batch (`distinct_batches`)."""
+        order = torch.randperm(len(self.data), generator=self.generator).tolist()
+        if not self.in_batch_negatives:
+            return [order[i : i + self.cfg.batch_size] for i in range(0, len(order), self.cfg.batch_size)]
+        keys = [self.data.texts_of(i) for i in range(len(self.data))]
+        return distinct_batches(order, keys, self.cfg.batch_size)
+
+    def make_batch(self, indices: list[int]) -> TextBatch:
+        ids = [self.data.tokens[column[i]] for column in self.data.columns for i in indices]
+        labels = None if self.data.labels is None else torch.tensor([self.data.labels[i] for i in indices])
+        return TextBatch(ids, len(self.data.columns), labels)
+
+    def counts(self, batch: TextBatch) -> dict[str, int]:
+        return {"loss": len(batch.ids) // batch.columns}  # examples: every loss is a mean over them
+
+    def embed(self, ids: list[list[int]]) -> Tensor:
+        with self.stepper.autocast():
+            return embed_ids(self.model, ids, self.pooling, self.device).float()  # [n, H]
+
+    def batch_loss(self, batch: TextBatch, embeddings: Tensor) -> Tensor:
+        labels = batch.labels.to(self.device) if batch.labels is not None else None
+        return self.loss(batch.split(embeddings), labels)
+
+    def forward_backward(self, batch: TextBatch, weights: dict[str, float]) -> dict[str, Tensor]:
+        mini = self.cfg.mini_batch_size
+        if mini is None or mini >= len(batch.ids):
+            return {"loss": self.stepper.accumulate({"loss": self.batch_loss(batch, self.embed(batch.ids))}, weights)}
+        return {"loss": self.cached_forward_backward(batch, weights["loss"], mini)}
+
+    def cached_forward_backward(self, batch: TextBatch, weight: float, mini: int) -> Tensor:
+        """Gradient caching (see the module docstring); returns this batch's share of the step's loss."""
+        chunks = [batch.ids[i : i + mini] for i in range(0, len(batch.ids), mini)]
+        states, cached = [], []
+        with torch.no_grad():
+            for chunk in chunks:
+                states.append(rng_state(self.device))
+                cached.append(self.embed(chunk))
+        embeddings = torch.cat(cached).requires_grad_()  # [n, H], a leaf: the loss's graph ends here
+        loss = self.batch_loss(batch, embeddings)
+        (grad,) = self.stepper.output_gradients(loss, [embeddings])
+        for chunk, state, rows in zip(chunks, states, grad.split(mini)):
+            set_rng_state(state, self.device)
+            self.stepper.backward_from([self.embed(chunk)], [rows], weight)
+        return loss.detach() * weight
+
+    def run(self):
+        if self.has_dev:  # the starting point, for comparison (not a candidate for the best weights)
+            self.baseline = self.evaluate()
+            self.record({"type": "eval", "step": 0, "epoch": 0.0, **self.baseline})
+        return super().run()
+
+    def run_evaluation(self, epoch: float) -> bool:
+        return super().run_evaluation(epoch) if self.has_dev else False
