@@ -1,14 +1,7 @@
 """bertforge: a complete, fast, readable BERT — pretrain it, fine-tune it, use it."""
 
-from .auto import (
-    AutoConfig,
-    AutoModel,
-    AutoModelForMaskedLM,
-    AutoModelForPreTraining,
-    AutoModelForQuestionAnswering,
-    AutoModelForSequenceClassification,
-    AutoModelForTokenClassification,
-)
+from .auto import *  # noqa: F403 (AutoConfig, AutoModel, AutoModelFor...: auto.__all__)
+from .auto import __all__ as _AUTO
 from .config import BertConfig
 from .errors import BertforgeError
 from .model import (
@@ -37,13 +30,7 @@ def __getattr__(name: str):  # lazy: importing the model does not pull in the to
 
 
 __all__ = [
-    "AutoConfig",
-    "AutoModel",
-    "AutoModelForMaskedLM",
-    "AutoModelForPreTraining",
-    "AutoModelForQuestionAnswering",
-    "AutoModelForSequenceClassification",
-    "AutoModelForTokenClassification",
+    *_AUTO,
     "BertConfig",
     "BertForMaskedLM",
     "BertForNextSentencePrediction",

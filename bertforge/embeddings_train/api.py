@@ -13,7 +13,7 @@ import torch
 from .. import __version__
 from ..config import BertConfig
 from ..errors import BertforgeError
-from ..finetune.api import _make
+from ..finetune.api import check_output_dir, make_settings
 from ..io import atomic_directory, atomic_write_text, lock_run_directory
 from ..memory import check_training_fits
 from ..model import BertModel
@@ -47,14 +47,14 @@ def train_embeddings(config: EmbeddingsConfig | None = None, **settings: Any) ->
 
     Returns the contents of `eval.json`.
     """
-    cfg = config if config is not None else _make(EmbeddingsConfig, settings)
+    cfg = config if config is not None else make_settings(EmbeddingsConfig, settings)
     cfg.validate()
     device = setup_runtime(cfg.device, distributed=False).device
     paths = {k: str(Path(getattr(cfg, k)).resolve()) for k in ("model", "train", "dev", "out") if getattr(cfg, k)}
     cfg = dataclasses.replace(cfg, **paths)
     out = Path(cfg.out)
     with lock_run_directory(out, "train-embeddings"):
-        _check_out(out, cfg.overwrite)
+        check_output_dir(out, cfg.overwrite, RUN_MARKER, "train-embeddings run")
         return _train(cfg, out, device)
 
 
@@ -154,13 +154,3 @@ def _plot(work: Path, metric: str | None) -> None:
     plot_curves(read_rows(work / "metrics.jsonl"), work / "training_curve.png", panels, title="sentence embeddings")
 
 
-def _check_out(out: Path, overwrite: bool) -> None:
-    """Refuse an output directory that holds anything but (with `overwrite`) an earlier train-embeddings run."""
-    if out.exists() and not out.is_dir():
-        raise BertforgeError(f"{out}: --out exists and is not a directory")
-    if not out.is_dir() or not any(out.iterdir()):
-        return
-    if not (out / RUN_MARKER).is_file():
-        raise BertforgeError(f"{out}: --out holds files that are not a train-embeddings run; choose another directory")
-    if not overwrite:
-        raise BertforgeError(f"{out}: --out already holds a train-embeddings run; pass --overwrite to replace it")

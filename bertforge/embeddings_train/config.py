@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from ..errors import BertforgeError
-from ..finetune.config import _check_int
+from ..finetune.config import check_int, check_optimization
 from ..options import option
 from ..pooling import POOLINGS
 
@@ -86,19 +86,14 @@ class EmbeddingsConfig:
         if self.pooling is not None and self.pooling not in POOLINGS:
             raise BertforgeError(f"unknown pooling {self.pooling!r}; choose one of: {', '.join(POOLINGS)}")
         for name in ("epochs", "batch_size", "eval_batch_size", "log_every", "max_skipped_steps"):
-            _check_int(name, getattr(self, name), 1)
+            check_int(name, getattr(self, name), 1)
         for name in ("eval_every", "early_stop", "mini_batch_size"):
             if getattr(self, name) is not None:
-                _check_int(name, getattr(self, name), 1)
+                check_int(name, getattr(self, name), 1)
         if self.max_length is not None:
-            _check_int("max_length", self.max_length, 3)
-        _check_int("seed", self.seed, 0)
-        if not isinstance(self.lr, (int, float)) or not 0 < self.lr < 1:
-            raise BertforgeError(f"lr must be a number in (0, 1), got {self.lr!r}")
-        if not isinstance(self.warmup_ratio, (int, float)) or not 0 <= self.warmup_ratio < 1:
-            raise BertforgeError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio!r}")
-        if not isinstance(self.weight_decay, (int, float)) or self.weight_decay < 0:
-            raise BertforgeError(f"weight_decay must be >= 0, got {self.weight_decay!r}")
+            check_int("max_length", self.max_length, 3)
+        check_int("seed", self.seed, 0)
+        check_optimization(self)
         if not isinstance(self.scale, (int, float)) or not self.scale > 0:
             raise BertforgeError(f"scale must be a positive number, got {self.scale!r}")
         if self.score_max is not None and (not isinstance(self.score_max, (int, float)) or not self.score_max > 0):

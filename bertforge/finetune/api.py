@@ -41,7 +41,7 @@ def finetune(config: FinetuneConfig | None = None, **settings: Any) -> dict[str,
 
     Returns the contents of `eval.json`.
     """
-    cfg = config if config is not None else _make(FinetuneConfig, settings)
+    cfg = config if config is not None else make_settings(FinetuneConfig, settings)
     cfg.validate()
     device = setup_runtime(cfg.device, distributed=False).device  # before anything is read or written
     cfg = dataclasses.replace(cfg, **{k: str(Path(getattr(cfg, k)).resolve()) for k in ("model", "train", "dev", "out")})
@@ -51,7 +51,7 @@ def finetune(config: FinetuneConfig | None = None, **settings: Any) -> dict[str,
 
 
 def _finetune(cfg: FinetuneConfig, out: Path, device: torch.device) -> dict[str, Any]:
-    _check_out(out, cfg.overwrite)
+    check_output_dir(out, cfg.overwrite)
     task = get_task(cfg.task)
     opts = cfg.data_options()
     tokenizer = _load_tokenizer(cfg.model)
@@ -136,7 +136,7 @@ def predict(
 def _prepare(task: str, model: str | Path, data: str | Path, options: dict[str, Any], labelled: bool) -> tuple[Any, ...]:
     """What `evaluate` and `predict` start from: the task, its options, the tokenizer, the fine-tuned model and the
     encoded examples of `data`."""
-    opts = _make(DataOptions, options)
+    opts = make_settings(DataOptions, options)
     opts.validate()
     the_task = get_task(task)
     examples, _ = the_task.read(data, opts, labelled=labelled)
@@ -181,7 +181,7 @@ def _load_tokenizer(model: str | Path) -> Any:
     return Tokenizer.from_pretrained(model)
 
 
-def _make(cls: type, settings: dict[str, Any]) -> Any:
+def make_settings(cls: type, settings: dict[str, Any]) -> Any:
     """`cls(**settings)`, with an unknown or missing setting reported as a BertforgeError."""
     try:
         return cls(**settings)
@@ -189,13 +189,14 @@ def _make(cls: type, settings: dict[str, Any]) -> Any:
         raise BertforgeError(f"bad settings: {err}") from None
 
 
-def _check_out(out: Path, overwrite: bool) -> None:
-    """Refuse an output directory that holds anything but (with `overwrite`) an earlier run's output."""
+def check_output_dir(out: Path, overwrite: bool, marker: str = RUN_MARKER, what: str = "fine-tuning run") -> None:
+    """Refuse an output directory that holds anything but (with `overwrite`) an earlier run of this command, which
+    the command recognises by the file `marker` it writes there."""
     if out.exists() and not out.is_dir():
         raise BertforgeError(f"{out}: --out exists and is not a directory")
     if not out.is_dir() or not any(out.iterdir()):
         return
-    if not (out / RUN_MARKER).is_file():
-        raise BertforgeError(f"{out}: --out holds files that are not a bertforge finetune run; choose another directory")
+    if not (out / marker).is_file():
+        raise BertforgeError(f"{out}: --out holds files that are not a bertforge {what}; choose another directory")
     if not overwrite:
-        raise BertforgeError(f"{out}: --out already holds a fine-tuning run; pass --overwrite to replace it")
+        raise BertforgeError(f"{out}: --out already holds a {what}; pass --overwrite to replace it")

@@ -44,9 +44,9 @@ class DataOptions:
     def validate(self) -> None:
         """Raise `BertforgeError` naming the first bad setting."""
         for name in ("doc_stride", "max_query_length", "max_answer_length", "n_best", "eval_batch_size"):
-            _check_int(name, getattr(self, name), 1)
+            check_int(name, getattr(self, name), 1)
         if self.max_length is not None:
-            _check_int("max_length", self.max_length, 8)
+            check_int("max_length", self.max_length, 8)
 
 
 @dataclass(kw_only=True)
@@ -86,17 +86,12 @@ class FinetuneConfig(DataOptions):
             if not isinstance(getattr(self, name), str) or not getattr(self, name):
                 raise BertforgeError(f"finetune needs {name!r} (a path)")
         for name in ("epochs", "batch_size", "grad_accum", "log_every", "max_skipped_steps"):
-            _check_int(name, getattr(self, name), 1)
+            check_int(name, getattr(self, name), 1)
         for name in ("eval_every", "early_stop"):
             if getattr(self, name) is not None:
-                _check_int(name, getattr(self, name), 1)
-        _check_int("seed", self.seed, 0)
-        if not isinstance(self.lr, (int, float)) or not 0 < self.lr < 1:
-            raise BertforgeError(f"lr must be a number in (0, 1), got {self.lr!r}")
-        if not isinstance(self.warmup_ratio, (int, float)) or not 0 <= self.warmup_ratio < 1:
-            raise BertforgeError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio!r}")
-        if not isinstance(self.weight_decay, (int, float)) or self.weight_decay < 0:
-            raise BertforgeError(f"weight_decay must be >= 0, got {self.weight_decay!r}")
+                check_int(name, getattr(self, name), 1)
+        check_int("seed", self.seed, 0)
+        check_optimization(self)
 
     def data_options(self) -> DataOptions:
         """The reading and encoding settings alone."""
@@ -132,6 +127,16 @@ class FinetuneConfig(DataOptions):
         return cls.from_dict(data, str(path))
 
 
-def _check_int(name: str, value: Any, minimum: int) -> None:
+def check_optimization(settings: Any) -> None:
+    """The optimizer settings every fine-tuning-style trainer shares: lr, warmup_ratio, weight_decay."""
+    if not isinstance(settings.lr, (int, float)) or not 0 < settings.lr < 1:
+        raise BertforgeError(f"lr must be a number in (0, 1), got {settings.lr!r}")
+    if not isinstance(settings.warmup_ratio, (int, float)) or not 0 <= settings.warmup_ratio < 1:
+        raise BertforgeError(f"warmup_ratio must be in [0, 1), got {settings.warmup_ratio!r}")
+    if not isinstance(settings.weight_decay, (int, float)) or settings.weight_decay < 0:
+        raise BertforgeError(f"weight_decay must be >= 0, got {settings.weight_decay!r}")
+
+
+def check_int(name: str, value: Any, minimum: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise BertforgeError(f"{name} must be an integer >= {minimum}, got {value!r}")

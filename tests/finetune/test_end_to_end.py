@@ -188,7 +188,7 @@ def test_out_holding_a_run_is_refused_without_overwrite(tmp_path, tiny_model, ca
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "notes.txt").write_text("mine")
     assert main([*args[:-len(FAST) - 2], "--out", str(tmp_path / "other"), "--overwrite", *FAST]) == 2
-    assert "not a bertforge finetune run" in capsys.readouterr().err
+    assert "not a bertforge fine-tuning run" in capsys.readouterr().err
 
 
 def bad_inputs(tmp_path: Path) -> list[tuple[str, list[str], str]]:
