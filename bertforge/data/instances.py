@@ -165,8 +165,10 @@ def _join(sentences: Sequence[Sequence[int]]) -> list[int]:
     return [t for sentence in sentences for t in sentence]
 
 
-# make_pair(chunk, rng, target) -> (first segment, second segment, label, sentences to read again) or None (no pair)
-PairMaker = Callable[[list[Sequence[int]], random.Random, int], "tuple[list[int], list[int], int, int] | None"]
+# (first segment, second segment, label, sentences of the chunk to read again)
+Pair = tuple[list[int], list[int], int, int]
+# make_pair(chunk, rng, target) -> a Pair, or None when the chunk gives no pair
+PairMaker = Callable[[list[Sequence[int]], random.Random, int], "Pair | None"]
 
 
 def _create_pair_instances(
@@ -224,7 +226,7 @@ def create_nsp_instances(
     none, which is an error as soon as one is needed.
     """
 
-    def nsp_pair(chunk: list[Sequence[int]], rng: random.Random, target: int) -> tuple[list[int], list[int], int, int]:
+    def nsp_pair(chunk: list[Sequence[int]], rng: random.Random, target: int) -> Pair:
         a_end = rng.randint(1, len(chunk) - 1) if len(chunk) >= 2 else 1
         tokens_a = _join(chunk[:a_end])
         if len(chunk) >= 2 and rng.random() >= 0.5:
@@ -248,7 +250,7 @@ def create_nsp_instances(
                                   short_seq_prob=short_seq_prob, cls_id=cls_id, sep_id=sep_id)
 
 
-def _sop_pair(chunk: list[Sequence[int]], rng: random.Random, target: int) -> tuple[list[int], list[int], int, int] | None:
+def _sop_pair(chunk: list[Sequence[int]], rng: random.Random, target: int) -> Pair | None:
     if len(chunk) >= 2:
         a_end = rng.randint(1, len(chunk) - 1)
         first, second = _join(chunk[:a_end]), _join(chunk[a_end:])

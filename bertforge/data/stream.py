@@ -84,8 +84,9 @@ class PretrainingStream:
                                    min_docs=2 if nsp else 1, allow_binary=allow_binary)
         self.instances = InstanceStream(
             self.reader, tokenize, cls_id=cls_id, sep_id=sep_id, max_seq_length=max_seq_length,
-            sentence_objective=objective, short_seq_prob=short_seq_prob, seed=seed, rank=rank, shuffle_buffer=shuffle_buffer, doc_buffer=doc_buffer,
-            doc_buffer_tokens=doc_buffer_tokens, max_epochs=max_epochs,
+            sentence_objective=objective, short_seq_prob=short_seq_prob, seed=seed, rank=rank,
+            shuffle_buffer=shuffle_buffer, doc_buffer=doc_buffer, doc_buffer_tokens=doc_buffer_tokens,
+            max_epochs=max_epochs,
         )
         self.collator = MaskingCollator(
             cls_id=cls_id, sep_id=sep_id, pad_id=pad_id, mask_id=mask_id, vocab_size=vocab_size,
