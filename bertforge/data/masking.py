@@ -14,8 +14,9 @@ when ``is_continuation`` is given (n counted in words). Each run of candidates b
 segment) is tiled from its start by spans of independently drawn lengths, so no span crosses a special token; a
 segment's last span is cut short at the segment's end. The spans are then taken in a uniformly random order until
 the same count as above is reached; the span that crosses the count keeps only its first units that fit (tokens:
-the count is met exactly; words: a word that does not fit is not split, so a sequence may get up to a word's
-length minus one fewer). Every step is a batched tensor operation (no Python loop over tokens or rows).
+the count is met exactly; words: a word that does not fit is not split, and as with whole-word masking, whole
+words that still fit are then added at random, each a span of one word, until none does). Every step is a batched
+tensor operation (no Python loop over tokens or rows).
 
 How: of the chosen positions, 80% (``mask_token_prob``) become ``[MASK]``, 10% (``random_token_prob``) a token drawn
 uniformly from the vocabulary minus the special ids, and the rest stay unchanged; the decision is made per token.
@@ -268,23 +269,31 @@ class MaskingCollator:
             unit_start = candidates & ~(cont & prev)
         return unit_start, candidates & ~prev
 
-    def _tiles(self, unit_start: torch.Tensor, seg_start: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Tile every segment from its start with spans of n units, n drawn with p(n) ∝ 1/n. Returns [B, L]: which
-        positions start a span, and the drawn n of the span starting there (0 elsewhere)."""
+    def _tiles(self, unit_start: torch.Tensor, seg_start: torch.Tensor) -> torch.Tensor:
+        """Tile every segment from its start with spans of n units, n drawn with p(n) ∝ 1/n. Returns [B, L]: the
+        drawn n of the span starting at each position, 0 where none starts.
+
+        Units are numbered along the row; a segment of units f .. f+U-1 takes its spans' lengths from the draws
+        numbered f, f+1, ... (it needs at most U), so segments never share a draw and one [B, L] draw serves them
+        all: the j-th span of the segment starts at unit f + (d[f] + ... + d[f+j-1]) if that is still inside it."""
         batch, length = unit_start.shape
-        seg = (seg_start.cumsum(1) - 1).clamp(min=0)  # segment number, per row (0 off the candidates)
-        unit = unit_start.cumsum(1) - 1  # unit number, per row
-        n_seg = int(seg_start.sum(1).max())
-        first = torch.zeros(batch, n_seg + 1, dtype=torch.long)  # first unit of each segment (+ a dump column)
-        first.scatter_(1, torch.where(seg_start, seg, n_seg), unit)
-        within = (unit - first.gather(1, seg)).clamp(0, length - 1)  # unit number inside its segment
-        uniform = torch.rand(batch, n_seg, length, generator=self.generator)
-        drawn = 1 + torch.bucketize(uniform, self._ngram_ends, right=True)  # [B, S, L]: n of each segment's j-th span
-        starts = (drawn.cumsum(2) - drawn).clamp(max=length)  # where the j-th span starts (`length`: past the end)
-        span_n = torch.zeros(batch, n_seg, length + 1, dtype=torch.long).scatter_(2, starts, drawn)
-        at = span_n.view(batch, -1).gather(1, seg * (length + 1) + within)  # n of the span starting at this unit
-        at = torch.where(unit_start, at, 0)  # a continuation piece never starts a span
-        return at > 0, at
+        arange = torch.arange(length + 1)
+        unit = unit_start.cumsum(1) - 1  # unit number per position
+        slot = unit.masked_fill(~unit_start, length)  # where a unit's first position writes (`length`: a dump)
+        first_flag = torch.zeros(batch, length + 1, dtype=torch.bool).scatter_(1, slot, seg_start)
+        first_of = (arange * first_flag).cummax(1).values  # per unit: the first unit of its segment
+        uniform = torch.rand(batch, length + 1, generator=self.generator)
+        drawn = torch.ones(batch, length + 1, dtype=torch.long)
+        for end in self._ngram_ends.tolist():  # n = 1 + #(ends <= u)
+            drawn += uniform >= end
+        before = drawn.cumsum(1) - drawn
+        target = first_of + before - before.gather(1, first_of)  # where the span of draw u starts
+        inside = (target < unit_start.sum(1, keepdim=True)) & (arange < length)
+        target = target.clamp(max=length)
+        inside &= first_of.gather(1, target) == first_of  # still in the same segment
+        span_n = torch.zeros(batch, length + 1, dtype=torch.long).scatter_(1, target.masked_fill(~inside, length),
+                                                                          drawn)
+        return span_n.gather(1, unit.clamp(min=0)).masked_fill_(~unit_start, 0)
 
     def _choose_ngrams(self, input_ids: torch.Tensor, candidates: torch.Tensor, k: torch.Tensor) -> NgramDraw:
         batch, length = input_ids.shape
@@ -292,30 +301,55 @@ class MaskingCollator:
             empty = torch.zeros(batch, length, dtype=torch.long)
             return NgramDraw(torch.zeros_like(candidates), empty - 1, empty, empty, empty)
         unit_start, seg_start = self._units(input_ids, candidates)
-        tile_start, drawn = self._tiles(unit_start, seg_start)
-        dump = torch.full_like(input_ids, length)
-        tile = torch.where(candidates, tile_start.cumsum(1) - 1, dump)  # span number per row; `length` off candidates
-        unit = torch.where(candidates, unit_start.cumsum(1) - 1, dump)
+        drawn = self._tiles(unit_start, seg_start)
+        tile_start = drawn > 0
+        off = ~candidates
+        tile = (tile_start.cumsum(1) - 1).masked_fill_(off, length)  # span number per row; `length` off candidates
+        unit = (unit_start.cumsum(1) - 1).masked_fill_(off, length)
         ordinal = candidates.cumsum(1) - 1  # candidate number per row
-        tokens = torch.zeros(batch, length + 1, dtype=torch.long).scatter_add_(1, tile, candidates.long())[:, :length]
+        n_spans = tile_start.sum(1, keepdim=True)
+        most = int(n_spans.max())
+        tokens = torch.zeros(batch, length + 1, dtype=torch.long).scatter_add_(1, tile, candidates.long())[:, :most]
         # the spans in a uniformly random order; `before`: tokens of the spans that come before each one
-        key = torch.rand(batch, length, generator=self.generator)
-        key = key.masked_fill(torch.arange(length) >= tile_start.sum(1, keepdim=True), 2.0)  # no such span: last
+        key = torch.rand(batch, most, generator=self.generator)
+        key = key.masked_fill_(torch.arange(most) >= n_spans, 2.0)  # no such span: last
         order = key.argsort(1)
         in_order = tokens.gather(1, order)
-        before = F.pad(torch.empty_like(tokens).scatter_(1, order, in_order.cumsum(1) - in_order), (0, 1))
+        before = torch.zeros(batch, length + 1, dtype=torch.long)
+        before[:, :most].scatter_(1, order, in_order.cumsum(1) - in_order)
         span_first = torch.zeros(batch, length + 1, dtype=torch.long)
-        span_first.scatter_(1, torch.where(tile_start, tile, length), ordinal)
+        span_first.scatter_(1, tile.masked_fill(~tile_start, length), ordinal)
         unit_last = torch.zeros(batch, length + 1, dtype=torch.long).scatter_reduce_(1, unit, ordinal, "amax")
         # a token is masked when its whole unit, and every unit before it in its span, fit in the count
         end_in_span = unit_last.gather(1, unit) - span_first.gather(1, tile) + 1
         chosen = candidates & (before.gather(1, tile) + end_in_span <= k.unsqueeze(1))
+        if self.word_units:
+            unit_first = torch.zeros_like(unit_last).scatter_(1, unit.masked_fill(~unit_start, length), ordinal)
+            word_len = (unit_last - unit_first + 1).gather(1, unit)  # tokens in the word of each position
+            chosen = self._fill_words(chosen, unit_start, unit, word_len, k)
+
         def per_span(values: torch.Tensor) -> torch.Tensor:
             out = torch.zeros(batch, length + 1, dtype=torch.long)
-            return out.scatter_add_(1, tile, torch.where(candidates, values.long(), 0))[:, :length]
+            return out.scatter_add_(1, tile, values.long().masked_fill(off, 0))[:, :length]
 
-        return NgramDraw(chosen, torch.where(candidates, tile, -1), per_span(drawn), per_span(unit_start),
+        return NgramDraw(chosen, tile.masked_fill(off, -1), per_span(drawn), per_span(unit_start),
                          per_span(unit_start & chosen))
+
+    def _fill_words(
+        self, chosen: torch.Tensor, unit_start: torch.Tensor, unit: torch.Tensor, word_len: torch.Tensor, k: torch.Tensor
+    ) -> torch.Tensor:
+        """BERT's rule for the words the spans left: while a sequence is short of its count, add a random whole
+        word that still fits (one per sequence per round; a round per token missing at most)."""
+        rest = k - chosen.sum(1)
+        while True:
+            fits = unit_start & ~chosen & (word_len <= rest.unsqueeze(1))
+            has = fits.any(1)
+            if not has.any():
+                return chosen
+            key = torch.rand(chosen.shape, generator=self.generator).masked_fill_(~fits, -1.0)
+            pick = key.argmax(1, keepdim=True)
+            chosen = chosen | ((unit == unit.gather(1, pick)) & has.unsqueeze(1))
+            rest = rest - word_len.gather(1, pick).squeeze(1) * has
 
     def ngram_draw(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> NgramDraw:
         """The n-gram selection :meth:`mask` would make next (it advances the generator the same way), with its
