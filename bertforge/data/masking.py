@@ -63,6 +63,28 @@ class NgramDraw:
     taken: torch.Tensor
 
 
+def resolve_masking(masking: str, whole_word_mask: bool, max_ngram: int) -> str:
+    """The masking kind from ``masking`` and the older ``whole_word_mask`` switch (True turns "token" into
+    "whole_word"; with "ngram" it asks for n-grams of whole words)."""
+    if masking not in MASKING_KINDS:
+        raise BertforgeError(f"unknown masking {masking!r}; choose one of {', '.join(MASKING_KINDS)}")
+    if max_ngram < 1:
+        raise BertforgeError(f"max_ngram must be at least 1 (got {max_ngram})")
+    return "whole_word" if whole_word_mask and masking == "token" else masking
+
+
+def continuation_flags(is_continuation: Sequence[bool] | Callable[[int], bool], vocab_size: int) -> torch.Tensor:
+    """[vocab_size] bool: which ids continue the word before them (WordPiece's "##" pieces; for SentencePiece /
+    Unigram vocabularies, the pieces that do not start with "▁")."""
+    if callable(is_continuation):
+        flags = [bool(is_continuation(i)) for i in range(vocab_size)]
+    else:
+        flags = [bool(f) for f in is_continuation]
+        if len(flags) != vocab_size:
+            raise BertforgeError(f"is_continuation has {len(flags)} entries but the vocabulary has {vocab_size}")
+    return torch.tensor(flags, dtype=torch.bool)
+
+
 def generator_state_to_json(generator: torch.Generator) -> str:
     return base64.b64encode(generator.get_state().numpy().tobytes()).decode("ascii")
 
@@ -114,12 +136,7 @@ class MaskingCollator:
                 f"mask_token_prob + random_token_prob must be within [0, 1] (got {mask_token_prob} + "
                 f"{random_token_prob})"
             )
-        if masking not in MASKING_KINDS:
-            raise BertforgeError(f"unknown masking {masking!r}; choose one of {', '.join(MASKING_KINDS)}")
-        if max_ngram < 1:
-            raise BertforgeError(f"max_ngram must be at least 1 (got {max_ngram})")
-        if whole_word_mask and masking == "token":
-            masking = "whole_word"
+        masking = resolve_masking(masking, whole_word_mask, max_ngram)
         if max_predictions is not None and max_predictions < 1:
             raise BertforgeError(f"max_predictions must be at least 1 (got {max_predictions})")
         self.special_ids = sorted({int(cls_id), int(sep_id), int(pad_id), int(mask_id), *map(int, special_ids)})
@@ -152,15 +169,7 @@ class MaskingCollator:
             if is_continuation is None:
                 raise BertforgeError(f"{masking} masking of whole words needs is_continuation (which ids are '##' "
                                      "pieces)")
-            if callable(is_continuation):
-                flags = [bool(is_continuation(i)) for i in range(vocab_size)]
-            else:
-                flags = [bool(f) for f in is_continuation]
-                if len(flags) != vocab_size:
-                    raise BertforgeError(
-                        f"is_continuation has {len(flags)} entries but the vocabulary has {vocab_size}"
-                    )
-            self._continuation = torch.tensor(flags, dtype=torch.bool)
+            self._continuation = continuation_flags(is_continuation, vocab_size)
         self.word_units = self._continuation is not None  # whole words (whole_word, or ngram counted in words)
         if generator is None:
             generator = torch.Generator()
