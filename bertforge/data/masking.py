@@ -345,7 +345,12 @@ class MaskingCollator:
                          per_span(unit_start & chosen))
 
     def _fill_words(
-        self, chosen: torch.Tensor, unit_start: torch.Tensor, unit: torch.Tensor, word_len: torch.Tensor, k: torch.Tensor
+        self,
+        chosen: torch.Tensor,
+        unit_start: torch.Tensor,
+        unit: torch.Tensor,
+        word_len: torch.Tensor,
+        k: torch.Tensor,
     ) -> torch.Tensor:
         """BERT's rule for the words the spans left: while a sequence is short of its count, add a random whole
         word that still fits (one per sequence per round; a round per token missing at most)."""
