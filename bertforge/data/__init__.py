@@ -1,4 +1,5 @@
-"""Streaming pretraining data: corpus reading, BERT/RoBERTa instance creation, dynamic masking, static shards.
+"""Streaming pretraining data: corpus reading, BERT (NSP) / ALBERT (SOP) / RoBERTa (packing) instance creation,
+dynamic masking (tokens, whole words, n-grams), static shards.
 
 The training loop uses :class:`PretrainingStream`; tokenizer training uses :func:`iter_documents`.
 """
@@ -6,39 +7,57 @@ The training loop uses :class:`PretrainingStream`; tokenizer training uses :func
 from bertforge.constants import IGNORE_INDEX
 from bertforge.data.corpus import DEFAULT_CORPUS, CorpusReader, Document, iter_documents, list_corpus_files, take_mb
 from bertforge.data.instances import (
+    IN_ORDER,
     IS_NEXT,
     NO_LABEL,
     NOT_NEXT,
+    SENTENCE_OBJECTIVES,
+    SWAPPED,
     Instance,
     InstanceStream,
     SequencePacker,
     create_nsp_instances,
+    create_sop_instances,
     derive_seed,
+    resolve_sentence_objective,
     truncate_pair,
 )
-from bertforge.data.masking import MaskingCollator
-from bertforge.data.static import StaticShardReader, write_duplicated_shards, write_static_shards
+from bertforge.data.masking import MASKING_KINDS, MaskingCollator, NgramDraw
+from bertforge.data.static import (
+    StaticShardReader,
+    index_sentence_objective,
+    write_duplicated_shards,
+    write_static_shards,
+)
 from bertforge.data.stream import PretrainingStream
 
 __all__ = [
     "DEFAULT_CORPUS",
     "IGNORE_INDEX",
+    "IN_ORDER",
     "IS_NEXT",
+    "MASKING_KINDS",
     "NOT_NEXT",
     "NO_LABEL",
+    "SENTENCE_OBJECTIVES",
+    "SWAPPED",
     "CorpusReader",
     "Document",
     "Instance",
     "InstanceStream",
     "MaskingCollator",
+    "NgramDraw",
     "PretrainingStream",
     "SequencePacker",
     "StaticShardReader",
     "create_nsp_instances",
+    "create_sop_instances",
     "derive_seed",
+    "index_sentence_objective",
     "iter_documents",
     "take_mb",
     "list_corpus_files",
+    "resolve_sentence_objective",
     "truncate_pair",
     "write_duplicated_shards",
     "write_static_shards",

@@ -1,4 +1,6 @@
-"""From a document stream to training instances: BERT's sentence pairs (NSP) or RoBERTa's packed sequences.
+"""From a document stream to training instances: BERT's sentence pairs (NSP), ALBERT's sentence-order pairs (SOP)
+or RoBERTa's packed sequences. ``InstanceStream(..., sentence_objective="nsp" | "sop" | None)`` picks one (None:
+packing, MLM only); the older ``nsp=True/False`` switch still works (see :func:`resolve_sentence_objective`).
 
 NSP mode follows the BERT paper's data recipe (google-research/bert ``create_pretraining_data.py``):
 
@@ -15,6 +17,18 @@ NSP mode follows the BERT paper's data recipe (google-research/bert ``create_pre
 Streaming replaces BERT's "all documents in memory": the random other document is drawn from a window of the next
 ``doc_buffer`` documents of the stream (default 1000, also bounded by ``doc_buffer_tokens``) - never the current
 document itself, nor another copy of it from a later epoch. Instances never mix documents except for a NotNext B.
+
+SOP mode follows ALBERT (google-research/albert ``create_pretraining_data.py``, without its random-document
+fallback): the same target length, chunks, random A/B sentence boundary and truncation as NSP, but B is always the
+rest of the chunk, so both segments are consecutive text of one document; with probability exactly 1/2 (one
+``rng.random() < 0.5`` per instance, from the same per-document RNG as NSP) they are swapped, ``[CLS] B [SEP] A
+[SEP]``, label 1 (``SWAPPED``), else label 0 (``IN_ORDER``). The label goes where the NSP label goes
+(``next_sentence_label``), so the pretraining head's sentence classifier learns it unchanged. The swap comes before
+truncation (as in ALBERT), so that "the second segment loses the token on a tie" tells nothing about the order. A
+chunk of a single sentence (a one-sentence document, a document's last sentence on its own, a sentence longer
+than the target) cannot be split at a sentence boundary: it is cut at a random token boundary instead, so one-line
+documents still train SOP; a chunk of a single token makes no instance (and an epoch that makes none at all is an
+error). No other document is ever used and there is no document window.
 
 No-NSP mode (RoBERTa FULL-SENTENCES): the sentences are laid end to end in one token stream, with one extra
 ``[SEP]`` between documents, and cut into sequences of exactly ``max_seq_length`` (``[CLS]`` + content + ``[SEP]``),
@@ -54,7 +68,29 @@ Tokenize = Callable[[list[str]], Sequence[Sequence[int]]]
 
 IS_NEXT = 0
 NOT_NEXT = 1
+IN_ORDER = 0  # SOP: the two segments in the document's order (transformers' sentence_order_label 0)
+SWAPPED = 1  # SOP: the two segments swapped
 NO_LABEL = IGNORE_INDEX  # the NSP label of an instance without a pair: its old name, kept importable
+
+SENTENCE_OBJECTIVES = ("nsp", "sop")  # or None: MLM only, RoBERTa FULL-SENTENCES packing
+
+
+def resolve_sentence_objective(nsp: bool | None, sentence_objective: str | None) -> str | None:
+    """The sentence objective from the two ways of asking for it: ``sentence_objective`` ("nsp", "sop" or None for
+    MLM only) and the older ``nsp`` switch (None: not given). ``nsp=True`` is "nsp" and contradicts any other
+    objective; ``nsp=False`` turns off the default "nsp" (giving None) and leaves "sop" or None as they are."""
+    if sentence_objective is not None and sentence_objective not in SENTENCE_OBJECTIVES:
+        raise BertforgeError(
+            f"unknown sentence_objective {sentence_objective!r}; choose one of {', '.join(SENTENCE_OBJECTIVES)} "
+            "or None (MLM only)"
+        )
+    if nsp is None:
+        return sentence_objective
+    if nsp:
+        if sentence_objective != "nsp":
+            raise BertforgeError(f"nsp=True contradicts sentence_objective={sentence_objective!r}")
+        return "nsp"
+    return None if sentence_objective == "nsp" else sentence_objective
 
 
 def derive_seed(*parts: Any) -> int:
@@ -125,6 +161,55 @@ def truncate_pair(tokens_a: list[int], tokens_b: list[int], max_tokens: int, rng
             del tokens[:front]
 
 
+def _join(sentences: Sequence[Sequence[int]]) -> list[int]:
+    return [t for sentence in sentences for t in sentence]
+
+
+# (first segment, second segment, label, sentences of the chunk to read again)
+Pair = tuple[list[int], list[int], int, int]
+# make_pair(chunk, rng, target) -> a Pair, or None when the chunk gives no pair
+PairMaker = Callable[[list[Sequence[int]], random.Random, int], "Pair | None"]
+
+
+def _create_pair_instances(
+    document: Sequence[Sequence[int]],
+    make_pair: PairMaker,
+    rng: random.Random,
+    *,
+    max_seq_length: int,
+    short_seq_prob: float,
+    cls_id: int,
+    sep_id: int,
+) -> list[Instance]:
+    """BERT's A/B loop, shared by NSP and SOP: the document's target length (``short_seq_prob``), whole sentences
+    accumulated into a chunk until it reaches the target or the document ends, ``make_pair`` turning each chunk into
+    two segments and a label, the pair trimmed by :func:`truncate_pair` and laid out as ``[CLS] A [SEP] B [SEP]``."""
+    max_tokens = max_seq_length - 3
+    target = max_tokens
+    if rng.random() < short_seq_prob:
+        target = rng.randint(2, max_tokens)
+
+    instances: list[Instance] = []
+    chunk: list[Sequence[int]] = []
+    chunk_len = 0
+    i = 0
+    while i < len(document):
+        chunk.append(document[i])
+        chunk_len += len(document[i])
+        if i == len(document) - 1 or chunk_len >= target:
+            pair = make_pair(chunk, rng, target)
+            if pair is not None:
+                tokens_a, tokens_b, label, read_again = pair
+                i -= read_again
+                truncate_pair(tokens_a, tokens_b, max_tokens, rng)
+                ids = [cls_id, *tokens_a, sep_id, *tokens_b, sep_id]
+                instances.append(Instance(ids, len(tokens_a) + 2, label))
+            chunk = []
+            chunk_len = 0
+        i += 1
+    return instances
+
+
 def create_nsp_instances(
     document: Sequence[Sequence[int]],
     random_document: Callable[[random.Random], Sequence[Sequence[int]] | None],
@@ -140,47 +225,63 @@ def create_nsp_instances(
     ``random_document(rng)`` returns the sentences of some other document (never this one), or None if there is
     none, which is an error as soon as one is needed.
     """
-    max_tokens = max_seq_length - 3
-    target = max_tokens
-    if rng.random() < short_seq_prob:
-        target = rng.randint(2, max_tokens)
 
-    instances: list[Instance] = []
-    chunk: list[Sequence[int]] = []
-    chunk_len = 0
-    i = 0
-    while i < len(document):
-        chunk.append(document[i])
-        chunk_len += len(document[i])
-        if i == len(document) - 1 or chunk_len >= target:
-            a_end = rng.randint(1, len(chunk) - 1) if len(chunk) >= 2 else 1
-            tokens_a = [t for sentence in chunk[:a_end] for t in sentence]
-            if len(chunk) == 1 or rng.random() < 0.5:
-                label = NOT_NEXT
-                target_b = target - len(tokens_a)
-                other = random_document(rng)
-                if not other:
-                    raise BertforgeError(
-                        "next-sentence prediction needs at least two documents that produce tokens, found one "
-                        "(separate documents with a blank line, or turn NSP off)"
-                    )
-                start = rng.randint(0, len(other) - 1)
-                tokens_b: list[int] = []
-                for j in range(start, len(other)):  # not other[start:]: a copy of a long document's sentences each time
-                    tokens_b.extend(other[j])
-                    if len(tokens_b) >= target_b:
-                        break
-                i -= len(chunk) - a_end  # the unused sentences of this chunk are read again
-            else:
-                label = IS_NEXT
-                tokens_b = [t for sentence in chunk[a_end:] for t in sentence]
-            truncate_pair(tokens_a, tokens_b, max_tokens, rng)
-            ids = [cls_id, *tokens_a, sep_id, *tokens_b, sep_id]
-            instances.append(Instance(ids, len(tokens_a) + 2, label))
-            chunk = []
-            chunk_len = 0
-        i += 1
-    return instances
+    def nsp_pair(chunk: list[Sequence[int]], rng: random.Random, target: int) -> Pair:
+        a_end = rng.randint(1, len(chunk) - 1) if len(chunk) >= 2 else 1
+        tokens_a = _join(chunk[:a_end])
+        if len(chunk) >= 2 and rng.random() >= 0.5:
+            return tokens_a, _join(chunk[a_end:]), IS_NEXT, 0
+        target_b = target - len(tokens_a)
+        other = random_document(rng)
+        if not other:
+            raise BertforgeError(
+                "next-sentence prediction needs at least two documents that produce tokens, found one "
+                "(separate documents with a blank line, or turn NSP off)"
+            )
+        start = rng.randint(0, len(other) - 1)
+        tokens_b: list[int] = []
+        for j in range(start, len(other)):  # not other[start:]: a copy of a long document's sentences each time
+            tokens_b.extend(other[j])
+            if len(tokens_b) >= target_b:
+                break
+        return tokens_a, tokens_b, NOT_NEXT, len(chunk) - a_end  # the chunk's unused sentences are read again
+
+    return _create_pair_instances(document, nsp_pair, rng, max_seq_length=max_seq_length,
+                                  short_seq_prob=short_seq_prob, cls_id=cls_id, sep_id=sep_id)
+
+
+def _sop_pair(chunk: list[Sequence[int]], rng: random.Random, target: int) -> Pair | None:
+    if len(chunk) >= 2:
+        a_end = rng.randint(1, len(chunk) - 1)
+        first, second = _join(chunk[:a_end]), _join(chunk[a_end:])
+    elif len(chunk[0]) >= 2:  # one sentence: cut it at a random token boundary
+        cut = rng.randint(1, len(chunk[0]) - 1)
+        first, second = list(chunk[0][:cut]), list(chunk[0][cut:])
+    else:
+        return None  # a one-token chunk gives no pair
+    if rng.random() < 0.5:
+        return second, first, SWAPPED, 0
+    return first, second, IN_ORDER, 0
+
+
+def create_sop_instances(
+    document: Sequence[Sequence[int]],
+    rng: random.Random,
+    *,
+    max_seq_length: int,
+    short_seq_prob: float,
+    cls_id: int,
+    sep_id: int,
+) -> list[Instance]:
+    """All sentence-order instances of one tokenized document (ALBERT's SOP): BERT's chunks and A/B split (as
+    :func:`create_nsp_instances`), B always the rest of the chunk; with probability 1/2 the two are swapped
+    (``[CLS] B [SEP] A [SEP]``, label :data:`SWAPPED`), else kept (label :data:`IN_ORDER`). The swap is decided
+    before :func:`truncate_pair` trims the pair, as ALBERT does, so the trimming rule (the second segment loses a
+    token on a tie) says nothing about the order. No other document is ever used: a chunk of one sentence is cut
+    at a random token boundary instead, and a chunk of a single token (a one-token document or last sentence)
+    makes no instance."""
+    return _create_pair_instances(document, _sop_pair, rng, max_seq_length=max_seq_length,
+                                  short_seq_prob=short_seq_prob, cls_id=cls_id, sep_id=sep_id)
 
 
 # ---------------------------------------------------------------------------------------------- packing
@@ -274,7 +375,8 @@ class InstanceStream:
         cls_id: int,
         sep_id: int,
         max_seq_length: int = 128,
-        nsp: bool = True,
+        nsp: bool | None = None,
+        sentence_objective: str | None = "nsp",
         short_seq_prob: float = 0.1,
         seed: int = 0,
         rank: int = 0,
@@ -283,7 +385,9 @@ class InstanceStream:
         doc_buffer_tokens: int = 4_000_000,
         max_epochs: int | None = None,
     ) -> None:
-        min_len = 5 if nsp else 3
+        objective = resolve_sentence_objective(nsp, sentence_objective)
+        nsp = objective == "nsp"
+        min_len = 3 if objective is None else 5
         if max_seq_length < min_len:
             raise BertforgeError(f"max_seq_length must be at least {min_len} (got {max_seq_length})")
         if not 0.0 <= short_seq_prob <= 1.0:
@@ -296,6 +400,7 @@ class InstanceStream:
         self.tokenize = tokenize
         self.cls_id, self.sep_id = cls_id, sep_id
         self.max_seq_length = max_seq_length
+        self.sentence_objective = objective
         self.nsp = nsp
         self.short_seq_prob = short_seq_prob
         self.seed, self.rank = seed, rank
@@ -381,49 +486,73 @@ class InstanceStream:
 
     def _enter_epoch(self, epoch: int) -> None:
         if epoch != self.epoch:  # the previous epoch is complete: its instance count caps the shuffle buffer
+            if self.sentence_objective == "sop" and self.epoch_instances == 0:
+                # SOP skips one-token chunks: without this a corpus of them would be read forever
+                raise BertforgeError(
+                    "no document of the corpus gives a sentence-order pair (a pair needs a document of at least "
+                    "two tokens)"
+                )
             self.epoch_yield, self.epoch_instances = self.epoch_instances, 0
         if epoch != self.shuffle_epoch:
             self.shuffle_epoch = epoch
             self.rng = random.Random(derive_seed(self.seed, self.rank, epoch, "shuffle"))
         self.epoch = epoch
 
-    def _produce(self) -> bool:
-        """Turn the next document into pending instances; False when ``max_epochs`` is reached."""
-        if self.nsp:
-            self._fill_window()
-            current = self.window[0]
-            if self.max_epochs is not None and current.epoch >= self.max_epochs:
-                return False
-            self.window.popleft()
-            self.window_tokens -= current.n_tokens
-            self._enter_epoch(current.epoch)
-            rng = random.Random(derive_seed(self.seed, self.rank, current.epoch, current.index, "instances"))
-            made = create_nsp_instances(
-                current.sentences,
-                self._random_other(current),
-                rng,
+    def _nsp_instances(self) -> list[Instance] | None:
+        """The next document's NSP pairs (NotNext B from another document of the window)."""
+        self._fill_window()
+        current = self.window[0]
+        if self.max_epochs is not None and current.epoch >= self.max_epochs:
+            return None
+        self.window.popleft()
+        self.window_tokens -= current.n_tokens
+        self._enter_epoch(current.epoch)
+        return create_nsp_instances(
+            current.sentences,
+            self._random_other(current),
+            self._document_rng(current.epoch, current.index),
+            max_seq_length=self.max_seq_length,
+            short_seq_prob=self.short_seq_prob,
+            cls_id=self.cls_id,
+            sep_id=self.sep_id,
+        )
+
+    def _document_instances(self) -> list[Instance] | None:
+        """The next document's SOP pairs, or (no sentence objective) the sequences it completes in the packer."""
+        doc = self.reader.next_document()
+        if doc is None:
+            raise BertforgeError("the corpus reader ended; the instance stream needs a cycling reader")
+        if self.max_epochs is not None and doc.epoch >= self.max_epochs:
+            return None
+        self._enter_epoch(doc.epoch)
+        sentences = self._tokenize(doc)
+        if sentences:
+            self.docs_without_tokens = 0
+        else:
+            # Without this guard a corpus in which no document yields a token is read epoch after epoch forever.
+            self.docs_without_tokens += 1
+            per_epoch = self.reader.docs_per_epoch
+            if per_epoch is not None and self.docs_without_tokens > per_epoch:
+                raise BertforgeError("no document of the corpus produces any token with this tokenizer")
+        if self.sentence_objective == "sop":
+            return create_sop_instances(
+                sentences,
+                self._document_rng(doc.epoch, doc.index),
                 max_seq_length=self.max_seq_length,
                 short_seq_prob=self.short_seq_prob,
                 cls_id=self.cls_id,
                 sep_id=self.sep_id,
             )
-        else:
-            doc = self.reader.next_document()
-            if doc is None:
-                raise BertforgeError("the corpus reader ended; the instance stream needs a cycling reader")
-            if self.max_epochs is not None and doc.epoch >= self.max_epochs:
-                return False
-            self._enter_epoch(doc.epoch)
-            sentences = self._tokenize(doc)
-            if sentences:
-                self.docs_without_tokens = 0
-            else:
-                # Without this guard a corpus in which no document yields a token is read epoch after epoch forever.
-                self.docs_without_tokens += 1
-                per_epoch = self.reader.docs_per_epoch
-                if per_epoch is not None and self.docs_without_tokens > per_epoch:
-                    raise BertforgeError("no document of the corpus produces any token with this tokenizer")
-            made = self.packer.add_document(sentences)
+        return self.packer.add_document(sentences)
+
+    def _document_rng(self, epoch: int, index: int) -> random.Random:
+        return random.Random(derive_seed(self.seed, self.rank, epoch, index, "instances"))
+
+    def _produce(self) -> bool:
+        """Turn the next document into pending instances; False when ``max_epochs`` is reached."""
+        made = self._nsp_instances() if self.nsp else self._document_instances()
+        if made is None:
+            return False
         self.pending.extend(made)
         self.instances_made += len(made)
         self.epoch_instances += len(made)

@@ -8,6 +8,16 @@ masking, the candidates are grouped into words (a token that is a continuation p
 of the token right before it), the words are visited in random order and a word is taken whole if it still fits
 in the count (BERT's rule: a word that would overshoot is skipped).
 
+N-gram masking (``masking="ngram"``, ALBERT's, after SpanBERT): the candidates are cut into spans of ``n`` units,
+``n`` in ``1..max_ngram`` drawn with ``p(n) ∝ 1/n`` (for 3: 6/11, 3/11, 2/11); a unit is a token, or a whole word
+when ``is_continuation`` is given (n counted in words). Each run of candidates between two special tokens (a
+segment) is tiled from its start by spans of independently drawn lengths, so no span crosses a special token; a
+segment's last span is cut short at the segment's end. The spans are then taken in a uniformly random order until
+the same count as above is reached; the span that crosses the count keeps only its first units that fit (tokens:
+the count is met exactly; words: a word that does not fit is not split, and as with whole-word masking, whole
+words that still fit are then added at random, each a span of one word, until none does). Every step is a batched
+tensor operation (no Python loop over tokens or rows).
+
 How: of the chosen positions, 80% (``mask_token_prob``) become ``[MASK]``, 10% (``random_token_prob``) a token drawn
 uniformly from the vocabulary minus the special ids, and the rest stay unchanged; the decision is made per token.
 ``labels`` hold the original id at chosen positions and -100 everywhere else.
@@ -19,9 +29,11 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 
 from bertforge.constants import IGNORE_INDEX
 from bertforge.data.instances import Instance
@@ -32,6 +44,45 @@ def _field(item: Any, name: str) -> Any:
     if isinstance(item, Mapping):
         return item.get(name)
     return getattr(item, name, None)
+
+
+MASKING_KINDS = ("token", "whole_word", "ngram")
+
+
+@dataclass
+class NgramDraw:
+    """One n-gram selection (see :meth:`MaskingCollator.ngram_draw`), all [batch, length]: ``chosen`` the masked
+    positions; ``tile`` the span each candidate position belongs to (-1 elsewhere), spans numbered per row;
+    indexed by span number: ``drawn`` the drawn n, ``units`` the units the span has (less than ``drawn`` where the
+    segment ended), ``taken`` the units of it that were masked (0 for a span not taken)."""
+
+    chosen: torch.Tensor
+    tile: torch.Tensor
+    drawn: torch.Tensor
+    units: torch.Tensor
+    taken: torch.Tensor
+
+
+def resolve_masking(masking: str, whole_word_mask: bool, max_ngram: int) -> str:
+    """The masking kind from ``masking`` and the older ``whole_word_mask`` switch (True turns "token" into
+    "whole_word"; with "ngram" it asks for n-grams of whole words)."""
+    if masking not in MASKING_KINDS:
+        raise BertforgeError(f"unknown masking {masking!r}; choose one of {', '.join(MASKING_KINDS)}")
+    if max_ngram < 1:
+        raise BertforgeError(f"max_ngram must be at least 1 (got {max_ngram})")
+    return "whole_word" if whole_word_mask and masking == "token" else masking
+
+
+def continuation_flags(is_continuation: Sequence[bool] | Callable[[int], bool], vocab_size: int) -> torch.Tensor:
+    """[vocab_size] bool: which ids continue the word before them (WordPiece's "##" pieces; for SentencePiece /
+    Unigram vocabularies, the pieces that do not start with "▁")."""
+    if callable(is_continuation):
+        flags = [bool(is_continuation(i)) for i in range(vocab_size)]
+    else:
+        flags = [bool(f) for f in is_continuation]
+        if len(flags) != vocab_size:
+            raise BertforgeError(f"is_continuation has {len(flags)} entries but the vocabulary has {vocab_size}")
+    return torch.tensor(flags, dtype=torch.bool)
 
 
 def generator_state_to_json(generator: torch.Generator) -> str:
@@ -47,6 +98,9 @@ class MaskingCollator:
     """Pads a list of instances (``Instance`` objects or dicts with ``input_ids`` and optionally
     ``token_type_ids``/``next_sentence_label``) and masks them.
 
+    ``masking``: "token" (a random subset of tokens), "whole_word" (whole words; ``is_continuation`` says which ids
+    continue a word) or "ngram" (spans of up to ``max_ngram`` tokens, or words when ``is_continuation`` is given);
+    the older ``whole_word_mask=True`` means "whole_word" with "token", and word units with "ngram".
     ``pad_to``: None pads to the longest sequence of the batch, an int to that fixed length;
     ``pad_to_multiple_of`` rounds the padded length up. ``nsp``: whether to return ``next_sentence_label``
     (None: when the instances carry one).
@@ -63,6 +117,8 @@ class MaskingCollator:
         mlm_probability: float = 0.15,
         max_predictions: int | None = None,
         whole_word_mask: bool = False,
+        masking: str = "token",
+        max_ngram: int = 3,
         is_continuation: Sequence[bool] | Callable[[int], bool] | None = None,
         special_ids: Sequence[int] = (),
         mask_token_prob: float = 0.8,
@@ -80,6 +136,7 @@ class MaskingCollator:
                 f"mask_token_prob + random_token_prob must be within [0, 1] (got {mask_token_prob} + "
                 f"{random_token_prob})"
             )
+        masking = resolve_masking(masking, whole_word_mask, max_ngram)
         if max_predictions is not None and max_predictions < 1:
             raise BertforgeError(f"max_predictions must be at least 1 (got {max_predictions})")
         self.special_ids = sorted({int(cls_id), int(sep_id), int(pad_id), int(mask_id), *map(int, special_ids)})
@@ -95,7 +152,12 @@ class MaskingCollator:
         self.pad_to = pad_to
         self.pad_to_multiple_of = pad_to_multiple_of
         self.nsp = nsp
-        self.whole_word_mask = whole_word_mask
+        self.masking = masking
+        self.max_ngram = max_ngram
+        self.whole_word_mask = masking == "whole_word"
+        inverse = 1.0 / torch.arange(1, max_ngram + 1, dtype=torch.float64)
+        # p(n) ∝ 1/n as the upper ends of n = 1 .. max_ngram - 1 on [0, 1): n = 1 + #(ends <= u) for a uniform u
+        self._ngram_ends = (inverse.cumsum(0) / inverse.sum())[:-1].float()
         self._special = torch.tensor(self.special_ids, dtype=torch.long)
         allowed = torch.ones(vocab_size, dtype=torch.bool)
         allowed[self._special] = False
@@ -103,18 +165,12 @@ class MaskingCollator:
         if len(self._random_pool) == 0:
             raise BertforgeError("the vocabulary has no non-special token to use as a random replacement")
         self._continuation: torch.Tensor | None = None
-        if whole_word_mask:
+        if masking == "whole_word" or whole_word_mask or (masking == "ngram" and is_continuation is not None):
             if is_continuation is None:
-                raise BertforgeError("whole_word_mask needs is_continuation (which ids are '##' pieces)")
-            if callable(is_continuation):
-                flags = [bool(is_continuation(i)) for i in range(vocab_size)]
-            else:
-                flags = [bool(f) for f in is_continuation]
-                if len(flags) != vocab_size:
-                    raise BertforgeError(
-                        f"is_continuation has {len(flags)} entries but the vocabulary has {vocab_size}"
-                    )
-            self._continuation = torch.tensor(flags, dtype=torch.bool)
+                raise BertforgeError(f"{masking} masking of whole words needs is_continuation (which ids are '##' "
+                                     "pieces)")
+            self._continuation = continuation_flags(is_continuation, vocab_size)
+        self.word_units = self._continuation is not None  # whole words (whole_word, or ngram counted in words)
         if generator is None:
             generator = torch.Generator()
             generator.manual_seed(seed)
@@ -211,15 +267,125 @@ class MaskingCollator:
             chosen[torch.tensor(rows), torch.tensor(cols)] = True
         return chosen
 
+    def _units(self, input_ids: torch.Tensor, candidates: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(unit starts, segment starts), [B, L] bool: a unit is a token, or a word when whole words are known (a
+        continuation piece right after a candidate joins its word); a segment is a run of candidates."""
+        prev = F.pad(candidates[:, :-1], (1, 0), value=False)  # the position before is a candidate
+        unit_start = candidates
+        if self._continuation is not None:
+            flat = input_ids.clamp(0, self.vocab_size - 1).reshape(-1)
+            cont = self._continuation.index_select(0, flat).view(input_ids.shape)
+            unit_start = candidates & ~(cont & prev)
+        return unit_start, candidates & ~prev
+
+    def _tiles(self, unit_start: torch.Tensor, seg_start: torch.Tensor) -> torch.Tensor:
+        """Tile every segment from its start with spans of n units, n drawn with p(n) ∝ 1/n. Returns [B, L]: the
+        drawn n of the span starting at each position, 0 where none starts.
+
+        Units are numbered along the row; a segment of units f .. f+U-1 takes its spans' lengths from the draws
+        numbered f, f+1, ... (it needs at most U), so segments never share a draw and one [B, L] draw serves them
+        all: the j-th span of the segment starts at unit f + (d[f] + ... + d[f+j-1]) if that is still inside it."""
+        batch, length = unit_start.shape
+        arange = torch.arange(length + 1)
+        unit = unit_start.cumsum(1) - 1  # unit number per position
+        slot = unit.masked_fill(~unit_start, length)  # where a unit's first position writes (`length`: a dump)
+        first_flag = torch.zeros(batch, length + 1, dtype=torch.bool).scatter_(1, slot, seg_start)
+        first_of = (arange * first_flag).cummax(1).values  # per unit: the first unit of its segment
+        uniform = torch.rand(batch, length + 1, generator=self.generator)
+        drawn = torch.ones(batch, length + 1, dtype=torch.long)
+        for end in self._ngram_ends.tolist():  # n = 1 + #(ends <= u)
+            drawn += uniform >= end
+        before = drawn.cumsum(1) - drawn
+        target = first_of + before - before.gather(1, first_of)  # where the span of draw u starts
+        inside = (target < unit_start.sum(1, keepdim=True)) & (arange < length)
+        target = target.clamp(max=length)
+        inside &= first_of.gather(1, target) == first_of  # still in the same segment
+        span_n = torch.zeros(batch, length + 1, dtype=torch.long).scatter_(1, target.masked_fill(~inside, length),
+                                                                          drawn)
+        return span_n.gather(1, unit.clamp(min=0)).masked_fill_(~unit_start, 0)
+
+    def _choose_ngrams(self, input_ids: torch.Tensor, candidates: torch.Tensor, k: torch.Tensor) -> NgramDraw:
+        batch, length = input_ids.shape
+        if not candidates.any():
+            empty = torch.zeros(batch, length, dtype=torch.long)
+            return NgramDraw(torch.zeros_like(candidates), empty - 1, empty, empty, empty)
+        unit_start, seg_start = self._units(input_ids, candidates)
+        drawn = self._tiles(unit_start, seg_start)
+        tile_start = drawn > 0
+        off = ~candidates
+        tile = (tile_start.cumsum(1) - 1).masked_fill_(off, length)  # span number per row; `length` off candidates
+        unit = (unit_start.cumsum(1) - 1).masked_fill_(off, length)
+        ordinal = candidates.cumsum(1) - 1  # candidate number per row
+        n_spans = tile_start.sum(1, keepdim=True)
+        most = int(n_spans.max())
+        tokens = torch.zeros(batch, length + 1, dtype=torch.long).scatter_add_(1, tile, candidates.long())[:, :most]
+        # the spans in a uniformly random order; `before`: tokens of the spans that come before each one
+        key = torch.rand(batch, most, generator=self.generator)
+        key = key.masked_fill_(torch.arange(most) >= n_spans, 2.0)  # no such span: last
+        order = key.argsort(1)
+        in_order = tokens.gather(1, order)
+        before = torch.zeros(batch, length + 1, dtype=torch.long)
+        before[:, :most].scatter_(1, order, in_order.cumsum(1) - in_order)
+        span_first = torch.zeros(batch, length + 1, dtype=torch.long)
+        span_first.scatter_(1, tile.masked_fill(~tile_start, length), ordinal)
+        unit_last = torch.zeros(batch, length + 1, dtype=torch.long).scatter_reduce_(1, unit, ordinal, "amax")
+        # a token is masked when its whole unit, and every unit before it in its span, fit in the count
+        end_in_span = unit_last.gather(1, unit) - span_first.gather(1, tile) + 1
+        chosen = candidates & (before.gather(1, tile) + end_in_span <= k.unsqueeze(1))
+        if self.word_units:
+            unit_first = torch.zeros_like(unit_last).scatter_(1, unit.masked_fill(~unit_start, length), ordinal)
+            word_len = (unit_last - unit_first + 1).gather(1, unit)  # tokens in the word of each position
+            chosen = self._fill_words(chosen, unit_start, unit, word_len, k)
+
+        def per_span(values: torch.Tensor) -> torch.Tensor:
+            out = torch.zeros(batch, length + 1, dtype=torch.long)
+            return out.scatter_add_(1, tile, values.long().masked_fill(off, 0))[:, :length]
+
+        return NgramDraw(chosen, tile.masked_fill(off, -1), per_span(drawn), per_span(unit_start),
+                         per_span(unit_start & chosen))
+
+    def _fill_words(
+        self,
+        chosen: torch.Tensor,
+        unit_start: torch.Tensor,
+        unit: torch.Tensor,
+        word_len: torch.Tensor,
+        k: torch.Tensor,
+    ) -> torch.Tensor:
+        """BERT's rule for the words the spans left: while a sequence is short of its count, add a random whole
+        word that still fits (one per sequence per round; a round per token missing at most)."""
+        rest = k - chosen.sum(1)
+        while True:
+            fits = unit_start & ~chosen & (word_len <= rest.unsqueeze(1))
+            has = fits.any(1)
+            if not has.any():
+                return chosen
+            key = torch.rand(chosen.shape, generator=self.generator).masked_fill_(~fits, -1.0)
+            pick = key.argmax(1, keepdim=True)
+            chosen = chosen | ((unit == unit.gather(1, pick)) & has.unsqueeze(1))
+            rest = rest - word_len.gather(1, pick).squeeze(1) * has
+
+    def ngram_draw(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> NgramDraw:
+        """The n-gram selection :meth:`mask` would make next (it advances the generator the same way), with its
+        spans: for inspection and tests."""
+        candidates = self._candidates(input_ids, attention_mask)
+        return self._choose_ngrams(input_ids, candidates, self._counts(candidates))
+
+    def _candidates(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+        candidates = ~torch.isin(input_ids, self._special)
+        if attention_mask is not None:
+            candidates &= attention_mask.bool()
+        return candidates
+
     def mask(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Returns (masked input ids, labels); ``input_ids`` is not modified."""
-        candidates = ~torch.isin(input_ids, self._special)
-        if attention_mask is not None:
-            candidates &= attention_mask.bool()
+        candidates = self._candidates(input_ids, attention_mask)
         k = self._counts(candidates)
-        if self.whole_word_mask:
+        if self.masking == "ngram":
+            chosen = self._choose_ngrams(input_ids, candidates, k).chosen
+        elif self.masking == "whole_word":
             chosen = self._choose_words(input_ids, candidates, k)
         else:
             chosen = self._choose_tokens(candidates, k)

@@ -5,7 +5,10 @@
 order, to ``out_dir/shard-00000.safetensors``, ... (``shard_size`` instances each, never more than one shard in
 memory) plus ``out_dir/index.json``. Each shard holds, padded to ``max_seq_length``: ``input_ids`` (int32, already
 masked), ``token_type_ids`` (uint8), ``labels`` (int32, -100 where nothing is predicted), ``lengths`` (int32) and,
-with NSP, ``next_sentence_label`` (int8). No pickle anywhere.
+with NSP or SOP, ``next_sentence_label`` (int8). No pickle anywhere. The index records the stream's
+``sentence_objective`` ("nsp", "sop" or null), its ``nsp`` flag as before (true only for "nsp"), ``masking`` and
+``max_ngram``; :func:`index_sentence_objective` reads the objective back, also from an older index that has
+only ``nsp``.
 
 ``write_duplicated_shards(make_stream, out_dir, dupe_factor, shard_size)`` is the recipe of BERT's
 ``create_pretraining_data.py`` as RoBERTa describes it: one pass of instances, each masked ``dupe_factor``
@@ -115,6 +118,25 @@ class _ShardWriter:
         return index
 
 
+def _stream_fields(stream: PretrainingStream) -> dict[str, Any]:
+    """What an index records about the stream that wrote it."""
+    collator = stream.collator
+    return {
+        "nsp": stream.nsp,
+        "sentence_objective": stream.sentence_objective,
+        "masking": collator.masking,
+        "max_ngram": collator.max_ngram if collator.masking == "ngram" else None,
+    }
+
+
+def index_sentence_objective(index: dict[str, Any]) -> str | None:
+    """The sentence objective ("nsp", "sop" or None) of the shards an index describes; an index written before
+    SOP existed has only ``nsp``."""
+    if "sentence_objective" in index:
+        return index["sentence_objective"]
+    return "nsp" if index.get("nsp") else None
+
+
 def _check_output(out_dir: str | os.PathLike, dupe_factor: int, shard_size: int) -> Path:
     if dupe_factor < 1:
         raise BertforgeError(f"dupe_factor must be at least 1 (got {dupe_factor})")
@@ -138,7 +160,7 @@ def write_static_shards(
     writer = _ShardWriter(out, stream.max_seq_length, stream.collator.pad_id, shard_size, progress)
     for batch in stream:
         writer.add(batch)
-    return writer.finish(nsp=stream.nsp, dupe_factor=dupe_factor, stats=stream.stats)
+    return writer.finish(**_stream_fields(stream), dupe_factor=dupe_factor, stats=stream.stats)
 
 
 def write_duplicated_shards(
@@ -157,6 +179,7 @@ def write_duplicated_shards(
     out = _check_output(out_dir, dupe_factor, shard_size)
     writer = None
     masking = None
+    fields: dict[str, Any] = {}
     stats: dict[str, Any] = {}
     per_pass: list[int] = []
     for dupe in range(dupe_factor):
@@ -178,7 +201,7 @@ def write_duplicated_shards(
                 writer.bar.total = per_pass[0] * dupe_factor
                 writer.bar.refresh()
             masking = stream.collator.state_dict()
-            nsp, stats = stream.nsp, stream.stats
+            fields, stats = _stream_fields(stream), stream.stats
         finally:
             close = getattr(stream, "close", None)
             if close is not None:
@@ -189,7 +212,7 @@ def write_duplicated_shards(
                 "make_stream() must build the same stream every time"
             )
     assert writer is not None
-    return writer.finish(nsp=nsp, dupe_factor=dupe_factor, same_instances=True, stats=stats)
+    return writer.finish(**fields, dupe_factor=dupe_factor, same_instances=True, stats=stats)
 
 
 class StaticShardReader:
@@ -225,6 +248,7 @@ class StaticShardReader:
         self.shuffle = shuffle
         self.max_epochs = max_epochs
         self.pad_id = int(self.index["pad_id"])
+        self.sentence_objective = index_sentence_objective(self.index)  # "nsp", "sop" or None
         self.epoch = 0
         self.shard_pos = 0  # position in this epoch's shard order
         self.row_pos = 0  # position in this rank's rows of that shard

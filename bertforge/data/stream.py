@@ -6,9 +6,14 @@
     PretrainingStream(...same arguments...).load_state_dict(state)   # continues with the very same batches
 
 Pipeline: :class:`~bertforge.data.corpus.CorpusReader` (this rank's documents, cycling over epochs) ->
-:class:`~bertforge.data.instances.InstanceStream` (BERT NSP pairs or RoBERTa packed sequences, shuffle buffer) ->
-:class:`~bertforge.data.masking.MaskingCollator` (pad to the longest in the batch, dynamic masking). Each part's
-docstring has the details.
+:class:`~bertforge.data.instances.InstanceStream` (BERT NSP pairs, ALBERT SOP pairs or RoBERTa packed sequences,
+shuffle buffer) -> :class:`~bertforge.data.masking.MaskingCollator` (pad to the longest in the batch, dynamic
+masking: tokens, whole words or n-grams). Each part's docstring has the details.
+
+The recipes: BERT ``sentence_objective="nsp"`` (the default); RoBERTa ``sentence_objective=None``; ALBERT
+``sentence_objective="sop", masking="ngram"`` (``max_ngram=3``). With "nsp" or "sop" the batches have
+``next_sentence_label`` (for SOP: 0 in order, 1 swapped). ``nsp=True/False`` is the older spelling of "nsp"/None
+and ``whole_word_mask=True`` of ``masking="whole_word"`` (with "ngram": n-grams of whole words).
 
 Seeds: instance creation uses (seed, rank, epoch, document number), the shuffle buffer (seed, rank, epoch), the
 masking generator (seed, rank); so ranks and epochs all differ, and nothing touches a global RNG.
@@ -20,7 +25,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from bertforge.data.corpus import DEFAULT_CORPUS, CorpusReader, PathsLike
-from bertforge.data.instances import Instance, InstanceStream, Tokenize, derive_seed
+from bertforge.data.instances import Instance, InstanceStream, Tokenize, derive_seed, resolve_sentence_objective
 from bertforge.data.masking import MaskingCollator
 from bertforge.errors import BertforgeError
 
@@ -43,8 +48,11 @@ class PretrainingStream:
         is_continuation: Sequence[bool] | Callable[[int], bool] | None = None,
         max_seq_length: int = 128,
         batch_size: int = 32,
-        nsp: bool = True,
+        nsp: bool | None = None,
+        sentence_objective: str | None = "nsp",
         whole_word_mask: bool = False,
+        masking: str = "token",
+        max_ngram: int = 3,
         mlm_probability: float = 0.15,
         short_seq_prob: float = 0.1,
         seed: int = 0,
@@ -65,28 +73,36 @@ class PretrainingStream:
             raise BertforgeError(f"batch_size must be at least 1 (got {batch_size})")
         if paths is None:
             paths = DEFAULT_CORPUS
+        objective = resolve_sentence_objective(nsp, sentence_objective)
+        nsp = objective == "nsp"
         self.batch_size = batch_size
+        self.sentence_objective = objective
         self.nsp = nsp
         self.max_seq_length = max_seq_length
         self.seed, self.rank, self.world_size = seed, rank, world_size
         self.reader = CorpusReader(paths, text_field=text_field, rank=rank, world_size=world_size, shard_by=shard_by,
                                    min_docs=2 if nsp else 1, allow_binary=allow_binary)
         self.instances = InstanceStream(
-            self.reader, tokenize, cls_id=cls_id, sep_id=sep_id, max_seq_length=max_seq_length, nsp=nsp,
-            short_seq_prob=short_seq_prob, seed=seed, rank=rank, shuffle_buffer=shuffle_buffer, doc_buffer=doc_buffer,
-            doc_buffer_tokens=doc_buffer_tokens, max_epochs=max_epochs,
+            self.reader, tokenize, cls_id=cls_id, sep_id=sep_id, max_seq_length=max_seq_length,
+            sentence_objective=objective, short_seq_prob=short_seq_prob, seed=seed, rank=rank,
+            shuffle_buffer=shuffle_buffer, doc_buffer=doc_buffer, doc_buffer_tokens=doc_buffer_tokens,
+            max_epochs=max_epochs,
         )
         self.collator = MaskingCollator(
             cls_id=cls_id, sep_id=sep_id, pad_id=pad_id, mask_id=mask_id, vocab_size=vocab_size,
             mlm_probability=mlm_probability, max_predictions=max_predictions, whole_word_mask=whole_word_mask,
-            is_continuation=is_continuation, special_ids=special_ids, pad_to_multiple_of=pad_to_multiple_of, nsp=nsp,
-            seed=derive_seed(seed, rank, "masking"),
+            masking=masking, max_ngram=max_ngram, is_continuation=is_continuation, special_ids=special_ids,
+            pad_to_multiple_of=pad_to_multiple_of, nsp=objective is not None, seed=derive_seed(seed, rank, "masking"),
         )
+        masking = self.collator.masking
         self.batches = 0
         # what a saved state must agree with to be resumed here
-        self._config = dict(nsp=nsp, max_seq_length=max_seq_length, seed=seed, rank=rank, world_size=world_size,
-                            shard_by=shard_by, whole_word_mask=whole_word_mask, mlm_probability=mlm_probability,
-                            short_seq_prob=short_seq_prob, vocab_size=vocab_size)
+        self._config = dict(nsp=nsp, sentence_objective=objective, max_seq_length=max_seq_length, seed=seed,
+                            rank=rank, world_size=world_size, shard_by=shard_by,
+                            whole_word_mask=masking == "whole_word", masking=masking,
+                            max_ngram=max_ngram if masking == "ngram" else None,
+                            mask_units="word" if self.collator.word_units else "token",
+                            mlm_probability=mlm_probability, short_seq_prob=short_seq_prob, vocab_size=vocab_size)
 
     def __iter__(self) -> PretrainingStream:
         return self
@@ -140,7 +156,11 @@ class PretrainingStream:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if state.get("version") != STATE_VERSION:
             raise BertforgeError(f"cannot resume: data state version {state.get('version')} is not {STATE_VERSION}")
-        for key, value in state["config"].items():
+        config = dict(state["config"])
+        # states written before SOP and n-gram masking existed say only nsp and whole_word_mask
+        config.setdefault("sentence_objective", "nsp" if config.get("nsp") else None)
+        config.setdefault("masking", "whole_word" if config.get("whole_word_mask") else "token")
+        for key, value in config.items():
             if self._config.get(key) != value:
                 raise BertforgeError(
                     f"cannot resume: the data checkpoint has {key}={value!r} but this run has "

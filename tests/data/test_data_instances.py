@@ -7,14 +7,19 @@ import pytest
 from tests.data.data_helpers import CLS, SEP, WordVocab, tagged_docs, write_txt
 
 from bertforge.data import (
+    IN_ORDER,
     IS_NEXT,
     NO_LABEL,
     NOT_NEXT,
+    SWAPPED,
     CorpusReader,
     Instance,
     InstanceStream,
     PretrainingStream,
     SequencePacker,
+    create_nsp_instances,
+    create_sop_instances,
+    resolve_sentence_objective,
     truncate_pair,
 )
 from bertforge.errors import BertforgeError
@@ -430,3 +435,135 @@ def test_nsp_instances_from_long_documents_are_linear():
                                cls_id=CLS, sep_id=SEP)
     assert time.perf_counter() - started < 5
     assert sum(inst.next_sentence_label == NOT_NEXT for inst in out) > 1000
+
+
+# ---------------------------------------------------------------------------------------------- sentence order (SOP)
+def sop_stream(path, vocab, **kw):
+    return make_stream(path, vocab, sentence_objective="sop", **kw)
+
+
+def test_sop_pairs_are_consecutive_segments_of_one_document(corpus):
+    """Untruncated (max length 512): A and B are one document's consecutive text, B right after A in the original
+    order; the label is SWAPPED exactly when the segment shown first comes second in the document. Chunks of two or
+    more sentences split at a sentence boundary; a one-sentence chunk is cut inside the sentence."""
+    path, docs, vocab = corpus
+    labels = {IN_ORDER: 0, SWAPPED: 0}
+    cut_inside = 0
+    for inst in take(sop_stream(path, vocab, max_seq_length=512, short_seq_prob=0.0, shuffle_buffer=10), 400):
+        first, second = split_pair(inst)
+        doc_1, pos_1, offsets = positions(vocab, docs, first)
+        doc_2, pos_2, _ = positions(vocab, docs, second)
+        assert doc_1 == doc_2  # never another document
+        assert pos_1 == list(range(pos_1[0], pos_1[0] + len(first)))  # each a contiguous run
+        assert pos_2 == list(range(pos_2[0], pos_2[0] + len(second)))
+        early, late = (pos_1, pos_2) if inst.next_sentence_label == IN_ORDER else (pos_2, pos_1)
+        assert late[0] == early[-1] + 1  # consecutive, in the order the label says
+        assert early[0] in offsets and late[-1] + 1 in offsets  # the pair is whole sentences end to end
+        cut_inside += late[0] not in offsets
+        labels[inst.next_sentence_label] += 1
+    assert labels[IN_ORDER] > 100 and labels[SWAPPED] > 100  # measured 213 and 187
+    assert cut_inside > 30  # one-sentence chunks are cut inside the sentence (measured 90)
+
+
+def test_sop_truncated_pairs_stay_in_one_document_and_in_order(corpus):
+    path, docs, vocab = corpus
+    for inst in take(sop_stream(path, vocab, max_seq_length=20, short_seq_prob=0.3, shuffle_buffer=30), 800):
+        assert len(inst.input_ids) <= 20 and inst.input_ids[0] == CLS and inst.input_ids.count(SEP) == 2
+        first, second = split_pair(inst)
+        assert first and second
+        assert inst.token_type_ids == [0] * (len(first) + 2) + [1] * (len(second) + 1)
+        doc_1, pos_1, _ = positions(vocab, docs, first)
+        doc_2, pos_2, _ = positions(vocab, docs, second)
+        assert doc_1 == doc_2
+        assert pos_1 == list(range(pos_1[0], pos_1[0] + len(first)))
+        assert pos_2 == list(range(pos_2[0], pos_2[0] + len(second)))
+        # truncation may drop tokens between the two, never reorder them
+        assert (pos_2[0] > pos_1[-1]) == (inst.next_sentence_label == IN_ORDER)
+
+
+def test_sop_swaps_half_the_time(tmp_path):
+    """Every SOP instance is swapped with probability exactly 1/2 (no forced case, unlike NSP's NotNext)."""
+    docs = tagged_docs(300, seed=8, sentences=(1, 6), words=(1, 6))
+    vocab = WordVocab(docs)
+    stream = sop_stream(write_txt(tmp_path / "c.txt", docs), vocab, max_seq_length=16, short_seq_prob=0.2,
+                        shuffle_buffer=0)
+    instances = take(stream, 8000)
+    swapped = sum(inst.next_sentence_label == SWAPPED for inst in instances)
+    assert {inst.next_sentence_label for inst in instances} == {IN_ORDER, SWAPPED}
+    # n = 8,000, sigma = sqrt(0.25 / n) = 0.0056, 4 sigma = 0.022: swapped share in 0.478-0.522 (measured 0.503,
+    # 4,022 of 8,000; a 45/55 sampler is 9 sigma off)
+    sigma = math.sqrt(0.25 / len(instances))
+    assert abs(swapped / len(instances) - 0.5) <= 4 * sigma, swapped
+
+
+def test_sop_swap_comes_before_truncation():
+    """Sentences of 5 and 40 tokens trimmed to 9: truncate_pair cuts the longer one down to 5, then takes the tie
+    from its second argument, so the segment shown first keeps 5 tokens and the second 4, whichever order they
+    are in; had the pair been trimmed before the swap, a swapped pair would show (4, 5) and one in order (5, 4)."""
+    document = [list(range(100, 105)), list(range(200, 240))]
+    labels = set()
+    for seed in range(40):
+        (inst,) = create_sop_instances(document, random.Random(seed), max_seq_length=12, short_seq_prob=0.0,
+                                       cls_id=CLS, sep_id=SEP)
+        first, second = split_pair(inst)
+        assert (len(first), len(second)) == (5, 4)
+        assert (first[0] >= 200) == (inst.next_sentence_label == SWAPPED)
+        labels.add(inst.next_sentence_label)
+    assert labels == {IN_ORDER, SWAPPED}
+
+
+def test_sop_single_sentence_and_single_token_documents(tmp_path):
+    """A one-sentence document still gives pairs (cut at a random token boundary); a one-token one gives none, and
+    a corpus of nothing else is an error, not an endless read. One document is enough for SOP (NSP needs two)."""
+    document = [list(range(100, 110))]
+    cuts = set()
+    for seed in range(60):
+        (inst,) = create_sop_instances(document, random.Random(seed), max_seq_length=64, short_seq_prob=0.0,
+                                       cls_id=CLS, sep_id=SEP)
+        first, second = split_pair(inst)
+        early, late = (first, second) if inst.next_sentence_label == IN_ORDER else (second, first)
+        assert early + late == list(range(100, 110))
+        cuts.add(len(early))
+    assert cuts == set(range(1, 10))
+    assert create_sop_instances([[100]], random.Random(0), max_seq_length=64, short_seq_prob=0.0, cls_id=CLS,
+                                sep_id=SEP) == []
+    one = tagged_docs(1, seed=3, sentences=(1, 1), words=(6, 6))
+    batch = next(sop_stream(write_txt(tmp_path / "one.txt", one), WordVocab(one), batch_size=4, max_seq_length=16))
+    assert set(batch["next_sentence_label"].tolist()) <= {IN_ORDER, SWAPPED}
+    tiny = tagged_docs(4, seed=3, sentences=(1, 1), words=(1, 1))
+    with pytest.raises(BertforgeError, match="sentence-order pair"):
+        next(sop_stream(write_txt(tmp_path / "tiny.txt", tiny), WordVocab(tiny), batch_size=4))
+
+
+def test_sop_uses_nsp_chunks_and_split_points():
+    """SOP shares BERT's chunking with NSP: with the same RNG, an IsNext instance's A/B boundary is SOP's."""
+    document = [list(range(100 * s, 100 * s + 7)) for s in range(1, 12)]
+    same = 0
+    for seed in range(30):
+        nsp = create_nsp_instances(document, lambda rng: [[-1, -2, -3]], random.Random(seed), max_seq_length=32,
+                                   short_seq_prob=0.0, cls_id=CLS, sep_id=SEP)
+        sop = create_sop_instances(document, random.Random(seed), max_seq_length=32, short_seq_prob=0.0,
+                                   cls_id=CLS, sep_id=SEP)
+        if nsp[0].next_sentence_label == IS_NEXT:  # the first chunk's draws were the same in both
+            a, _ = split_pair(nsp[0])
+            first, second = split_pair(sop[0])
+            assert a == (first if sop[0].next_sentence_label == IN_ORDER else second)
+            same += 1
+    assert same > 5
+
+
+def test_sentence_objective_switches(corpus):
+    path, docs, vocab = corpus
+    assert resolve_sentence_objective(None, "sop") == "sop"
+    assert resolve_sentence_objective(True, "nsp") == "nsp"
+    assert resolve_sentence_objective(False, "nsp") is None  # nsp=False turns the default off
+    assert resolve_sentence_objective(False, "sop") == "sop"
+    assert resolve_sentence_objective(None, None) is None
+    with pytest.raises(BertforgeError, match="nsp=True contradicts sentence_objective='sop'"):
+        resolve_sentence_objective(True, "sop")
+    with pytest.raises(BertforgeError, match="unknown sentence_objective 'nso'"):
+        InstanceStream(CorpusReader(path), vocab.tokenize, cls_id=CLS, sep_id=SEP, sentence_objective="nso")
+    with pytest.raises(BertforgeError, match="nsp=True contradicts sentence_objective=None"):
+        make_stream(path, vocab, nsp=True, sentence_objective=None)
+    assert make_stream(path, vocab, nsp=False).sentence_objective is None
+    assert make_stream(path, vocab, nsp=False, sentence_objective="sop").instances.sentence_objective == "sop"

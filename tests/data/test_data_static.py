@@ -94,3 +94,33 @@ def test_write_duplicated_shards_masks_the_same_instances_differently(tmp_path, 
     streams = iter([make_stream(path, vocab, max_seq_length=32), make_stream(path, vocab, max_seq_length=32, seed=9)])
     with pytest.raises(BertforgeError, match="same stream"):
         write_duplicated_shards(lambda: next(streams), tmp_path / "bad", 2, 25)
+
+
+def test_static_shards_with_sop_and_ngram_masking(tmp_path, corpus):
+    from bertforge.data import index_sentence_objective, write_duplicated_shards
+
+    path, vocab = corpus
+
+    def sop_stream():
+        return make_stream(path, vocab, max_seq_length=32, sentence_objective="sop", masking="ngram")
+
+    index = write_duplicated_shards(sop_stream, tmp_path / "sop", 2, 30)
+    assert index["sentence_objective"] == "sop" and index["nsp"] is False
+    assert index["masking"] == "ngram" and index["max_ngram"] == 3
+    reader = StaticShardReader(tmp_path / "sop", batch_size=1000, max_epochs=1, shuffle=False)
+    assert reader.sentence_objective == "sop"
+    on_disk = torch.cat([b["next_sentence_label"] for b in reader])
+    one_pass = make_stream(path, vocab, max_seq_length=32, sentence_objective="sop", masking="ngram", max_epochs=1)
+    streamed = torch.cat([b["next_sentence_label"] for b in one_pass])
+    assert torch.equal(on_disk, torch.cat([streamed, streamed]))  # the SOP labels, once per duplicate
+    assert set(on_disk.tolist()) == {0, 1}
+    mlm = write_static_shards(make_stream(path, vocab, max_seq_length=32, nsp=False), tmp_path / "mlm", 1, 100)
+    assert mlm["sentence_objective"] is None and mlm["masking"] == "token" and mlm["max_ngram"] is None
+    assert "next_sentence_label" not in next(StaticShardReader(tmp_path / "mlm", 4))
+    # an index written before SOP existed says only nsp
+    assert index_sentence_objective({"nsp": True}) == "nsp" and index_sentence_objective({"nsp": False}) is None
+    assert index_sentence_objective({"nsp": False, "sentence_objective": "sop"}) == "sop"
+    old = json.loads((tmp_path / "mlm" / "index.json").read_text())
+    del old["sentence_objective"]
+    (tmp_path / "mlm" / "index.json").write_text(json.dumps(old | {"nsp": True}))
+    assert StaticShardReader(tmp_path / "mlm", 4).sentence_objective == "nsp"

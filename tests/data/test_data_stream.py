@@ -37,6 +37,9 @@ def test_batch_format(mixed_corpus):
     no_nsp = next(make_stream(path, vocab, batch_size=8, max_seq_length=32, nsp=False))
     assert "next_sentence_label" not in no_nsp and no_nsp["input_ids"].shape == (8, 32)
     assert no_nsp["token_type_ids"].sum() == 0 and no_nsp["attention_mask"].all()
+    sop = next(make_stream(path, vocab, batch_size=8, max_seq_length=32, sentence_objective="sop", masking="ngram"))
+    assert sorted(sop) == sorted(KEYS_NSP)  # the SOP label goes where the NSP label goes
+    assert set(sop["next_sentence_label"].tolist()) <= {0, 1} and sop["token_type_ids"].any()
 
 
 @pytest.mark.parametrize(
@@ -46,13 +49,16 @@ def test_batch_format(mixed_corpus):
         {"nsp": False},
         {"whole_word_mask": True, "shuffle_buffer": 7, "doc_buffer": 3},
         {"rank": 1, "world_size": 2, "short_seq_prob": 0.5, "shard_by": "file"},
+        {"sentence_objective": "sop", "masking": "ngram"},
+        {"sentence_objective": "sop", "masking": "ngram", "whole_word_mask": True, "rank": 1, "world_size": 2},
+        {"sentence_objective": None, "masking": "ngram", "max_ngram": 4, "words": True},
     ],
-    ids=["nsp", "no-nsp", "wwm-small-buffers", "rank1-files"],
+    ids=["nsp", "no-nsp", "wwm-small-buffers", "rank1-files", "sop-ngram", "sop-ngram-words-rank1", "mlm-ngram"],
 )
 def test_exact_resume(mixed_corpus, options):
     path, vocab = mixed_corpus
     kw = {"batch_size": 6, "max_seq_length": 24, "shuffle_buffer": 40, "seed": 3, **options}
-    if options.get("whole_word_mask"):
+    if kw.pop("words", False) or options.get("whole_word_mask"):
         kw["is_continuation"] = [w.endswith("w1") for w in vocab.words]  # pretend "...w1" words are pieces
     stream = make_stream(path, vocab, **kw)
     for _ in range(37):  # several epochs of this small corpus
@@ -82,6 +88,33 @@ def test_resume_at_start_and_config_mismatch(mixed_corpus):
         make_stream(path, vocab, batch_size=4, max_seq_length=64).load_state_dict(state)
     with pytest.raises(BertforgeError, match="nsp"):
         make_stream(path, vocab, batch_size=4, nsp=False).load_state_dict(state)
+    with pytest.raises(BertforgeError, match="masking='token' but this run has masking='ngram'"):
+        make_stream(path, vocab, batch_size=4, masking="ngram").load_state_dict(state)
+    sop = make_stream(path, vocab, batch_size=4, sentence_objective="sop")
+    with pytest.raises(BertforgeError, match="sentence_objective='sop' but this run has sentence_objective=None"):
+        make_stream(path, vocab, batch_size=4, nsp=False).load_state_dict(sop.state_dict())
+    ngram = make_stream(path, vocab, batch_size=4, masking="ngram").state_dict()
+    with pytest.raises(BertforgeError, match="max_ngram=3 but this run has max_ngram=2"):
+        make_stream(path, vocab, batch_size=4, masking="ngram", max_ngram=2).load_state_dict(ngram)
+
+
+def test_resume_from_a_state_written_before_sop_and_ngram(mixed_corpus):
+    """A data state from before SOP and n-gram masking has only nsp and whole_word_mask in its config."""
+    path, vocab = mixed_corpus
+    for kw in ({}, {"nsp": False}):
+        stream = make_stream(path, vocab, batch_size=4, **kw)
+        next(stream)
+        state = stream.state_dict()
+        for key in ("sentence_objective", "masking", "max_ngram", "mask_units"):
+            del state["config"][key]
+        want = next(stream)
+        again = make_stream(path, vocab, batch_size=4, **kw)
+        again.load_state_dict(state)
+        assert torch.equal(next(again)["input_ids"], want["input_ids"])
+        with pytest.raises(BertforgeError, match="masking='token' but this run has masking='ngram'"):
+            make_stream(path, vocab, batch_size=4, masking="ngram", **kw).load_state_dict(state)
+    with pytest.raises(BertforgeError, match="sentence_objective=None but this run has sentence_objective='sop'"):
+        make_stream(path, vocab, batch_size=4, sentence_objective="sop").load_state_dict(state)
 
 
 def test_stats_count_epochs_docs_and_replaced_bytes(tmp_path):
