@@ -4,7 +4,7 @@ The training loop uses :class:`PretrainingStream`; tokenizer training uses :func
 """
 
 from bertforge.constants import IGNORE_INDEX
-from bertforge.data.corpus import DEFAULT_CORPUS, CorpusReader, Document, iter_documents, list_corpus_files, take_mb
+from bertforge.data.corpus import DEFAULT_CORPUS, CorpusReader, Document, DocumentSplit, iter_documents, list_corpus_files, take_mb
 from bertforge.data.instances import (
     IS_NEXT,
     NO_LABEL,
@@ -28,6 +28,7 @@ __all__ = [
     "NO_LABEL",
     "CorpusReader",
     "Document",
+    "DocumentSplit",
     "Instance",
     "InstanceStream",
     "MaskingCollator",

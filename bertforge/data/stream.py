@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from bertforge.data.corpus import DEFAULT_CORPUS, CorpusReader, PathsLike
+from bertforge.data.corpus import DEFAULT_CORPUS, CorpusReader, DocumentSplit, PathsLike
 from bertforge.data.instances import Instance, InstanceStream, Tokenize, derive_seed
 from bertforge.data.masking import MaskingCollator
 from bertforge.errors import BertforgeError
@@ -60,6 +60,7 @@ class PretrainingStream:
         pad_to_multiple_of: int | None = None,
         max_epochs: int | None = None,
         allow_binary: bool = False,
+        split: DocumentSplit | None = None,
     ) -> None:
         if batch_size < 1:
             raise BertforgeError(f"batch_size must be at least 1 (got {batch_size})")
@@ -70,7 +71,7 @@ class PretrainingStream:
         self.max_seq_length = max_seq_length
         self.seed, self.rank, self.world_size = seed, rank, world_size
         self.reader = CorpusReader(paths, text_field=text_field, rank=rank, world_size=world_size, shard_by=shard_by,
-                                   min_docs=2 if nsp else 1, allow_binary=allow_binary)
+                                   min_docs=2 if nsp else 1, allow_binary=allow_binary, split=split)
         self.instances = InstanceStream(
             self.reader, tokenize, cls_id=cls_id, sep_id=sep_id, max_seq_length=max_seq_length, nsp=nsp,
             short_seq_prob=short_seq_prob, seed=seed, rank=rank, shuffle_buffer=shuffle_buffer, doc_buffer=doc_buffer,
@@ -86,7 +87,8 @@ class PretrainingStream:
         # what a saved state must agree with to be resumed here
         self._config = dict(nsp=nsp, max_seq_length=max_seq_length, seed=seed, rank=rank, world_size=world_size,
                             shard_by=shard_by, whole_word_mask=whole_word_mask, mlm_probability=mlm_probability,
-                            short_seq_prob=short_seq_prob, vocab_size=vocab_size)
+                            short_seq_prob=short_seq_prob, vocab_size=vocab_size,
+                            split=None if split is None else [split.fraction, split.held_out])
 
     def __iter__(self) -> PretrainingStream:
         return self
