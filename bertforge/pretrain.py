@@ -640,8 +640,9 @@ class Pretrainer:
         if not self.rt.is_main:
             return
         refuse_nonfinite(weights, str(target))
-        export = BertForPreTraining(self.config)
-        export.load_state_dict(weights)
+        with torch.device("meta"):  # no storage and no initialisation: it would draw from the training RNG
+            export = BertForPreTraining(self.config)
+        export.load_state_dict(weights, assign=True)
         with atomic_directory(target) as tmp:
             export.save_pretrained(tmp)
             self.tokenizer.save_pretrained(tmp)
