@@ -231,24 +231,27 @@ def test_cli_evaluation_options(corpus_and_tokenizer, eval_text, tmp_path):
     assert (out / "best" / "eval.json").is_file()
 
 
-def torchrun_eval(corpus_and_tokenizer, out: Path, eval_text: Path, *extra: str) -> dict:
+def torchrun_eval(corpus_and_tokenizer, out: Path, eval_text: Path, *extra: str, init_from: Path | None = None) -> dict:
+    """The step-0 evaluation of a 2-process run (5 batches of 2 sequences, split 3 + 2 over the ranks)."""
     from tests.test_pretrain import torchrun_pretrain
 
     torchrun_pretrain(corpus_and_tokenizer, out, "--max-steps", "2", "--eval-corpus", str(eval_text),
-                      "--eval-every", "2", "--eval-max-instances", "10", *extra)
+                      "--eval-every", "2", "--eval-max-instances", "10", *extra, init_from=init_from)
     return rows(out, "eval")[0]
 
 
-@pytest.mark.parametrize("mode", ["ddp", pytest.param("fsdp", marks=pytest.mark.slow)])
-def test_two_processes_report_the_eval_loss_of_one(corpus_and_tokenizer, eval_text, tmp_path, mode):
-    """Step 0 (the same initial weights whatever the process count): 5 batches of 2, split 3 + 2 over two ranks
-    and summed, against one process evaluating all 5."""
-    two = torchrun_eval(corpus_and_tokenizer, tmp_path / "two", eval_text, *(["--fsdp"] if mode == "fsdp" else []))
-    single = tmp_path / "one"
-    pretrain(eval_args(corpus_and_tokenizer, single, eval_text, batch_size=2, max_steps=2, eval_max_instances=10,
-                       device="cpu"))
-    one = rows(single, "eval")[0]
+def assert_same_evaluation(two: dict, one: dict) -> None:
     assert two["step"] == one["step"] == 0
     assert two["eval_loss"] == pytest.approx(one["eval_loss"], rel=1e-6)
     assert two["eval_mlm_accuracy"] == one["eval_mlm_accuracy"]
     assert two["eval_nsp_accuracy"] == one["eval_nsp_accuracy"]
+
+
+def test_two_ddp_processes_report_the_eval_loss_of_one(corpus_and_tokenizer, eval_text, tmp_path):
+    """Step 0 (the same initial weights whatever the process count): each rank evaluates its batches, the sums are
+    all-reduced; one process evaluates all 5. (FSDP: tests/test_pretrain_init.py, from a checkpoint.)"""
+    two = torchrun_eval(corpus_and_tokenizer, tmp_path / "two", eval_text)
+    single = tmp_path / "one"
+    pretrain(eval_args(corpus_and_tokenizer, single, eval_text, batch_size=2, max_steps=2, eval_max_instances=10,
+                       device="cpu"))
+    assert_same_evaluation(two, rows(single, "eval")[0])

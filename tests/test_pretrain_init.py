@@ -176,3 +176,22 @@ def test_init_from_resumes_from_its_own_checkpoint_bitwise(corpus_and_tokenizer,
     a = load_file(str(straight / "model" / "model.safetensors"))
     b = load_file(str(broken / "model" / "model.safetensors"))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_torchrun_fsdp_continues_a_checkpoint_and_evaluates_as_one_process(corpus_and_tokenizer, hf_mlm_checkpoint,
+                                                                          tmp_path):
+    """FSDP over two processes from a transformers checkpoint (every rank loads it and initialises the missing heads
+    alike, then shards): the step-0 held-out numbers equal one process's, with the evaluation's extra forward on
+    the rank that has one batch fewer; the final model is complete."""
+    from tests.test_pretrain import assert_loadable_model
+    from tests.test_pretrain_eval import assert_same_evaluation, eval_args, rows, torchrun_eval
+
+    eval_text = corpus_and_tokenizer[0]  # the training text itself will do: only the numbers' agreement matters
+    two = torchrun_eval(corpus_and_tokenizer, tmp_path / "two", eval_text, "--fsdp", init_from=hf_mlm_checkpoint)
+    single = tmp_path / "one"
+    pretrain(eval_args(corpus_and_tokenizer, single, eval_text, batch_size=2, max_steps=2, eval_max_instances=10,
+                       device="cpu", init_from=str(hf_mlm_checkpoint), tokenizer=None,
+                       config=PretrainArgs().config))
+    one = rows(single, "eval")[0]
+    assert_same_evaluation(two, one)
+    assert_loadable_model(tmp_path / "two" / "model")
