@@ -1,5 +1,6 @@
 """The data of a pretraining run: this rank's masked batches, streamed (dynamic masking) or written to disk first
-and read back (static masking, `--static-masking`)."""
+and read back (static masking, `--static-masking`); with `--eval-fraction`, the training side of the corpus's
+document split (the held-out side is the evaluation set, `pretrain_eval`)."""
 
 from __future__ import annotations
 
@@ -19,16 +20,23 @@ STATIC_SHARD_BYTES = 64 << 20  # about this much per shard: one is held in memor
 STATIC_WRITE_BATCH = 256  # instances masked together while writing static shards
 
 
-def pretraining_stream(args: Any, corpus: list[str], tokenizer: Any, rank: int, world_size: int, batch_size: int):
+def document_split(args: Any, held_out: bool = False):
+    """The `DocumentSplit` of `--eval-fraction` (the held-out side, or the side trained on); None without it."""
+    from .data import DocumentSplit
+
+    return DocumentSplit(args.eval_fraction, held_out) if args.eval_fraction else None
+
+
+def pretraining_stream(args: Any, corpus: list[str], tokenizer: Any, rank: int, world_size: int, batch_size: int,
+                       **overrides: Any):
     """A `PretrainingStream` of batches of `batch_size` over this rank's share of `corpus` (`args`: the run's
-    `PretrainArgs`: sequence length, NSP, masking, seed, text field)."""
+    `PretrainArgs`: sequence length, NSP, masking, seed, text field; the training side of `--eval-fraction`'s
+    split). `overrides`: other `PretrainingStream` arguments (the evaluation set's seed, split, one epoch)."""
     from .data import PretrainingStream
 
     tok, a = tokenizer, args
     vocab = tok.convert_ids_to_tokens(list(range(tok.vocab_size)))
-    return PretrainingStream(
-        corpus,
-        tok.encode_ids,
+    settings = dict(
         cls_id=tok.cls_token_id,
         sep_id=tok.sep_token_id,
         pad_id=tok.pad_token_id,
@@ -45,7 +53,9 @@ def pretraining_stream(args: Any, corpus: list[str], tokenizer: Any, rank: int, 
         world_size=world_size,
         text_field=a.text_field,
         allow_binary=a.allow_binary,
+        split=document_split(a),
     )
+    return PretrainingStream(corpus, tok.encode_ids, **{**settings, **overrides})
 
 
 def static_shard_dir(out: Path, rank: int, world_size: int) -> Path:
@@ -80,19 +90,36 @@ def static_reader(args: Any, out: Path, stream: Callable[[int], Any], rank: int,
     return reader
 
 
-def check_corpus(corpus: list[str], text_field: str, nsp: bool, allow_binary: bool = False) -> None:
+def check_corpus(corpus: list[str], text_field: str, nsp: bool, allow_binary: bool = False, split: Any = None) -> None:
     """Refuse a corpus the run cannot train on before anything is written: no text, or (with NSP) fewer than two
-    documents. Reads until it has seen enough documents (two), so a large corpus costs a few lines."""
+    documents (of `split`'s side, when given). Reads until it has seen enough documents (two), so a large corpus
+    costs a few lines."""
     from .data import CorpusReader
 
     need = 2 if nsp else 1
-    reader = CorpusReader(corpus, text_field=text_field, min_docs=need, cycle=False, allow_binary=allow_binary)
+    reader = CorpusReader(corpus, text_field=text_field, min_docs=need, cycle=False, allow_binary=allow_binary,
+                          split=split)
     try:
         for seen, _ in enumerate(reader, start=1):  # a pass with fewer than `need` documents raises at its end
             if seen >= need:
                 return
     finally:
         reader.close()
+
+
+def check_run_corpora(args: Any, corpus: list[str]) -> None:
+    """`check_corpus` for what the run reads: the corpus (its training side with --eval-fraction) and the
+    evaluation text (--eval-corpus, or the held-out side), each error naming which one is short."""
+    a = args
+    check_corpus(corpus, a.text_field, a.nsp, a.allow_binary, document_split(a))
+    held_out = document_split(a, held_out=True)
+    if not (a.eval_corpus or held_out):
+        return
+    try:
+        check_corpus(a.eval_corpus or corpus, a.text_field, a.nsp, a.allow_binary, None if a.eval_corpus else held_out)
+    except BertforgeError as err:
+        what = "--eval-corpus" if a.eval_corpus else f"the documents --eval-fraction {a.eval_fraction} holds out"
+        raise BertforgeError(f"{what}: {err}") from None
 
 
 def train_run_tokenizer(args: Any, corpus: list[str]):
