@@ -72,20 +72,22 @@ BETAS = (0.9, 0.999)
 
 
 def make_optimizer(
-    model: nn.Module, name: str, lr: float, weight_decay: float, fused: bool | None = None, eps: float = BERT_EPS
+    model: nn.Module, name: str, lr: float, weight_decay: float, fused: bool | None = None, eps: float = BERT_EPS,
+    betas: tuple[float, float] = BETAS,
 ) -> torch.optim.Optimizer:
-    """AdamW or LAMB over `parameter_groups` (betas (0.9, 0.999), epsilon `eps`): the one optimizer construction of
-    every trainer. `fused=None`: PyTorch's fused AdamW kernel wherever it applies (see `fused_adamw_supported`)."""
+    """AdamW or LAMB over `parameter_groups` (`betas`, by default (0.9, 0.999); epsilon `eps`): the one optimizer
+    construction of every trainer. `fused=None`: PyTorch's fused AdamW kernel wherever it applies (see
+    `fused_adamw_supported`)."""
     groups = parameter_groups(model, weight_decay)
     if name == "adamw":
-        kwargs = dict(lr=lr, betas=BETAS, eps=eps)
+        kwargs = dict(lr=lr, betas=betas, eps=eps)
         if fused is None:
             fused = fused_adamw_supported([p for g in groups for p in g["params"]])
         if fused:
             kwargs["fused"] = True
         return torch.optim.AdamW(groups, **kwargs)
     if name == "lamb":
-        return Lamb(groups, lr=lr, betas=BETAS, eps=eps)
+        return Lamb(groups, lr=lr, betas=betas, eps=eps)
     raise BertforgeError(f"unknown optimizer {name!r}; choose adamw or lamb")
 
 

@@ -40,10 +40,11 @@ from .data.corpus import DEFAULT_CORPUS
 from .errors import BertforgeError
 from .io import atomic_directory
 from .memory import check_training_fits
-from .model import BertForPreTraining
+from .auto import AutoModelForPreTraining
+from .model import BertForPreTraining, BertPreTrainedModel
 from .optim import DECAYS, make_optimizer, warmup_decay
 from .options import option
-from .pretrain_data import STATIC_DIR, check_corpus, check_run_corpora, pretraining_stream, static_reader, train_run_tokenizer  # noqa: F401
+from .pretrain_data import STATIC_DIR, check_corpus, model_inputs, check_run_corpora, pretraining_stream, static_reader, train_run_tokenizer  # noqa: F401
 from .pretrain_eval import HeldOutEvaluation, build_eval_set
 from .run_dir import CHECKPOINT_RE, RUN_CONFIG, RunDirectory, list_checkpoints  # noqa: F401  (importable here too)
 from .state import load_state, save_state
@@ -61,6 +62,10 @@ CONTRADICTIONS = (
     ("warmup_ratio", ("warmup_steps",), "the ratio sets the warmup"),
     ("eval_fraction", ("eval_corpus",), "choose one source of held-out text"),
 )
+
+# the pretraining recipe of a family that says nothing else (`Family.recipe` overrides it: RoBERTa's beta2, ALBERT's
+# n-gram masking)
+RECIPE_DEFAULTS: dict[str, Any] = {"masking": "token", "adam_beta2": 0.999}
 
 DEMO_SENTENCES = [  # in the style of the bundled corpus, The Devil's Dictionary (definitions, then verse)
     "ABDICATION, n. An act whereby a [MASK] attests his sense of the high temperature of the throne.",
@@ -106,7 +111,16 @@ class PretrainArgs:
     max_skipped_steps: int = option(MAX_SKIPPED_STEPS, "stop with an error after N steps in a row with a non-finite "
                                     "loss or gradient", metavar="N")
     seed: int = option(0, "random seed")
-    nsp: bool = option(True, "RoBERTa-style full-sentence packing, no next-sentence prediction", flag="--no-nsp")
+    nsp: bool = option(True, "RoBERTa-style full-sentence packing, no next-sentence prediction (--objective mlm)",
+                       flag="--no-nsp")
+    objective: str = option("auto", "what the model learns besides MLM: auto (the family's recipe: BERT nsp, RoBERTa "
+                            "and DistilBERT none, ALBERT sop), mlm (MLM alone, full-sentence packing), nsp "
+                            "(next-sentence prediction) or sop (sentence-order prediction)",
+                            choices=("auto", "mlm", "nsp", "sop"))
+    masking: str = option("auto", "which tokens MLM masks: auto (the family's recipe: ALBERT ngram, else token), "
+                          "token, or ngram (spans of up to 3, p(n) ~ 1/n); --whole-word-mask makes either whole "
+                          "words", choices=("auto", "token", "ngram"))
+    adam_beta2: float | None = option(None, "AdamW's beta2; default: the family's recipe (RoBERTa 0.98, else 0.999)")
     whole_word_mask: bool = option(False, "mask whole words rather than word pieces")
     mlm_probability: float = option(0.15, "share of tokens masked for the MLM loss")
     static_masking: bool = option(False, "mask once, as the original BERT did: write the masked data to "
@@ -206,18 +220,46 @@ class PretrainArgs:
         return used, (f"{what} is not shorter than --max-steps {a.max_steps}: the learning rate would never reach its "
                       f"peak; warming up over {used} steps (a tenth of the run) instead")
 
+    def for_family(self, config: BertConfig) -> PretrainArgs:
+        """These settings with the family's recipe filled in for "auto" (objective, masking, AdamW's beta2) and
+        `nsp` following the objective; a setting the family contradicts is refused (RoBERTa has no sentence
+        objective, ALBERT's is sentence order)."""
+        a, member = self, config.family
+        recipe = {**RECIPE_DEFAULTS, **member.recipe}
+        objective = a.objective
+        if objective == "auto":
+            objective = {"NSP": "nsp", "SOP": "sop", None: "mlm"}[member.sentence_head] if a.nsp else "mlm"
+        elif not a.nsp and objective != "mlm":
+            raise BertforgeError(f"--no-nsp and --objective {objective} contradict each other; choose one")
+        model = f"--config {a.config}" if a.init_from is None else f"--init-from {a.init_from}"
+        if objective != "mlm" and member.sentence_head is None:
+            raise BertforgeError(f"--objective {objective} contradicts {model}: {member.name} is pretrained with MLM "
+                                 "only (it has no sentence head)")
+        if objective == "nsp" and member.sentence_head == "SOP":
+            raise BertforgeError(f"--objective nsp contradicts {model}: {member.name}'s sentence head learns "
+                                 "sentence order (--objective sop)")
+        masking = recipe["masking"] if a.masking == "auto" else a.masking
+        beta2 = recipe["adam_beta2"] if a.adam_beta2 is None else a.adam_beta2
+        return dataclasses.replace(a, objective=objective, nsp=objective == "nsp", masking=masking, adam_beta2=beta2)
+
+    @property
+    def sentence_objective(self) -> str | None:
+        """The data's sentence objective ("nsp", "sop" or None) once `for_family` has resolved it."""
+        return None if self.objective == "mlm" else self.objective
+
     def model_config(self) -> BertConfig:
         """The preset, config.json or --init-from checkpoint's config, checked against seq_len (a vocabulary trained
         here is applied later)."""
         a = self
         if a.init_from is not None:
             config = BertConfig.from_pretrained(a.init_from)
-        elif a.config in PRESETS:
-            config = BertConfig.preset(a.config)
         elif Path(a.config).exists():
             config = BertConfig.from_pretrained(a.config)
+        elif a.config.rpartition("-")[2] in PRESETS:
+            config = BertConfig.preset(a.config)  # a size, or FAMILY-SIZE; an unknown family is refused there
         else:
-            raise BertforgeError(f"--config {a.config!r} is neither a preset ({', '.join(PRESETS)}) nor a config.json path")
+            raise BertforgeError(f"--config {a.config!r} is neither a preset ({', '.join(PRESETS)}, or FAMILY-SIZE such "
+                                 "as roberta-tiny) nor a config.json path")
         if a.seq_len > config.max_sequence_length:
             raise BertforgeError(
                 f"--seq-len {a.seq_len} is above the model's max_position_embeddings ({config.max_position_embeddings})"
@@ -271,6 +313,7 @@ class Pretrainer:
         self.corpus = [str(p) for p in args.corpus] or [str(DEFAULT_CORPUS)]
         self.run_dir = RunDirectory(self.out, args.resume, args.overwrite, dataclasses.asdict(args))  # rank 0 acts on it
         base_config = args.model_config()  # settings the model config refuses fail here, before anything is written
+        self.args = args = args.for_family(base_config)  # the family's recipe where the settings say "auto"
         self.autocast_dtype = pick_precision(self.args.precision, self.rt.device)
         try:
             self.setup(base_config)
@@ -283,7 +326,7 @@ class Pretrainer:
         OUT and build the model, optimizer and data."""
         args = self.args
         self.take_lock()
-        self.tokenizer, trained = self.choose_tokenizer()
+        self.tokenizer, trained = self.choose_tokenizer(base_config.model_type)
         check_fits(run_model_config(base_config, self.tokenizer, args), args, self.rt)
         self.prepare_output_dir()  # the first change to OUT
         if trained:
@@ -298,13 +341,15 @@ class Pretrainer:
         self.model = initial_model(self.config, args, resuming, self.rt.is_main).to(self.rt.device)
         if args.gradient_checkpointing:
             self.model.gradient_checkpointing_enable()
-        if not args.nsp:
-            # MLM alone: the pooler and NSP head get no gradient, so freeze them (DDP wants a gradient for every
-            # trainable weight); they are still saved, so the model keeps the BertForPreTraining layout.
+        if args.sentence_objective is None and isinstance(self.model, BertForPreTraining):
+            # MLM alone with a family that has a sentence head: the pooler and that head get no gradient, so freeze
+            # them (DDP wants a gradient for every trainable weight); they are still saved, so the model keeps the
+            # BertForPreTraining layout.
             for module in (self.model.bert.pooler, self.model.cls.seq_relationship):
                 module.requires_grad_(False)
         self.train_model = wrap_model(self.model, self.rt, args.fsdp, args.compile)
-        self.optimizer = make_optimizer(self.model, args.optimizer, args.lr, args.weight_decay)  # fused AdamW where it applies
+        self.optimizer = make_optimizer(self.model, args.optimizer, args.lr, args.weight_decay,  # fused where it applies
+                                        betas=(0.9, args.adam_beta2))
         warmup, note = args.warmup()
         if note and self.rt.is_main:
             log.warning("%s", note)
@@ -362,7 +407,7 @@ class Pretrainer:
         """Release the lock on OUT (the run is over, or this object will not run)."""
         self.run_dir.close()
 
-    def choose_tokenizer(self):
+    def choose_tokenizer(self, family: str = "bert"):
         """(tokenizer, trained): `--tokenizer` (or --init-from's); else the vocabulary this run trained before (a resume or a launch
         killed after training it: never retrain; not with --overwrite, whose run is a new one); else one trained
         now, in memory, on the corpus by rank 0 (saved to OUT/tokenizer once OUT is prepared; other ranks get None
@@ -379,7 +424,7 @@ class Pretrainer:
         on_main(self.rt, lambda: check_run_corpora(a, self.corpus))
         if tokenizer is not None:
             return tokenizer, False
-        return (train_run_tokenizer(a, self.corpus) if self.rt.is_main else None), True
+        return (train_run_tokenizer(a, self.corpus, family) if self.rt.is_main else None), True
 
     def build_stream(self):
         """Dynamic masking: a `PretrainingStream` over this rank's share of the corpus. Static masking
@@ -494,13 +539,7 @@ class Pretrainer:
         dev = self.rt.device
         batch = {k: v.to(dev, non_blocking=True) for k, v in batch.items()}
         with self.stepper.autocast():
-            out = self.train_model(
-                input_ids=batch["input_ids"],
-                attention_mask=batch["attention_mask"],
-                token_type_ids=batch["token_type_ids"],
-                labels=batch["labels"],
-                next_sentence_label=batch.get("next_sentence_label"),
-            )
+            out = self.train_model(**model_inputs(batch))
         loss = self.stepper.accumulate({"mlm": out.mlm_loss, "nsp": out.nsp_loss}, weights)
         with torch.no_grad():
             labels = batch["labels"]
@@ -641,7 +680,7 @@ class Pretrainer:
             return
         refuse_nonfinite(weights, str(target))
         with torch.device("meta"):  # no storage and no initialisation: it would draw from the training RNG
-            export = BertForPreTraining(self.config)
+            export = type(self.model)(self.config)
         export.load_state_dict(weights, assign=True)
         with atomic_directory(target) as tmp:
             export.save_pretrained(tmp)
@@ -720,15 +759,16 @@ def check_fits(config: BertConfig, args: PretrainArgs, rt: Runtime) -> None:
         raise refused if refused is not None else BertforgeError("the run does not fit in memory on another rank")
 
 
-def initial_model(config: BertConfig, args: PretrainArgs, resuming: bool, is_main: bool) -> BertForPreTraining:
+def initial_model(config: BertConfig, args: PretrainArgs, resuming: bool, is_main: bool) -> BertPreTrainedModel:
     """The weights the run starts from: the --init-from checkpoint's, through the one loader (the heads it lacks
     initialised from --seed, named in one warning, by rank 0), or random ones from --seed. A run resuming from a
     checkpoint of its own starts from random ones, which `Pretrainer.resume` replaces: never the --init-from
     weights again."""
     torch.manual_seed(args.seed)  # the same weights on every rank (FSDP shards them as they are)
+    cls = AutoModelForPreTraining.model_class(config)  # MLM + the family's sentence head, or MLM alone
     if args.init_from is not None and not resuming:
-        return load_pretrained(BertForPreTraining, args.init_from, quiet=not is_main)
-    return BertForPreTraining(config)
+        return load_pretrained(cls, args.init_from, quiet=not is_main)
+    return cls(config)
 
 
 def pretraining_counts(batch: dict[str, torch.Tensor]) -> dict[str, int]:
@@ -785,7 +825,7 @@ def show_predictions(model: BertForPreTraining, tokenizer, title: str, device: t
     model.eval()
     lines = [f"[MASK] predictions {title}:"]
     for text in DEMO_SENTENCES:
-        enc = tokenizer(text, return_tensors="pt")
+        enc = tokenizer(text.replace("[MASK]", tokenizer.mask_token), return_tensors="pt")
         ids = enc["input_ids"].to(device)
         out = model(input_ids=ids, token_type_ids=enc["token_type_ids"].to(device))
         where = (ids[0] == tokenizer.mask_token_id).nonzero().flatten()
@@ -794,7 +834,7 @@ def show_predictions(model: BertForPreTraining, tokenizer, title: str, device: t
             probs = out.prediction_logits[0, pos].float().softmax(-1)
             top = probs.topk(k)
             guesses.append(", ".join(f"{t} ({p:.2f})" for t, p in zip(tokenizer.convert_ids_to_tokens(top.indices.tolist()), top.values.tolist())))
-        lines.append(f"  {text}  ->  {' | '.join(guesses)}")
+        lines.append(f"  {text.replace('[MASK]', tokenizer.mask_token)}  ->  {' | '.join(guesses)}")
     if emit:
         log.info("\n".join(lines))
     model.train(was_training)

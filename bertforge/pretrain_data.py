@@ -35,17 +35,17 @@ def pretraining_stream(args: Any, corpus: list[str], tokenizer: Any, rank: int, 
     from .data import PretrainingStream
 
     tok, a = tokenizer, args
-    vocab = tok.convert_ids_to_tokens(list(range(tok.vocab_size)))
     settings = dict(
         cls_id=tok.cls_token_id,
         sep_id=tok.sep_token_id,
         pad_id=tok.pad_token_id,
         mask_id=tok.mask_token_id,
         vocab_size=tok.vocab_size,
-        is_continuation=[t.startswith("##") for t in vocab] if a.whole_word_mask else None,
+        is_continuation=tok.continuation_mask() if a.whole_word_mask else None,
         max_seq_length=a.seq_len,
         batch_size=batch_size,
-        nsp=a.nsp,
+        sentence_objective=a.sentence_objective,
+        masking=a.masking,
         whole_word_mask=a.whole_word_mask,
         mlm_probability=a.mlm_probability,
         seed=a.seed,
@@ -56,6 +56,15 @@ def pretraining_stream(args: Any, corpus: list[str], tokenizer: Any, rank: int, 
         split=document_split(a),
     )
     return PretrainingStream(corpus, tok.encode_ids, **{**settings, **overrides})
+
+
+def model_inputs(batch: dict[str, Any]) -> dict[str, Any]:
+    """A pretraining batch as the model's keyword arguments: the sentence label only where the objective has one
+    (a BertForMaskedLM, the model of an MLM-only family, takes none)."""
+    inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids", "labels")}
+    if "next_sentence_label" in batch:
+        inputs["next_sentence_label"] = batch["next_sentence_label"]
+    return inputs
 
 
 def static_shard_dir(out: Path, rank: int, world_size: int) -> Path:
@@ -81,11 +90,12 @@ def static_reader(args: Any, out: Path, stream: Callable[[int], Any], rank: int,
         os.replace(tmp, directory)
     reader = StaticShardReader(directory, a.batch_size, seed=a.seed)
     index = reader.index
-    found = (index.get("dupe_factor"), index.get("max_seq_length"), index.get("nsp"))
-    if found != (a.dupe_factor, a.seq_len, a.nsp):
+    found = (index.get("dupe_factor"), index.get("max_seq_length"), reader.sentence_objective, index.get("masking", "token"))
+    wanted = (a.dupe_factor, a.seq_len, a.sentence_objective, "whole_word" if a.whole_word_mask and a.masking == "token" else a.masking)
+    if found != wanted:
         raise BertforgeError(
-            f"{directory} holds static shards for (dupe_factor, seq_len, nsp)={found}, not "
-            f"{(a.dupe_factor, a.seq_len, a.nsp)}; remove it or use --overwrite"
+            f"{directory} holds static shards for (dupe_factor, seq_len, sentence objective, masking)={found}, not "
+            f"{wanted}; remove it or use --overwrite"
         )
     return reader
 
@@ -122,13 +132,16 @@ def check_run_corpora(args: Any, corpus: list[str]) -> None:
         raise BertforgeError(f"{what}: {err}") from None
 
 
-def train_run_tokenizer(args: Any, corpus: list[str]):
-    """A WordPiece vocabulary of `args.vocab_size` trained on the first `args.tokenizer_sample_mb` of the corpus,
-    in memory (the caller saves it once the run's directory is ready)."""
+def train_run_tokenizer(args: Any, corpus: list[str], family: str = "bert"):
+    """A vocabulary of `args.vocab_size` of the model family's kind (WordPiece for BERT and DistilBERT, byte-level BPE
+    for RoBERTa, Unigram for ALBERT and XLM-R) trained on the first `args.tokenizer_sample_mb` of the corpus, in
+    memory (the caller saves it once the run's directory is ready)."""
     from .data import iter_documents, take_mb
-    from .tokenizer import Tokenizer
+    from .tokenizer import Tokenizer, kind_by_name
 
-    a = args
-    log.info("training a WordPiece vocabulary (%d tokens) on %s", a.vocab_size, ", ".join(corpus))
+    a, kind = args, kind_by_name(family)
+    log.info("training a %s vocabulary (%d tokens) on %s", kind.model_type.__name__, a.vocab_size, ", ".join(corpus))
     lines = take_mb(iter_documents(corpus, text_field=a.text_field, allow_binary=a.allow_binary), a.tokenizer_sample_mb)
-    return Tokenizer.train(lines, vocab_size=a.vocab_size, lowercase=a.lowercase, show_progress=a.progress)
+    # lowercase=None: the kind's own default (BERT and ALBERT lowercase, byte-level BPE keeps case); --cased: never
+    return Tokenizer.train(lines, vocab_size=a.vocab_size, lowercase=None if a.lowercase else False, kind=kind,
+                           show_progress=a.progress)

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 
 from .constants import IGNORE_INDEX
 from .errors import BertforgeError
-from .pretrain_data import document_split, pretraining_stream
+from .pretrain_data import document_split, model_inputs, pretraining_stream
 from .system import Runtime
 
 log = logging.getLogger("bertforge")
@@ -102,9 +102,7 @@ class HeldOutEvaluation:
     def forward(self, model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> tuple[Any, dict[str, torch.Tensor]]:
         batch = {k: v.to(self.rt.device) for k, v in batch.items()}
         with self.autocast():
-            out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                        token_type_ids=batch["token_type_ids"], labels=batch["labels"],
-                        next_sentence_label=batch.get("next_sentence_label"))
+            out = model(**model_inputs(batch))
         return out, batch
 
     def record(self, step: int, loss: float) -> bool:
