@@ -243,6 +243,12 @@ class PretrainArgs:
         return dataclasses.replace(a, objective=objective, nsp=objective == "nsp", masking=masking, adam_beta2=beta2)
 
     @property
+    def vocabulary_source(self) -> str | None:
+        """The checkpoint whose config.json and tokenizer decide the vocabulary (--init-from), or None: the model's
+        vocabulary is the tokenizer's."""
+        return self.init_from
+
+    @property
     def sentence_objective(self) -> str | None:
         """The data's sentence objective ("nsp", "sop" or None) once `for_family` has resolved it."""
         return None if self.objective == "mlm" else self.objective
@@ -338,7 +344,7 @@ class Pretrainer:
             self.tokenizer = Tokenizer.from_pretrained(self.out / "tokenizer")  # every rank reads what rank 0 saved
         self.config = run_model_config(base_config, self.tokenizer, args)  # the vocabulary the model is trained with
         resuming = args.resume and bool(list_checkpoints(self.out))  # then resume() brings the weights
-        self.model = initial_model(self.config, args, resuming, self.rt.is_main).to(self.rt.device)
+        self.model = self.build_model(resuming).to(self.rt.device)
         if args.gradient_checkpointing:
             self.model.gradient_checkpointing_enable()
         if args.sentence_objective is None and isinstance(self.model, BertForPreTraining):
@@ -557,11 +563,20 @@ class Pretrainer:
                 stats["nsp_count"] = torch.tensor(batch["next_sentence_label"].numel(), device=dev)
         return stats
 
+    def build_model(self, resuming: bool) -> BertPreTrainedModel:
+        """The model this run trains (a trainer built on this one, distillation, brings its own)."""
+        return initial_model(self.config, self.args, resuming, self.rt.is_main)
+
+    @staticmethod
+    def loss_counts(batch: dict[str, torch.Tensor]) -> dict[str, int]:
+        """What each loss term is averaged over (see `pretraining_counts`)."""
+        return pretraining_counts(batch)
+
     def train_step(self) -> dict[str, float]:
         """One optimizer step over `grad_accum` micro-batches (`TrainStep.run`). A non-finite loss or gradient skips
         the update."""
         batches = [next(self.stream) for _ in range(self.args.grad_accum)]
-        outcome = self.stepper.run(batches, lambda b, w: self.forward_backward(b, w), pretraining_counts, self.train_model)
+        outcome = self.stepper.run(batches, lambda b, w: self.forward_backward(b, w), self.loss_counts, self.train_model)
         totals = outcome.totals
         result = {
             "loss": totals["loss"].item(),
@@ -572,8 +587,8 @@ class Pretrainer:
             "tokens": int(totals["tokens"].item()),
         }
         if "nsp_loss" in totals:
-            result["nsp_loss"] = totals["nsp_loss"].item()
             result["nsp_accuracy"] = totals["nsp_correct"].item() / max(1, totals["nsp_count"].item())
+        result.update({k: v.item() for k, v in totals.items() if k.endswith("_loss") and k not in result})  # nsp, ...
         self.tokens_seen += result["tokens"]
         return result
 
@@ -735,9 +750,9 @@ def run_model_config(base: BertConfig, tokenizer: Any, args: PretrainArgs) -> Be
     """The run's model config: the preset or config.json with the tokenizer's vocabulary (`tokenizer` None: one
     rank 0 has not trained yet, of `args.vocab_size`); or the --init-from checkpoint's own, which must cover its
     tokenizer's ids."""
-    if args.init_from is not None:
+    if args.vocabulary_source is not None:
         if tokenizer is not None and tokenizer.vocab_size > base.vocab_size:
-            raise BertforgeError(f"--init-from {args.init_from}: its tokenizer has {tokenizer.vocab_size} tokens, "
+            raise BertforgeError(f"{args.vocabulary_source}: its tokenizer has {tokenizer.vocab_size} tokens, "
                                  f"more than the vocab_size of its config.json ({base.vocab_size})")
         return base
     vocab = tokenizer.vocab_size if tokenizer is not None else args.vocab_size
