@@ -20,6 +20,7 @@ from .errors import BertforgeError
 # In the order `--help` lists them.
 COMMANDS = [
     "pretrain",
+    "distill",
     "train_tokenizer",
     "finetune",
     "train_embeddings",

@@ -48,6 +48,7 @@ class Family:
     keys: tuple[tuple[str, str], ...] = ()  # (hf, internal) key prefixes, {n} = a layer number
     dropped: tuple[str, ...] = ()  # regexes of file keys that are not parameters here (tied decoders)
     preset: dict[str, Any] = field(default_factory=dict)  # what `--config FAMILY-SIZE` sets besides the size
+    recipe: dict[str, Any] = field(default_factory=dict)  # pretraining settings "auto" means: masking, adam_beta2
 
     def architecture(self, internal: str) -> str:
         """`transformers`' class name for an internal class name: BertForMaskedLM -> RobertaForMaskedLM."""
@@ -111,6 +112,7 @@ _ROBERTA_PARTS: dict[str, Any] = dict(
     dropped=(r"^lm_head\.decoder\.(weight|bias)$",),
     # roberta-base's: 512 positions after the padding offset, one token type, eps 1e-5
     preset=dict(max_position_embeddings=514, type_vocab_size=1, layer_norm_eps=1e-5, pad_token_id=1),
+    recipe=dict(adam_beta2=0.98),  # the RoBERTa paper's, for stability with large batches
 )
 # `transformers.RobertaConfig`'s defaults (roberta-base itself sets 514 positions, 1 token type, eps 1e-5)
 _ROBERTA_DEFAULTS: dict[str, Any] = dict(vocab_size=50265, pad_token_id=1)
@@ -209,6 +211,7 @@ ALBERT = Family(
         num_hidden_groups=1, hidden_act="gelu_new", hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
         classifier_dropout=0.1,
     ),
+    recipe=dict(masking="ngram"),
 )
 
 FAMILIES: dict[str, Family] = {f.model_type: f for f in (BERT, ROBERTA, XLM_ROBERTA, DISTILBERT, ALBERT)}

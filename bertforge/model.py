@@ -69,6 +69,12 @@ class MaskedLMOutput(ModelOutput):
     hidden_states: tuple[Tensor, ...] | None = None
     attentions: tuple[Tensor, ...] | None = None
 
+    # PreTrainingOutput's names, so that pretraining reads an MLM-only family's output as it reads BERT's
+    mlm_loss = property(lambda self: self.loss)
+    prediction_logits = property(lambda self: self.logits)
+    nsp_loss = None
+    seq_relationship_logits = None
+
 
 @dataclass
 class SequenceClassifierOutput(ModelOutput):

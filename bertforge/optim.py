@@ -72,40 +72,55 @@ BETAS = (0.9, 0.999)
 
 
 def make_optimizer(
-    model: nn.Module, name: str, lr: float, weight_decay: float, fused: bool | None = None, eps: float = BERT_EPS
+    model: nn.Module, name: str, lr: float, weight_decay: float, fused: bool | None = None, eps: float = BERT_EPS,
+    betas: tuple[float, float] = BETAS,
 ) -> torch.optim.Optimizer:
-    """AdamW or LAMB over `parameter_groups` (betas (0.9, 0.999), epsilon `eps`): the one optimizer construction of
-    every trainer. `fused=None`: PyTorch's fused AdamW kernel wherever it applies (see `fused_adamw_supported`)."""
+    """AdamW or LAMB over `parameter_groups` (`betas`, by default (0.9, 0.999); epsilon `eps`): the one optimizer
+    construction of every trainer. `fused=None`: PyTorch's fused AdamW kernel wherever it applies (see
+    `fused_adamw_supported`)."""
     groups = parameter_groups(model, weight_decay)
     if name == "adamw":
-        kwargs = dict(lr=lr, betas=BETAS, eps=eps)
+        kwargs = dict(lr=lr, betas=betas, eps=eps)
         if fused is None:
             fused = fused_adamw_supported([p for g in groups for p in g["params"]])
         if fused:
             kwargs["fused"] = True
         return torch.optim.AdamW(groups, **kwargs)
     if name == "lamb":
-        return Lamb(groups, lr=lr, betas=BETAS, eps=eps)
+        return Lamb(groups, lr=lr, betas=betas, eps=eps)
     raise BertforgeError(f"unknown optimizer {name!r}; choose adamw or lamb")
 
 
-def warmup_decay(optimizer: torch.optim.Optimizer, warmup_steps: int, total_steps: int, decay: str = "linear") -> LambdaLR:
-    """Linear warmup to the peak over `warmup_steps`, then linear or cosine decay to 0 at `total_steps`: the one
-    schedule of every trainer. Step s < w (0-based) runs at (s + 1) / w of the peak, so the first update is not
-    wasted at learning rate 0 and step w - 1 reaches the peak."""
-    if decay not in ("linear", "cosine", "constant"):
-        raise BertforgeError(f"unknown learning-rate decay {decay!r}; choose linear, cosine or constant")
+DECAYS = ("linear", "cosine", "constant", "wsd")
+
+
+def warmup_decay(optimizer: torch.optim.Optimizer, warmup_steps: int, total_steps: int, decay: str = "linear",
+                 decay_ratio: float = 0.1) -> LambdaLR:
+    """Linear warmup to the peak over `warmup_steps`, then the `decay` to 0 at `total_steps`: the one schedule of
+    every trainer. Step s < w (0-based) runs at (s + 1) / w of the peak, so the first update is not wasted at
+    learning rate 0 and step w - 1 reaches the peak.
+
+    linear / cosine: from the peak at step w down to 0 at `total_steps`. constant: the peak to the end (and
+    beyond). wsd (warmup-stable-decay): the peak until the last `decay_ratio` of the run (round(decay_ratio x
+    total_steps) steps, at most what the warmup leaves), then linearly to 0 at `total_steps`."""
+    if decay not in DECAYS:
+        raise BertforgeError(f"unknown learning-rate decay {decay!r}; choose {', '.join(DECAYS)}")
+    if not 0 < decay_ratio <= 1:
+        raise BertforgeError(f"--decay-ratio must be in (0, 1], got {decay_ratio}")
+    decay_from = warmup_steps  # where the decay to 0 starts
+    if decay == "wsd":
+        decay_from = max(warmup_steps, total_steps - round(decay_ratio * total_steps))
 
     def factor(step: int) -> float:
         if decay != "constant" and step >= total_steps:
             return 0.0  # the run is over (also when the warmup covers every step)
         if step < warmup_steps:
             return (step + 1) / max(1, warmup_steps)
-        if decay == "constant":
+        if decay == "constant" or step < decay_from:
             return 1.0
-        progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
-        if decay == "linear":
-            return 1.0 - progress
-        return 0.5 * (1.0 + math.cos(math.pi * progress))
+        progress = min(1.0, (step - decay_from) / max(1, total_steps - decay_from))
+        if decay == "cosine":
+            return 0.5 * (1.0 + math.cos(math.pi * progress))
+        return 1.0 - progress  # linear, and the decay of wsd
 
     return LambdaLR(optimizer, factor)

@@ -33,17 +33,19 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
 )
 
-from .checkpoint import read_state_dict
+from .checkpoint import load_pretrained, read_state_dict
 from .config import BertConfig, PRESETS
 from .constants import IGNORE_INDEX
 from .data.corpus import DEFAULT_CORPUS
 from .errors import BertforgeError
 from .io import atomic_directory
 from .memory import check_training_fits
-from .model import BertForPreTraining
-from .optim import make_optimizer, warmup_decay
+from .auto import AutoModelForPreTraining
+from .model import BertForPreTraining, BertPreTrainedModel
+from .optim import DECAYS, make_optimizer, warmup_decay
 from .options import option
-from .pretrain_data import STATIC_DIR, check_corpus, pretraining_stream, static_reader, train_run_tokenizer  # noqa: F401
+from .pretrain_data import STATIC_DIR, check_corpus, model_inputs, check_run_corpora, pretraining_stream, static_reader, train_run_tokenizer  # noqa: F401
+from .pretrain_eval import HeldOutEvaluation, build_eval_set
 from .run_dir import CHECKPOINT_RE, RUN_CONFIG, RunDirectory, list_checkpoints  # noqa: F401  (importable here too)
 from .state import load_state, save_state
 from .system import Runtime, all_ranks_agree, barrier, on_main, setup_runtime, teardown_runtime
@@ -51,6 +53,19 @@ from .train import MAX_SKIPPED_STEPS, TrainStep, labelled_count, nonfinite_error
 from .training_log import MetricsLog, Panel, plot_curves, read_rows
 
 log = logging.getLogger("bertforge")
+
+WARMUP_STEPS = 100  # the default --warmup-steps
+# (setting, the settings it decides, why): giving both is a contradiction, refused
+CONTRADICTIONS = (
+    ("init_from", ("config", "tokenizer", "vocab_size", "tokenizer_sample_mb", "lowercase"),
+     "the checkpoint's config.json and tokenizer decide the model and its vocabulary"),
+    ("warmup_ratio", ("warmup_steps",), "the ratio sets the warmup"),
+    ("eval_fraction", ("eval_corpus",), "choose one source of held-out text"),
+)
+
+# the pretraining recipe of a family that says nothing else (`Family.recipe` overrides it: RoBERTa's beta2, ALBERT's
+# n-gram masking)
+RECIPE_DEFAULTS: dict[str, Any] = {"masking": "token", "adam_beta2": 0.999}
 
 DEMO_SENTENCES = [  # in the style of the bundled corpus, The Devil's Dictionary (definitions, then verse)
     "ABDICATION, n. An act whereby a [MASK] attests his sense of the high temperature of the throne.",
@@ -69,6 +84,9 @@ class PretrainArgs:
                                "one sentence per line. Default: the bundled demo corpus, with demo settings",
                                default_factory=list, metavar="PATH")
     out: str = option("runs/pretrain", "output directory")
+    init_from: str | None = option(None, "continue pretraining a checkpoint (config.json, model.safetensors and its "
+                                   "tokenizer files; pretraining heads it lacks are initialised): its model, config and "
+                                   "tokenizer, so --config and the tokenizer options are refused with it", metavar="DIR")
     config: str = option("tiny", "a preset (tiny, mini, small, medium, base, large) or a config.json")
     tokenizer: str | None = option(None, "an existing tokenizer; default: train a WordPiece vocabulary on the corpus "
                                    "and keep it in OUT/tokenizer", metavar="DIR")
@@ -80,21 +98,44 @@ class PretrainArgs:
     grad_accum: int = option(1, "micro-batches per optimizer step")
     seq_len: int = option(128, "tokens per sequence")
     lr: float = option(1e-4, "peak learning rate")
-    warmup_steps: int = option(100, "linear warmup steps")
-    decay: str = option("linear", "learning-rate decay after warmup", choices=("linear", "cosine", "constant"))
+    warmup_steps: int = option(WARMUP_STEPS, "linear warmup steps; one at or beyond --max-steps is cut to "
+                               "a tenth of --max-steps, with a warning")
+    warmup_ratio: float | None = option(None, "warmup over this fraction of --max-steps (instead of --warmup-steps)",
+                                        metavar="R")
+    decay: str = option("linear", "learning-rate decay after warmup; wsd: warmup-stable-decay, the peak until the "
+                        "last --decay-ratio of the run, then linear to 0", choices=DECAYS)
+    decay_ratio: float = option(0.1, "with --decay wsd: the final fraction of --max-steps that decays to 0", metavar="R")
     optimizer: str = option("adamw", "the optimizer; LAMB for very large batches", choices=("adamw", "lamb"))
     weight_decay: float = option(0.01, "decoupled weight decay of matrices and embeddings")
     max_grad_norm: float = 1.0
     max_skipped_steps: int = option(MAX_SKIPPED_STEPS, "stop with an error after N steps in a row with a non-finite "
                                     "loss or gradient", metavar="N")
     seed: int = option(0, "random seed")
-    nsp: bool = option(True, "RoBERTa-style full-sentence packing, no next-sentence prediction", flag="--no-nsp")
+    nsp: bool = option(True, "RoBERTa-style full-sentence packing, no next-sentence prediction (--objective mlm)",
+                       flag="--no-nsp")
+    objective: str = option("auto", "what the model learns besides MLM: auto (the family's recipe: BERT nsp, RoBERTa "
+                            "and DistilBERT none, ALBERT sop), mlm (MLM alone, full-sentence packing), nsp "
+                            "(next-sentence prediction) or sop (sentence-order prediction)",
+                            choices=("auto", "mlm", "nsp", "sop"))
+    masking: str = option("auto", "which tokens MLM masks: auto (the family's recipe: ALBERT ngram, else token), "
+                          "token, or ngram (spans of up to 3, p(n) ~ 1/n); --whole-word-mask makes either whole "
+                          "words", choices=("auto", "token", "ngram"))
+    adam_beta2: float | None = option(None, "AdamW's beta2; default: the family's recipe (RoBERTa 0.98, else 0.999)")
     whole_word_mask: bool = option(False, "mask whole words rather than word pieces")
     mlm_probability: float = option(0.15, "share of tokens masked for the MLM loss")
     static_masking: bool = option(False, "mask once, as the original BERT did: write the masked data to "
                                   "OUT/static_shards first, then train from it")
     dupe_factor: int = option(10, "with --static-masking: how many different ways each instance is masked "
                               "(BERT's duplication factor)")
+    eval_corpus: list[str] = option(help="held-out text to evaluate on (files or directories, as --corpus)",
+                                    default_factory=list, metavar="PATH")
+    eval_fraction: float | None = option(None, "hold out this fraction of the corpus's documents (the same ones "
+                                         "every run: chosen by a hash of their number) to evaluate on", metavar="F")
+    eval_every: int | None = option(None, "evaluate every N steps, at step 0 and at the end (default: every "
+                                    "--save-every steps)", metavar="N")
+    eval_max_instances: int = option(1000, "sequences in the fixed evaluation set", metavar="N")
+    early_stop_patience: int | None = option(None, "stop the run after K evaluations in a row without a lower "
+                                             "eval loss", metavar="K")
     save_every: int = option(500, "checkpoint every N steps")
     keep_last: int = option(3, "complete checkpoints to keep")
     log_every: int = option(10, "a metrics row every N steps")
@@ -115,38 +156,138 @@ class PretrainArgs:
         """Raise `BertforgeError` naming the first bad setting (before anything is written)."""
         a = self
         for name in ("max_steps", "batch_size", "grad_accum", "seq_len", "save_every", "keep_last", "log_every", "vocab_size",
-                     "dupe_factor", "max_skipped_steps"):
+                     "dupe_factor", "max_skipped_steps", "eval_max_instances", "eval_every", "early_stop_patience"):
             value = getattr(a, name)
-            if not isinstance(value, int) or value < 1:
+            if value is not None and (not isinstance(value, int) or value < 1):
                 raise BertforgeError(f"--{name.replace('_', '-')} must be a positive integer, got {value!r}")
         if a.seq_len < 8:
             raise BertforgeError(f"--seq-len {a.seq_len} is too short for [CLS] A [SEP] B [SEP]; use at least 8")
         if not (a.lr > 0 and math.isfinite(a.lr)):
             raise BertforgeError(f"--lr must be a positive number, got {a.lr}")
-        if a.warmup_steps < 0:
-            raise BertforgeError(f"--warmup-steps must be >= 0, got {a.warmup_steps}")
         if not 0 < a.mlm_probability < 1:
             raise BertforgeError(f"--mlm-probability must be in (0, 1), got {a.mlm_probability}")
         if a.resume and a.overwrite:
             raise BertforgeError("--resume and --overwrite contradict each other; choose one")
-        for path in a.corpus:
+        refuse_contradictions(self.chosen())
+        a.validate_schedule()
+        a.validate_evaluation()
+        for path in [*a.corpus, *a.eval_corpus]:
             if not Path(path).exists():
                 raise BertforgeError(f"corpus path {path} does not exist")
+        if a.init_from is not None and not (Path(a.init_from) / "config.json").is_file():
+            raise BertforgeError(f"--init-from {a.init_from}: no config.json there (a checkpoint directory is expected)")
+
+    def chosen(self) -> set[str]:
+        """The settings that differ from their defaults (what a command line gave, as far as values can tell)."""
+        def default(f: dataclasses.Field) -> Any:
+            return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+
+        return {f.name for f in dataclasses.fields(self) if getattr(self, f.name) != default(f)}
+
+    def validate_schedule(self) -> None:
+        a = self
+        if a.warmup_steps < 0:
+            raise BertforgeError(f"--warmup-steps must be >= 0, got {a.warmup_steps}")
+        if a.warmup_ratio is not None and not 0 <= a.warmup_ratio < 1:
+            raise BertforgeError(f"--warmup-ratio must be in [0, 1), got {a.warmup_ratio}")
+        if not 0 < a.decay_ratio <= 1:
+            raise BertforgeError(f"--decay-ratio must be in (0, 1], got {a.decay_ratio}")
+        if a.decay != "wsd" and "decay_ratio" in a.chosen():
+            raise BertforgeError(f"--decay-ratio applies to --decay wsd only, not --decay {a.decay}")
+
+    def validate_evaluation(self) -> None:
+        a = self
+        if a.eval_fraction is not None and not 0 < a.eval_fraction < 1:
+            raise BertforgeError(f"--eval-fraction must be in (0, 1), got {a.eval_fraction}")
+        if not a.evaluates:
+            for name in ("eval_every", "early_stop_patience"):
+                if getattr(a, name) is not None:
+                    raise BertforgeError(f"--{name.replace('_', '-')} needs held-out text: --eval-corpus or --eval-fraction")
+
+    @property
+    def evaluates(self) -> bool:
+        return bool(self.eval_corpus or self.eval_fraction)
+
+    def warmup(self) -> tuple[int, str | None]:
+        """The warmup steps the run uses, and a warning when they differ from those asked for: a warmup at or beyond
+        --max-steps would never let the learning rate reach its peak, so it is cut to a tenth of the run."""
+        a = self
+        asked = round(a.warmup_ratio * a.max_steps) if a.warmup_ratio is not None else a.warmup_steps
+        if asked < a.max_steps:
+            return asked, None
+        used = a.max_steps // 10
+        what = f"--warmup-ratio {a.warmup_ratio}" if a.warmup_ratio is not None else f"--warmup-steps {a.warmup_steps}"
+        return used, (f"{what} is not shorter than --max-steps {a.max_steps}: the learning rate would never reach its "
+                      f"peak; warming up over {used} steps (a tenth of the run) instead")
+
+    def for_family(self, config: BertConfig) -> PretrainArgs:
+        """These settings with the family's recipe filled in for "auto" (objective, masking, AdamW's beta2) and
+        `nsp` following the objective; a setting the family contradicts is refused (RoBERTa has no sentence
+        objective, ALBERT's is sentence order)."""
+        a, member = self, config.family
+        recipe = {**RECIPE_DEFAULTS, **member.recipe}
+        objective = a.objective
+        if objective == "auto":
+            objective = {"NSP": "nsp", "SOP": "sop", None: "mlm"}[member.sentence_head] if a.nsp else "mlm"
+        elif not a.nsp and objective != "mlm":
+            raise BertforgeError(f"--no-nsp and --objective {objective} contradict each other; choose one")
+        model = f"--config {a.config}" if a.init_from is None else f"--init-from {a.init_from}"
+        if objective != "mlm" and member.sentence_head is None:
+            raise BertforgeError(f"--objective {objective} contradicts {model}: {member.name} is pretrained with MLM "
+                                 "only (it has no sentence head)")
+        if objective == "nsp" and member.sentence_head == "SOP":
+            raise BertforgeError(f"--objective nsp contradicts {model}: {member.name}'s sentence head learns "
+                                 "sentence order (--objective sop)")
+        masking = recipe["masking"] if a.masking == "auto" else a.masking
+        beta2 = recipe["adam_beta2"] if a.adam_beta2 is None else a.adam_beta2
+        return dataclasses.replace(a, objective=objective, nsp=objective == "nsp", masking=masking, adam_beta2=beta2)
+
+    @property
+    def vocabulary_source(self) -> str | None:
+        """The checkpoint whose config.json and tokenizer decide the vocabulary (--init-from), or None: the model's
+        vocabulary is the tokenizer's."""
+        return self.init_from
+
+    @property
+    def sentence_objective(self) -> str | None:
+        """The data's sentence objective ("nsp", "sop" or None) once `for_family` has resolved it."""
+        return None if self.objective == "mlm" else self.objective
 
     def model_config(self) -> BertConfig:
-        """The preset or config.json, checked against seq_len (the tokenizer's vocabulary is applied later)."""
+        """The preset, config.json or --init-from checkpoint's config, checked against seq_len (a vocabulary trained
+        here is applied later)."""
         a = self
-        if a.config in PRESETS:
-            config = BertConfig.preset(a.config)
+        if a.init_from is not None:
+            config = BertConfig.from_pretrained(a.init_from)
         elif Path(a.config).exists():
             config = BertConfig.from_pretrained(a.config)
+        elif a.config.rpartition("-")[2] in PRESETS:
+            config = BertConfig.preset(a.config)  # a size, or FAMILY-SIZE; an unknown family is refused there
         else:
-            raise BertforgeError(f"--config {a.config!r} is neither a preset ({', '.join(PRESETS)}) nor a config.json path")
+            raise BertforgeError(f"--config {a.config!r} is neither a preset ({', '.join(PRESETS)}, or FAMILY-SIZE such "
+                                 "as roberta-tiny) nor a config.json path")
         if a.seq_len > config.max_sequence_length:
             raise BertforgeError(
                 f"--seq-len {a.seq_len} is above the model's max_position_embeddings ({config.max_position_embeddings})"
             )
         return config
+
+
+def refuse_contradictions(chosen: set[str]) -> None:
+    """Refuse, in one line, settings given together with one that decides them (`CONTRADICTIONS`). `chosen`: the
+    settings given (by the command line) or set off their defaults (`PretrainArgs.chosen`)."""
+    from .options import flag_of
+
+    flags = {f.name: flag_of(f) for f in dataclasses.fields(PretrainArgs) if "cli" in f.metadata}
+    for setting, decided, why in CONTRADICTIONS:
+        clash = [flags[name] for name in decided if name in chosen]
+        if setting in chosen and clash:
+            raise BertforgeError(f"{flags[setting]} contradicts {', '.join(clash)} ({why}); leave out {' and '.join(clash)}")
+
+
+def decided_by(chosen: set[str]) -> set[str]:
+    """The settings that `chosen` ones decide (`CONTRADICTIONS`): a base such as the demo's must not set them."""
+    return {name for setting, decided, _ in CONTRADICTIONS if setting in chosen for name in decided}
 
 
 # ---------------------------------------------------------------------------------------------------- environment
@@ -178,6 +319,7 @@ class Pretrainer:
         self.corpus = [str(p) for p in args.corpus] or [str(DEFAULT_CORPUS)]
         self.run_dir = RunDirectory(self.out, args.resume, args.overwrite, dataclasses.asdict(args))  # rank 0 acts on it
         base_config = args.model_config()  # settings the model config refuses fail here, before anything is written
+        self.args = args = args.for_family(base_config)  # the family's recipe where the settings say "auto"
         self.autocast_dtype = pick_precision(self.args.precision, self.rt.device)
         try:
             self.setup(base_config)
@@ -190,19 +332,8 @@ class Pretrainer:
         OUT and build the model, optimizer and data."""
         args = self.args
         self.take_lock()
-        self.tokenizer, trained = self.choose_tokenizer()
-        vocab = self.tokenizer.vocab_size if self.tokenizer is not None else args.vocab_size
-        pad = self.tokenizer.pad_token_id if self.tokenizer is not None else base_config.pad_token_id
-        config = dataclasses.replace(base_config, vocab_size=vocab, pad_token_id=pad)
-        refused: BertforgeError | None = None
-        try:  # each rank against its own device; every rank learns whether all of them fit
-            check_training_fits(config, args.batch_size, args.seq_len, self.rt.device,
-                                gradient_checkpointing=args.gradient_checkpointing,
-                                shards=self.rt.world_size if args.fsdp else 1, what=f"pretraining --config {args.config}")
-        except BertforgeError as err:
-            refused = err
-        if not all_ranks_agree(self.rt, refused is None):
-            raise refused if refused is not None else BertforgeError("the run does not fit in memory on another rank")
+        self.tokenizer, trained = self.choose_tokenizer(base_config.model_type)
+        check_fits(run_model_config(base_config, self.tokenizer, args), args, self.rt)
         self.prepare_output_dir()  # the first change to OUT
         if trained:
             if self.rt.is_main:
@@ -211,26 +342,31 @@ class Pretrainer:
             from .tokenizer import Tokenizer
 
             self.tokenizer = Tokenizer.from_pretrained(self.out / "tokenizer")  # every rank reads what rank 0 saved
-        self.config = dataclasses.replace(  # the vocabulary the model is trained with
-            base_config, vocab_size=self.tokenizer.vocab_size, pad_token_id=self.tokenizer.pad_token_id
-        )
-
-        torch.manual_seed(args.seed)
-        self.model = BertForPreTraining(self.config).to(self.rt.device)
+        self.config = run_model_config(base_config, self.tokenizer, args)  # the vocabulary the model is trained with
+        resuming = args.resume and bool(list_checkpoints(self.out))  # then resume() brings the weights
+        self.model = self.build_model(resuming).to(self.rt.device)
         if args.gradient_checkpointing:
             self.model.gradient_checkpointing_enable()
-        if not args.nsp:
-            # MLM alone: the pooler and NSP head get no gradient, so freeze them (DDP wants a gradient for every
-            # trainable weight); they are still saved, so the model keeps the BertForPreTraining layout.
+        if args.sentence_objective is None and isinstance(self.model, BertForPreTraining):
+            # MLM alone with a family that has a sentence head: the pooler and that head get no gradient, so freeze
+            # them (DDP wants a gradient for every trainable weight); they are still saved, so the model keeps the
+            # BertForPreTraining layout.
             for module in (self.model.bert.pooler, self.model.cls.seq_relationship):
                 module.requires_grad_(False)
         self.train_model = wrap_model(self.model, self.rt, args.fsdp, args.compile)
-        self.optimizer = make_optimizer(self.model, args.optimizer, args.lr, args.weight_decay)  # fused AdamW where it applies
-        self.scheduler = warmup_decay(self.optimizer, args.warmup_steps, args.max_steps, args.decay)
+        self.optimizer = make_optimizer(self.model, args.optimizer, args.lr, args.weight_decay,  # fused where it applies
+                                        betas=(0.9, args.adam_beta2))
+        warmup, note = args.warmup()
+        if note and self.rt.is_main:
+            log.warning("%s", note)
+        self.scheduler = warmup_decay(self.optimizer, warmup, args.max_steps, args.decay, args.decay_ratio)
         self.stepper = TrainStep(self.model, self.optimizer, self.scheduler, max_grad_norm=args.max_grad_norm,
                                  device=self.rt.device, precision=self.autocast_dtype, world_size=self.rt.world_size,
                                  max_skipped_steps=args.max_skipped_steps)
         self.stream = self.build_stream()
+        self.evaluation = None if not args.evaluates else HeldOutEvaluation(
+            build_eval_set(args, self.corpus, self.tokenizer), args.eval_every or args.save_every,
+            args.early_stop_patience, self.rt, self.stepper.autocast, args.fsdp)
         self.tokens_seen = 0
         self._pending_weights: tuple[dict, dict] | None = None  # read by load_checkpoint_local, applied after
         # per-step metrics since the last row of metrics.jsonl; checkpointed, so that the first row after a resume
@@ -277,8 +413,8 @@ class Pretrainer:
         """Release the lock on OUT (the run is over, or this object will not run)."""
         self.run_dir.close()
 
-    def choose_tokenizer(self):
-        """(tokenizer, trained): `--tokenizer`; else the vocabulary this run trained before (a resume or a launch
+    def choose_tokenizer(self, family: str = "bert"):
+        """(tokenizer, trained): `--tokenizer` (or --init-from's); else the vocabulary this run trained before (a resume or a launch
         killed after training it: never retrain; not with --overwrite, whose run is a new one); else one trained
         now, in memory, on the corpus by rank 0 (saved to OUT/tokenizer once OUT is prepared; other ranks get None
         and read it from there)."""
@@ -286,15 +422,15 @@ class Pretrainer:
 
         a, own = self.args, self.out / "tokenizer"
         tokenizer = None
-        if a.tokenizer:
-            tokenizer = Tokenizer.from_pretrained(a.tokenizer)
+        if a.tokenizer or a.init_from:
+            tokenizer = Tokenizer.from_pretrained(a.tokenizer or a.init_from)
         elif not a.overwrite and (own / "tokenizer.json").is_file():
             tokenizer = Tokenizer.from_pretrained(own)
         # too few documents (or none) is refused now, not at the first batch, and before a vocabulary is trained
-        on_main(self.rt, lambda: check_corpus(self.corpus, a.text_field, a.nsp, a.allow_binary))
+        on_main(self.rt, lambda: check_run_corpora(a, self.corpus))
         if tokenizer is not None:
             return tokenizer, False
-        return (train_run_tokenizer(a, self.corpus) if self.rt.is_main else None), True
+        return (train_run_tokenizer(a, self.corpus, family) if self.rt.is_main else None), True
 
     def build_stream(self):
         """Dynamic masking: a `PretrainingStream` over this rank's share of the corpus. Static masking
@@ -339,6 +475,8 @@ class Pretrainer:
                 trainer = {"step": self.step, "skipped_steps": self.skipped_steps, "tokens_seen": self.tokens_seen,
                            "world_size": self.rt.world_size, "metrics_window": self.metrics_window,
                            "consecutive_skipped": self.stepper.consecutive_skipped}
+                if self.evaluation is not None:
+                    trainer["evaluation"] = self.evaluation.state_dict()
                 (tmp / "trainer_state.json").write_text(json.dumps(trainer) + "\n", encoding="utf-8")
             for _, old in list_checkpoints(self.out)[: -self.args.keep_last]:
                 doomed = old.with_name(f".{old.name}.deleting")  # one atomic rename: never half-deleted yet listed
@@ -350,14 +488,7 @@ class Pretrainer:
     def load_checkpoint_local(self, path: Path) -> None:
         """Read and check every file and restore what is local to this rank (schedule, RNGs, data position); no
         collectives, so that a failure here is agreed on before any rank enters the weights' collectives."""
-        trainer = json.loads((path / "trainer_state.json").read_text(encoding="utf-8"))
-        fields = ("step", "skipped_steps", "tokens_seen", "world_size")
-        if not isinstance(trainer, dict) or not all(type(trainer.get(k)) is int and trainer[k] >= 0 for k in fields):
-            raise BertforgeError(f"{path / 'trainer_state.json'}: expected non-negative integers {', '.join(fields)}")
-        if trainer["world_size"] != self.rt.world_size:
-            raise BertforgeError(
-                f"{path} was written by {trainer['world_size']} processes; resuming needs the same number (now {self.rt.world_size})"
-            )
+        trainer = read_trainer_state(path, self.rt.world_size)
         weights, _ = read_state_dict(path / "model.safetensors")
         optim_state = load_state(path, "optimizer")
         sched_state = load_state(path, "scheduler")
@@ -368,13 +499,9 @@ class Pretrainer:
         set_rng_state(rngs[self.rt.rank])
         self._pending_weights = (weights, optim_state)
         self.step, self.skipped_steps, self.tokens_seen = trainer["step"], trainer["skipped_steps"], trainer["tokens_seen"]
-        consecutive = trainer.get("consecutive_skipped", 0)  # absent in checkpoints of older versions
-        self.stepper.consecutive_skipped = consecutive if type(consecutive) is int and consecutive >= 0 else 0
-        window = trainer.get("metrics_window", [])  # absent in checkpoints of older versions: start a new window
-        valid = isinstance(window, list) and all(
-            isinstance(w, dict) and all(isinstance(v, (int, float)) for v in w.values()) for w in window
-        )
-        self.metrics_window = window if valid else []
+        self.stepper.consecutive_skipped, self.metrics_window = trainer["consecutive_skipped"], trainer["metrics_window"]
+        if self.evaluation is not None and "evaluation" in trainer:
+            self.evaluation.load_state_dict(trainer["evaluation"])
 
     def load_checkpoint_weights(self) -> None:
         """Model and optimizer state; under FSDP this shards the full tensors, a collective every rank enters."""
@@ -418,13 +545,7 @@ class Pretrainer:
         dev = self.rt.device
         batch = {k: v.to(dev, non_blocking=True) for k, v in batch.items()}
         with self.stepper.autocast():
-            out = self.train_model(
-                input_ids=batch["input_ids"],
-                attention_mask=batch["attention_mask"],
-                token_type_ids=batch["token_type_ids"],
-                labels=batch["labels"],
-                next_sentence_label=batch.get("next_sentence_label"),
-            )
+            out = self.train_model(**model_inputs(batch))
         loss = self.stepper.accumulate({"mlm": out.mlm_loss, "nsp": out.nsp_loss}, weights)
         with torch.no_grad():
             labels = batch["labels"]
@@ -442,11 +563,20 @@ class Pretrainer:
                 stats["nsp_count"] = torch.tensor(batch["next_sentence_label"].numel(), device=dev)
         return stats
 
+    def build_model(self, resuming: bool) -> BertPreTrainedModel:
+        """The model this run trains (a trainer built on this one, distillation, brings its own)."""
+        return initial_model(self.config, self.args, resuming, self.rt.is_main)
+
+    @staticmethod
+    def loss_counts(batch: dict[str, torch.Tensor]) -> dict[str, int]:
+        """What each loss term is averaged over (see `pretraining_counts`)."""
+        return pretraining_counts(batch)
+
     def train_step(self) -> dict[str, float]:
         """One optimizer step over `grad_accum` micro-batches (`TrainStep.run`). A non-finite loss or gradient skips
         the update."""
         batches = [next(self.stream) for _ in range(self.args.grad_accum)]
-        outcome = self.stepper.run(batches, lambda b, w: self.forward_backward(b, w), pretraining_counts, self.train_model)
+        outcome = self.stepper.run(batches, lambda b, w: self.forward_backward(b, w), self.loss_counts, self.train_model)
         totals = outcome.totals
         result = {
             "loss": totals["loss"].item(),
@@ -457,8 +587,8 @@ class Pretrainer:
             "tokens": int(totals["tokens"].item()),
         }
         if "nsp_loss" in totals:
-            result["nsp_loss"] = totals["nsp_loss"].item()
             result["nsp_accuracy"] = totals["nsp_correct"].item() / max(1, totals["nsp_count"].item())
+        result.update({k: v.item() for k, v in totals.items() if k.endswith("_loss") and k not in result})  # nsp, ...
         self.tokens_seen += result["tokens"]
         return result
 
@@ -477,9 +607,13 @@ class Pretrainer:
         a = self.args
         if a.resume:
             self.resume()
-        metrics = MetricsLog(self.out / "metrics.jsonl", self.step, self.out / "tensorboard", enabled=self.rt.is_main)
+        # rows after the step resumed from are dropped (all of them when no checkpoint was made: -1)
+        resume_step = -1 if a.resume and self.step == 0 else self.step
+        metrics = MetricsLog(self.out / "metrics.jsonl", resume_step, self.out / "tensorboard", enabled=self.rt.is_main)
         if a.demo and self.step == 0:
             self.demo("before training")
+        if self.evaluation is not None and self.step == 0:
+            self.evaluate(metrics)  # where the run starts from (an --init-from checkpoint, or random weights)
         bar = None
         if self.rt.is_main and a.progress:
             from tqdm.auto import tqdm
@@ -509,7 +643,7 @@ class Pretrainer:
         a = self.args
         window = self.metrics_window  # restored by a resume; tokens/s counts this process's steps only
         window_tokens, window_start = 0, time.perf_counter()
-        while self.step < a.max_steps:
+        while self.step < a.max_steps and not (self.evaluation is not None and self.evaluation.stopped):
             result = self.train_step()
             window_tokens += result.pop("tokens")
             window.append({k: float(v) for k, v in result.items()})
@@ -527,8 +661,23 @@ class Pretrainer:
                 if self.step % a.log_every == 0:  # a last row off the log_every grid keeps its window going, so that
                     window.clear()  # a run resumed past max_steps logs the rows of one that never stopped there
                 window_tokens, window_start = 0, time.perf_counter()
-            if self.step % a.save_every == 0 or self.step == a.max_steps:
+            if self.evaluation is not None and self.evaluation.due(self.step, a.max_steps):
+                self.evaluate(metrics)
+            stopped = self.evaluation is not None and self.evaluation.stopped
+            if self.step % a.save_every == 0 or self.step == a.max_steps or stopped:
                 self.save_checkpoint()
+
+    def evaluate(self, metrics: MetricsLog) -> None:
+        """Evaluate on the held-out set (every rank: its share, summed over all): a row of metrics.jsonl, and
+        OUT/best/ when the eval loss is the lowest so far."""
+        evaluation = self.evaluation
+        result = evaluation.evaluate(self.model)
+        metrics.write({"type": "eval", "step": self.step, **result})
+        if evaluation.record(self.step, result["eval_loss"]):
+            self.export(self.out / "best", {"step": self.step, **result})
+        elif evaluation.stopped and self.rt.is_main:
+            log.info("early stop at step %d: no lower eval loss in %d evaluations; the best, %.4f at step %d, is in %s",
+                     self.step, evaluation.since_best, evaluation.best_loss, evaluation.best_step, self.out / "best")
 
     def demo(self, title: str) -> None:
         """[MASK] predictions for the demo sentences, logged by rank 0. Under FSDP each forward all-gathers the
@@ -537,18 +686,43 @@ class Pretrainer:
         if self.args.fsdp or self.rt.is_main:
             show_predictions(self.model, self.tokenizer, title, self.rt.device, emit=self.rt.is_main)
 
-    def export(self, target: Path) -> None:
-        """`OUT/model/` in Hugging Face layout: config.json, model.safetensors and the tokenizer files. Called on
-        every rank (under FSDP the full state dict is gathered collectively); rank 0 alone writes."""
+    def export(self, target: Path, evaluation: dict[str, Any] | None = None) -> None:
+        """`OUT/model/` (or `OUT/best/`, with its `evaluation` in eval.json) in Hugging Face layout: config.json,
+        model.safetensors and the tokenizer files. Called on every rank (under FSDP the full state dict is gathered
+        collectively); rank 0 alone writes."""
         weights = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
         if not self.rt.is_main:
             return
         refuse_nonfinite(weights, str(target))
-        export = BertForPreTraining(self.config)
-        export.load_state_dict(weights)
+        with torch.device("meta"):  # no storage and no initialisation: it would draw from the training RNG
+            export = type(self.model)(self.config)
+        export.load_state_dict(weights, assign=True)
         with atomic_directory(target) as tmp:
             export.save_pretrained(tmp)
             self.tokenizer.save_pretrained(tmp)
+            if evaluation is not None:
+                (tmp / "eval.json").write_text(json.dumps(evaluation, indent=2) + "\n", encoding="utf-8")
+
+
+def read_trainer_state(path: Path, world_size: int) -> dict[str, Any]:
+    """A checkpoint's trainer_state.json, checked: its counters, written by `world_size` processes; the entries
+    that checkpoints of older versions lack (or hold damaged) get their neutral values."""
+    trainer = json.loads((path / "trainer_state.json").read_text(encoding="utf-8"))
+    fields = ("step", "skipped_steps", "tokens_seen", "world_size")
+    if not isinstance(trainer, dict) or not all(type(trainer.get(k)) is int and trainer[k] >= 0 for k in fields):
+        raise BertforgeError(f"{path / 'trainer_state.json'}: expected non-negative integers {', '.join(fields)}")
+    if trainer["world_size"] != world_size:
+        raise BertforgeError(
+            f"{path} was written by {trainer['world_size']} processes; resuming needs the same number (now {world_size})"
+        )
+    consecutive = trainer.get("consecutive_skipped", 0)
+    trainer["consecutive_skipped"] = consecutive if type(consecutive) is int and consecutive >= 0 else 0
+    window = trainer.get("metrics_window", [])  # a damaged or absent window: start a new one
+    valid = isinstance(window, list) and all(
+        isinstance(w, dict) and all(isinstance(v, (int, float)) for v in w.values()) for w in window
+    )
+    trainer["metrics_window"] = window if valid else []
+    return trainer
 
 
 def wrap_model(model: torch.nn.Module, rt: Runtime, fsdp: bool, compile: bool) -> torch.nn.Module:
@@ -570,6 +744,46 @@ def wrap_model(model: torch.nn.Module, rt: Runtime, fsdp: bool, compile: bool) -
     if compile:
         wrapped = torch.compile(wrapped)
     return wrapped
+
+
+def run_model_config(base: BertConfig, tokenizer: Any, args: PretrainArgs) -> BertConfig:
+    """The run's model config: the preset or config.json with the tokenizer's vocabulary (`tokenizer` None: one
+    rank 0 has not trained yet, of `args.vocab_size`); or the --init-from checkpoint's own, which must cover its
+    tokenizer's ids."""
+    if args.vocabulary_source is not None:
+        if tokenizer is not None and tokenizer.vocab_size > base.vocab_size:
+            raise BertforgeError(f"{args.vocabulary_source}: its tokenizer has {tokenizer.vocab_size} tokens, "
+                                 f"more than the vocab_size of its config.json ({base.vocab_size})")
+        return base
+    vocab = tokenizer.vocab_size if tokenizer is not None else args.vocab_size
+    pad = tokenizer.pad_token_id if tokenizer is not None else base.pad_token_id
+    return dataclasses.replace(base, vocab_size=vocab, pad_token_id=pad)
+
+
+def check_fits(config: BertConfig, args: PretrainArgs, rt: Runtime) -> None:
+    """Refuse a run that does not fit in memory: each rank against its own device; every rank learns whether all
+    of them fit."""
+    refused: BertforgeError | None = None
+    try:
+        check_training_fits(config, args.batch_size, args.seq_len, rt.device,
+                            gradient_checkpointing=args.gradient_checkpointing, shards=rt.world_size if args.fsdp else 1,
+                            what=f"pretraining --init-from {args.init_from}" if args.init_from else f"pretraining --config {args.config}")
+    except BertforgeError as err:
+        refused = err
+    if not all_ranks_agree(rt, refused is None):
+        raise refused if refused is not None else BertforgeError("the run does not fit in memory on another rank")
+
+
+def initial_model(config: BertConfig, args: PretrainArgs, resuming: bool, is_main: bool) -> BertPreTrainedModel:
+    """The weights the run starts from: the --init-from checkpoint's, through the one loader (the heads it lacks
+    initialised from --seed, named in one warning, by rank 0), or random ones from --seed. A run resuming from a
+    checkpoint of its own starts from random ones, which `Pretrainer.resume` replaces: never the --init-from
+    weights again."""
+    torch.manual_seed(args.seed)  # the same weights on every rank (FSDP shards them as they are)
+    cls = AutoModelForPreTraining.model_class(config)  # MLM + the family's sentence head, or MLM alone
+    if args.init_from is not None and not resuming:
+        return load_pretrained(cls, args.init_from, quiet=not is_main)
+    return cls(config)
 
 
 def pretraining_counts(batch: dict[str, torch.Tensor]) -> dict[str, int]:
@@ -599,17 +813,23 @@ def metrics_summary(path: Path, vocab_size: int) -> str | None:
 
 
 PRETRAIN_PANELS = (
-    Panel("loss", ("loss", "mlm_loss", "nsp_loss")),
-    Panel("accuracy", ("mlm_accuracy", "nsp_accuracy"), ylim=(0, 1)),
+    Panel("training loss", ("loss", "mlm_loss", "nsp_loss")),
+    Panel("training accuracy", ("mlm_accuracy", "nsp_accuracy"), ylim=(0, 1)),
     Panel("learning rate", ("lr",)),
+)
+EVAL_PANELS = (  # with held-out evaluation: its MLM loss beside the training one, and its accuracies
+    Panel("MLM loss", ("mlm_loss", "eval_loss"), marker="."),
+    Panel("held-out accuracy", ("eval_mlm_accuracy", "eval_nsp_accuracy"), kind="eval", marker="o", ylim=(0, 1)),
 )
 
 
 def plot_metrics(metrics_file: Path, png: Path) -> None:
-    """Losses, MLM accuracy and learning rate against step, one PNG."""
+    """Losses, accuracies and learning rate against step (and the held-out evaluation's, when there is one), one
+    PNG."""
     rows = read_rows(metrics_file)
     if rows:
-        plot_curves(rows, png, PRETRAIN_PANELS)
+        evaluated = any(r.get("type") == "eval" for r in rows)
+        plot_curves(rows, png, PRETRAIN_PANELS + (EVAL_PANELS if evaluated else ()))
 
 
 @torch.no_grad()
@@ -620,7 +840,7 @@ def show_predictions(model: BertForPreTraining, tokenizer, title: str, device: t
     model.eval()
     lines = [f"[MASK] predictions {title}:"]
     for text in DEMO_SENTENCES:
-        enc = tokenizer(text, return_tensors="pt")
+        enc = tokenizer(text.replace("[MASK]", tokenizer.mask_token), return_tensors="pt")
         ids = enc["input_ids"].to(device)
         out = model(input_ids=ids, token_type_ids=enc["token_type_ids"].to(device))
         where = (ids[0] == tokenizer.mask_token_id).nonzero().flatten()
@@ -629,7 +849,7 @@ def show_predictions(model: BertForPreTraining, tokenizer, title: str, device: t
             probs = out.prediction_logits[0, pos].float().softmax(-1)
             top = probs.topk(k)
             guesses.append(", ".join(f"{t} ({p:.2f})" for t, p in zip(tokenizer.convert_ids_to_tokens(top.indices.tolist()), top.values.tolist())))
-        lines.append(f"  {text}  ->  {' | '.join(guesses)}")
+        lines.append(f"  {text.replace('[MASK]', tokenizer.mask_token)}  ->  {' | '.join(guesses)}")
     if emit:
         log.info("\n".join(lines))
     model.train(was_training)

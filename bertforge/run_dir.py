@@ -29,8 +29,8 @@ CHECKPOINT_RE = re.compile(r"^step-(\d+)$")
 RESUMABLE_CHANGES = {"max_steps", "save_every", "keep_last", "log_every", "resume", "overwrite", "progress", "demo", "out",
                      "max_skipped_steps"}
 # What a run writes in OUT: all that --overwrite replaces (anything else there is left alone).
-RUN_ENTRIES = ("checkpoints", "model", "tokenizer", "tensorboard", "metrics.jsonl", RUN_CONFIG, "training_curves.png",
-               STATIC_DIR)
+RUN_ENTRIES = ("checkpoints", "model", "best", "tokenizer", "tensorboard", "metrics.jsonl", RUN_CONFIG,
+               "training_curves.png", STATIC_DIR)
 # Where --overwrite keeps the run it replaces (OUT/.replaced-run/) until the new run has its first checkpoint.
 REPLACED_DIR = ".replaced-run"
 

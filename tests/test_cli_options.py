@@ -93,6 +93,16 @@ def test_pretrain_explicit_option_overrides_the_demo_setting(monkeypatch):
     assert (s.max_steps, s.seq_len, s.vocab_size, s.out) == (5, 32, 8000, "runs/demo")
 
 
+def test_pretrain_demo_leaves_out_the_settings_a_given_option_decides(monkeypatch):
+    """The demo's vocabulary size is not set beside --init-from (whose checkpoint decides it), nor its 60-step
+    warmup beside --warmup-ratio; its other settings stay."""
+    s = pretrain_settings(monkeypatch, "--init-from", "ckpt")
+    assert (s.init_from, s.vocab_size, s.max_steps, s.warmup_steps) == ("ckpt", PretrainArgs().vocab_size, 600, 60)
+    s = pretrain_settings(monkeypatch, "--warmup-ratio", "0.05")
+    assert (s.warmup_ratio, s.warmup_steps, s.vocab_size) == (0.05, PretrainArgs().warmup_steps, 8000)
+    assert s.warmup() == (30, None)  # 5 % of the demo's 600 steps
+
+
 # Each option against a run on a given corpus: the fields of the settings it changes, and to what.
 PRETRAIN_OPTIONS = [
     (["--corpus", "a.txt", "b.txt"], dict(corpus=["a.txt", "b.txt"])),
@@ -131,6 +141,15 @@ PRETRAIN_OPTIONS = [
     (["--compile"], dict(compile=True)),
     (["--text-field", "body"], dict(text_field="body")),
     (["--no-progress"], dict(progress=False)),
+    (["--init-from", "ckpt"], dict(init_from="ckpt")),
+    (["--warmup-ratio", "0.2"], dict(warmup_ratio=0.2)),
+    (["--decay", "wsd"], dict(decay="wsd")),
+    (["--decay-ratio", "0.3"], dict(decay_ratio=0.3)),
+    (["--eval-corpus", "e.txt", "f.txt"], dict(eval_corpus=["e.txt", "f.txt"])),
+    (["--eval-fraction", "0.05"], dict(eval_fraction=0.05)),
+    (["--eval-every", "20"], dict(eval_every=20)),
+    (["--eval-max-instances", "64"], dict(eval_max_instances=64)),
+    (["--early-stop-patience", "3"], dict(early_stop_patience=3)),
 ]
 
 

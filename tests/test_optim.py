@@ -167,5 +167,39 @@ def test_unknown_decay_is_refused():
     from bertforge import BertforgeError
     from bertforge.optim import warmup_decay
 
-    with pytest.raises(BertforgeError, match="linear, cosine or constant"):
+    with pytest.raises(BertforgeError, match="linear, cosine, constant, wsd"):
         warmup_decay(torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1.0), 1, 10, "cosin")
+    for ratio in (0.0, -0.1, 1.5):
+        with pytest.raises(BertforgeError, match="--decay-ratio"):
+            warmup_decay(torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1.0), 1, 10, "wsd", ratio)
+
+
+def schedule_lrs_wsd(peak: float, warmup: int, total: int, ratio: float, steps: int) -> list[float]:
+    from bertforge.optim import warmup_decay
+
+    opt = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=peak)
+    sched = warmup_decay(opt, warmup, total, "wsd", ratio)
+    lrs = []
+    for _ in range(steps):
+        lrs.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    return lrs
+
+
+def test_wsd_schedule_is_warmup_then_the_peak_then_a_linear_decay_over_the_last_fraction():
+    """warmup 2, 20 steps, decay ratio 0.25: warmup at steps 0-1, the peak at 2-14, then 1 - (t - 15) / 5 over the
+    last 5 steps (15-19), 0 from step 20 on. Values written out, not computed from the schedule's own formula."""
+    lrs = schedule_lrs_wsd(1.0, 2, 20, 0.25, 23)
+    want = [0.5, 1.0] + [1.0] * 13 + [1.0, 0.8, 0.6, 0.4, 0.2] + [0.0] * 3
+    assert lrs == pytest.approx(want, abs=1e-12)
+
+
+def test_wsd_decay_never_starts_inside_the_warmup():
+    """A decay span longer than what the warmup leaves: the decay starts when the warmup ends (step 8 of 10)."""
+    lrs = schedule_lrs_wsd(1.0, 8, 10, 0.5, 11)
+    assert lrs == pytest.approx([0.125, 0.25, 0.375, 0.5, 0.625, 0.75, 0.875, 1.0, 1.0, 0.5, 0.0], abs=1e-12)
+    # the default ratio 0.1 of a 100-step run without warmup: the peak for 90 steps, then down by a tenth each step
+    lrs = schedule_lrs_wsd(1.0, 0, 100, 0.1, 101)
+    assert lrs[:91] == pytest.approx([1.0] * 91) and lrs[91] == pytest.approx(0.9) and lrs[99] == pytest.approx(0.1)
+    assert lrs[100] == 0.0

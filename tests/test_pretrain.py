@@ -328,16 +328,18 @@ def test_single_document_corpus_with_nsp_is_refused(corpus_and_tokenizer, tmp_pa
         pretrain(args(corpus_and_tokenizer, tmp_path / "run", corpus=[str(single)]))
 
 
-def torchrun_pretrain(corpus_and_tokenizer, out: Path, *extra: str, timeout: float = 240):
+def torchrun_pretrain(corpus_and_tokenizer, out: Path, *extra: str, timeout: float = 240, init_from: Path | None = None):
     """`bertforge pretrain` under `torchrun --nproc-per-node 2` on CPU (gloo); fails the test on a non-zero exit or a
-    hang (a collective that one rank alone enters never returns: the timeout turns that into a failure)."""
+    hang (a collective that one rank alone enters never returns: the timeout turns that into a failure). The
+    model is the tiny config with its tokenizer, or `init_from`'s."""
     import os
     import subprocess
     import sys
 
     corpus, tok, config = corpus_and_tokenizer
+    model = ["--init-from", str(init_from)] if init_from else ["--tokenizer", str(tok), "--config", str(config)]
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-           "-m", "bertforge", "pretrain", "--corpus", str(corpus), "--tokenizer", str(tok), "--config", str(config),
+           "-m", "bertforge", "pretrain", "--corpus", str(corpus), *model,
            "--out", str(out), "--batch-size", "2", "--seq-len", "32", "--no-progress", "--device", "cpu", *extra]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     try:

@@ -25,13 +25,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """The settings given on the command line over the defaults (the demo's when no --corpus is given)."""
+    """The settings given on the command line over the defaults (the demo's when no --corpus is given, less those
+    a given option decides: --init-from's vocabulary, --warmup-ratio's warmup). Options that contradict each other
+    are refused in one line, before anything is written."""
     from ..data.corpus import warn_replaced
     from ..options import given
-    from ..pretrain import PretrainArgs, pretrain
+    from ..pretrain import PretrainArgs, decided_by, pretrain, refuse_contradictions
 
-    base = PretrainArgs() if args.corpus else PretrainArgs(**DEMO)
-    final = pretrain(dataclasses.replace(base, **given(args, PretrainArgs)))
+    settings = given(args, PretrainArgs)
+    refuse_contradictions(set(settings))
+    demo = {name: value for name, value in DEMO.items() if name not in decided_by(set(settings))}
+    base = PretrainArgs() if args.corpus else PretrainArgs(**demo)
+    final = pretrain(dataclasses.replace(base, **settings))
     if final is not None and os.environ.get("RANK", "0") == "0":  # under torchrun, rank 0 speaks for the run
         replaced, passes = replaced_bytes(Path(final).parent)
         warn_replaced(replaced, passes=passes)

@@ -5,7 +5,7 @@ The training loop uses :class:`PretrainingStream`; tokenizer training uses :func
 """
 
 from bertforge.constants import IGNORE_INDEX
-from bertforge.data.corpus import DEFAULT_CORPUS, CorpusReader, Document, iter_documents, list_corpus_files, take_mb
+from bertforge.data.corpus import DEFAULT_CORPUS, CorpusReader, Document, DocumentSplit, iter_documents, list_corpus_files, take_mb
 from bertforge.data.instances import (
     IN_ORDER,
     IS_NEXT,
@@ -43,6 +43,7 @@ __all__ = [
     "SWAPPED",
     "CorpusReader",
     "Document",
+    "DocumentSplit",
     "Instance",
     "InstanceStream",
     "MaskingCollator",

@@ -25,6 +25,12 @@ number of files; each rank scans (but does not tokenize) the documents of the ot
 ``shard_by="file"``: rank ``r`` reads only files ``r, r + w, ...`` (needs at least ``w`` files). Cheaper I/O for
 corpora made of many similar-sized files.
 
+Held-out documents
+------------------
+``split=DocumentSplit(fraction, held_out)`` keeps only the documents outside (training) or inside (evaluation) a
+held-out share of the corpus, chosen by a hash of each document's number: the same documents on every run,
+whatever the seed or the number of ranks. Documents keep their numbers, so sharding and seeds are unchanged.
+
 Resumable position
 ------------------
 The reader's position is (epoch, file index, byte offset into the file's decompressed bytes, line number,
@@ -37,6 +43,7 @@ from __future__ import annotations
 
 import codecs
 import gzip
+import hashlib
 import logging
 import os
 import re
@@ -150,6 +157,19 @@ def decode_line(raw: bytes) -> tuple[str, int]:
     return text, _REPLACED.count
 
 
+@dataclass(frozen=True)
+class DocumentSplit:
+    """Document number i is held out when a hash of i falls below `fraction` (about that share of the documents,
+    spread over the whole corpus); `held_out`: keep those (evaluation) rather than the others (training)."""
+
+    fraction: float
+    held_out: bool = False
+
+    def keeps(self, index: int) -> bool:
+        digest = hashlib.blake2b(index.to_bytes(8, "little"), digest_size=8, person=b"heldout").digest()
+        return (int.from_bytes(digest, "little") < self.fraction * 2**64) == self.held_out
+
+
 class CorpusReader:
     """Reads the documents of one rank's shard, cycling over the corpus forever (or once, with ``cycle=False``).
 
@@ -168,6 +188,7 @@ class CorpusReader:
         min_docs: int = 1,
         cycle: bool = True,
         allow_binary: bool = False,
+        split: DocumentSplit | None = None,
     ) -> None:
         if world_size < 1 or not 0 <= rank < world_size:
             raise BertforgeError(f"rank {rank} is not in range for world_size {world_size}")
@@ -191,6 +212,7 @@ class CorpusReader:
         self.shard_by = shard_by
         self.min_docs = min_docs
         self.cycle = cycle
+        self.split = split
         # position
         self.epoch = 0
         self.file_idx = 0
@@ -330,6 +352,8 @@ class CorpusReader:
             sentences, first_line = found
             index = self.doc_index
             self.doc_index += 1
+            if self.split is not None and not self.split.keeps(index):
+                continue
             if self.shard_by == "document" and index % self.world_size != self.rank:
                 continue
             self.rank_docs += 1

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from bertforge.data.corpus import DEFAULT_CORPUS, CorpusReader, PathsLike
+from bertforge.data.corpus import DEFAULT_CORPUS, CorpusReader, DocumentSplit, PathsLike
 from bertforge.data.instances import Instance, InstanceStream, Tokenize, derive_seed, resolve_sentence_objective
 from bertforge.data.masking import MaskingCollator
 from bertforge.errors import BertforgeError
@@ -68,6 +68,7 @@ class PretrainingStream:
         pad_to_multiple_of: int | None = None,
         max_epochs: int | None = None,
         allow_binary: bool = False,
+        split: DocumentSplit | None = None,
     ) -> None:
         if batch_size < 1:
             raise BertforgeError(f"batch_size must be at least 1 (got {batch_size})")
@@ -81,7 +82,7 @@ class PretrainingStream:
         self.max_seq_length = max_seq_length
         self.seed, self.rank, self.world_size = seed, rank, world_size
         self.reader = CorpusReader(paths, text_field=text_field, rank=rank, world_size=world_size, shard_by=shard_by,
-                                   min_docs=2 if nsp else 1, allow_binary=allow_binary)
+                                   min_docs=2 if nsp else 1, allow_binary=allow_binary, split=split)
         self.instances = InstanceStream(
             self.reader, tokenize, cls_id=cls_id, sep_id=sep_id, max_seq_length=max_seq_length,
             sentence_objective=objective, short_seq_prob=short_seq_prob, seed=seed, rank=rank,
@@ -102,7 +103,8 @@ class PretrainingStream:
                             whole_word_mask=masking == "whole_word", masking=masking,
                             max_ngram=max_ngram if masking == "ngram" else None,
                             mask_units="word" if self.collator.word_units else "token",
-                            mlm_probability=mlm_probability, short_seq_prob=short_seq_prob, vocab_size=vocab_size)
+                            mlm_probability=mlm_probability, short_seq_prob=short_seq_prob, vocab_size=vocab_size,
+                            split=None if split is None else [split.fraction, split.held_out])
 
     def __iter__(self) -> PretrainingStream:
         return self

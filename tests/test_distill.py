@@ -1,0 +1,119 @@
+"""Distillation into a DistilBERT: the student's initialisation from the teacher, the run through the CLI (it
+learns; `transformers` loads the student as DistilBertForMaskedLM with the teacher's tokenizer), refusals."""
+
+import json
+
+import pytest
+import torch
+
+import bertforge
+from bertforge import BertforgeError
+from bertforge.cli import main
+from bertforge.distill import DistillArgs, init_from_teacher, teacher_layers
+from bertforge.model import BertForMaskedLM
+from tests.helpers import make_run_inputs
+
+transformers = pytest.importorskip("transformers")
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory):
+    """(corpus, tokenizer dir) for tiny runs."""
+    corpus, tok, _ = make_run_inputs(tmp_path_factory.mktemp("inputs"))
+    return corpus, tok
+
+
+def make_teacher(directory, tok_dir, family="bert", layers=4):
+    from bertforge.tokenizer import Tokenizer
+
+    tok = Tokenizer.from_pretrained(tok_dir)
+    sizes = dict(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=layers, num_attention_heads=4,
+                 intermediate_size=48, max_position_embeddings=66, pad_token_id=tok.pad_token_id)
+    config = {"bert": transformers.BertConfig, "roberta": transformers.RobertaConfig}[family](**sizes)
+    cls = {"bert": transformers.BertForMaskedLM, "roberta": transformers.RobertaForMaskedLM}[family]
+    torch.manual_seed(0)
+    cls(config).save_pretrained(directory)
+    tok.save_pretrained(directory)
+    return directory
+
+
+def test_teacher_layers_are_every_other_one():
+    assert teacher_layers(6, 12) == [0, 2, 4, 6, 8, 10]
+    assert teacher_layers(1, 2) == [0]
+    assert teacher_layers(4, 4) == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("family", ["bert", "roberta"])
+def test_a_full_depth_student_computes_what_the_teacher_does(tmp_path, inputs, family):
+    """With as many layers as the teacher, the copied student is the teacher without token types: the token-type
+    row folded into the positions (and RoBERTa's offset skipped) keeps every output on single segments."""
+    teacher_dir = make_teacher(tmp_path / "teacher", inputs[1], family)
+    teacher = bertforge.AutoModelForMaskedLM.from_pretrained(teacher_dir).eval()
+    args = DistillArgs(teacher=str(teacher_dir), corpus=[str(inputs[0])], student_layers=4, seq_len=32)
+    student = BertForMaskedLM(args.model_config())
+    init_from_teacher(student, teacher)
+    student.eval()
+    assert student.config.model_type == "distilbert" and student.bert.embeddings.token_type_embeddings is None
+    ids = torch.randint(5, teacher.config.vocab_size, (2, 12))
+    mask = torch.ones_like(ids)
+    mask[1, 7:] = 0
+    ids = ids.masked_fill(mask == 0, teacher.config.pad_token_id)
+    with torch.no_grad():
+        expected, got = teacher(ids, mask).logits, student(ids, mask).logits
+    assert (expected - got)[mask.bool()].abs().max() <= 1e-5
+
+
+def test_distill_learns_and_transformers_loads_the_student(tmp_path, inputs, capsys):
+    corpus, tok = inputs
+    teacher_dir = make_teacher(tmp_path / "teacher", tok)
+    out = tmp_path / "student"
+    assert main(["distill", "--teacher", str(teacher_dir), "--corpus", str(corpus), "--out", str(out),
+                 "--batch-size", "8", "--seq-len", "32", "--max-steps", "30", "--warmup-steps", "3", "--lr", "2e-3",
+                 "--log-every", "5", "--save-every", "15", "--temperature", "2", "--alpha-ce", "5", "--alpha-mlm", "2",
+                 "--alpha-cos", "1", "--no-progress"]) == 0
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert {"ce_loss", "cos_loss", "mlm_loss"} <= set(rows[-1])
+    assert rows[-1]["loss"] < rows[0]["loss"], [r["loss"] for r in rows]  # it learns
+    config = json.loads((out / "model" / "config.json").read_text())
+    assert config["model_type"] == "distilbert" and config["n_layers"] == 2
+    student, info = transformers.DistilBertForMaskedLM.from_pretrained(out / "model", output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"], info
+    hf_tok = transformers.AutoTokenizer.from_pretrained(out / "model")
+    assert hf_tok.get_vocab() == transformers.AutoTokenizer.from_pretrained(teacher_dir).get_vocab()
+    ours = bertforge.AutoModelForMaskedLM.from_pretrained(out / "model").eval()
+    batch = hf_tok(["the cat sat", "a dog"], padding=True, return_tensors="pt", return_token_type_ids=False)
+    with torch.no_grad():
+        diff = (student.eval()(**batch).logits - ours(**batch).logits)[batch["attention_mask"].bool()]
+    assert diff.abs().max() <= 1e-5
+
+
+def test_distillation_resumes_exactly(tmp_path, inputs, monkeypatch):
+    corpus, tok = inputs
+    teacher_dir = make_teacher(tmp_path / "teacher", tok)
+    from bertforge.distill import distill
+
+    common = dict(teacher=str(teacher_dir), corpus=[str(corpus)], batch_size=4, seq_len=32, max_steps=6, save_every=3,
+                  warmup_steps=1, decay="constant", progress=False, demo=False)
+    whole = distill(DistillArgs(out=str(tmp_path / "whole"), **common))
+    part = tmp_path / "part"
+    distill(DistillArgs(out=str(part), **{**common, "max_steps": 3}))
+    resumed = distill(DistillArgs(out=str(part), resume=True, **common))
+    from safetensors.torch import load_file
+
+    a, b = load_file(whole / "model.safetensors"), load_file(resumed / "model.safetensors")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_teachers_that_cannot_be_distilled_are_refused(tmp_path, inputs, capsys):
+    corpus, tok = inputs
+    teacher = make_teacher(tmp_path / "teacher", tok)
+    headless = tmp_path / "headless"
+    bertforge.AutoModel.from_pretrained(teacher).save_pretrained(headless)  # the encoder alone: no MLM head
+    bertforge.Tokenizer.from_pretrained(teacher).save_pretrained(headless)
+    assert main(["distill", "--teacher", str(headless), "--corpus", str(corpus), "--out", str(tmp_path / "o1"),
+                 "--seq-len", "32", "--max-steps", "1", "--no-progress"]) != 0
+    assert "no MLM head" in capsys.readouterr().err
+    with pytest.raises(BertforgeError, match="--teacher is required"):
+        DistillArgs(corpus=[str(corpus)]).validate()
+    with pytest.raises(BertforgeError, match="--student-layers 9 is more"):
+        DistillArgs(teacher=str(teacher), corpus=[str(corpus)], student_layers=9).model_config()
