@@ -195,3 +195,27 @@ def test_torchrun_fsdp_continues_a_checkpoint_and_evaluates_as_one_process(corpu
     one = rows(single, "eval")[0]
     assert_same_evaluation(two, one)
     assert_loadable_model(tmp_path / "two" / "model")
+
+
+def test_eval_loss_of_a_continued_checkpoint_equals_transformers_on_the_same_masks(corpus_and_tokenizer,
+                                                                                 hf_mlm_checkpoint, tmp_path):
+    """The held-out numbers at step 0 of a run continuing a transformers BertForMaskedLM: that model's own MLM loss
+    and accuracy (transformers, dense logits) on the evaluation set's batches."""
+    import torch.nn.functional as F
+
+    transformers = pytest.importorskip("transformers")
+    trainer = Pretrainer(init_args(corpus_and_tokenizer, tmp_path / "run", hf_mlm_checkpoint, nsp=False,
+                                   eval_corpus=[str(corpus_and_tokenizer[0])], eval_max_instances=24))
+    got = trainer.evaluation.evaluate(trainer.model)
+    hf = transformers.BertForMaskedLM.from_pretrained(hf_mlm_checkpoint).eval()
+    total = correct = count = 0
+    with torch.no_grad():
+        for batch in trainer.evaluation.batches:
+            logits = hf(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                        token_type_ids=batch["token_type_ids"]).logits
+            keep = batch["labels"] != -100
+            total += F.cross_entropy(logits[keep], batch["labels"][keep], reduction="sum").item()
+            correct += int((logits[keep].argmax(-1) == batch["labels"][keep]).sum())
+            count += int(keep.sum())
+    assert got["eval_loss"] == pytest.approx(total / count, rel=1e-5)
+    assert got["eval_mlm_accuracy"] == correct / count and "eval_nsp_accuracy" not in got
