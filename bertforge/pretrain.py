@@ -250,8 +250,16 @@ class PretrainArgs:
 
     @property
     def sentence_objective(self) -> str | None:
-        """The data's sentence objective ("nsp", "sop" or None) once `for_family` has resolved it."""
+        """The data's sentence objective: "nsp", "sop" or None (settings not resolved by `for_family` yet read
+        "auto" as BERT's: NSP unless --no-nsp)."""
+        if self.objective == "auto":
+            return "nsp" if self.nsp else None
         return None if self.objective == "mlm" else self.objective
+
+    @property
+    def masking_kind(self) -> str:
+        """The data's masking: "token" or "ngram" ("auto" unresolved reads as BERT's, token)."""
+        return "token" if self.masking == "auto" else self.masking
 
     def model_config(self) -> BertConfig:
         """The preset, config.json or --init-from checkpoint's config, checked against seq_len (a vocabulary trained

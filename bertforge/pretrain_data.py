@@ -45,7 +45,7 @@ def pretraining_stream(args: Any, corpus: list[str], tokenizer: Any, rank: int, 
         max_seq_length=a.seq_len,
         batch_size=batch_size,
         sentence_objective=a.sentence_objective,
-        masking=a.masking,
+        masking=a.masking_kind,
         whole_word_mask=a.whole_word_mask,
         mlm_probability=a.mlm_probability,
         seed=a.seed,
@@ -91,7 +91,7 @@ def static_reader(args: Any, out: Path, stream: Callable[[int], Any], rank: int,
     reader = StaticShardReader(directory, a.batch_size, seed=a.seed)
     index = reader.index
     found = (index.get("dupe_factor"), index.get("max_seq_length"), reader.sentence_objective, index.get("masking", "token"))
-    wanted = (a.dupe_factor, a.seq_len, a.sentence_objective, "whole_word" if a.whole_word_mask and a.masking == "token" else a.masking)
+    wanted = (a.dupe_factor, a.seq_len, a.sentence_objective, "whole_word" if a.whole_word_mask and a.masking_kind == "token" else a.masking_kind)
     if found != wanted:
         raise BertforgeError(
             f"{directory} holds static shards for (dupe_factor, seq_len, sentence objective, masking)={found}, not "

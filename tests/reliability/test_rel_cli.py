@@ -20,7 +20,7 @@ from bertforge import cli
 from rel_helpers import bertforge_cmd, make_model_dir, make_run_inputs, one_torch_thread, report, subprocess_env
 
 # Options whose value is a model or tokenizer directory, an input file, or an output path, by `dest`.
-MODEL_DESTS = {"model", "model_dir", "tokenizer", "checkpoint", "pretrained"}
+MODEL_DESTS = {"model", "model_dir", "tokenizer", "checkpoint", "pretrained", "teacher"}
 INPUT_DESTS = {"input", "inputs", "data", "train", "dev", "test", "corpus", "file", "text_file"}
 OUTPUT_DESTS = {"out", "output", "output_dir", "save", "onnx", "out_file"}
 # Keep a command that accepts its (odd) input short.
