@@ -116,10 +116,10 @@ def block_worker(engine: Engine, kind: str = "embed") -> tuple[threading.Event, 
     entered, release = threading.Event(), threading.Event()
     runner = engine.batcher.runners[kind]
 
-    def blocked(items):
+    def blocked(items, features):
         entered.set()
         assert release.wait(TIMEOUT), "never released"
-        return runner(items)
+        return runner(items, features)
 
     engine.batcher.runners[kind] = blocked
     return entered, release
@@ -308,10 +308,10 @@ def test_a_failing_model_call_is_a_500_and_spares_the_rest_of_its_batch(models):
         assert entered.wait(TIMEOUT)
         real = server.engine.batcher.runners["embed"]
 
-        def fragile(items):
+        def fragile(items, features):
             if "boom" in items:
                 raise RuntimeError("the model fell over")
-            return real(items)
+            return real(items, features)
 
         server.engine.batcher.runners["embed"] = fragile
         bad = pool.submit(server.client.post, "/embed", json={"inputs": ["fine", "boom"]})
