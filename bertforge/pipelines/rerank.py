@@ -5,16 +5,18 @@
     [{'corpus_id': 0, 'score': 0.99...}, {'corpus_id': 1, 'score': 0.0001...}]
 
 The answer has the shape of sentence-transformers' `CrossEncoder.rank`, and the scores are those of its `predict`:
-the same default activation (the one the model's config.json names under "sentence_transformers", else a sigmoid
-for a one-logit model and the raw logits for more), here taken from the last label (the "relevant" class) when the
+the same default activation (the one sentence-transformers saved with the model, else a sigmoid for a one-logit model
+and the raw logits for more), here taken from the last label (the "relevant" class) when the
 model has several. The pairs go through text classification's pair path: tokenized as [CLS] query [SEP] passage
 [SEP], sorted by length, packed without padding, all queries' pairs in the same batches.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -29,13 +31,24 @@ log = logging.getLogger("bertforge")
 ST_ACTIVATIONS = {"Sigmoid": "sigmoid", "Identity": "none", "Softmax": "softmax"}
 
 
-def sentence_transformers_activation(config: Any) -> str | None:
-    """The score function a CrossEncoder saved by sentence-transformers declares in config.json (v4+:
-    {"sentence_transformers": {"activation_fn": "torch.nn.modules.activation.Sigmoid"}}; older:
-    "sbert_ce_default_activation_function"), or None when it names none."""
+def sentence_transformers_activation(directory: Path | None, config: Any) -> str | None:
+    """The score function a CrossEncoder saved by sentence-transformers declares, or None when it names none.
+
+    Looked up where sentence-transformers looks, in its order: "activation_fn" in config_sentence_transformers.json
+    (v6), {"sentence_transformers": {"activation_fn": ...}} in config.json (v4, v5), then config.json's
+    "sbert_ce_default_activation_function" (older); the value is a class path such as
+    "torch.nn.modules.activation.Sigmoid". An unreadable file is ignored: it only gives a default.
+    """
+    path = None
+    if directory is not None:
+        try:
+            settings = json.loads((directory / "config_sentence_transformers.json").read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            settings = None
+        path = settings.get("activation_fn") if isinstance(settings, dict) else None
     extra = getattr(config, "extra", None) or {}
     settings = extra.get("sentence_transformers")
-    path = settings.get("activation_fn") if isinstance(settings, dict) else None
+    path = path or (settings.get("activation_fn") if isinstance(settings, dict) else None)
     path = path or extra.get("sbert_ce_default_activation_function")
     if not isinstance(path, str) or not path:
         return None
@@ -54,8 +67,8 @@ class RerankPipeline(TextClassificationPipeline):
 
     Args:
         activation: "sigmoid", "softmax" (over the labels; models with several labels only) or "none" (the raw
-            logit). Default: as sentence-transformers' CrossEncoder: what config.json declares, else "sigmoid" for
-            a one-logit model and "none" for more. With several labels the score is the last label's.
+            logit). Default: as sentence-transformers' CrossEncoder: the activation saved with the model, else
+            "sigmoid" for a one-logit model and "none" for more. With several labels the score is the last label's.
         Other arguments: see `Pipeline`.
     """
 
@@ -70,7 +83,8 @@ class RerankPipeline(TextClassificationPipeline):
         super().__init__(model, function_to_apply="none", **kwargs)
         labels = self.model.config.num_labels
         if activation is None:
-            activation = sentence_transformers_activation(self.model.config) or ("sigmoid" if labels == 1 else "none")
+            declared = sentence_transformers_activation(self.model_dir, self.model.config)
+            activation = declared or ("sigmoid" if labels == 1 else "none")
         if activation not in SCORE_FUNCTIONS:
             raise BertforgeError(f"rerank: activation must be one of {', '.join(SCORE_FUNCTIONS)}, got {activation!r}")
         if activation == "softmax" and labels == 1:
@@ -81,6 +95,10 @@ class RerankPipeline(TextClassificationPipeline):
     def is_single(self, inputs: Any) -> bool:
         return isinstance(inputs, tuple) and len(inputs) == 2
 
+    def check_input(self, item: Any, index: int) -> None:
+        if not (isinstance(item, tuple) and len(item) == 2 and all(isinstance(x, str) for x in item)):
+            raise BertforgeError(f"rerank: input {index} must be a (query, passage) tuple of strings, got {item!r:.80}")
+
     def postprocess(self, item: Any, outputs: list[np.ndarray], features: list[Feature]) -> float:
         return float(self.scores(outputs[0])[self.positive])
 
@@ -88,7 +106,7 @@ class RerankPipeline(TextClassificationPipeline):
         """The score of each (query, passage) pair, in order (as sentence-transformers' `CrossEncoder.predict`
         with one label)."""
         self.check_collection(pairs)
-        return list(self.stream(pairs))
+        return list(self.stream([tuple(p) if isinstance(p, list) else p for p in pairs]))  # [q, p] as ST takes
 
     @staticmethod
     def ranking(scores: Sequence[float], passages: Sequence[str] | None = None, top_k: int | None = None,
