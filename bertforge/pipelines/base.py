@@ -235,6 +235,8 @@ class Pipeline:
         """Each input's result, in order, from features already made by `features(inputs)` (`feature.item` indexes
         `inputs`): packs and computes in this thread, no tokenizing. For callers that tokenize ahead, as the server
         does to size its batches."""
+        if any(not 0 <= f.item < len(inputs) for f in features):
+            raise BertforgeError(f"{self.task}: a feature names an input outside the {len(inputs)} given")
         return self.compute(self.batch(Chunk(list(inputs), features)))
 
     def compute(self, chunk: Chunk) -> list[Any]:
