@@ -8,11 +8,13 @@ Endpoints (JSON in, JSON out):
   `openai` client works unchanged with `base_url="http://HOST:PORT/v1"`;
 * `GET /health`, `GET /metrics` (Prometheus text format).
 
-Dynamic batching: a request is validated and tokenized (to count its tokens) on the event loop, then queued. One
-worker thread takes the oldest waiting request and every later one of the same kind that still fits under
-`max_batch_tokens`, runs them as one call of the pipeline (which sorts by length and packs without padding), and
-hands each request its rows. While one batch computes, the next one gathers: with one client there is no waiting
-at all, with many the batches grow by themselves.
+Dynamic batching: a request is validated and tokenized on the event loop, once, into the pipeline's features (their
+lengths size the batches), then queued. One worker thread takes the oldest waiting request and every later one of
+the same kind that still fits under `max_batch_tokens`, runs their features as one `run_features` call of the
+pipeline (which sorts by length and packs without padding; no tokenizing), and hands each request its rows, all of
+a batch's answers in one wake-up of the event loop. While one batch computes, the next one gathers: with one client
+there is no waiting at all, with many the batches grow by themselves. Vectors are written to JSON with 9 significant
+digits, which read back as the same float32 (17-digit float64 text was most of a response's cost).
 
 Back-pressure: at most `max_queue` requests wait; one more gets 503 at once (with `Retry-After`). Bodies over
 `max_body_bytes`, more than `max_client_batch_size` inputs and (without `truncate`) inputs longer than the model
@@ -34,6 +36,7 @@ import logging
 import math
 import os
 import signal
+import sys
 import threading
 import time
 from collections import deque
@@ -53,6 +56,8 @@ TASKS = ("auto", "embed", "classify")
 ROUTES = ("/embed", "/predict", "/rerank", "/v1/embeddings", "/info", "/health", "/metrics")
 #: Bodies larger than this are tokenized in a thread, so that one huge request does not stall the event loop.
 LARGE_BODY = 64 * 1024
+#: The GIL switch interval of a serving process (Python's default: 5 ms); see `_hand_over_the_gil_sooner`.
+SWITCH_INTERVAL = 0.0005
 
 
 @dataclass
@@ -796,11 +801,20 @@ def create_app(config: ServeConfig | None = None, *, engine: Engine | None = Non
     return app
 
 
+def _hand_over_the_gil_sooner() -> None:
+    """The model thread gives up the GIL in every torch op and needs it back after each; while the event loop runs
+    Python (parsing requests, writing answers) it would wait up to the switch interval every time, with the
+    torch threads idle. A serving process therefore switches every 0.5 ms instead of 5 ms (at 32 clients on the
+    loaded 2-core machine: 117 against 104 requests/s, medians of 6 paired rounds)."""
+    sys.setswitchinterval(SWITCH_INTERVAL)
+
+
 def app_from_environment() -> Any:
     """The app for uvicorn's import-string factory (`--workers N`): options from $BERTFORGE_SERVE_CONFIG."""
     text = os.environ.get(ENV_CONFIG)
     if not text:
         raise BertforgeError(f"${ENV_CONFIG} is not set: start the server with `bertforge serve`")
+    _hand_over_the_gil_sooner()
     return create_app(ServeConfig.from_json(text))
 
 
@@ -816,6 +830,7 @@ def run_server(config: ServeConfig, host: str = "127.0.0.1", port: int = 8080, w
         raise BertforgeError(f"serve: port must be in 0..65535, got {port}")
     options = dict(host=host, port=port, log_level=log_level, timeout_graceful_shutdown=graceful_timeout,
                    lifespan="on", access_log=False, server_header=False)
+    _hand_over_the_gil_sooner()
     if workers == 1:
         app = create_app(config)  # a bad model directory fails here, as one line
         server = uvicorn.Server(uvicorn.Config(app, **options))

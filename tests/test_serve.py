@@ -466,6 +466,19 @@ def test_several_worker_processes(models):
         proc.wait(TIMEOUT)
 
 
+def test_a_serving_process_hands_over_the_gil_sooner(monkeypatch, models):
+    import bertforge.serve as serve
+
+    monkeypatch.setenv(serve.ENV_CONFIG, ServeConfig(model=str(models["embed"])).to_json())
+    monkeypatch.setattr(serve, "create_app", lambda config: config)
+    before = sys.getswitchinterval()
+    try:
+        assert serve.app_from_environment().model == str(models["embed"])
+        assert sys.getswitchinterval() == serve.SWITCH_INTERVAL < before
+    finally:
+        sys.setswitchinterval(before)
+
+
 def test_a_missing_model_is_one_line(tmp_path, capsys):
     from bertforge.cli import main
 
