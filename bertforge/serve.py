@@ -14,7 +14,7 @@ the same kind that still fits under `max_batch_tokens`, runs their features as o
 pipeline (which sorts by length and packs without padding; no tokenizing), and hands each request its rows, all of
 a batch's answers in one wake-up of the event loop. While one batch computes, the next one gathers: with one client
 there is no waiting at all, with many the batches grow by themselves. Vectors are written to JSON with 9 significant
-digits, which read back as the same float32 (17-digit float64 text was most of a response's cost).
+digits, which read back as the same float32 (17-digit float64 text was among the largest costs of a response).
 
 Back-pressure: at most `max_queue` requests wait; one more gets 503 at once (with `Retry-After`). Bodies over
 `max_body_bytes`, more than `max_client_batch_size` inputs and (without `truncate`) inputs longer than the model
