@@ -6,9 +6,11 @@ sentence per request, against the offline `pipeline("embed")` rate on the same s
     .venv/bin/python bench/serve_load.py --url http://127.0.0.1:8080       # a server you started yourself
 
 The server runs as `bertforge serve` in a subprocess (unless --url); the client is aiohttp on asyncio in this
-process: it shares the machine with the server, as clients do on one box. The offline rate is measured before and
-after the HTTP runs (the mean of the two is the reference), so a drift of the machine's load shows as a gap
-between the two. Prints a Markdown table.
+process: it shares the machine with the server, as clients do on one box. `--repeats` rounds, each every
+concurrency level in turn; the offline rate is measured before the first round and after every round (best of two
+passes each time), and the table gives medians: each level's rate against the median offline rate, the spread of
+both, and the load average (`os.getloadavg`) at the start and the end, since a busy machine moves everything.
+Prints a Markdown table and the raw numbers as JSON.
 """
 
 from __future__ import annotations
@@ -141,6 +143,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=1, help="the server's --workers (1)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads, server and offline (default: all CPUs)")
     parser.add_argument("--timeout", type=float, default=60.0, help="per-request timeout in seconds (60)")
+    parser.add_argument("--repeats", type=int, default=3, help="rounds of every concurrency level (3); medians")
     args = parser.parse_args()
     args.model = args.model or default_model()
     args.concurrency = [int(c) for c in args.concurrency.split(",")]
@@ -148,26 +151,48 @@ def main() -> None:
     if not sentences:
         sys.exit(f"{args.data}: no sentences")
 
-    before = offline_rate(args.model, sentences, args.threads)
-    proc, url = (None, args.url) if args.url else start_server(args)
-    try:
-        results = [asyncio.run(load(url, args.endpoint, sentences, c, args.timeout)) for c in args.concurrency]
-    finally:
-        if proc is not None:
-            proc.terminate()
-            proc.wait(60)
-    after = offline_rate(args.model, sentences, args.threads)
-    offline = (before + after) / 2
+    load_before = os.getloadavg()
+    offline = [offline_rate(args.model, sentences, args.threads)]
+    runs: dict[int, list[dict]] = {c: [] for c in args.concurrency}
+    for _ in range(args.repeats):
+        proc, url = (None, args.url) if args.url else start_server(args)
+        try:
+            for c in args.concurrency:
+                runs[c].append(asyncio.run(load(url, args.endpoint, sentences, c, args.timeout)))
+        finally:
+            if proc is not None:
+                proc.terminate()
+                proc.wait(60)
+        offline.append(offline_rate(args.model, sentences, args.threads))
+    report(args, sentences, offline, runs, load_before, os.getloadavg())
 
+
+def report(args: argparse.Namespace, sentences: list[str], offline: list[float], runs: dict[int, list[dict]],
+           load_before: tuple[float, ...], load_after: tuple[float, ...]) -> None:
+    reference = statistics.median(offline)
     print(f"\n{len(sentences)} SST-2 sentences, one per request, {args.endpoint}; offline pipeline('embed') "
-          f"{offline:.0f} /s (before {before:.0f}, after {after:.0f}); {os.cpu_count()} CPUs\n")
-    print("| clients | requests/s | vs offline | p50 ms | p99 ms | errors |")
-    print("| ---: | ---: | ---: | ---: | ---: | --- |")
-    for r in results:
-        errors = ", ".join(f"{k}: {v}" for k, v in r["errors"].items()) or "0"
-        print(f"| {r['concurrency']} | {r['rate']:.0f} | {r['rate'] / offline:.2f}× | {r['p50_ms']:.1f} | "
-              f"{r['p99_ms']:.1f} | {errors} |")
-    print(json.dumps({"offline": offline, "offline_before": before, "offline_after": after, "results": results}))
+          f"{reference:.0f} /s (median of {', '.join(f'{o:.0f}' for o in offline)}); {os.cpu_count()} CPUs; "
+          f"load average {load_before[0]:.1f} at the start, {load_after[0]:.1f} at the end; "
+          f"medians of {args.repeats} rounds\n")
+    print("| clients | requests/s | vs offline | p50 ms | p99 ms | errors | rates of the rounds |")
+    print("| ---: | ---: | ---: | ---: | ---: | --- | --- |")
+    summary = []
+    for c, results in runs.items():
+        rate = statistics.median(r["rate"] for r in results)
+        errors: dict[str, int] = {}
+        for r in results:
+            for k, v in r["errors"].items():
+                errors[k] = errors.get(k, 0) + v
+        row = {"concurrency": c, "rate": rate, "vs_offline": rate / reference, "errors": errors,
+               "p50_ms": statistics.median(r["p50_ms"] for r in results),
+               "p99_ms": statistics.median(r["p99_ms"] for r in results)}
+        summary.append(row)
+        error_text = ", ".join(f"{k}: {v}" for k, v in errors.items()) or "0"
+        rates = ", ".join(f"{r['rate']:.0f}" for r in results)
+        print(f"| {c} | {rate:.0f} | {rate / reference:.2f}× | {row['p50_ms']:.1f} | {row['p99_ms']:.1f} | "
+              f"{error_text} | {rates} |")
+    print(json.dumps({"offline": offline, "load_average": [load_before, load_after], "summary": summary,
+                      "runs": runs}))
 
 
 if __name__ == "__main__":

@@ -8,11 +8,13 @@ Endpoints (JSON in, JSON out):
   `openai` client works unchanged with `base_url="http://HOST:PORT/v1"`;
 * `GET /health`, `GET /metrics` (Prometheus text format).
 
-Dynamic batching: a request is validated and tokenized (to count its tokens) on the event loop, then queued. One
-worker thread takes the oldest waiting request and every later one of the same kind that still fits under
-`max_batch_tokens`, runs them as one call of the pipeline (which sorts by length and packs without padding), and
-hands each request its rows. While one batch computes, the next one gathers: with one client there is no waiting
-at all, with many the batches grow by themselves.
+Dynamic batching: a request is validated and tokenized on the event loop, once, into the pipeline's features (their
+lengths size the batches), then queued. One worker thread takes the oldest waiting request and every later one of
+the same kind that still fits under `max_batch_tokens`, runs their features as one `run_features` call of the
+pipeline (which sorts by length and packs without padding; no tokenizing), and hands each request its rows, all of
+a batch's answers in one wake-up of the event loop. While one batch computes, the next one gathers: with one client
+there is no waiting at all, with many the batches grow by themselves. Vectors are written to JSON with 9 significant
+digits, which read back as the same float32 (17-digit float64 text was among the largest costs of a response).
 
 Back-pressure: at most `max_queue` requests wait; one more gets 503 at once (with `Retry-After`). Bodies over
 `max_body_bytes`, more than `max_client_batch_size` inputs and (without `truncate`) inputs longer than the model
@@ -34,11 +36,12 @@ import logging
 import math
 import os
 import signal
+import sys
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +56,8 @@ TASKS = ("auto", "embed", "classify")
 ROUTES = ("/embed", "/predict", "/rerank", "/v1/embeddings", "/info", "/health", "/metrics")
 #: Bodies larger than this are tokenized in a thread, so that one huge request does not stall the event loop.
 LARGE_BODY = 64 * 1024
+#: The GIL switch interval of a serving process (Python's default: 5 ms); see `_hand_over_the_gil_sooner`.
+SWITCH_INTERVAL = 0.0005
 
 
 @dataclass
@@ -216,28 +221,44 @@ class Metrics:
 class Job:
     kind: str
     items: list[Any]
+    features: list[Any]  # the pipeline's features of `items` (tokenized once, on arrival; `item` indexes `items`)
     tokens: int
     loop: asyncio.AbstractEventLoop
     future: asyncio.Future
     queued_at: float = field(default_factory=time.perf_counter)
 
 
-def _settle(future: asyncio.Future, result: Any, error: BaseException | None) -> None:
-    if future.done():  # the client went away and the handler was cancelled
-        return
-    if error is not None:
-        future.set_exception(error)
-    else:
-        future.set_result(result)
+def _settle(outcomes: list[tuple[asyncio.Future, Any, BaseException | None]]) -> None:
+    """Complete a batch's futures (on the event loop: one wake-up for the whole batch)."""
+    for future, result, error in outcomes:
+        if future.done():  # the client went away and the handler was cancelled
+            continue
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)
+
+
+def _answer(jobs: Sequence[Job], results: Sequence[Any] | None, error: BaseException | None) -> None:
+    """Hand each job its part of `results` (or `error`), from the worker thread to each job's event loop."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future, Any, BaseException | None]]] = {}
+    offset = 0
+    for job in jobs:
+        part = results[offset: offset + len(job.items)] if results is not None else None
+        offset += len(job.items)
+        by_loop.setdefault(job.loop, []).append((job.future, part, error))
+    for loop, outcomes in by_loop.items():
+        loop.call_soon_threadsafe(_settle, outcomes)
 
 
 class Batcher:
     """A bounded queue of requests and the one thread that runs them through the pipelines in token-budget groups.
 
-    `runners[kind](items)` computes a list of inputs and returns one result per input (a sequence or an array).
+    `runners[kind](items, features)` computes a list of inputs from their features (a pipeline's `run_features`)
+    and returns one result per input (a sequence or an array).
     """
 
-    def __init__(self, runners: dict[str, Callable[[list[Any]], Sequence[Any]]], max_batch_tokens: int,
+    def __init__(self, runners: dict[str, Callable[[list[Any], list[Any]], Sequence[Any]]], max_batch_tokens: int,
                  max_queue: int, metrics: Metrics | None = None) -> None:
         self.runners = runners
         self.max_batch_tokens = max_batch_tokens
@@ -261,8 +282,9 @@ class Batcher:
     def depth(self) -> int:
         return len(self.queue)
 
-    def submit(self, kind: str, items: list[Any], tokens: int) -> asyncio.Future:
-        """Queue a request; its future gets the list of results. Raises Overloaded when the queue is full."""
+    def submit(self, kind: str, items: list[Any], features: list[Any], tokens: int) -> asyncio.Future:
+        """Queue a request (its inputs, their features and their token count); its future gets the list of results.
+        Raises Overloaded when the queue is full."""
         loop = asyncio.get_running_loop()
         future = loop.create_future()
         with self.cond:
@@ -270,7 +292,7 @@ class Batcher:
                 raise Overloaded("the server is shutting down")
             if len(self.queue) >= self.max_queue:
                 raise Overloaded(f"the queue is full ({self.max_queue} requests waiting); retry later")
-            self.queue.append(Job(kind, items, tokens, loop, future))
+            self.queue.append(Job(kind, items, features, tokens, loop, future))
             self.cond.notify()
         return future
 
@@ -314,16 +336,20 @@ class Batcher:
                 self._execute(jobs)
             except BaseException as err:  # never leave a client waiting, whatever happened
                 log.exception("serve: batch failed")
-                for job in jobs:
-                    job.loop.call_soon_threadsafe(_settle, job.future, None, err)
+                _answer(jobs, None, err)
             finally:
                 self.in_flight = 0
 
     def _execute(self, jobs: list[Job]) -> None:
-        items = [item for job in jobs for item in job.items]
+        items: list[Any] = []
+        features: list[Any] = []
+        for job in jobs:  # one list of inputs: each job's features point past the inputs of the jobs before it
+            offset = len(items)
+            items += job.items
+            features += job.features if not offset else [replace(f, item=f.item + offset) for f in job.features]
         start = time.perf_counter()
         try:
-            results = self.runners[jobs[0].kind](items)
+            results = self.runners[jobs[0].kind](items, features)
             if len(results) != len(items):
                 raise RuntimeError(f"the pipeline gave {len(results)} results for {len(items)} inputs")
         except Exception as err:
@@ -335,14 +361,10 @@ class Batcher:
                 return
             log.error("serve: %s request of %d input(s) failed: %s: %s", jobs[0].kind, len(items),
                       type(err).__name__, err)
-            jobs[0].loop.call_soon_threadsafe(_settle, jobs[0].future, None, err)
+            _answer(jobs, None, err)
             return
         self.metrics.batch(len(jobs), len(items), sum(job.tokens for job in jobs), time.perf_counter() - start)
-        offset = 0
-        for job in jobs:
-            part = results[offset: offset + len(job.items)]
-            offset += len(job.items)
-            job.loop.call_soon_threadsafe(_settle, job.future, part, None)
+        _answer(jobs, results, None)
 
 
 # ---------------------------------------------------------------------------------------------------- the model
@@ -359,7 +381,13 @@ def detect_task(model_dir: Path) -> str:
 
 
 class Engine:
-    """The pipelines of one model, the batcher in front of them, and what the endpoints need to know."""
+    """The pipelines of one model, the batcher in front of them, and what the endpoints need to know.
+
+    `pipelines[kind]` is the pipeline a request kind runs: "embed" for an embedding model; "classify" and
+    "classify_raw" (scores, logits) and "rerank" and "rerank_raw" (a cross-encoder's ranking) for a
+    sequence-classification model, all on one copy of the weights. A request is tokenized once, on arrival, into the
+    pipeline's features (their lengths size the batches); the worker only packs and computes them.
+    """
 
     def __init__(self, config: ServeConfig) -> None:
         from .pipelines import pipeline
@@ -373,69 +401,67 @@ class Engine:
         self.task = detect_task(model_dir) if config.task == "auto" else config.task
         common = dict(max_length=config.max_length, batch_tokens=config.max_batch_tokens,
                       batch_size=config.max_batch_tokens, progress=False, num_threads=config.num_threads)
-        runners: dict[str, Callable[[list[Any]], Sequence[Any]]] = {}
+        pipelines: dict[str, Any] = {}
         if self.task == "embed":
             # Unnormalised rows: each request says whether it wants them normalised.
             embed = pipeline("embed", model=model_dir, pooling=config.pooling, normalize=False, **common)
             self.default_normalize = bool(sentence_transformers_settings(model_dir).get("normalize", False))
             self.hidden_size = embed.hidden_size
-            runners["embed"] = embed
-            main = embed
+            pipelines["embed"] = main = embed
         else:
             if config.pooling is not None:
                 raise BertforgeError("serve: --pooling is for embedding models, not classification")
-            scores = pipeline("text-classification", model=model_dir, top_k=None, **common)
-            common["max_length"] = scores.max_length
-            raw = pipeline("text-classification", model=scores.model, tokenizer=scores.tokenizer, top_k=None,
-                           function_to_apply="none", **common)
-            runners["classify"], runners["classify_raw"] = scores, raw
-            self.id2label = scores.id2label
-            self.function = scores.function_to_apply
-            self.hidden_size = scores.model.config.hidden_size
-            main = scores
-        self.pipelines = runners
+            main = pipeline("text-classification", model=model_dir, top_k=None, **common)
+            shared = dict(common, model=main.model, tokenizer=main.tokenizer, max_length=main.max_length)
+            pipelines["classify"] = main
+            pipelines["classify_raw"] = pipeline("text-classification", top_k=None, function_to_apply="none", **shared)
+            # /rerank scores as /predict does (TEI): a sigmoid of one logit, else the last label's probability
+            pipelines["rerank"] = pipeline("rerank", activation=main.function_to_apply, **shared)
+            pipelines["rerank_raw"] = pipeline("rerank", activation="none", **shared)
+            self.id2label = main.id2label
+            self.function = main.function_to_apply
+            self.hidden_size = main.model.config.hidden_size
+        self.pipelines = pipelines
         self.tokenizer = main.tokenizer
         self.max_length = main.max_length
         self.metrics = Metrics()
+        runners = {kind: pipe.run_features for kind, pipe in pipelines.items()}
         self.batcher = Batcher(runners, config.max_batch_tokens, config.max_queue, self.metrics)
 
     def start(self) -> None:
-        for kind, runner in self.pipelines.items():  # the first call builds kernels and caches: not a client's
-            runner([("warm", "up") if kind.startswith("classify") else "warm up"])
+        for kind, pipe in self.pipelines.items():  # the first call builds kernels and caches: not a client's
+            items = ["warm up"] if kind == "embed" else [("warm", "up")]
+            pipe.run_features(items, pipe.features(items)[0])
         self.batcher.start()
 
     def stop(self) -> None:
         self.batcher.close(timeout=60)
 
-    def count_tokens(self, items: list[Any], truncate: bool) -> list[int]:
-        """Tokens of each input (special tokens included; at most max_length with `truncate`); 413 for an input
-        that is too long without it."""
-        with_pairs = [isinstance(item, tuple) for item in items]
-        if any(with_pairs) and not all(with_pairs):  # texts and pairs in one request: count each kind apart
-            singles = [i for i, item in enumerate(items) if not isinstance(item, tuple)]
-            doubles = [i for i, item in enumerate(items) if isinstance(item, tuple)]
-            counts = [0] * len(items)
-            for idx, n in zip(singles, self.count_tokens([items[i] for i in singles], truncate)):
-                counts[idx] = n
-            for idx, n in zip(doubles, self.count_tokens([items[i] for i in doubles], truncate)):
-                counts[idx] = n
-            return counts
-        texts = [item[0] if isinstance(item, tuple) else item for item in items]
-        pairs = [item[1] for item in items] if any(with_pairs) else None
-        if not texts:
-            return []
+    def tokenize(self, kind: str, items: list[Any], truncate: bool) -> tuple[list[Any], int]:
+        """The features of a request's inputs for the pipeline of `kind`, and their tokens (special tokens
+        included; inputs cut to max_length with `truncate`); 413 for an input that is too long without it."""
+        pipe = self.pipelines[kind]
         try:
-            ids = self.tokenizer(texts, pairs)["input_ids"]
+            features, cut = pipe.features(items)
         except BertforgeError as err:
             raise ApiError(422, str(err)) from None
-        counts = [len(x) for x in ids]
-        if truncate:
-            return [min(n, self.max_length) for n in counts]
-        for i, n in enumerate(counts):
+        if cut and not truncate:
+            raise self._too_long(items, features)
+        return features, sum(len(f.input_ids) for f in features)
+
+    def _too_long(self, items: list[Any], features: list[Any]) -> ApiError:
+        """The 413 for the first input that was cut to max_length (its length counted again, untruncated)."""
+        for feature in sorted(features, key=lambda f: f.item):
+            if len(feature.input_ids) < self.max_length:
+                continue
+            item = items[feature.item]
+            text, pair = item if isinstance(item, tuple) else (item, None)
+            n = len(self.tokenizer([text], [pair] if pair is not None else None)["input_ids"][0])
             if n > self.max_length:
-                raise ApiError(413, f"input {i} has {n} tokens, more than this model takes ({self.max_length}); "
-                                    'send "truncate": true to cut it')
-        return counts
+                return ApiError(413, f"input {feature.item} has {n} tokens, more than this model takes "
+                                     f'({self.max_length}); send "truncate": true to cut it')
+        return ApiError(413, f"an input is longer than this model takes ({self.max_length} tokens); "
+                             'send "truncate": true to cut it')
 
 
 # ---------------------------------------------------------------------------------------------------- requests
@@ -528,16 +554,15 @@ def endpoint(handler: Callable[[Any, Engine], Any]) -> Callable[[Any], Any]:
     return run
 
 
-async def _tokens(engine: Engine, items: list[Any], truncate: bool, body_size: int) -> list[int]:
-    if body_size > LARGE_BODY:
+async def _compute(engine: Engine, request: Any, kind: str, items: list[Any], truncate: bool) -> tuple[list[Any], int]:
+    """Tokenize a request's inputs (in a thread for a large body), queue them, wait: their results and tokens."""
+    if int(request.headers.get("content-length") or 0) > LARGE_BODY:
         from starlette.concurrency import run_in_threadpool
 
-        return await run_in_threadpool(engine.count_tokens, items, truncate)
-    return engine.count_tokens(items, truncate)
-
-
-async def _compute(engine: Engine, kind: str, items: list[Any], tokens: list[int]) -> list[Any]:
-    return await engine.batcher.submit(kind, items, sum(tokens))
+        features, tokens = await run_in_threadpool(engine.tokenize, kind, items, truncate)
+    else:
+        features, tokens = engine.tokenize(kind, items, truncate)
+    return await engine.batcher.submit(kind, items, features, tokens), tokens
 
 
 def _need(engine: Engine, task: str, path: str) -> None:
@@ -553,11 +578,24 @@ async def handle_embed(request: Any, engine: Engine) -> Any:
     texts, _ = _texts(body.get("inputs"), "inputs", engine.config.max_client_batch_size)
     normalize = _flag(body, "normalize", True)
     truncate = _flag(body, "truncate", engine.config.auto_truncate)
-    tokens = await _tokens(engine, texts, truncate, int(request.headers.get("content-length") or 0))
-    rows = np.stack(await _compute(engine, "embed", texts, tokens))
+    results, _ = await _compute(engine, request, "embed", texts, truncate)
+    rows = np.stack(results)
     if normalize:
         rows = _normalize(rows)
-    return json_response(rows.tolist())
+    return json_response(_json_floats(rows).tolist())
+
+
+def _json_floats(rows: np.ndarray) -> np.ndarray:
+    """float32 rows as the float64 values nearest to their 9-significant-digit decimals. JSON then writes each in at
+    most 9 digits (a float32 widened to float64 takes up to 17, and its printing is most of a response's time),
+    and reads back as the same float32: 9 digits always round-trip a float32, and the one rounding of
+    `x * 10**k` can move the decimal by one unit of the 9th digit at most, well within half a float32 step."""
+    x = rows.astype(np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        digits = 8 - np.floor(np.log10(np.abs(x)))  # decimals that keep 9 significant digits
+    exact = np.isfinite(digits) & (np.abs(digits) <= 22)  # 10**k exact: the division rounds once, correctly
+    scale = 10.0 ** np.where(exact, digits, 0)
+    return np.where(exact, np.round(x * scale) / scale, x)
 
 
 def _normalize(rows: np.ndarray) -> np.ndarray:
@@ -581,8 +619,8 @@ async def handle_openai_embeddings(request: Any, engine: Engine) -> Any:
     if dimensions is not None and (not isinstance(dimensions, int) or isinstance(dimensions, bool)
                                    or not 1 <= dimensions <= engine.hidden_size):
         raise ApiError(422, f'"dimensions" must be an integer in 1..{engine.hidden_size}, got {dimensions!r:.40}')
-    tokens = await _tokens(engine, texts, engine.config.auto_truncate, int(request.headers.get("content-length") or 0))
-    rows = np.stack(await _compute(engine, "embed", texts, tokens))
+    results, total = await _compute(engine, request, "embed", texts, engine.config.auto_truncate)
+    rows = np.stack(results)
     if dimensions is not None:
         rows = rows[:, :dimensions]  # Matryoshka: the leading dimensions
     if engine.default_normalize:
@@ -591,8 +629,7 @@ async def handle_openai_embeddings(request: Any, engine: Engine) -> Any:
     if encoding == "base64":
         vectors: list[Any] = [base64.b64encode(row.astype("<f4").tobytes()).decode("ascii") for row in rows]
     else:
-        vectors = rows.tolist()
-    total = sum(tokens)
+        vectors = _json_floats(rows).tolist()
     return json_response({
         "object": "list",
         "data": [{"object": "embedding", "embedding": v, "index": i} for i, v in enumerate(vectors)],
@@ -631,8 +668,7 @@ async def handle_predict(request: Any, engine: Engine) -> Any:
     items, single = _predict_items(body.get("inputs"), engine.config.max_client_batch_size)
     raw = _flag(body, "raw_scores", False)
     truncate = _flag(body, "truncate", engine.config.auto_truncate)
-    tokens = await _tokens(engine, items, truncate, int(request.headers.get("content-length") or 0))
-    results = await _compute(engine, "classify_raw" if raw else "classify", items, tokens)
+    results, _ = await _compute(engine, request, "classify_raw" if raw else "classify", items, truncate)
     return json_response(results[0] if single else list(results))
 
 
@@ -646,17 +682,11 @@ async def handle_rerank(request: Any, engine: Engine) -> Any:
     raw = _flag(body, "raw_scores", False)
     return_text = _flag(body, "return_text", False)
     truncate = _flag(body, "truncate", engine.config.auto_truncate)
-    items = [(query, text) for text in texts]
-    tokens = await _tokens(engine, items, truncate, int(request.headers.get("content-length") or 0))
-    results = await _compute(engine, "classify_raw" if raw else "classify", items, tokens)
-    relevant = engine.id2label[len(engine.id2label) - 1]  # one label: its score; several: the last ("relevant")
-    ranked = []
-    for i, labels in enumerate(results):
-        entry: dict[str, Any] = {"index": i, "score": next(x["score"] for x in labels if x["label"] == relevant)}
-        if return_text:
-            entry["text"] = texts[i]
-        ranked.append(entry)
-    ranked.sort(key=lambda e: -e["score"])
+    kind = "rerank_raw" if raw else "rerank"
+    scores, _ = await _compute(engine, request, kind, [(query, text) for text in texts], truncate)
+    ranked = engine.pipelines[kind].ranking(scores, texts, return_documents=return_text)
+    for entry in ranked:  # TEI's name for sentence-transformers' corpus_id
+        entry["index"] = entry.pop("corpus_id")
     return json_response(ranked)
 
 
@@ -771,11 +801,20 @@ def create_app(config: ServeConfig | None = None, *, engine: Engine | None = Non
     return app
 
 
+def _hand_over_the_gil_sooner() -> None:
+    """The model thread gives up the GIL in every torch op and needs it back after each; while the event loop runs
+    Python (parsing requests, writing answers) it would wait up to the switch interval every time, with the
+    torch threads idle. A serving process therefore switches every 0.5 ms instead of 5 ms (at 32 clients on the
+    loaded 2-core machine: 117 against 104 requests/s, medians of 6 paired rounds)."""
+    sys.setswitchinterval(SWITCH_INTERVAL)
+
+
 def app_from_environment() -> Any:
     """The app for uvicorn's import-string factory (`--workers N`): options from $BERTFORGE_SERVE_CONFIG."""
     text = os.environ.get(ENV_CONFIG)
     if not text:
         raise BertforgeError(f"${ENV_CONFIG} is not set: start the server with `bertforge serve`")
+    _hand_over_the_gil_sooner()
     return create_app(ServeConfig.from_json(text))
 
 
@@ -791,6 +830,7 @@ def run_server(config: ServeConfig, host: str = "127.0.0.1", port: int = 8080, w
         raise BertforgeError(f"serve: port must be in 0..65535, got {port}")
     options = dict(host=host, port=port, log_level=log_level, timeout_graceful_shutdown=graceful_timeout,
                    lifespan="on", access_log=False, server_header=False)
+    _hand_over_the_gil_sooner()
     if workers == 1:
         app = create_app(config)  # a bad model directory fails here, as one line
         server = uvicorn.Server(uvicorn.Config(app, **options))

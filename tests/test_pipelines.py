@@ -209,6 +209,21 @@ def test_text_classification_equals_transformers(heads):
     assert np.allclose([r["score"] for r in everything], [r["score"] for r in reference], atol=1e-4)
 
 
+def test_run_features_equals_the_call(heads, embed):
+    """The entry point for callers that tokenize ahead (the server): features in, the same results out."""
+    tc = bertforge.pipeline("text-classification", model=heads["tc"], top_k=None)
+    items = ["Hi!", ("a question", "and its context"), SENTENCES[0], ("", "")]
+    features, truncated = tc.features(items)
+    assert truncated == 0 and sorted(f.item for f in features) == [0, 1, 2, 3]
+    assert tc.run_features(items, features) == tc(items)
+    features, _ = embed.features(SENTENCES)
+    np.testing.assert_allclose(np.stack(embed.run_features(SENTENCES, features)), embed(SENTENCES), rtol=0, atol=1e-6)
+    with pytest.raises(BertforgeError, match="input 1 is a int"):
+        embed.features(["fine", 3])
+    with pytest.raises(BertforgeError, match="outside the 1 given"):
+        embed.run_features(SENTENCES[:1], features[:2])
+
+
 @pytest.mark.parametrize("strategy", ["none", "simple", "first", "average", "max"])
 def test_token_classification_equals_transformers(heads, strategy):
     text = "John Smith lives in New York and works at Googleplex incorporated, ünïcode 中文 ☃ [UNK]."

@@ -116,10 +116,10 @@ def block_worker(engine: Engine, kind: str = "embed") -> tuple[threading.Event, 
     entered, release = threading.Event(), threading.Event()
     runner = engine.batcher.runners[kind]
 
-    def blocked(items):
+    def blocked(items, features):
         entered.set()
         assert release.wait(TIMEOUT), "never released"
-        return runner(items)
+        return runner(items, features)
 
     engine.batcher.runners[kind] = blocked
     return entered, release
@@ -215,9 +215,49 @@ def test_predict_and_rerank(classify_server, models):
         assert e["text"] == texts[e["index"]] and abs(e["score"] - want[e["index"]]) < 1e-5
     assert len(set(round(w, 3) for w in want)) > 1  # the order means something
 
+    # /rerank is the rerank pipeline's ranking (raw_scores: its logits), 413 past the model's length unless truncated
+    rerank = bertforge.pipeline("rerank", model=models["classify"], activation="none")
+    r = client.post("/rerank", json={"query": "is it good ?", "texts": texts, "raw_scores": True})
+    want = rerank("is it good ?", texts)
+    assert [e["index"] for e in r.json()] == [e["corpus_id"] for e in want]
+    np.testing.assert_allclose([e["score"] for e in r.json()], [e["score"] for e in want], rtol=0, atol=1e-5)
+    r = client.post("/rerank", json={"query": "is it good ?", "texts": ["good", LONG]})
+    assert r.status_code == 413 and "input 1 has 107 tokens" in r.json()["error"]
+    r = client.post("/rerank", json={"query": "is it good ?", "texts": ["good", LONG], "truncate": True})
+    assert r.status_code == 200 and sorted(e["index"] for e in r.json()) == [0, 1]
+
     # each server serves its own kind of model, and says so
     r = client.post("/embed", json={"inputs": "x"})
     assert r.status_code == 400 and "embedding model" in r.json()["error"]
+
+
+def test_each_request_is_tokenized_once(embed_server, monkeypatch):
+    pipe = embed_server.engine.pipelines["embed"]
+    calls = []
+
+    def featurize(inputs):
+        calls.append(list(inputs))
+        return type(pipe).featurize(pipe, inputs)
+
+    monkeypatch.setattr(pipe, "featurize", featurize)
+    r = embed_server.client.post("/embed", json={"inputs": SENTENCES[:3]})
+    assert r.status_code == 200 and len(r.json()) == 3
+    assert calls == [SENTENCES[:3]]  # on arrival (to count its tokens); the worker only packs and computes
+
+
+def test_json_floats_read_back_as_the_same_float32():
+    from bertforge.serve import _json_floats
+
+    rng = np.random.default_rng(0)
+    rows = np.concatenate([
+        rng.standard_normal((64, 96)) * 10.0 ** rng.integers(-8, 8, (64, 1)),
+        [[0.0, -0.0, 1e-45, -3e38, 3.4028235e38, 1.1754944e-38, 1e-30, 0.1, 1 / 3, 123456789.0] + [1.0] * 86],
+    ]).astype(np.float32)
+    text = json.dumps(_json_floats(rows).tolist())
+    np.testing.assert_array_equal(np.array(json.loads(text), dtype=np.float32), rows)  # bit for bit
+    text = json.dumps(_json_floats(rows[:64]).tolist())  # magnitudes 1e-9..1e8 (past 1e±22 they print in full)
+    digits = [len(n.lstrip("-").split("e")[0].replace(".", "").strip("0")) for n in re.findall(r"[-0-9.e+]+", text)]
+    assert max(digits) <= 9  # not the 17 digits of a float32 widened to float64
 
 
 # ------------------------------------------------------------------------------------------------- bad input
@@ -308,10 +348,10 @@ def test_a_failing_model_call_is_a_500_and_spares_the_rest_of_its_batch(models):
         assert entered.wait(TIMEOUT)
         real = server.engine.batcher.runners["embed"]
 
-        def fragile(items):
+        def fragile(items, features):
             if "boom" in items:
                 raise RuntimeError("the model fell over")
-            return real(items)
+            return real(items, features)
 
         server.engine.batcher.runners["embed"] = fragile
         bad = pool.submit(server.client.post, "/embed", json={"inputs": ["fine", "boom"]})
@@ -424,6 +464,19 @@ def test_several_worker_processes(models):
         if proc.poll() is None:
             proc.kill()
         proc.wait(TIMEOUT)
+
+
+def test_a_serving_process_hands_over_the_gil_sooner(monkeypatch, models):
+    import bertforge.serve as serve
+
+    monkeypatch.setenv(serve.ENV_CONFIG, ServeConfig(model=str(models["embed"])).to_json())
+    monkeypatch.setattr(serve, "create_app", lambda config: config)
+    before = sys.getswitchinterval()
+    try:
+        assert serve.app_from_environment().model == str(models["embed"])
+        assert sys.getswitchinterval() == serve.SWITCH_INTERVAL < before
+    finally:
+        sys.setswitchinterval(before)
 
 
 def test_a_missing_model_is_one_line(tmp_path, capsys):

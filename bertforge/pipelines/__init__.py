@@ -4,9 +4,11 @@
     >>> embed(["a sentence", "another one"]).shape
     (2, 384)
 
-Tasks: "embed", "fill-mask", "text-classification", "token-classification", "question-answering". Every pipeline
-takes one input or a list of any length (`pipe.stream(iterable)` yields results one by one), tokenizes in a
+Tasks: "embed", "fill-mask", "text-classification", "token-classification", "question-answering", "rerank". Every
+pipeline takes one input or a list of any length (`pipe.stream(iterable)` yields results one by one), tokenizes in a
 background thread, sorts inputs by length into batches with no padding at all, and returns results in input order.
+`rerank(query, passages)` scores (query, passage) pairs with a cross-encoder and returns them best first. A caller
+that has tokenized already (the server) runs `pipe.run_features(inputs, pipe.features(inputs)[0])`.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ PIPELINE_CLASSES: dict[str, str] = {  # pipeline task -> its class
     "text-classification": "TextClassificationPipeline",
     "token-classification": "TokenClassificationPipeline",
     "question-answering": "QuestionAnsweringPipeline",
+    "rerank": "RerankPipeline",
 }
 MODULES = {
     "embed": "embed",
@@ -30,6 +33,7 @@ MODULES = {
     "text-classification": "classification",
     "token-classification": "classification",
     "question-answering": "question_answering",
+    "rerank": "rerank",
 }
 TASKS = PIPELINE_CLASSES  # the old name (not `bertforge.finetune.FINETUNE_TASKS`), kept importable
 ALIASES = {
@@ -42,6 +46,9 @@ ALIASES = {
     "token_classification": "token-classification",
     "qa": "question-answering",
     "question_answering": "question-answering",
+    "reranker": "rerank",
+    "text-ranking": "rerank",
+    "cross-encoder": "rerank",
 }
 
 

@@ -206,12 +206,16 @@ class Pipeline:
         return enc, len(long)
 
     # ------------------------------------------------------------------ running
-    def prepare(self, inputs: list[Any], offset: int) -> Chunk:
-        """Tokenize and pack one chunk (runs in the background thread)."""
+    def features(self, inputs: list[Any], offset: int = 0) -> tuple[list[Feature], int]:
+        """Check and tokenize `inputs` (a chunk; `offset` is its first input's index, for messages) into the
+        features `run_features` takes; returns them and how many inputs were truncated to max_length."""
         for i, item in enumerate(inputs):
             self.check_input(item, offset + i)
-        features, truncated = self.featurize(inputs)
-        chunk = Chunk(inputs, features, truncated=truncated)
+        return self.featurize(inputs)
+
+    def batch(self, chunk: Chunk) -> Chunk:
+        """Group a chunk's features into packed batches of similar length (filling `chunk.batches`)."""
+        features = chunk.features
         lengths = [len(f.input_ids) for f in features]
         for indices in make_batches(lengths, self.batch_tokens, self.batch_size):
             with_types = any(features[i].token_type_ids is not None for i in indices)
@@ -221,6 +225,19 @@ class Pipeline:
             )
             chunk.batches.append((indices, batch))
         return chunk
+
+    def prepare(self, inputs: list[Any], offset: int) -> Chunk:
+        """Tokenize and pack one chunk (runs in the background thread)."""
+        features, truncated = self.features(inputs, offset)
+        return self.batch(Chunk(inputs, features, truncated=truncated))
+
+    def run_features(self, inputs: Sequence[Any], features: list[Feature]) -> list[Any]:
+        """Each input's result, in order, from features already made by `features(inputs)` (`feature.item` indexes
+        `inputs`): packs and computes in this thread, no tokenizing. For callers that tokenize ahead, as the server
+        does to size its batches."""
+        if any(not 0 <= f.item < len(inputs) for f in features):
+            raise BertforgeError(f"{self.task}: a feature names an input outside the {len(inputs)} given")
+        return self.compute(self.batch(Chunk(list(inputs), features)))
 
     def compute(self, chunk: Chunk) -> list[Any]:
         """Each input's result for a prepared chunk, in input order."""

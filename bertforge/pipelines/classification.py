@@ -96,8 +96,7 @@ class TextClassificationPipeline(Pipeline):
         text, pair = self.split(item)
         if not isinstance(text, str) or (pair is not None and not isinstance(pair, str)):
             raise BertforgeError(
-                f"text-classification: input {index} must be a string, a (text, text_pair) tuple or a "
-                f'{{"text", "text_pair"}} dict of strings, got {item!r:.80}'
+                f"{self.task}: input {index} must be {self.input_description} of strings, got {item!r:.80}"
             )
 
     def featurize(self, inputs: list[Any]) -> tuple[list[Feature], int]:
@@ -120,15 +119,18 @@ class TextClassificationPipeline(Pipeline):
         pooled = model.bert.pool(hidden[batch.starts])  # [B, H] from each first token ([CLS], <s>)
         return list(model.classify(pooled).float().numpy())  # [B, num_labels]
 
-    def postprocess(self, item: Any, outputs: list[np.ndarray], features: list[Feature]) -> Any:
-        logits = outputs[0].astype(np.float64)
+    def scores(self, logits: np.ndarray) -> np.ndarray:
+        """One input's label scores (float64) from its logits, by `function_to_apply`."""
+        logits = logits.astype(np.float64)
         if self.function_to_apply == "softmax":
             scores = np.exp(logits - logits.max())
-            scores /= scores.sum()
-        elif self.function_to_apply == "sigmoid":
-            scores = 1.0 / (1.0 + np.exp(-logits))
-        else:
-            scores = logits
+            return scores / scores.sum()
+        if self.function_to_apply == "sigmoid":
+            return 1.0 / (1.0 + np.exp(-logits))
+        return logits
+
+    def postprocess(self, item: Any, outputs: list[np.ndarray], features: list[Feature]) -> Any:
+        scores = self.scores(outputs[0])
         if self.top_k == 1:
             best = int(scores.argmax())
             return {"label": self.id2label[best], "score": float(scores[best])}
