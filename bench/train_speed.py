@@ -130,7 +130,7 @@ def step_flops(cfg: BertConfig, batch: dict[str, torch.Tensor]) -> Flops:
     MLM head: 6 * (H^2 + V*H) per projected position (transform dense + tied decoder);
     pooler + NSP: 6 * (H^2 + 2H) per sequence. Embedding look-ups, LayerNorm, softmax, GELU, dropout,
     cross-entropy and the optimizer are not counted (no matmul)."""
-    L, H, I, V = cfg.num_hidden_layers, cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size
+    L, H, I, V, E = cfg.num_hidden_layers, cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size, cfg.embedding_dim
     B, S = batch["input_ids"].shape
     lengths = batch["attention_mask"].sum(1).double()
     real, total = float(lengths.sum()), float(B * S)
@@ -138,7 +138,7 @@ def step_flops(cfg: BertConfig, batch: dict[str, torch.Tensor]) -> Flops:
     dense = 6.0 * L * (4 * H * H + 2 * H * I)
     attn_useful = 12.0 * L * H * float((lengths**2).sum())
     attn_all = 12.0 * L * H * B * S * S
-    head = 6.0 * (H * H + V * H)
+    head = 6.0 * (H * E + V * E)  # transform H -> E, tied decoder E -> V (E = H except for ALBERT)
     pool = 6.0 * (H * H + 2 * H) * B
     useful = dense * real + attn_useful + head * n_lab + pool
     ours = dense * real + attn_all + head * n_lab + pool  # unpadded encoder; attention still runs on [B, S]
