@@ -213,3 +213,32 @@ def test_a_bert_head_from_a_roberta_file_is_reported_missing(tmp_path, caplog):
         "classifier.dense.bias", "classifier.dense.weight", "classifier.out_proj.bias", "classifier.out_proj.weight"
     ]
     assert "classifier.dense.weight" in caplog.text
+
+
+def test_a_tokenizer_larger_than_the_model_vocabulary_is_refused_naming_both(tmp_path):
+    """A tokenizer and a model from different checkpoints: ids past the embedding table are refused at load, by
+    the tokenizer loader (a model directory) and by a pipeline handed both."""
+    from bertforge.tokenizer import Tokenizer
+    from tests.helpers import write_uncased_tokenizer
+
+    write_uncased_tokenizer(tmp_path, ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [f"w{i}" for i in range(60)])
+    torch.manual_seed(0)
+    bertforge.AutoModel.from_config(BertConfig.preset("roberta-tiny", vocab_size=40)).save_pretrained(tmp_path)
+    with pytest.raises(BertforgeError, match="tokenizer has 65 tokens but the model's vocab_size is 40"):
+        Tokenizer.from_pretrained(tmp_path)
+    with pytest.raises(BertforgeError, match="65 tokens .* vocab_size is 40"):
+        bertforge.pipeline("embed", model=bertforge.AutoModel.from_pretrained(tmp_path), tokenizer=_loaded(tmp_path))
+
+
+def _loaded(directory):
+    """The tokenizer files of `directory` without the model beside them."""
+    import shutil
+
+    from bertforge.tokenizer import Tokenizer
+
+    alone = directory / "alone"
+    alone.mkdir()
+    for name in ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        if (directory / name).is_file():
+            shutil.copy(directory / name, alone / name)
+    return Tokenizer.from_pretrained(alone)

@@ -128,6 +128,7 @@ class Pipeline:
             tokenizer = Tokenizer.from_pretrained(self.model_dir)
         self.tokenizer = tokenizer
         config = self.model.config
+        tokenizer.check_fits_model(config.vocab_size, str(self.model_dir) if self.model_dir else "the model")
         limit = min(config.max_sequence_length, tokenizer.model_max_length)
         if max_length is None:
             max_length = limit

@@ -12,6 +12,7 @@ one `Tokenizer` can be shared between threads.
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from collections.abc import Iterable, Sequence
@@ -47,6 +48,16 @@ def _role_id(role: str) -> property:
         return None if token is None else self._backend.token_to_id(token)
 
     return property(get, doc=f"The id of {role} (None if the kind has none).")
+
+
+def _model_vocab_size(directory: Path) -> int | None:
+    """`vocab_size` of the model's config.json beside the tokenizer files, when there is a readable one (a damaged
+    config.json is the model loader's to report)."""
+    try:
+        value = json.loads((directory / "config.json").read_text(encoding="utf-8")).get("vocab_size")
+    except (OSError, ValueError, AttributeError, RecursionError):
+        return None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 class Tokenizer:
@@ -134,7 +145,19 @@ class Tokenizer:
         )
         if files.from_json:  # (vocab.txt gives ids 0..N-1 by construction)
             check_vocabulary_ids(files.backend.get_vocab(with_added_tokens=False), files.source)
+        model_vocab = _model_vocab_size(Path(path))
+        if model_vocab is not None:
+            tokenizer.check_fits_model(model_vocab, str(Path(path)))
         return tokenizer
+
+    def check_fits_model(self, vocab_size: int, source: str) -> None:
+        """Refuse a tokenizer whose ids run past a model's vocabulary (`vocab_size` rows of word embeddings): they
+        belong to different models. A larger model vocabulary (embeddings padded to a round number) is fine."""
+        if self.vocab_size > vocab_size:
+            raise BertforgeError(
+                f"{source}: the tokenizer has {self.vocab_size:,} tokens but the model's vocab_size is {vocab_size:,}; "
+                "ids past it have no embedding (are the tokenizer and the model from the same checkpoint?)"
+            )
 
     @classmethod
     def train(
