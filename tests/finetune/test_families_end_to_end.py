@@ -116,3 +116,13 @@ def test_fill_mask_with_the_family_mask_token(family_model, tmp_path):
     reference = transformers.pipeline("fill-mask", model=str(tmp_path), top_k=3)(f"john lives in {mask} .")
     assert [r["token"] for r in results] == [r["token"] for r in reference]
     assert [r["score"] for r in results] == pytest.approx([r["score"] for r in reference], abs=1e-5)
+
+
+def test_attention_plot_and_onnx_export_of_the_family(family_model, tmp_path, capsys):
+    family, model = family_model
+    png = tmp_path / "attention.png"
+    assert main(["attention", "--model", str(model), "--text", "john lives in paris .", "--out", str(png)]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    pytest.importorskip("onnxruntime")
+    assert main(["export-onnx", "--model", str(model), "--out", str(tmp_path / "model.onnx")]) == 0
+    assert (tmp_path / "model.onnx").stat().st_size > 0
