@@ -135,3 +135,37 @@ def test_explicit_masking_and_beta2_reach_the_run(tmp_path, corpus):
     assert list(optimizer["param_groups"][0]["betas"]) == [0.9, 0.95]
     run = json.loads((out / "run_config.json").read_text())
     assert (run["masking"], run["adam_beta2"]) == ("token", 0.95)
+
+
+def torchrun(*argv: str, timeout: float = 300) -> None:
+    """`bertforge ARGV` under `torchrun --nproc-per-node 2` on CPU (gloo); a hang or a non-zero exit fails."""
+    import os
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "bertforge",
+           *argv, "--device", "cpu", "--no-progress"]
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                              env=dict(os.environ, OMP_NUM_THREADS="1"))
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"torchrun {' '.join(argv)} hung for {timeout} s")
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+@pytest.mark.parametrize("mode", ["ddp", "fsdp"])
+def test_albert_and_distillation_run_under_torchrun(tmp_path, corpus, mode):
+    """ALBERT's recipe (shared layers, SOP, n-gram masking) and distillation under DDP and FSDP, two processes."""
+    fsdp = ["--fsdp"] if mode == "fsdp" else []
+    out = tmp_path / "albert"
+    torchrun("pretrain", "--config", "albert-tiny", "--corpus", str(corpus), "--out", str(out), "--batch-size", "2",
+             "--seq-len", "32", "--vocab-size", "300", "--max-steps", "3", "--save-every", "3", *fsdp)
+    config = json.loads((out / "model" / "config.json").read_text())
+    assert config["architectures"] == ["AlbertForPreTraining"]
+    teacher = tmp_path / "teacher"
+    torchrun("pretrain", "--config", "tiny", "--corpus", str(corpus), "--out", str(teacher), "--batch-size", "2",
+             "--seq-len", "32", "--vocab-size", "300", "--max-steps", "2", "--save-every", "2", "--no-nsp")
+    student = tmp_path / "student"
+    torchrun("distill", "--teacher", str(teacher / "model"), "--corpus", str(corpus), "--out", str(student),
+             "--batch-size", "2", "--seq-len", "32", "--max-steps", "3", "--save-every", "3", *fsdp)
+    assert json.loads((student / "model" / "config.json").read_text())["architectures"] == ["DistilBertForMaskedLM"]
