@@ -34,13 +34,17 @@ GiB = 1 << 30
 
 def parameter_count(config: BertConfig, head: str = "pretraining", num_labels: int | None = None) -> int:
     """Parameters of the model `config` describes: the encoder (embeddings, layers, pooler) and `head`
-    ("pretraining": MLM transform, tied decoder's bias and NSP; "classification": num_labels outputs)."""
+    ("pretraining": `AutoModelForPreTraining`'s class, with the MLM transform, tied decoder's bias and the sentence
+    head where the family has one; "classification": the sequence head and num_labels outputs)."""
     h, i, v, e = config.hidden_size, config.intermediate_size, config.vocab_size, config.embedding_dim
     embeddings = (v + config.max_position_embeddings + config.type_vocab_size) * e + 2 * e
     projection = e * h + h if e != h else 0  # ALBERT's E -> H
     layer = 4 * (h * h + h) + 2 * h + (h * i + i) + (i * h + h) + 2 * h
     layers = (config.num_hidden_groups or config.num_hidden_layers) * layer  # ALBERT shares them
-    pooler = h * h + h if config.family.pooler else 0
+    if head == "pretraining":  # BertForPreTraining has the pooler; BertForMaskedLM (MLM-only families) none
+        pooler = h * h + h if config.family.pooler and config.family.sentence_head else 0
+    else:  # the pooler, or the first-token head's dense layer (RoBERTa, DistilBERT)
+        pooler = h * h + h
     if head == "pretraining":
         extra = (h * e + e) + 2 * e + v + ((2 * h + 2) if config.family.sentence_head else 0)
     else:
