@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import BertforgeError
-from ..finetune.data import _jsonl_objects, _read_text, _rows, file_format
+from ..finetune.data import file_format, jsonl_objects, read_text_file, table_rows
 
 log = logging.getLogger("bertforge")
 
@@ -55,7 +55,7 @@ class PairData:
 def read_pairs(path: str | Path) -> PairData:
     """Read a pair, triplet or scored-pair file (see the module docstring)."""
     path = Path(path)
-    text = _read_text(path)
+    text = read_text_file(path)
     if file_format(path) == "jsonl":
         names, rows = _jsonl_rows(path, text)
     else:
@@ -65,7 +65,7 @@ def read_pairs(path: str | Path) -> PairData:
 
 def _table_rows(path: Path, text: str) -> tuple[list[str] | None, list[tuple[int, list[Any]]]]:
     try:
-        _, rows = _rows(path, text, no_header=True)
+        _, rows = table_rows(path, text, no_header=True)
     except BertforgeError as err:  # its hint names fine-tuning's --lenient-rows, which this command does not have
         raise BertforgeError(str(err).replace(" (--lenient-rows skips malformed rows)", "")) from None
     first = [c.strip() for c in rows[0][1]]
@@ -83,7 +83,7 @@ def _table_rows(path: Path, text: str) -> tuple[list[str] | None, list[tuple[int
 
 
 def _jsonl_rows(path: Path, text: str) -> tuple[list[str], list[tuple[int, list[Any]]]]:
-    records = _jsonl_objects(path, text)
+    records = jsonl_objects(path, text)
     names = list(records[0][1])
     rows = []
     for line, record in records:

@@ -76,7 +76,7 @@ class QAExample:
 # ---------------------------------------------------------------------------------------------------- helpers
 
 
-def _read_text(path: str | Path) -> str:
+def read_text_file(path: str | Path) -> str:
     path = Path(path)
     if not path.is_file():
         raise BertforgeError(f"{path}: no such file")
@@ -167,7 +167,7 @@ def _csv_rows(path: Path, text: str, skipped: _Skipped) -> list[tuple[int, int, 
         csv.field_size_limit(before)
 
 
-def _rows(
+def table_rows(
     path: Path, text: str, no_header: bool, lenient: bool = False
 ) -> tuple[list[str] | None, list[tuple[int, list[str]]]]:
     """The header (None with `no_header`) and (line number, cells) for each non-blank row of a CSV/TSV file.
@@ -246,10 +246,10 @@ def read_classification(
             instead of refusing the file.
     """
     path = Path(path)
-    text = _read_text(path)
+    text = read_text_file(path)
     if file_format(path) == "jsonl":
         return _read_classification_jsonl(path, text, text_column, text_pair_column, label_column, require_labels)
-    header, rows = _rows(path, text, no_header, lenient)
+    header, rows = table_rows(path, text, no_header, lenient)
     if header is not None and text_column is None:
         text_column, guessed_pair = default_text_columns(header)
         text_pair_column = text_pair_column or guessed_pair
@@ -283,7 +283,7 @@ def _read_classification_jsonl(
     require_labels: bool,
 ) -> list[TextExample]:
     examples = []
-    for line, record in _jsonl_objects(path, text):
+    for line, record in jsonl_objects(path, text):
         if text_column is None:
             text_column, guessed_pair = default_text_columns(list(record))
             text_pair_column = text_pair_column or guessed_pair
@@ -308,7 +308,7 @@ def _read_classification_jsonl(
     return examples
 
 
-def _jsonl_objects(path: Path, text: str) -> list[tuple[int, dict[str, Any]]]:
+def jsonl_objects(path: Path, text: str) -> list[tuple[int, dict[str, Any]]]:
     records = []
     for line, raw in enumerate(text.split("\n"), 1):
         if not raw.strip():
@@ -329,7 +329,7 @@ def read_conll(path: str | Path, require_labels: bool = True) -> list[TaggedSent
     of one column is words only; otherwise the file needs at least two columns.
     """
     path = Path(path)
-    text = _read_text(path)
+    text = read_text_file(path)
     sentences: list[TaggedSentence] = []
     words: list[str] = []
     tags: list[str] = []
@@ -409,7 +409,7 @@ def read_token_inputs(path: str | Path, split_words: Any) -> list[TaggedSentence
     if file_format(path) != "jsonl":
         return read_conll(path, require_labels=False)
     sentences = []
-    for line, record in _jsonl_objects(path, _read_text(path)):
+    for line, record in jsonl_objects(path, read_text_file(path)):
         if isinstance(record.get("tokens"), list) and all(isinstance(w, str) for w in record["tokens"]):
             sentences.append(TaggedSentence(list(record["tokens"]), None, line))
         elif isinstance(record.get("text"), str):
@@ -442,7 +442,7 @@ def read_squad(path: str | Path, require_answers: bool = True) -> tuple[list[QAE
     (and an optional "id").
     """
     path = Path(path)
-    text = _read_text(path)
+    text = read_text_file(path)
     if file_format(path) == "jsonl" and path.suffix.lower() != ".json":
         return _read_qa_jsonl(path, text), False
     try:
@@ -508,7 +508,7 @@ def _squad_question(
 
 def _read_qa_jsonl(path: Path, text: str) -> list[QAExample]:
     examples = []
-    for line, record in _jsonl_objects(path, text):
+    for line, record in jsonl_objects(path, text):
         if not isinstance(record.get("question"), str) or not isinstance(record.get("context"), str):
             raise BertforgeError(f"{path}:{line}: expected string keys 'question' and 'context'")
         if not record["context"].strip():
