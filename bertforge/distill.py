@@ -30,7 +30,6 @@ import torch.nn.functional as F
 
 from .auto import AutoModelForMaskedLM
 from .config import BertConfig
-from .constants import IGNORE_INDEX
 from .errors import BertforgeError
 from .model import BertForMaskedLM, BertPreTrainedModel
 from .options import option
@@ -156,8 +155,8 @@ class Distiller(Pretrainer):
         return {**counts, "ce": counts["mlm"], "cos": int(batch["attention_mask"].sum())}
 
     def forward_backward(self, batch: dict[str, torch.Tensor], weights: dict[str, float]) -> dict[str, torch.Tensor]:
-        a, dev = self.args, self.rt.device
-        batch = {k: v.to(dev, non_blocking=True) for k, v in batch.items()}
+        a = self.args
+        batch = self.on_device(batch)
         inputs = model_inputs(batch)
         with self.stepper.autocast():
             with torch.no_grad():
@@ -172,18 +171,10 @@ class Distiller(Pretrainer):
                                        dim=-1)).mean()
         loss = self.stepper.accumulate({"ce": a.alpha_ce * ce, "mlm": a.alpha_mlm * out.loss, "cos": a.alpha_cos * cos},
                                        weights)
-        with torch.no_grad():
-            labels = batch["labels"]
-            target = labels[labels != IGNORE_INDEX]
-            return {
-                "loss": loss,
-                "mlm_loss": out.loss.detach() * weights["mlm"],
-                "mlm_correct": (s_logits.argmax(-1) == target).sum(),
-                "mlm_count": torch.tensor(target.numel(), device=dev),
-                "tokens": batch["attention_mask"].sum(),
-                "ce_loss": ce.detach() * weights.get("ce", 0.0),
-                "cos_loss": cos.detach() * weights.get("cos", 0.0),
-            }
+        stats = self.mlm_stats(loss, out, batch, weights)
+        stats["ce_loss"] = ce.detach() * weights.get("ce", 0.0)
+        stats["cos_loss"] = cos.detach() * weights.get("cos", 0.0)
+        return stats
 
 
 def distill(args: DistillArgs | None = None, **kwargs: Any) -> Path:

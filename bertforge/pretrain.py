@@ -550,26 +550,35 @@ class Pretrainer:
     def forward_backward(self, batch: dict[str, torch.Tensor], weights: dict[str, float]) -> dict[str, torch.Tensor]:
         """One micro-batch forward and backward (through `TrainStep.accumulate`, with `TrainStep.weights`' shares: MLM
         by labelled tokens, NSP by sequences); returns its statistics, losses as shares of the step's loss."""
-        dev = self.rt.device
-        batch = {k: v.to(dev, non_blocking=True) for k, v in batch.items()}
+        batch = self.on_device(batch)
         with self.stepper.autocast():
             out = self.train_model(**model_inputs(batch))
         loss = self.stepper.accumulate({"mlm": out.mlm_loss, "nsp": out.nsp_loss}, weights)
-        with torch.no_grad():
-            labels = batch["labels"]
-            target = labels[labels != IGNORE_INDEX]
-            stats = {
-                "loss": loss,
-                "mlm_loss": out.mlm_loss.detach() * weights["mlm"],
-                "mlm_correct": (out.prediction_logits.argmax(-1) == target).sum(),
-                "mlm_count": torch.tensor(target.numel(), device=dev),
-                "tokens": batch["attention_mask"].sum(),
-            }
-            if out.nsp_loss is not None:
+        stats = self.mlm_stats(loss, out, batch, weights)
+        if out.nsp_loss is not None:
+            with torch.no_grad():
                 stats["nsp_loss"] = out.nsp_loss.detach() * weights["nsp"]
                 stats["nsp_correct"] = (out.seq_relationship_logits.argmax(-1) == batch["next_sentence_label"]).sum()
-                stats["nsp_count"] = torch.tensor(batch["next_sentence_label"].numel(), device=dev)
+                stats["nsp_count"] = torch.tensor(batch["next_sentence_label"].numel(), device=self.rt.device)
         return stats
+
+    def on_device(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return {k: v.to(self.rt.device, non_blocking=True) for k, v in batch.items()}
+
+    @torch.no_grad()
+    def mlm_stats(self, loss: torch.Tensor, out: Any, batch: dict[str, torch.Tensor],
+                  weights: dict[str, float]) -> dict[str, torch.Tensor]:
+        """A micro-batch's statistics every pretraining-style trainer logs: its share of the step's loss and of the
+        MLM loss, MLM hits among the labelled tokens (`out.prediction_logits`: their rows only), real tokens."""
+        labels = batch["labels"]
+        target = labels[labels != IGNORE_INDEX]
+        return {
+            "loss": loss,
+            "mlm_loss": out.mlm_loss.detach() * weights["mlm"],
+            "mlm_correct": (out.prediction_logits.argmax(-1) == target).sum(),
+            "mlm_count": torch.tensor(target.numel(), device=self.rt.device),
+            "tokens": batch["attention_mask"].sum(),
+        }
 
     def build_model(self, resuming: bool) -> BertPreTrainedModel:
         """The model this run trains (a trainer built on this one, distillation, brings its own)."""
