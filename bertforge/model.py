@@ -274,13 +274,15 @@ class BertEncoder(nn.Module):
         self.gradient_checkpointing = False
 
     def forward(
-        self, x: Tensor, layout: Layout, output_attentions: bool = False, output_hidden_states: bool = False
+        self, x: Tensor, layout: Layout, output_attentions: bool = False, output_hidden_states: bool = False,
+        depth: int | None = None,
     ) -> tuple[Tensor, tuple[Tensor, ...] | None, tuple[Tensor, ...] | None]:
+        """`depth`: run only the first `depth` blocks (0: the projected embeddings), None: all of them."""
         if self.embedding_projection is not None:
             x = self.embedding_projection(x)  # [..., E] -> [..., H]
         hidden = (x,) if output_hidden_states else None
         attentions: tuple[Tensor, ...] | None = () if output_attentions else None
-        for layer in (self.layer[i] for i in self.schedule):
+        for layer in (self.layer[i] for i in self.schedule[:depth]):
             if self.gradient_checkpointing and self.training and not output_attentions:
                 x, probs = torch.utils.checkpoint.checkpoint(layer, x, layout, False, use_reentrant=False)
             else:
@@ -398,14 +400,15 @@ class BertModel(BertPreTrainedModel):
         pooled = self.pooler(x[:, 0]) if self.pooler is not None else None
         return BaseModelOutput(x, pooled, hidden, attentions)
 
-    def forward_packed(self, batch: PackedBatch, max_padding: float = 0.0) -> Tensor:
+    def forward_packed(self, batch: PackedBatch, max_padding: float = 0.0, depth: int | None = None) -> Tensor:
         """Last hidden states [T, H] of a `PackedBatch` (sequences end to end, no padding: the inference path of
         the pipelines). `max_padding`: see `bertforge.attention.attention_plan`. Apply the pooler to
-        `hidden[batch.starts]` for each sequence's pooled output."""
+        `hidden[batch.starts]` for each sequence's pooled output. `depth`: the hidden states after that many
+        blocks instead (`hidden_states[depth]` of `forward`), the blocks above it not run."""
         offset = self.config.position_offset  # RoBERTa counts from pad_token_id + 1
         positions = batch.position_ids + offset if offset else batch.position_ids
         x = self.embeddings(batch.input_ids, batch.token_type_ids, positions)  # [T, E]
-        x, _, _ = self.encoder(x, Packed.from_lengths(batch.lengths, max_padding))
+        x, _, _ = self.encoder(x, Packed.from_lengths(batch.lengths, max_padding), depth=depth)
         return x
 
     def pool(self, first: Tensor) -> Tensor:

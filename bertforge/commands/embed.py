@@ -31,6 +31,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     norm = parser.add_mutually_exclusive_group()
     norm.add_argument("--normalize", dest="normalize", action="store_true", default=None, help="unit-length embeddings")
     norm.add_argument("--no-normalize", dest="normalize", action="store_false", help="raw pooled vectors")
+    parser.add_argument("--layer", type=int, default=-1, metavar="K",
+                        help="pool the hidden states of layer K: 0 the embedding output, N the last of the model's "
+                             "N layers, negative counts from the end (-1: the last, the default); layers above K "
+                             "are not run")
     parser.add_argument("--max-length", type=int, default=None, metavar="N",
                         help="longest input in tokens; longer ones are truncated (default: the model's limit)")
     parser.add_argument("--batch-tokens", type=int, default=4096, metavar="N", help="real tokens per batch (4096)")
@@ -92,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
     if output.suffix != ".npy":
         raise BertforgeError(f"{output}: the output file name must end in .npy")
     texts = read_texts(Path(args.input), args.text_key)
-    embed = pipeline("embed", model=args.model, pooling=args.pooling, normalize=args.normalize,
+    embed = pipeline("embed", model=args.model, pooling=args.pooling, normalize=args.normalize, layer=args.layer,
                      max_length=args.max_length, batch_tokens=args.batch_tokens, num_threads=args.threads,
                      progress=args.progress)
     vectors = embed(texts)  # [n, hidden]
@@ -103,5 +107,5 @@ def run(args: argparse.Namespace) -> int:
 
     atomic_write(output, write)
     print(f"{len(texts)} texts -> {output} ({vectors.shape[0]} x {vectors.shape[1]} float32, "
-          f"{embed.pooling} pooling{', normalized' if embed.normalize else ''})", file=sys.stderr)
+          f"{embed.pooling} pooling of layer {embed.layer}{', normalized' if embed.normalize else ''})", file=sys.stderr)
     return 0

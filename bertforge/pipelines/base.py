@@ -96,6 +96,8 @@ class Pipeline:
     model_class: ClassVar[type[BertPreTrainedModel]]
     #: `forward_packed`'s max_padding: 0 keeps each result independent of the rest of its batch, bit for bit.
     attention_padding: ClassVar[float] = 0.0
+    #: Encoder blocks to run (`forward_packed`'s depth); None: all. The embed pipeline's `layer` sets it.
+    depth: int | None = None
 
     def __init__(
         self,
@@ -246,7 +248,7 @@ class Pipeline:
         bert = self.model.base_model
         with torch.inference_mode(), linear_backend(self.backend):
             for indices, batch in chunk.batches:
-                hidden = bert.forward_packed(batch, self.attention_padding)  # [T, H]
+                hidden = bert.forward_packed(batch, self.attention_padding, self.depth)  # [T, H]
                 for i, out in zip(indices, self.head(batch, hidden, [chunk.features[i] for i in indices])):
                     outputs[i] = out
         by_item: list[list[int]] = [[] for _ in chunk.inputs]
