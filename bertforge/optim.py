@@ -14,11 +14,54 @@ from .errors import BertforgeError
 
 def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
     """Weight decay on matrices and embeddings only; biases and LayerNorm weights (all 1-D) are not decayed."""
-    decay, no_decay = [], []
+    return split_by_dimension([p for p in model.parameters() if p.requires_grad], weight_decay)
+
+
+def split_by_dimension(params: list[Tensor], weight_decay: float) -> list[dict]:
+    """The weight-decay rule: [decayed matrices and embeddings (>= 2-D), undecayed vectors (1-D)]."""
+    decay = [p for p in params if p.dim() >= 2]
+    no_decay = [p for p in params if p.dim() < 2]
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+def check_layer_lr_decay(value: object) -> None:
+    """Refuse a layer-wise learning-rate decay factor outside (0, 1] (1: no decay)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
+        raise BertforgeError(f"layer_lr_decay must be a number in (0, 1] (1: off), got {value!r}")
+
+
+def layer_depths(model: nn.Module) -> tuple[int, dict[int, int]]:
+    """L, the encoder's number of blocks, and the depth of each backbone parameter, by `id`: 0 for the embeddings
+    (ALBERT's E -> H projection included), i for the layer block i runs. A layer that ALBERT shares between
+    blocks takes the depth of the topmost block that runs it. Parameters not listed (the pooler, the task heads)
+    sit above the last block, at depth L + 1."""
+    bert = model.base_model  # type: ignore[attr-defined]
+    encoder = bert.encoder
+    depth = {id(p): 0 for p in bert.embeddings.parameters()}
+    if encoder.embedding_projection is not None:
+        depth.update((id(p), 0) for p in encoder.embedding_projection.parameters())
+    for block, index in enumerate(encoder.schedule, start=1):  # a later (higher) block overwrites a shared layer's
+        depth.update((id(p), block) for p in encoder.layer[index].parameters())
+    return len(encoder.schedule), depth
+
+
+def layer_decay_groups(model: nn.Module, lr: float, weight_decay: float, layer_lr_decay: float) -> list[dict]:
+    """`parameter_groups` with layer-wise learning-rate decay (ELECTRA, DeBERTa fine-tuning): parameters at depth d
+    (see `layer_depths`) get `lr * layer_lr_decay ** (L + 1 - d)`: the head and pooler `lr`, the top block
+    `lr * F`, the next `lr * F**2`, ..., the embeddings `lr * F**(L + 1)`. Each depth is split by the same
+    weight-decay rule; the schedule multiplies every group's rate alike. The head's groups come first (the rate a
+    training log reports is the first group's). Frozen parameters (requires_grad False) are left out."""
+    check_layer_lr_decay(layer_lr_decay)
+    blocks, depth = layer_depths(model)
+    by_depth: dict[int, list[Tensor]] = {}
     for param in model.parameters():
         if param.requires_grad:
-            (decay if param.dim() >= 2 else no_decay).append(param)
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+            by_depth.setdefault(depth.get(id(param), blocks + 1), []).append(param)
+    groups = []
+    for d in sorted(by_depth, reverse=True):
+        rate = lr * layer_lr_decay ** (blocks + 1 - d)
+        groups += [{**g, "lr": rate} for g in split_by_dimension(by_depth[d], weight_decay) if g["params"]]
+    return groups
 
 
 class Lamb(torch.optim.Optimizer):
@@ -73,12 +116,17 @@ BETAS = (0.9, 0.999)
 
 def make_optimizer(
     model: nn.Module, name: str, lr: float, weight_decay: float, fused: bool | None = None, eps: float = BERT_EPS,
-    betas: tuple[float, float] = BETAS,
+    betas: tuple[float, float] = BETAS, layer_lr_decay: float = 1.0,
 ) -> torch.optim.Optimizer:
     """AdamW or LAMB over `parameter_groups` (`betas`, by default (0.9, 0.999); epsilon `eps`): the one optimizer
     construction of every trainer. `fused=None`: PyTorch's fused AdamW kernel wherever it applies (see
-    `fused_adamw_supported`)."""
-    groups = parameter_groups(model, weight_decay)
+    `fused_adamw_supported`). `layer_lr_decay` < 1: the groups of `layer_decay_groups` instead (a model with a
+    `base_model` encoder)."""
+    check_layer_lr_decay(layer_lr_decay)
+    if layer_lr_decay == 1:
+        groups = parameter_groups(model, weight_decay)
+    else:
+        groups = layer_decay_groups(model, lr, weight_decay, layer_lr_decay)
     if name == "adamw":
         kwargs = dict(lr=lr, betas=betas, eps=eps)
         if fused is None:

@@ -203,3 +203,86 @@ def test_wsd_decay_never_starts_inside_the_warmup():
     lrs = schedule_lrs_wsd(1.0, 0, 100, 0.1, 101)
     assert lrs[:91] == pytest.approx([1.0] * 91) and lrs[91] == pytest.approx(0.9) and lrs[99] == pytest.approx(0.1)
     assert lrs[100] == 0.0
+
+
+# ------------------------------------------------------------------------------- layer-wise learning-rate decay
+def _rates(groups):
+    """Each parameter's (learning rate, weight decay) in `groups`, by id; every parameter in one group only."""
+    seen = {}
+    for g in groups:
+        for p in g["params"]:
+            assert id(p) not in seen
+            seen[id(p)] = (g["lr"], g["weight_decay"])
+    return seen
+
+
+@pytest.mark.parametrize("family", ["bert", "roberta"])
+def test_layer_decay_groups_give_each_depth_its_rate(family):
+    from bertforge import AutoModelForSequenceClassification, BertConfig
+    from bertforge.optim import layer_decay_groups
+
+    model = AutoModelForSequenceClassification.from_config(
+        BertConfig.preset(f"{family}-tiny", num_hidden_layers=3, vocab_size=50, num_labels=2))
+    lr, f, wd = 1e-3, 0.5, 0.01
+    groups = layer_decay_groups(model, lr, wd, f)
+    rates = _rates(groups)
+    expected = {}
+    for name, p in model.named_parameters():
+        if name.startswith("bert.embeddings."):
+            depth = 0
+        elif name.startswith("bert.encoder.layer."):
+            depth = int(name.split(".")[3]) + 1
+        else:  # the head, and BERT's pooler with it
+            assert name.startswith(("classifier.", "bert.pooler."))
+            depth = 4
+        expected[id(p)] = (lr * f ** (4 - depth), wd if p.dim() >= 2 else 0.0)
+    assert rates == expected  # the same product of floats on both sides
+    assert groups[0]["lr"] == lr  # the head first: the rate the training log reports
+    assert sorted({g["lr"] for g in groups}) == pytest.approx([lr * f**k for k in (4, 3, 2, 1, 0)])
+    assert _rates(make_optimizer(model, "adamw", lr, wd, layer_lr_decay=f).param_groups) == expected
+
+
+def test_layer_decay_albert_shared_layer_takes_the_top_blocks_rate():
+    from bertforge import AutoModelForSequenceClassification, BertConfig
+    from bertforge.optim import layer_decay_groups
+
+    config = BertConfig.preset("albert-tiny", num_hidden_layers=3, vocab_size=50, num_labels=2)
+    model = AutoModelForSequenceClassification.from_config(config)
+    assert len(model.bert.encoder.layer) == 1 and model.bert.encoder.embedding_projection is not None
+    rates = _rates(layer_decay_groups(model, 1.0, 0.0, 0.5))
+    names = dict(model.named_parameters())
+    for name, p in names.items():
+        want = 0.5 if name.startswith("bert.encoder.layer.0.") else 0.5**4 if name.startswith(
+            ("bert.embeddings.", "bert.encoder.embedding_projection.")) else 1.0
+        assert rates[id(p)][0] == want, name
+
+
+def test_layer_decay_leaves_frozen_parameters_out_and_the_schedule_scales_every_group():
+    from bertforge import BertForSequenceClassification, BertConfig
+    from bertforge.optim import layer_decay_groups, warmup_decay
+
+    model = BertForSequenceClassification(BertConfig.preset("tiny", vocab_size=50, num_labels=2))
+    model.bert.embeddings.requires_grad_(False)
+    groups = layer_decay_groups(model, 1e-3, 0.0, 0.8)
+    assert not {id(p) for p in model.bert.embeddings.parameters()} & set(_rates(groups))
+    assert min(g["lr"] for g in groups) == pytest.approx(1e-3 * 0.8**2)  # the embeddings' 0.8**3 is gone
+    optimizer = make_optimizer(model, "adamw", 1e-3, 0.0, layer_lr_decay=0.8)
+    peaks = [g["lr"] for g in optimizer.param_groups]
+    scheduler = warmup_decay(optimizer, 4, 10)
+    for _ in range(2):
+        optimizer.step()
+        scheduler.step()
+    assert [g["lr"] for g in optimizer.param_groups] == pytest.approx([p * 3 / 4 for p in peaks])  # step 2 of 4
+
+
+def test_layer_decay_one_is_the_plain_groups_and_bad_factors_are_refused():
+    from bertforge import BertForSequenceClassification, BertConfig
+    from bertforge.errors import BertforgeError
+
+    model = BertForSequenceClassification(BertConfig.preset("tiny", vocab_size=50, num_labels=2))
+    plain = make_optimizer(model, "adamw", 1e-3, 0.1, layer_lr_decay=1.0).param_groups
+    assert [(len(g["params"]), g["weight_decay"]) for g in plain] == [
+        (len(g["params"]), g["weight_decay"]) for g in parameter_groups(model, 0.1)]
+    for bad in (0, 0.0, -0.5, 1.5, float("nan"), True, "0.9", None):
+        with pytest.raises(BertforgeError, match=r"layer_lr_decay must be a number in \(0, 1\]"):
+            make_optimizer(model, "adamw", 1e-3, 0.1, layer_lr_decay=bad)

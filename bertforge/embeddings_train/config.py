@@ -63,6 +63,8 @@ class EmbeddingsConfig:
     progress: bool | None = option(None, "no progress bars (default: bars on a terminal only)", flag="--no-progress")
 
     grad_accum: ClassVar[int] = 1  # one batch a step: a large batch is what --mini-batch-size is for
+    freeze_backbone: ClassVar[bool] = False  # fine-tuning's controls, not offered here: the encoder is what trains
+    layer_lr_decay: ClassVar[float] = 1.0
 
     def dims(self) -> list[int]:
         """The Matryoshka dimensions, largest first; [] without them."""

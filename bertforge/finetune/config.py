@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import BertforgeError
+from ..optim import check_layer_lr_decay
 from ..options import option
 
 FINETUNE_TASKS = ("classification", "ner", "qa")  # `--task` of finetune / evaluate / predict
@@ -64,6 +65,11 @@ class FinetuneConfig(DataOptions):
     warmup_ratio: float = option(0.1, "fraction of the optimizer steps with a linearly rising learning rate",
                                  metavar="R")
     weight_decay: float = option(0.01, "AdamW weight decay (not on biases and LayerNorm weights)", metavar="W")
+    freeze_backbone: bool = option(False, "train only the task head (the pooler included): the embeddings and "
+                                   "encoder keep their pre-trained weights and run without dropout")
+    layer_lr_decay: float = option(1.0, "layer-wise learning-rate decay F in (0, 1]: the head and pooler at --lr, "
+                                   "the top layer at lr*F, the next at lr*F^2, ..., the embeddings at lr*F^(L+1); "
+                                   "ALBERT's shared layer at its top block's rate; 1 = off", metavar="F")
     seed: int = option(42, "random seed", metavar="N")
     grad_accum: int = option(1, "batches whose gradients add up to one optimizer step", metavar="N")
     eval_every: int | None = option(None, "also evaluate every N optimizer steps (always at each epoch's end)",
@@ -92,6 +98,9 @@ class FinetuneConfig(DataOptions):
                 check_int(name, getattr(self, name), 1)
         check_int("seed", self.seed, 0)
         check_optimization(self)
+        check_layer_lr_decay(self.layer_lr_decay)
+        if not isinstance(self.freeze_backbone, bool):
+            raise BertforgeError(f"freeze_backbone must be true or false, got {self.freeze_backbone!r}")
 
     def data_options(self) -> DataOptions:
         """The reading and encoding settings alone."""

@@ -155,7 +155,10 @@ class Finetuning:
         steps_per_epoch = math.ceil(batches_per_epoch / cfg.grad_accum)
         self.total_steps = steps_per_epoch * cfg.epochs
         warmup_steps = math.ceil(self.total_steps * cfg.warmup_ratio)
-        optimizer = make_optimizer(model, "adamw", cfg.lr, cfg.weight_decay, eps=FINETUNE_EPS)
+        if cfg.freeze_backbone:
+            freeze_backbone(model)  # before the optimizer, which then leaves the frozen weights out
+        optimizer = make_optimizer(model, "adamw", cfg.lr, cfg.weight_decay, eps=FINETUNE_EPS,
+                                   layer_lr_decay=cfg.layer_lr_decay)
         scheduler = warmup_decay(optimizer, warmup_steps, self.total_steps)
         self.stepper = TrainStep(model, optimizer, scheduler, max_grad_norm=MAX_GRAD_NORM, device=device,
                                  precision=pick_precision("auto", device), max_skipped_steps=cfg.max_skipped_steps)
@@ -187,10 +190,18 @@ class Finetuning:
             loss = self.model(**move(batch, self.device)).loss
         return {"loss": self.stepper.accumulate({"loss": loss}, weights)}
 
+    def train_mode(self) -> None:
+        """Training mode, except a frozen backbone: it stays in eval mode (no dropout in fixed features)."""
+        self.model.train()
+        if self.cfg.freeze_backbone:
+            backbone = self.model.base_model
+            backbone.embeddings.eval()
+            backbone.encoder.eval()
+
     def run(self) -> TrainResult:
         started = time.perf_counter()
         self.model.to(self.device)
-        self.model.train()
+        self.train_mode()
         for epoch in range(self.cfg.epochs):
             if self.train_epoch(epoch):
                 self.result.stopped_early = True
@@ -231,6 +242,7 @@ class Finetuning:
     def run_evaluation(self, epoch: float) -> bool:
         """Score the model; keep it if best. True when early stopping says to stop."""
         metrics = self.evaluate()
+        self.train_mode()  # evaluation put the whole model back in training mode
         step, best = self.stepper.step, self.result.best
         entry = Evaluation(step, round(epoch, 4), metrics)
         self.result.evaluations.append(entry)
@@ -247,6 +259,15 @@ class Finetuning:
             self.since_best += 1
         log.info("step %d (epoch %g): dev %s = %.4f%s", step, entry.epoch, self.main_metric, value, " (best)" if better else "")
         return self.cfg.early_stop is not None and self.since_best >= self.cfg.early_stop
+
+
+def freeze_backbone(model: torch.nn.Module) -> None:
+    """`--freeze-backbone`: the embeddings and the encoder get requires_grad False, so that only the task head
+    trains. The pooler (BERT's, ALBERT's) counts as the head: it is the first layer of the sequence head, and a
+    checkpoint pre-trained without it (MLM only) has a freshly initialised one that must learn."""
+    backbone = model.base_model
+    for module in (backbone.embeddings, backbone.encoder):
+        module.requires_grad_(False)
 
 
 def plot_curve(records: Iterator[dict[str, Any]] | Sequence[dict[str, Any]], main_metric: str, target: Path) -> None:
