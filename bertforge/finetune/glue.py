@@ -107,7 +107,7 @@ class GlueOptions:
     tasks: list[str] | None = option(None, "the tasks to run, e.g. CoLA SST-2 (default: every task found; a task "
                                      "named here must be there)", metavar="TASK")
     max_train_examples: int | None = option(None, "fine-tune each task on a random sample of at most N training "
-                                            "examples (default: all)", metavar="N")
+                                            "examples, drawn with --seed (default: all)", metavar="N")
 
     def validate(self) -> None:
         if not isinstance(self.data_dir, str) or not self.data_dir:
@@ -130,7 +130,9 @@ def task_named(name: str) -> GlueTask:
     raise BertforgeError(f"unknown GLUE task {name!r}; choose from: {', '.join(t.name for t in GLUE_TASKS)}")
 
 
-def find_tasks(data_dir: str | Path, names: list[str] | None = None) -> tuple[list[tuple[GlueTask, Path]], dict[str, str]]:
+def find_tasks(
+    data_dir: str | Path, names: list[str] | None = None
+) -> tuple[list[tuple[GlueTask, Path]], dict[str, str]]:
     """The tasks (among `names`, or all) whose files are under `data_dir`, with their directories, and the reason
     each other task is skipped. A task named in `names` that is not there is an error, as is finding none."""
     root = Path(data_dir)
@@ -182,7 +184,7 @@ def _label_key(label: str) -> str:
 
 @dataclass
 class DevSplit:
-    name: str  # "" for a task's one dev split; "m" / "mm" for MNLI's
+    stem: str  # the file's name without .tsv: "dev", or MNLI's "dev_matched" / "dev_mismatched"
     source: Path
     data: Path  # the examples as JSONL, in the run's temporary directory
     examples: int
@@ -217,7 +219,7 @@ def prepare_task(task: GlueTask, directory: Path, work: Path, max_train_examples
     target.mkdir(parents=True)
     _write_jsonl(task, train, target / "train.jsonl")
     devs = []
-    for stem, name in task.dev_splits:
+    for stem, _ in task.dev_splits:
         path = directory / f"{stem}.tsv"
         examples = read_split(task, path, lenient)
         for example in examples if not task.regression else []:
@@ -225,7 +227,7 @@ def prepare_task(task: GlueTask, directory: Path, work: Path, max_train_examples
                 raise BertforgeError(f"{path}:{example.line}: label {example.label!r} is not among the training "
                                      f"labels ({', '.join(sorted(known))})")
         _write_jsonl(task, examples, target / f"{stem}.jsonl")
-        devs.append(DevSplit(name, path, target / f"{stem}.jsonl", len(examples)))
+        devs.append(DevSplit(stem, path, target / f"{stem}.jsonl", len(examples)))
     return PreparedTask(task, directory, target / "train.jsonl", len(train), available, devs)
 
 
@@ -241,10 +243,10 @@ def _write_jsonl(task: GlueTask, examples: list[TextExample], path: Path) -> Non
 
 
 def task_scores(task: GlueTask, metrics: dict[str, dict[str, Any]]) -> dict[str, float]:
-    """The task's numbers in percent, from `finetune`'s metrics of each dev split (by the split's name)."""
+    """The task's numbers in percent, from `finetune`'s metrics of each dev split (by its file stem: "dev")."""
     return {
-        f"{metric}_{split}" if split else metric: 100.0 * float(metrics[split][metric])
-        for _, split in task.dev_splits
+        f"{metric}_{split}" if split else metric: 100.0 * float(metrics[stem][metric])
+        for stem, split in task.dev_splits
         for metric in task.metrics
     }
 
@@ -373,16 +375,16 @@ def run_task(prepared: PreparedTask, template: FinetuneConfig, target: Path) -> 
     cfg = dataclasses.replace(template, train=str(prepared.train), dev=str(first.data), out=str(run_dir),
                               metric=task.metrics[0], **columns)
     summary = finetune(cfg)
-    metrics = {first.name: summary["metrics"]}
+    metrics = {first.stem: summary["metrics"]}
     for split in more:
-        metrics[split.name] = evaluate("classification", run_dir / "model", split.data,
+        metrics[split.stem] = evaluate("classification", run_dir / "model", split.data,
                                        **dataclasses.asdict(cfg.data_options()))
     scores = task_scores(task, metrics)
     return {
         "scores": scores,
         "score": task_score(scores),
         "metrics": metrics,
-        "dev": {split.name or "dev": {"file": str(split.source), "examples": split.examples} for split in prepared.devs},
+        "dev": {split.stem: {"file": str(split.source), "examples": split.examples} for split in prepared.devs},
         "train": {"file": str(prepared.directory / "train.tsv"), "examples": prepared.train_examples,
                   "available": prepared.train_available},
         "run": str(run_dir),

@@ -74,7 +74,8 @@ def write_task(root: Path, task: str, directory: str | None = None, n_train: int
         header = HEADERS.get(task)
         if header and task == "MNLI" and stem != "train":
             header = header[:-1] + ["label2", "label3", "label4", "label5", "gold_label"]
-        lines = (["\t".join(header)] if header else []) + [row(task, i, stem != "train") for i in range(start, start + count)]
+        rows = [row(task, i, stem != "train") for i in range(start, start + count)]
+        lines = (["\t".join(header)] if header else []) + rows
         (folder / f"{stem}.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
     return folder
 
@@ -116,7 +117,7 @@ def test_mnli_dev_reads_gold_label_past_five_annotator_labels(tmp_path):
 
 
 def test_task_names_and_directories_in_any_case(tmp_path):
-    assert task_named("sst2").name == "SST-2" and task_named("sts-b").name == "STS-B" and task_named("cola").name == "CoLA"
+    assert [task_named(n).name for n in ("sst2", "sts-b", "cola", "Mnli")] == ["SST-2", "STS-B", "CoLA", "MNLI"]
     with pytest.raises(BertforgeError, match="unknown GLUE task 'WNLI'.*CoLA, SST-2"):
         task_named("WNLI")
     for task, directory in [("CoLA", "cola"), ("SST-2", "sst2"), ("STS-B", "sts-b"), ("MNLI", "mnli"), ("RTE", "RTE")]:
@@ -155,7 +156,7 @@ def test_training_sample_is_seeded_and_written_for_finetune(tmp_path):
         originals = [example(name, i) for i in range(40)]
         for record in first:
             assert any(record["text"] == t and record["text_pair"] == p for t, p, _ in originals)
-        assert [d.name for d in runs[0].devs] == (["m", "mm"] if name == "MNLI" else [""])
+        assert [d.stem for d in runs[0].devs] == (["dev_matched", "dev_mismatched"] if name == "MNLI" else ["dev"])
         assert all(d.examples == 12 for d in runs[0].devs)
     assert {record["label"] for record in first} <= set(LABELS["MNLI"])  # MNLI's labels stay strings
     stsb = prepare_task(task_named("STS-B"), tmp_path / "data" / "STS-B", tmp_path / "work9", None, 0)
@@ -175,7 +176,8 @@ def corrupt(path: Path, line: int, new: str | None) -> None:
 @pytest.mark.parametrize("task, file, line, new, message", [
     ("RTE", "dev.tsv", 5, None, r"RTE/dev.tsv:5: 5 fields, but the header has 4"),
     ("CoLA", "train.tsv", 3, "gj04\t1\tonly three", r"CoLA/train.tsv:3: 3 fields, but the first row has 4"),
-    ("STS-B", "train.tsv", 4, "\t".join(["2"] + ["x"] * 8 + ["high"]), r"STS-B/train.tsv:4: the STS-B score 'high' is not a number"),
+    ("STS-B", "train.tsv", 4, "\t".join(["2"] + ["x"] * 8 + ["high"]),
+     r"STS-B/train.tsv:4: the STS-B score 'high' is not a number"),
     ("QNLI", "dev.tsv", 2, "100\tq\ts\tmaybe", r"QNLI/dev.tsv:2: label 'maybe' is not among the training labels"),
     ("SST-2", "train.tsv", 1, "text\tlabel", r"SST-2/train.tsv:1: no column 'sentence' in the header"),
     ("MRPC", "dev.tsv", 3, "\t1001\t2001\ta\tb", r"MRPC/dev.tsv:3: the label is empty"),
@@ -253,7 +255,8 @@ def test_glue_command_end_to_end(tmp_path, tiny_model, capsys):
     write_task(tmp_path / "data", "RTE", "rte")
     (tmp_path / "data" / "rte" / "train.tsv").unlink()  # skipped with a note
     out = tmp_path / "runs" / "glue"
-    argv = ["glue", "--model", str(tiny_model), "--data-dir", str(data), "--out", str(out), "--max-train-examples", "24",
+    argv = ["glue", "--model", str(tiny_model), "--data-dir", str(data), "--out", str(out),
+            "--max-train-examples", "24",
             "--epochs", "1", "--batch-size", "8", "--lr", "1e-3", "--warmup-ratio", "0.2", "--weight-decay", "0.0",
             "--seed", "3", "--grad-accum", "1", "--max-length", "32", "--eval-batch-size", "8", "--lenient-rows",
             "--device", "cpu", "--no-progress"]
@@ -279,7 +282,9 @@ def test_glue_command_end_to_end(tmp_path, tiny_model, capsys):
         assert result["scores"] == pytest.approx(expected, abs=1e-4), name
         assert result["score"] == pytest.approx(sum(expected.values()) / len(expected))
         task_numbers.append(result["score"])
-    assert report["tasks"]["MNLI"]["dev"]["mm"]["examples"] == 16
+    assert report["tasks"]["MNLI"]["dev"]["dev_mismatched"]["examples"] == 16
+    assert set(report["tasks"]["MNLI"]["metrics"]) == {"dev_matched", "dev_mismatched"}
+    assert set(report["tasks"]["CoLA"]["metrics"]) == {"dev"}
     assert report["average"] == pytest.approx(sum(task_numbers) / 4)
     assert sorted(p.name for p in out.iterdir()) == ["CoLA", "MNLI", "MRPC", "STS-B", "glue.json", "glue.md",
                                                      "glue_config.json"]
