@@ -23,6 +23,7 @@ COMMANDS = [
     "distill",
     "train_tokenizer",
     "finetune",
+    "glue",
     "train_embeddings",
     "evaluate",
     "predict",
