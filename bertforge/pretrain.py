@@ -49,7 +49,8 @@ from .pretrain_eval import HeldOutEvaluation, build_eval_set
 from .run_dir import CHECKPOINT_RE, RUN_CONFIG, RunDirectory, list_checkpoints  # noqa: F401  (importable here too)
 from .state import load_state, save_state
 from .system import Runtime, all_ranks_agree, barrier, on_main, setup_runtime, teardown_runtime
-from .train import MAX_SKIPPED_STEPS, TrainStep, labelled_count, nonfinite_error, pick_precision, refuse_nonfinite
+from .train import (MAX_SKIPPED_STEPS, PRECISION_HELP, PRECISIONS, TrainStep, labelled_count, nonfinite_error,
+                    pick_precision, refuse_nonfinite)
 from .training_log import MetricsLog, Panel, plot_curves, read_rows
 
 log = logging.getLogger("bertforge")
@@ -142,7 +143,7 @@ class PretrainArgs:
     resume: bool = option(False, "continue the run in --out from its newest complete checkpoint")
     overwrite: bool = option(False, "replace the run in --out")
     device: str = option("auto", "where to train", choices=("auto", "cpu", "cuda"))
-    precision: str = option("auto", "auto: bf16 autocast on CUDA, fp32 on CPU", choices=("auto", "fp32", "bf16"))
+    precision: str = option("auto", PRECISION_HELP, choices=PRECISIONS)
     fsdp: bool = option(False, "shard the model with FSDP (under torchrun)")
     gradient_checkpointing: bool = option(False, "recompute activations to save memory")
     compile: bool = option(False, "torch.compile the model")
@@ -480,9 +481,8 @@ class Pretrainer:
                 save_state(tmp, "scheduler", self.scheduler.state_dict())
                 save_state(tmp, "rng", rngs)
                 save_state(tmp, "data", data)
-                trainer = {"step": self.step, "skipped_steps": self.skipped_steps, "tokens_seen": self.tokens_seen,
-                           "world_size": self.rt.world_size, "metrics_window": self.metrics_window,
-                           "consecutive_skipped": self.stepper.consecutive_skipped}
+                trainer = {**self.stepper.state_dict(), "tokens_seen": self.tokens_seen,  # the fp16 loss scale too
+                           "world_size": self.rt.world_size, "metrics_window": self.metrics_window}
                 if self.evaluation is not None:
                     trainer["evaluation"] = self.evaluation.state_dict()
                 (tmp / "trainer_state.json").write_text(json.dumps(trainer) + "\n", encoding="utf-8")
@@ -506,8 +506,8 @@ class Pretrainer:
         self.scheduler.load_state_dict(sched_state)
         set_rng_state(rngs[self.rt.rank])
         self._pending_weights = (weights, optim_state)
-        self.step, self.skipped_steps, self.tokens_seen = trainer["step"], trainer["skipped_steps"], trainer["tokens_seen"]
-        self.stepper.consecutive_skipped, self.metrics_window = trainer["consecutive_skipped"], trainer["metrics_window"]
+        self.stepper.load_state_dict(trainer)  # step, skipped steps, the fp16 loss scale
+        self.tokens_seen, self.metrics_window = trainer["tokens_seen"], trainer["metrics_window"]
         if self.evaluation is not None and "evaluation" in trainer:
             self.evaluation.load_state_dict(trainer["evaluation"])
 

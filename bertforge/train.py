@@ -5,7 +5,12 @@ micro-batch and hands its losses to `TrainStep.accumulate`; `TrainStep.run` does
 loss normalisation over micro-batches and ranks, gradient accumulation (DDP's `no_sync` on all but the last
 micro-batch), clipping, skipping a non-finite step (counted), the optimizer and schedule steps. Its `step` and
 `skipped_steps` are state a checkpoint saves (`state_dict` / `load_state_dict`). After `max_skipped_steps` skipped
-steps in a row the run has diverged: `update` raises a BertforgeError rather than train on. `nonfinite_error`
+steps in a row the run has diverged: `update` raises a BertforgeError rather than train on.
+
+Mixed precision: bf16 autocast needs nothing more (its range is fp32's). fp16 autocast adds a gradient scaler
+(`torch.amp.GradScaler`): the objective is multiplied by the loss scale before `.backward()`, the gradients are
+unscaled before clipping, and a step whose gradients overflowed is skipped with the scale halved (it grows back
+after 2000 clean steps). The weights and the optimizer state stay fp32. The scale is part of `state_dict`. `nonfinite_error`
 refuses weights that are not finite, which a trainer checks before it saves a model.
 
 This module is the only place in bertforge that calls `.backward(` and clips gradients (gradient caching, where a
@@ -17,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -37,16 +43,29 @@ Weights = dict[str, float]  # loss term -> the factor its micro-batch mean gets 
 
 MAX_SKIPPED_STEPS = 10  # consecutive non-finite steps after which a run stops with an error (--max-skipped-steps)
 
+# --precision of every trainer: its choices and its help, declared once
+PRECISIONS = {"auto": None, "fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+PRECISION_HELP = ("auto: bf16 autocast on CUDA (where the GPU has bf16), fp32 elsewhere; fp32; bf16 autocast; fp16 "
+                  "autocast with a gradient scaler (loss scaling, overflowing steps skipped). bf16 and fp16 are for "
+                  "GPUs: on CPU they run, slowly")
+
 
 def pick_precision(name: str, device: torch.device) -> torch.dtype | None:
-    """The autocast dtype for `name` (auto | fp32 | bf16); None is fp32. auto: bf16 on a CUDA device that has it."""
+    """The autocast dtype for `name` (a key of PRECISIONS); None is fp32. auto: bf16 on a CUDA device that has it,
+    fp32 anywhere else (never a half type on CPU unless asked)."""
+    check_precision(name)
     if name == "auto":
         return torch.bfloat16 if device.type == "cuda" and torch.cuda.is_bf16_supported() else None
-    if name == "fp32":
-        return None
-    if name == "bf16":
-        return torch.bfloat16
-    raise BertforgeError(f"unknown --precision {name!r}; choose auto, fp32 or bf16")
+    if PRECISIONS[name] is not None and device.type == "cpu":
+        log.warning("--precision %s on the CPU: autocast runs, but slower than fp32 (mixed precision pays on GPUs)",
+                    name)
+    return PRECISIONS[name]
+
+
+def check_precision(name: Any) -> None:
+    """Raise a BertforgeError unless `name` is one of PRECISIONS."""
+    if not isinstance(name, str) or name not in PRECISIONS:
+        raise BertforgeError(f"unknown --precision {name!r}; choose {', '.join(PRECISIONS)}")
 
 
 def autocast(device: torch.device, dtype: torch.dtype | None) -> contextlib.AbstractContextManager[Any]:
@@ -95,9 +114,11 @@ class TrainStep:
         self.precision = precision
         self.world_size = world_size
         self.step = 0  # optimizer steps taken or skipped
-        self.skipped_steps = 0
-        self.consecutive_skipped = 0  # skipped steps in a row, up to the last step
+        self.skipped_steps = 0  # every step without an update, fp16 overflows included
+        self.consecutive_skipped = 0  # skipped steps in a row, up to the last step (fp16 overflows: see `update`)
         self.max_skipped_steps = max_skipped_steps
+        # loss scaling under fp16 autocast; disabled (every call a no-op) otherwise
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=precision is torch.float16)
 
     def autocast(self) -> contextlib.AbstractContextManager[Any]:
         return autocast(self.device, self.precision)
@@ -121,7 +142,7 @@ class TrainStep:
         objective = terms[0]
         for term in terms[1:]:
             objective = objective + term
-        (objective * self.world_size if self.world_size > 1 else objective).backward()
+        self.scaler.scale(objective * self.world_size if self.world_size > 1 else objective).backward()
         return objective.detach()
 
     def backward_from(self, outputs: Sequence[Tensor], grads: Sequence[Tensor], weight: float = 1.0) -> None:
@@ -130,7 +151,7 @@ class TrainStep:
         differentiated with respect to its embeddings once (`output_gradients`) and each mini-batch is then re-run
         with grad and handed its share of those gradients here."""
         scale = weight * self.world_size if self.world_size > 1 else weight
-        torch.autograd.backward(list(outputs), [g * scale for g in grads])
+        torch.autograd.backward(list(outputs), [self.scaler.scale(g * scale) for g in grads])
 
     @staticmethod
     def output_gradients(loss: Tensor, outputs: Sequence[Tensor]) -> list[Tensor]:
@@ -155,39 +176,102 @@ class TrainStep:
         return self.update(totals)
 
     def update(self, totals: dict[str, Tensor]) -> StepOutcome:
-        """Clip, check, step the optimizer (or skip) and the schedule."""
+        """Unscale (fp16), clip, check, step the optimizer (or skip) and the schedule.
+
+        A step is skipped when its loss or its gradient norm is not finite on some rank. Under fp16 a finite loss
+        with overflowing gradients is the loss scale being too high: the step is skipped and counted like any
+        other, the scale halves, and it does not count toward `max_skipped_steps` while the scale is still above
+        1 (a run's first steps may overflow several times in a row before the scale settles)."""
+        scaling = self.scaler.is_enabled() and any(p.grad is not None for p in self.model.parameters())
+        if scaling:
+            self.scaler.unscale_(self.optimizer)
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.max_grad_norm)
-        bad = torch.tensor(float(not (torch.isfinite(totals["loss"]) and torch.isfinite(grad_norm))), device=self.device)
+        flags = torch.tensor([float(not torch.isfinite(totals["loss"])), float(not torch.isfinite(grad_norm))],
+                             device=self.device)  # (bad loss, bad gradient)
         if self.world_size > 1:
-            dist.all_reduce(bad, op=dist.ReduceOp.MAX)
+            dist.all_reduce(flags, op=dist.ReduceOp.MAX)
             for k in totals:
                 dist.all_reduce(totals[k])
-        skipped = bool(bad.item())
+        bad_loss, bad_grad = (bool(f) for f in flags.tolist())
+        skipped = bad_loss or bad_grad
         if skipped:
-            self.skipped_steps += 1
-            self.consecutive_skipped += 1
-            log.warning("step %d: non-finite loss or gradient; update skipped (%d so far)", self.step + 1, self.skipped_steps)
-            if self.consecutive_skipped >= self.max_skipped_steps:  # every rank took the same decision: all raise
-                raise BertforgeError(
-                    f"training diverged: {self.consecutive_skipped} steps in a row (up to step {self.step + 1}) had a "
-                    f"non-finite loss or gradient, so none of them updated the model; lower the learning rate "
-                    f"(--lr), or raise --max-skipped-steps to tolerate more"
-                )
+            overflow = scaling and not bad_loss and self.scaler.get_scale() > 1.0
+            self.count_skipped(overflow)
         else:
             self.consecutive_skipped = 0
-            self.optimizer.step()
+            if scaling:
+                self.scaler.step(self.optimizer)  # the optimizer's step on the unscaled gradients
+            else:
+                self.optimizer.step()
+        if scaling:
+            self.update_scale(skipped)
         self.optimizer.zero_grad(set_to_none=True)
         lr = self.scheduler.get_last_lr()[0]
         self.scheduler.step()
         self.step += 1
         return StepOutcome(totals, grad_norm, lr, skipped)
 
-    def state_dict(self) -> dict[str, int]:
-        return {"step": self.step, "skipped_steps": self.skipped_steps, "consecutive_skipped": self.consecutive_skipped}
+    def count_skipped(self, overflow: bool) -> None:
+        """Count a skipped step; raise when `max_skipped_steps` in a row (fp16 overflows aside) say the run diverged."""
+        self.skipped_steps += 1
+        if overflow:
+            log.info("step %d: fp16 gradients overflowed at loss scale %g; update skipped, scale halved",
+                     self.step + 1, self.scaler.get_scale())
+            return
+        self.consecutive_skipped += 1
+        log.warning("step %d: non-finite loss or gradient; update skipped (%d so far)", self.step + 1, self.skipped_steps)
+        if self.consecutive_skipped >= self.max_skipped_steps:  # every rank took the same decision: all raise
+            raise BertforgeError(
+                f"training diverged: {self.consecutive_skipped} steps in a row (up to step {self.step + 1}) had a "
+                f"non-finite loss or gradient, so none of them updated the model; lower the learning rate "
+                f"(--lr), or raise --max-skipped-steps to tolerate more"
+            )
 
-    def load_state_dict(self, state: dict[str, int]) -> None:
+    def update_scale(self, skipped: bool) -> None:
+        """The scaler's end of step: grow the scale after `growth_interval` clean steps; on a skipped step, halve it
+        and restart that count. The decision is the step's, taken over every rank, not the scaler's own inf check
+        of this rank's gradients (under FSDP a rank sees only its shard), so every rank keeps the same scale."""
+        if not skipped:
+            self.scaler.update()  # no rank saw an inf: the scaler's own check agrees
+            return
+        state = self.scaler.state_dict()
+        self.scaler.update()  # ends the scaler's iteration, whatever this rank's gradients held
+        self.scaler.load_state_dict({**state, "scale": state["scale"] * state["backoff_factor"], "_growth_tracker": 0})
+
+    def state_dict(self) -> dict[str, Any]:
+        """The step counters and, under fp16, the loss scale: plain numbers (JSON or `weights_only` loads them)."""
+        state: dict[str, Any] = {"step": self.step, "skipped_steps": self.skipped_steps,
+                                 "consecutive_skipped": self.consecutive_skipped}
+        if self.scaler.is_enabled():
+            state["grad_scaler"] = self.scaler.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         self.step, self.skipped_steps = state["step"], state["skipped_steps"]
         self.consecutive_skipped = int(state.get("consecutive_skipped", 0))  # absent in older checkpoints
+        if not self.scaler.is_enabled():
+            return  # a loss scale saved by an fp16 run has no use at another precision
+        scaler = state.get("grad_scaler")
+        if scaler is None:  # the run was not fp16 until now, or its checkpoint predates the scaler
+            log.warning("the checkpoint holds no fp16 loss scale; starting from %g", self.scaler.get_scale())
+            return
+        self.scaler.load_state_dict(check_scaler_state(scaler))
+
+
+def check_scaler_state(state: Any) -> dict[str, Any]:
+    """A saved `GradScaler.state_dict()`, checked (a BertforgeError names what is wrong)."""
+    numbers = ("scale", "growth_factor", "backoff_factor", "growth_interval", "_growth_tracker")
+    if not isinstance(state, dict) or not all(
+        isinstance(state.get(k), (int, float)) and not isinstance(state.get(k), bool) for k in numbers
+    ):
+        raise BertforgeError(f"the saved fp16 loss-scale state is damaged: expected the numbers {', '.join(numbers)}")
+    if not (math.isfinite(state["scale"]) and state["scale"] > 0):
+        raise BertforgeError(f"the saved fp16 loss scale must be a positive number, got {state['scale']!r}")
+    if not (isinstance(state["growth_interval"], int) and isinstance(state["_growth_tracker"], int)
+            and state["growth_interval"] > 0 and state["_growth_tracker"] >= 0):
+        raise BertforgeError("the saved fp16 loss-scale state is damaged: its growth interval and tracker must be "
+                             "non-negative integers")
+    return {k: state[k] for k in numbers}
 
 
 def nonfinite_error(tensors: dict[str, Tensor], what: str) -> BertforgeError | None:

@@ -10,6 +10,7 @@ from typing import Any, ClassVar
 from ..errors import BertforgeError
 from ..finetune.config import check_int, check_optimization
 from ..options import option
+from ..train import PRECISION_HELP, PRECISIONS, check_precision
 from ..pooling import POOLINGS
 
 LOSSES = ("auto", "mnrl", "cosent", "cosine")
@@ -60,11 +61,13 @@ class EmbeddingsConfig:
     max_skipped_steps: int = option(10, "stop with an error after N optimizer steps in a row with a non-finite loss "
                                     "or gradient", metavar="N")
     device: str | None = option(None, "cpu, cuda, cuda:1, ... (default: cuda when available)")
+    precision: str = option("auto", PRECISION_HELP, choices=PRECISIONS)
     progress: bool | None = option(None, "no progress bars (default: bars on a terminal only)", flag="--no-progress")
 
     grad_accum: ClassVar[int] = 1  # one batch a step: a large batch is what --mini-batch-size is for
     freeze_backbone: ClassVar[bool] = False  # fine-tuning's controls, not offered here: the encoder is what trains
     layer_lr_decay: ClassVar[float] = 1.0
+    compile: ClassVar[bool] = False  # the model is called through the pooling helpers, not its forward: nothing to compile
 
     def dims(self) -> list[int]:
         """The Matryoshka dimensions, largest first; [] without them."""
@@ -96,6 +99,7 @@ class EmbeddingsConfig:
             check_int("max_length", self.max_length, 3)
         check_int("seed", self.seed, 0)
         check_optimization(self)
+        check_precision(self.precision)
         if not isinstance(self.scale, (int, float)) or not self.scale > 0:
             raise BertforgeError(f"scale must be a positive number, got {self.scale!r}")
         if self.score_max is not None and (not isinstance(self.score_max, (int, float)) or not self.score_max > 0):

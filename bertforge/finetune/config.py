@@ -15,6 +15,7 @@ from typing import Any
 from ..errors import BertforgeError
 from ..optim import check_layer_lr_decay
 from ..options import option
+from ..train import PRECISION_HELP, PRECISIONS, check_precision
 
 FINETUNE_TASKS = ("classification", "ner", "qa")  # `--task` of finetune / evaluate / predict
 TASKS = FINETUNE_TASKS  # the old name (not `bertforge.pipelines.PIPELINE_CLASSES`), kept importable
@@ -83,9 +84,14 @@ class FinetuneConfig(DataOptions):
     overwrite: bool = option(False, "replace an --out that already holds a run")
     max_skipped_steps: int = option(10, "stop with an error after N optimizer steps in a row with a non-finite loss "
                                     "or gradient", metavar="N")
+    precision: str = option("auto", PRECISION_HELP, choices=PRECISIONS)
+    compile: bool = option(False, "torch.compile the model for training (evaluation runs it as it is)")
 
     def validate(self) -> None:
         super().validate()
+        check_precision(self.precision)
+        if not isinstance(self.compile, bool):
+            raise BertforgeError(f"compile must be true or false, got {self.compile!r}")
         if self.task not in FINETUNE_TASKS:
             raise BertforgeError(f"unknown task {self.task!r}; choose one of: {', '.join(FINETUNE_TASKS)}")
         for name in ("model", "train", "dev", "out"):

@@ -2,8 +2,9 @@
 steps skipped) with periodic evaluation, best-checkpoint keeping and early stopping; plus batched inference and
 the training-curve plot.
 
-Runs in fp32 on the CPU and under bf16 autocast on CUDA. Every random choice (head initialisation, dropout, batch
-order) comes from the run's seed, so a run repeats exactly on the same machine and thread count.
+Runs at `--precision` (auto: fp32 on the CPU, bf16 autocast on CUDA; fp16 adds loss scaling), its training steps
+compiled with `--compile`. Every random choice (head initialisation, dropout, batch order) comes from the run's
+seed, so a run repeats exactly on the same machine and thread count.
 """
 
 from __future__ import annotations
@@ -161,7 +162,8 @@ class Finetuning:
                                    layer_lr_decay=cfg.layer_lr_decay)
         scheduler = warmup_decay(optimizer, warmup_steps, self.total_steps)
         self.stepper = TrainStep(model, optimizer, scheduler, max_grad_norm=MAX_GRAD_NORM, device=device,
-                                 precision=pick_precision("auto", device), max_skipped_steps=cfg.max_skipped_steps)
+                                 precision=pick_precision(cfg.precision, device), max_skipped_steps=cfg.max_skipped_steps)
+        self.train_model = torch.compile(model) if cfg.compile else model  # what training steps call
         log.info(
             "fine-tuning on %d features: %d epoch(s) x %d step(s), batch %d x %d accumulated, warm-up %d step(s), on %s",
             len(train_features), cfg.epochs, steps_per_epoch, cfg.batch_size, cfg.grad_accum, warmup_steps, device,
@@ -187,7 +189,7 @@ class Finetuning:
 
     def forward_backward(self, batch: dict[str, torch.Tensor], weights: dict[str, float]) -> dict[str, torch.Tensor]:
         with self.stepper.autocast():
-            loss = self.model(**move(batch, self.device)).loss
+            loss = self.train_model(**move(batch, self.device)).loss
         return {"loss": self.stepper.accumulate({"loss": loss}, weights)}
 
     def train_mode(self) -> None:
