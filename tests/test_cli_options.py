@@ -136,6 +136,7 @@ PRETRAIN_OPTIONS = [
     (["--device", "cpu"], dict(device="cpu")),
     (["--precision", "bf16"], dict(precision="bf16")),
     (["--precision", "fp32"], dict(precision="fp32")),
+    (["--precision", "fp16"], dict(precision="fp16")),
     (["--fsdp"], dict(fsdp=True)),
     (["--gradient-checkpointing"], dict(gradient_checkpointing=True)),
     (["--compile"], dict(compile=True)),
@@ -293,7 +294,8 @@ def test_pretrain_cosine_decay_is_the_logged_learning_rate(monkeypatch, tiny, tm
     assert lrs == pytest.approx([0.001 * f for f in expected], rel=1e-6)
 
 
-@pytest.mark.parametrize("precision,dtype", [("bf16", torch.bfloat16), ("fp32", torch.float32), ("auto", torch.float32)])
+@pytest.mark.parametrize("precision,dtype", [("bf16", torch.bfloat16), ("fp16", torch.float16), ("fp32", torch.float32),
+                                             ("auto", torch.float32)])
 def test_pretrain_precision_sets_the_dtype_layers_compute_in(monkeypatch, tiny, tmp_path, precision, dtype):
     trainer = tiny_trainer(monkeypatch, tiny, tmp_path / "run", "--precision", precision, "--device", "cpu")
     seen = []

@@ -181,6 +181,23 @@ def test_cached_gradient_equals_plain_gradient(tmp_path, settings):
     assert worst < 1e-6 * max(1.0, scale), worst
 
 
+def test_fp16_cached_gradient_is_scaled_like_the_plain_one(tmp_path):
+    """Under --precision fp16 the loss is scaled (2^16) before backward; gradient caching pushes its cached
+    gradients in through `backward_from`, which must scale them alike: both then match fp32's gradient times the
+    scale, within fp16's rounding."""
+    model_dir = make_model(tmp_path / "m", hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    data_file = write_tsv(tmp_path / "pairs.tsv", pairs(TRAIN_TEMPLATES)[:24])
+    indices = list(range(24))
+    _, fp32 = _gradients(_training(model_dir, data_file), indices)
+    plain_loss, plain = _gradients(_training(model_dir, data_file, precision="fp16"), indices)
+    cached_loss, cached = _gradients(_training(model_dir, data_file, precision="fp16", mini_batch_size=8), indices)
+    assert abs(plain_loss - cached_loss) < 1e-2
+    for got in (plain, cached):
+        assert got.keys() == fp32.keys()
+        diff = torch.cat([(got[k] / 2.0**16 - fp32[k]).flatten() for k in fp32]).norm()
+        assert diff < 2e-2 * torch.cat([v.flatten() for v in fp32.values()]).norm(), diff
+
+
 def test_cached_gradient_replays_the_dropout_masks(tmp_path, tiny):
     """With dropout on, each mini-batch's re-run with grad must draw the masks of its first run: the cached
     gradient then equals that of the loss on mini-batches embedded one after the other from the same seed."""
@@ -369,6 +386,15 @@ def test_bad_settings_are_refused(tiny, tmp_path, capsys, args, message):
     rc = main(["train-embeddings", "--model", str(tiny), "--train", str(train), "--out", str(tmp_path / "o"), *args])
     err = capsys.readouterr().err
     assert rc == 2 and message in err, err
+
+
+def test_unknown_precision_is_refused_by_the_parser(tiny, tmp_path, capsys):
+    train = write_tsv(tmp_path / "sts.tsv", [("a", "b", 1), ("c", "d", 0)], "sentence1\tsentence2\tscore")
+    with pytest.raises(SystemExit) as exit_:
+        main(["train-embeddings", "--model", str(tiny), "--train", str(train), "--out", str(tmp_path / "o"),
+              "--precision", "fp8"])
+    assert exit_.value.code == 2 and "invalid choice: 'fp8'" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
 
 
 def test_the_schedule_spans_the_batches_without_repeated_texts(tiny, tmp_path):
