@@ -59,14 +59,22 @@ def merge_heads(ctx: Tensor) -> Tensor:
     return ctx.transpose(1, 2).reshape(n, L, nh * hd)
 
 
+def static_graph() -> bool:
+    """True while the model is traced (ONNX export) or compiled (`--compile`): shortcuts that depend on the data
+    (no mask when nothing is padded, the unpadded layout) are not taken, so the graph neither freezes one branch
+    nor breaks on it."""
+    return torch.jit.is_tracing() or torch.compiler.is_compiling()
+
+
 def extended_attention_mask(attention_mask: Tensor | None, dtype: torch.dtype) -> Tensor | None:
     """[B, S] of 1 (token) / 0 (padding) → additive [B, 1, 1, S] mask, built once per batch.
 
     Masked keys get the dtype's most negative finite value, not -inf, so a row with every key masked gives a
     uniform softmax instead of NaN. Returns None when nothing is masked (lets SDPA pick its fastest kernel),
-    except while tracing (ONNX export), where that data-dependent branch would be frozen into the graph.
+    except while tracing (ONNX export) or compiling (`--compile`), where that data-dependent branch would be
+    frozen into the graph or break it.
     """
-    if attention_mask is None or (not torch.jit.is_tracing() and bool(attention_mask.all())):
+    if attention_mask is None or (not static_graph() and bool(attention_mask.all())):
         return None
     return (1.0 - attention_mask[:, None, None, :].to(dtype)) * torch.finfo(dtype).min
 

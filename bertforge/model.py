@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .attention import Layout, Packed, PackedBatch, Padded, Unpadded, extended_attention_mask
+from .attention import Layout, Packed, PackedBatch, Padded, Unpadded, extended_attention_mask, static_graph
 from .config import BertConfig
 from .errors import BertforgeError
 from .linear import linear
@@ -391,7 +391,7 @@ class BertModel(BertPreTrainedModel):
         read padding positions (sparse MLM, NSP, sequence classification) turn it on."""
         x = self.embeddings(input_ids, token_type_ids, position_ids)  # [B, S, H]
         mask = extended_attention_mask(attention_mask, x.dtype)  # [B, 1, 1, S] or None
-        if unpad and mask is not None and not (output_attentions or output_hidden_states or torch.jit.is_tracing()):
+        if unpad and mask is not None and not (output_attentions or output_hidden_states or static_graph()):
             layout = Unpadded.from_mask(attention_mask, mask)  # type: ignore[arg-type]
             x, _, _ = self.encoder(layout.unpad(x), layout)  # [T, H]
             x, hidden, attentions = layout.pad(x), None, None  # [B, S, H]

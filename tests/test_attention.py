@@ -80,3 +80,16 @@ def test_attention_plan_merges_runs_within_padding_budget():
     assert b.gather.tolist()[18:27] == [18, 19, 20, 21, 22, 23, 24, 18, 18]  # third sequence + 2 padding rows
     assert b.gather[b.scatter].tolist() == list(range(25))  # real rows come back in packed order
     assert len(attention_plan(lengths, 100.0)) == 1
+
+
+def test_the_padded_model_compiles_as_one_graph_with_or_without_padding():
+    """Under torch.compile the all-ones shortcut of the mask is not taken (it would break the graph on a data-
+    dependent branch): fullgraph=True must hold, and the compiled model must equal eager with and without padding."""
+    torch.manual_seed(0)
+    model = bertforge.BertForSequenceClassification(BertConfig.preset("tiny", vocab_size=50)).eval()
+    compiled = torch.compile(model, backend="eager", fullgraph=True)
+    ids = torch.randint(5, 50, (2, 7))
+    for mask in (torch.ones(2, 7, dtype=torch.long), torch.tensor([[1] * 7, [1] * 4 + [0] * 3])):
+        with torch.no_grad():
+            torch.testing.assert_close(compiled(ids, mask).logits, model(ids, mask).logits, rtol=0, atol=1e-6)
+    torch._dynamo.reset()
