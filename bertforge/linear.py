@@ -171,7 +171,7 @@ _QTENSOR_DEPRECATION = r"torch\.quantize_per_tensor, torch\.quantize_per_channel
 
 
 @functools.cache
-def _vnni() -> bool:
+def cpu_has_vnni() -> bool:
     """Whether the CPU multiplies uint8 by int8 with 32-bit sums (AVX-512 VNNI or AVX-VNNI). Without it, FBGEMM's
     AVX2 kernels add pairs of products in 16 bits, which can saturate unless inputs keep to 7 bits."""
     try:
@@ -201,7 +201,7 @@ class Int8Weight:
             self.packed = torch.ops.quantized.linear_prepack(q, None)  # the bias is added after the row scales
         self.bias = None if bias is None else bias.detach().float().contiguous()  # [N]
         self.out_features, self.in_features = weight.shape
-        self.reduce_range = not _vnni()  # 7-bit inputs where 8-bit ones could saturate (see `_vnni`)
+        self.reduce_range = not cpu_has_vnni()  # 7-bit inputs where 8-bit ones could saturate (see `cpu_has_vnni`)
 
     def __call__(self, x: Tensor, act: str | None = None, residual: Tensor | None = None) -> Tensor:
         """act(x Wᵀ + b) + residual, for float32 CPU inputs [..., K] without autograd.
