@@ -8,7 +8,11 @@ L2 normalisation (what sentence-transformers does for that model), max length 25
   tokenization);
 * transformers: the loop most users write: `BertModel`, batches of 32 in file order, padded to the longest in the
   batch, masked mean pooling, under `torch.no_grad()`;
-* sentence-transformers: `SentenceTransformer(DIR).encode(texts, batch_size=32)`.
+* sentence-transformers: `SentenceTransformer(DIR).encode(texts, batch_size=32)`;
+* int8 on the CPU (`--only bertforge,bertforge-int8,onnxruntime,onnxruntime-int8`): bertforge's pipeline with
+  `quantize="int8"`, and ONNX Runtime on `bertforge export-onnx`'s float32 graph and on its own dynamic int8 version
+  of it (`--quantize int8`), fed length-sorted batches of 32 padded to their longest (ONNX Runtime's best case),
+  with the same pooling; the smallest cosine of each method's rows to bertforge float32's is printed.
 
 Each repeat runs the three one after the other (rotating which goes first), so a change in background load hits
 all three alike; the figures are medians over the repeats after a warm-up pass. Printed: sentences/s, the ratios,
@@ -121,6 +125,53 @@ def bertforge_pipeline(path: Path, batch_tokens: int) -> Callable[[list[str]], n
     return pipe
 
 
+def bertforge_int8(path: Path, batch_tokens: int) -> Callable[[list[str]], np.ndarray]:
+    import bertforge
+
+    return bertforge.pipeline("embed", model=path, batch_tokens=batch_tokens, progress=False, quantize="int8")
+
+
+def onnxruntime_embed(path: Path, quantize: str | None, threads: int | None) -> Callable[[list[str]], np.ndarray]:
+    """ONNX Runtime on the exported graph (float32, or its dynamic int8 version): length-sorted padded batches,
+    masked mean pooling, L2 normalisation."""
+    import tempfile
+
+    import onnxruntime as ort
+
+    from bertforge.onnx import export_onnx
+    from bertforge.tokenizer import Tokenizer
+
+    out = Path(tempfile.mkdtemp()) / f"model-{quantize or 'fp32'}.onnx"
+    export_onnx(path, out, quantize=quantize)
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads or torch.get_num_threads()
+    session = ort.InferenceSession(str(out), options, providers=["CPUExecutionProvider"])
+    names = [i.name for i in session.get_inputs()]
+    tokenizer = Tokenizer.from_pretrained(path)
+
+    def embed(texts: list[str]) -> np.ndarray:
+        ids = tokenizer(texts, truncation=True, max_length=MAX_LENGTH)["input_ids"]
+        order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+        rows = np.zeros((len(ids), 0), dtype=np.float32)
+        for start in range(0, len(order), BATCH):
+            batch = order[start : start + BATCH]
+            width = max(len(ids[i]) for i in batch)
+            input_ids = np.zeros((len(batch), width), dtype=np.int64)
+            mask = np.zeros_like(input_ids)
+            for row, i in enumerate(batch):
+                input_ids[row, : len(ids[i])] = ids[i]
+                mask[row, : len(ids[i])] = 1
+            feed = {"input_ids": input_ids, "attention_mask": mask, "token_type_ids": np.zeros_like(input_ids)}
+            hidden = session.run(["last_hidden_state"], {k: feed[k] for k in names})[0]  # [B, S, H]
+            pooled = (hidden * mask[..., None]).sum(1) / mask.sum(1, keepdims=True)
+            if rows.shape[1] == 0:
+                rows = np.zeros((len(ids), pooled.shape[1]), dtype=np.float32)
+            rows[batch] = pooled / np.linalg.norm(pooled, axis=1, keepdims=True)
+        return rows
+
+    return embed
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--source", choices=["sst2", "wikitext"], default="sst2")
@@ -166,6 +217,9 @@ def main() -> None:
         "bertforge": lambda: bertforge_pipeline(path, args.batch_tokens),
         "transformers": lambda: transformers_loop(path),
         "sentence-transformers": lambda: sentence_transformers_encode(path),
+        "bertforge-int8": lambda: bertforge_int8(path, args.batch_tokens),
+        "onnxruntime": lambda: onnxruntime_embed(path, None, args.threads),
+        "onnxruntime-int8": lambda: onnxruntime_embed(path, "int8", args.threads),
     }
     methods = {name: makers[name]() for name in args.only.split(",")}
     outputs = {name: fn(texts) for name, fn in methods.items()}  # warm-up pass, kept for the comparison
@@ -195,6 +249,12 @@ def main() -> None:
                 a, b = outputs["bertforge"], outputs[other]
                 cosine = (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
                 print(f"min cosine bertforge vs {other}: {cosine.min():.7f} (max |diff| {np.abs(a - b).max():.1e})")
+        for other in ("bertforge-int8", "onnxruntime", "onnxruntime-int8"):
+            if other in outputs:
+                a, b = outputs["bertforge"], outputs[other]
+                cosine = (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+                print(f"{other}: {rate[other] / rate['bertforge']:.2f}x bertforge float32's speed; min cosine to "
+                      f"bertforge float32 {cosine.min():.4f} (mean {cosine.mean():.4f})")
 
 
 if __name__ == "__main__":

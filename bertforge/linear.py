@@ -13,6 +13,12 @@ activation (`act`: GELU, ReLU) or a residual add (`residual`), which saves a pas
 
 `set_linear_backend("aten")` (or BERTFORGE_LINEAR=aten in the environment) makes every layer use `F.linear`, the
 reference path; `with linear_backend("aten"):` does it for one block of code in the current thread.
+
+int8 (CPU inference): a layer whose weight is an `Int8Weight` (made by `bertforge.quantize`) runs PyTorch's dynamic
+int8 kernel (`torch.ops.quantized.linear_dynamic`, FBGEMM on x86): the weight is stored as int8 with one scale per
+output row and prepacked once; each call quantises its input dynamically with one scale per row (token), multiplies
+in integers and returns float32. The row scales, the bias, the activation and the residual add are applied in
+float32 after the multiply (see `Int8Weight.__call__`).
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import contextlib
 import functools
 import os
 import threading
+import warnings
 from collections.abc import Iterator
 
 import torch
@@ -157,13 +164,98 @@ def _records_grad(*tensors: Tensor | None) -> bool:
     return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
 
 
+# PyTorch 2.10+ warns that creating tensors of dtype torch.qint8 is deprecated; the dynamic int8 kernels still take
+# their weight that way (as of 2.13 there is no other prepacking entry point for them). Only this warning, and only
+# while a weight is packed, is silenced.
+_QTENSOR_DEPRECATION = r"torch\.quantize_per_tensor, torch\.quantize_per_channel and other quantized tensor creation"
+
+
+@functools.cache
+def cpu_has_vnni() -> bool:
+    """Whether the CPU multiplies uint8 by int8 with 32-bit sums (AVX-512 VNNI or AVX-VNNI). Without it, FBGEMM's
+    AVX2 kernels add pairs of products in 16 bits, which can saturate unless inputs keep to 7 bits."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            flags = next((line.split() for line in fh if line.startswith("flags")), [])
+    except OSError:
+        return False
+    return "avx512_vnni" in flags or "avx_vnni" in flags
+
+
+class Int8Weight:
+    """A dense layer's weight W [N, K] and bias [N], prepacked for `torch.ops.quantized.linear_dynamic`.
+
+    W is stored as int8 with one float scale per output row (symmetric: W ≈ scale[n] · q[n, k], q in -127..127).
+    Not a tensor and not a parameter: a module holding it has nothing to train, save or move."""
+
+    def __init__(self, weight: Tensor, bias: Tensor | None = None) -> None:
+        if weight.dim() != 2 or weight.device.type != "cpu" or weight.dtype != torch.float32:
+            raise BertforgeError(f"int8: expected a float32 CPU matrix, got {tuple(weight.shape)} {weight.dtype} "
+                                 f"on {weight.device}")
+        weight = weight.detach()
+        scale = (weight.abs().amax(dim=1) / 127).clamp(min=1e-12).double()  # [N]
+        zero = torch.zeros(weight.shape[0], dtype=torch.long)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=_QTENSOR_DEPRECATION, category=UserWarning)
+            q = torch.quantize_per_channel(weight, scale, zero, 0, torch.qint8)
+            self.packed = torch.ops.quantized.linear_prepack(q, None)  # the bias is added after the row scales
+        self.bias = None if bias is None else bias.detach().float().contiguous()  # [N]
+        self.out_features, self.in_features = weight.shape
+        self.reduce_range = not cpu_has_vnni()  # 7-bit inputs where 8-bit ones could saturate (see `cpu_has_vnni`)
+
+    def __call__(self, x: Tensor, act: str | None = None, residual: Tensor | None = None) -> Tensor:
+        """act(x Wᵀ + b) + residual, for float32 CPU inputs [..., K] without autograd.
+
+        Each row (token) of x is quantised with its own scale: the rows are divided by their largest magnitude
+        first, so that the kernel's one scale for the whole input fits every row, and the products are multiplied
+        back. One scale for all rows loses too much: a few tokens ([CLS], [SEP], punctuation) carry activations
+        ten times larger than the rest, and every other row would keep only a few bits (all-MiniLM-L6-v2: cosine
+        to float32 down to 0.96 with one scale per batch, 0.996 with one per token)."""
+        if x.device.type != "cpu" or x.dtype != torch.float32:
+            raise BertforgeError(f"int8 layers run on float32 CPU inputs only, got {x.dtype} on {x.device}")
+        if torch.is_grad_enabled() and x.requires_grad:
+            raise BertforgeError("int8 layers are for inference only: they have no gradient")
+        x2 = x.reshape(-1, self.in_features)  # [M, K]
+        scale = x2.abs().amax(dim=1, keepdim=True).clamp_(min=1e-30)  # [M, 1]
+        y = torch.ops.quantized.linear_dynamic(x2 / scale, self.packed, self.reduce_range)  # [M, N], no bias
+        if residual is not None and act is None:
+            y = torch.addcmul(residual.reshape(-1, self.out_features), y, scale)
+            y = y if self.bias is None else y.add_(self.bias)
+        else:
+            y = y.mul_(scale) if self.bias is None else torch.addcmul(self.bias, y, scale)
+            y = y if act is None else activation_fn(act)(y)
+            y = y if residual is None else y.add_(residual.reshape(-1, self.out_features))
+        return y.view(*x.shape[:-1], self.out_features)
+
+    def __repr__(self) -> str:
+        return f"Int8Weight(out_features={self.out_features}, in_features={self.in_features})"
+
+
+@functools.cache
+def int8_available() -> bool:
+    """Whether this PyTorch has the dynamic int8 linear kernels and they compute roughly what `F.linear` does."""
+    try:
+        g = torch.Generator().manual_seed(0)
+        x, w, b = (torch.randn(*shape, generator=g) for shape in ((5, 16), (8, 16), (8,)))
+        with torch.inference_mode():
+            y, want = Int8Weight(w, b)(x), F.linear(x, w, b)
+        return bool((y - want).abs().max() < 0.05 * want.abs().max())
+    except (AttributeError, RuntimeError, BertforgeError):
+        return False
+
+
 def linear(
-    x: Tensor, weight: Tensor, bias: Tensor | None = None, *, act: str | None = None, residual: Tensor | None = None
+    x: Tensor, weight: Tensor | Int8Weight, bias: Tensor | None = None, *, act: str | None = None,
+    residual: Tensor | None = None,
 ) -> Tensor:
     """act(x [..., K] Wᵀ [K, N] + b [N]) + residual [..., N] → [..., N] (`act` a `hidden_act` name or None).
 
     See the module docstring for which kernel runs; without autograd, oneDNN applies `act` or `residual` inside
-    the matrix multiply."""
+    the matrix multiply. An `Int8Weight` carries its own bias (`bias` must then be None)."""
+    if isinstance(weight, Int8Weight):
+        if bias is not None:
+            raise ValueError("an Int8Weight holds its bias; pass bias=None")
+        return weight(x, act, residual)
     if _use_onednn(x, weight):
         if not _records_grad(x, weight, bias, residual) and (act is None or act in _FUSED_ACTIVATIONS):
             x2 = x.reshape(-1, x.shape[-1])  # [M, K]

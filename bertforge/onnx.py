@@ -8,6 +8,12 @@ The export traces the model's own forward (while tracing, the model always appli
 skipping it when nothing is padded, and keeps the padded layout), through a small wrapper that turns its output
 object into the tuple of named tensors ONNX wants. The TorchScript-based exporter (`dynamo=False`) is used: it needs no extra packages and
 works offline.
+
+`quantize="int8"` writes onnxruntime's dynamic int8 version of the float32 graph
+(`onnxruntime.quantization.quantize_dynamic`: int8 weights with one scale per output channel, uint8 activations
+quantised at run time): the float32 export is checked as usual, then quantised, and the int8 graph's largest
+difference to float32 PyTorch is reported (`ExportReport.int8_diff`) and held to `INT8_TOLERANCE`. It needs
+onnxruntime (`pip install 'bertforge[onnx]'`).
 """
 
 from __future__ import annotations
@@ -25,12 +31,16 @@ from .checkpoint import load_pretrained
 from .config import BertConfig
 from .errors import BertforgeError
 from .io import atomic_write
+from .linear import cpu_has_vnni
 from .model import MODEL_CLASSES, BertModel, BertPreTrainedModel
 
 log = logging.getLogger("bertforge")
 
 INPUT_NAMES = ["input_ids", "attention_mask", "token_type_ids"]
 DEFAULT_OPSET = 17
+#: Largest relative difference of an int8 graph's outputs to float32 PyTorch's (real tokens; a broken quantisation
+#: is far beyond it; all-MiniLM-L6-v2 and the tests' tiny models stay under 0.1).
+INT8_TOLERANCE = 0.25
 #: (batch, sequence) shapes the exported graph is checked on, beside the one it was traced with.
 CHECK_SHAPES = [(1, 5), (2, 17), (4, 64), (3, 128)]
 
@@ -112,6 +122,8 @@ class ExportReport:
     outputs: list[str]
     max_diff: float  # largest |onnxruntime - torch| / max(1, |torch|) over the checked shapes, real tokens only
     shapes: list[tuple[int, int]]
+    quantize: str | None = None  # "int8": the file holds onnxruntime's dynamic int8 graph
+    int8_diff: float = float("nan")  # the int8 graph's max_diff to float32 PyTorch (checked exports)
 
 
 def sample_inputs(batch: int, seq: int, config: BertConfig, seed: int) -> dict[str, Tensor]:
@@ -138,14 +150,18 @@ def export_onnx(
     opset: int = DEFAULT_OPSET,
     check: bool = True,
     tolerance: float = 1e-4,
+    quantize: str | None = None,
 ) -> ExportReport:
     """Write `out` (.onnx) and, with `check`, compare onnxruntime to PyTorch on several (batch, sequence) shapes.
+    `quantize="int8"`: write onnxruntime's dynamic int8 graph instead (see the module docstring).
 
     Raises BertforgeError when the check fails (the file is not written then).
     """
     out = Path(out)
     if out.suffix != ".onnx":
         raise BertforgeError(f"{out}: the output file name must end in .onnx")
+    if quantize is not None:
+        _check_int8_export(quantize)
     if not isinstance(model, nn.Module):
         path = Path(model)
         if not path.is_dir():
@@ -156,15 +172,15 @@ def export_onnx(
     config = model.config
     example = sample_inputs(2, min(16, config.max_sequence_length), config, seed=0)
     shapes = [(b, min(s, config.max_sequence_length)) for b, s in CHECK_SHAPES]
-    report = ExportReport(out, type(model).__name__, wrapper.output_names, float("nan"), shapes)
+    report = ExportReport(out, type(model).__name__, wrapper.output_names, float("nan"), shapes, quantize)
 
-    def write(tmp: Path) -> None:
+    def export(path: Path) -> None:
         with warnings.catch_warnings(), torch.no_grad():
             warnings.simplefilter("ignore")  # tracer chatter about shapes read as Python ints
             torch.onnx.export(
                 wrapper,
                 tuple(example.values()),
-                str(tmp),
+                str(path),
                 input_names=list(example),
                 output_names=wrapper.output_names,
                 dynamic_axes=dynamic_axes(model, wrapper.output_names),
@@ -173,10 +189,57 @@ def export_onnx(
                 dynamo=False,
             )
         if check:
-            report.max_diff = check_onnx(tmp, wrapper, shapes, tolerance)
+            report.max_diff = check_onnx(path, wrapper, shapes, tolerance)
+
+    def write(tmp: Path) -> None:
+        if not quantize:
+            return export(tmp)
+        fp32 = tmp.with_name(tmp.name + ".fp32")  # beside the temporary file, removed whatever happens
+        try:
+            export(fp32)
+            quantize_onnx(fp32, tmp)
+        finally:
+            fp32.unlink(missing_ok=True)
+        if check:
+            report.int8_diff = check_onnx(tmp, wrapper, shapes, INT8_TOLERANCE)
 
     atomic_write(out, write)
     return report
+
+
+def _check_int8_export(quantize: str) -> None:
+    if quantize != "int8":
+        raise BertforgeError(f"export-onnx: quantize must be int8 (or none), got {quantize!r}")
+    try:
+        import onnxruntime.quantization  # noqa: F401
+    except ImportError:
+        raise BertforgeError("export-onnx --quantize int8 needs onnxruntime's quantization tools: "
+                             "pip install 'bertforge[onnx]' (or onnxruntime)") from None
+
+
+def quantize_onnx(source: Path, target: Path) -> None:
+    """onnxruntime's dynamic int8 quantisation of the float32 graph `source` into `target`: the MatMul weights as
+    int8 with one scale per output channel; 7-bit activations where the CPU lacks VNNI (see
+    `bertforge.linear.cpu_has_vnni`), as onnxruntime advises."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    root = logging.getLogger()
+    advice = _DropMessage("pre-processing before quantization")  # its advice to run shape inference first
+    root.addFilter(advice)
+    try:
+        quantize_dynamic(source, target, op_types_to_quantize=["MatMul"], per_channel=True,
+                         reduce_range=not cpu_has_vnni(), weight_type=QuantType.QInt8)
+    finally:
+        root.removeFilter(advice)
+
+
+class _DropMessage(logging.Filter):
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return self.text not in record.getMessage()
 
 
 def check_onnx(path: Path, wrapper: ExportWrapper, shapes: list[tuple[int, int]], tolerance: float) -> float:
@@ -214,4 +277,5 @@ def check_onnx(path: Path, wrapper: ExportWrapper, shapes: list[tuple[int, int]]
     return worst
 
 
-__all__ = ["ExportReport", "ExportWrapper", "check_onnx", "dynamic_axes", "export_onnx", "load_for_export"]
+__all__ = ["ExportReport", "ExportWrapper", "check_onnx", "dynamic_axes", "export_onnx", "load_for_export",
+           "quantize_onnx"]

@@ -75,6 +75,7 @@ class ServeConfig:
     max_length: int | None = None  # the model's limit by default (sentence-transformers' max_seq_length for embed)
     pooling: str | None = None  # embed: "mean" or "cls"; default: what the model directory declares
     num_threads: int | None = None  # PyTorch threads
+    quantize: str | None = None  # "int8": int8 dense layers (CPU); None: float32
 
     def __post_init__(self) -> None:
         if self.task not in TASKS:
@@ -404,14 +405,15 @@ class Engine:
         pipelines: dict[str, Any] = {}
         if self.task == "embed":
             # Unnormalised rows: each request says whether it wants them normalised.
-            embed = pipeline("embed", model=model_dir, pooling=config.pooling, normalize=False, **common)
+            embed = pipeline("embed", model=model_dir, pooling=config.pooling, normalize=False,
+                             quantize=config.quantize, **common)
             self.default_normalize = bool(sentence_transformers_settings(model_dir).get("normalize", False))
             self.hidden_size = embed.hidden_size
             pipelines["embed"] = main = embed
         else:
             if config.pooling is not None:
                 raise BertforgeError("serve: --pooling is for embedding models, not classification")
-            main = pipeline("text-classification", model=model_dir, top_k=None, **common)
+            main = pipeline("text-classification", model=model_dir, top_k=None, quantize=config.quantize, **common)
             shared = dict(common, model=main.model, tokenizer=main.tokenizer, max_length=main.max_length)
             pipelines["classify"] = main
             pipelines["classify_raw"] = pipeline("text-classification", top_k=None, function_to_apply="none", **shared)
@@ -700,6 +702,7 @@ async def handle_info(request: Any, engine: Engine) -> Any:
         "max_queue": engine.config.max_queue,
         "auto_truncate": engine.config.auto_truncate,
         "hidden_size": engine.hidden_size,
+        "quantize": engine.config.quantize,
     }
     if engine.task == "embed":
         info["normalize_default"] = engine.default_normalize

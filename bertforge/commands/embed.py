@@ -13,6 +13,7 @@ import numpy as np
 
 from ..errors import BertforgeError
 from ..io import atomic_write, check_text
+from . import add_quantize_argument
 
 NAME = "embed"
 HELP = "embed the texts of a .txt (one a line) or .jsonl file into a .npy array [n, hidden]"
@@ -40,6 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-tokens", type=int, default=4096, metavar="N", help="real tokens per batch (4096)")
     parser.add_argument("--threads", type=int, default=None, metavar="N", help="PyTorch threads (default: the CPUs available)")
     parser.add_argument("--no-progress", dest="progress", action="store_false", default=None, help="no progress bar")
+    add_quantize_argument(parser)
 
 
 def read_lines(path: Path) -> list[str]:
@@ -98,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
     texts = read_texts(Path(args.input), args.text_key)
     embed = pipeline("embed", model=args.model, pooling=args.pooling, normalize=args.normalize, layer=args.layer,
                      max_length=args.max_length, batch_tokens=args.batch_tokens, num_threads=args.threads,
-                     progress=args.progress)
+                     progress=args.progress, quantize=args.quantize)
     vectors = embed(texts)  # [n, hidden]
 
     def write(tmp: Path) -> None:
@@ -107,5 +109,6 @@ def run(args: argparse.Namespace) -> int:
 
     atomic_write(output, write)
     print(f"{len(texts)} texts -> {output} ({vectors.shape[0]} x {vectors.shape[1]} float32, "
-          f"{embed.pooling} pooling of layer {embed.layer}{', normalized' if embed.normalize else ''})", file=sys.stderr)
+          f"{embed.pooling} pooling of layer {embed.layer}{', normalized' if embed.normalize else ''}"
+          f"{', int8' if embed.quantize else ''})", file=sys.stderr)
     return 0

@@ -6,6 +6,7 @@ import argparse
 import json
 
 from ..finetune.cli_options import DATA_OPTIONS, add_data_arguments, add_task_arguments, given
+from . import add_quantize_argument
 
 NAME = "evaluate"
 HELP = "score a fine-tuned model on labelled data; prints the metrics as JSON"
@@ -15,11 +16,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_task_arguments(parser)
     parser.add_argument("--data", required=True, metavar="FILE", help="labelled data in the task's format")
     add_data_arguments(parser)
+    add_quantize_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     from ..finetune import evaluate
 
-    metrics = evaluate(args.task, args.model, args.data, **given(args, DATA_OPTIONS))
+    metrics = evaluate(args.task, args.model, args.data, quantize=args.quantize, **given(args, DATA_OPTIONS))
     print(json.dumps(metrics, indent=2))
     return 0

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from . import add_quantize_argument
+
 NAME = "export-onnx"
 HELP = "export a model to ONNX (dynamic batch and sequence axes) and check it against onnxruntime"
 
@@ -18,16 +20,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--opset", type=int, default=17, metavar="N", help="ONNX opset (17)")
     parser.add_argument("--no-check", dest="check", action="store_false",
                         help="skip comparing onnxruntime with PyTorch on inputs of several shapes")
+    add_quantize_argument(parser, "the exported graph (onnxruntime's dynamic quantisation of the float32 export)")
 
 
 def run(args: argparse.Namespace) -> int:
     from ..onnx import export_onnx
 
-    report = export_onnx(args.model, args.out, head=args.head, opset=args.opset, check=args.check)
+    report = export_onnx(args.model, args.out, head=args.head, opset=args.opset, check=args.check,
+                         quantize=args.quantize)
     checked = (
         f"onnxruntime agrees on {len(report.shapes)} shapes "
         f"({', '.join(f'{b}x{s}' for b, s in report.shapes)}; max relative difference {report.max_diff:.1e})"
         if args.check else "not checked"
     )
-    print(f"{report.model_class} -> {report.path} (outputs: {', '.join(report.outputs)}); {checked}", file=sys.stderr)
+    if args.quantize:
+        checked += f"; int8: max relative difference to float32 PyTorch {report.int8_diff:.1e}" if args.check else ""
+    print(f"{report.model_class} -> {report.path}{' (int8)' if args.quantize else ''} (outputs: {', '.join(report.outputs)}); {checked}", file=sys.stderr)
     return 0

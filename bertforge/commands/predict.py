@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from ..finetune.cli_options import DATA_OPTIONS, add_data_arguments, add_task_arguments, given
+from . import add_quantize_argument
 
 NAME = "predict"
 HELP = "predict with a fine-tuned model; writes JSONL (one prediction per input)"
@@ -18,11 +19,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "SQuAD JSON or JSONL with question/context (qa)")
     parser.add_argument("--output", required=True, metavar="FILE", help="predictions, JSONL")
     add_data_arguments(parser)
+    add_quantize_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     from ..finetune import predict
 
-    records = predict(args.task, args.model, args.input, args.output, **given(args, DATA_OPTIONS))
+    records = predict(args.task, args.model, args.input, args.output, quantize=args.quantize,
+                      **given(args, DATA_OPTIONS))
     print(f"wrote {len(records)} prediction(s) to {args.output}", file=sys.stderr)
     return 0

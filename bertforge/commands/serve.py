@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from . import add_quantize_argument
+
 NAME = "serve"
 HELP = ("serve a model over HTTP: /embed, /v1/embeddings (OpenAI), /predict, /rerank, /health, /metrics; "
         "dynamic batching, a bounded queue")
@@ -39,6 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="PyTorch threads per process (default: the CPUs available, divided among the workers)")
     parser.add_argument("--graceful-timeout", type=float, default=30.0, metavar="SECONDS",
                         help="on SIGTERM, how long in-flight requests may take before they are cut off (30)")
+    add_quantize_argument(parser)
     parser.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"],
                         help="uvicorn's log level (info)")
 
@@ -50,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
         model=args.model, task=args.task, model_name=args.model_name, max_batch_tokens=args.max_batch_tokens,
         max_queue=args.max_queue, max_client_batch_size=args.max_client_batch_size,
         max_body_bytes=args.max_body_bytes, auto_truncate=args.auto_truncate, max_length=args.max_length,
-        pooling=args.pooling, num_threads=args.threads,
+        pooling=args.pooling, num_threads=args.threads, quantize=args.quantize,
     )
     return run_server(config, host=args.host, port=args.port, workers=args.workers, log_level=args.log_level,
                       graceful_timeout=args.graceful_timeout)

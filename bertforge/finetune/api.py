@@ -15,6 +15,7 @@ from ..config import BertConfig
 from ..errors import BertforgeError
 from ..io import atomic_directory, atomic_write_text, lock_run_directory
 from ..memory import check_training_fits
+from ..quantize import check_quantize, quantize_model
 from ..train import refuse_nonfinite
 from .config import DataOptions, FinetuneConfig
 from .tasks import Encoded, Task, get_task, lower_is_better
@@ -103,26 +104,30 @@ def _finetune(cfg: FinetuneConfig, out: Path, device: torch.device) -> dict[str,
     return summary
 
 
-def evaluate(task: str, model: str | Path, data: str | Path, **options: Any) -> dict[str, Any]:
+def evaluate(
+    task: str, model: str | Path, data: str | Path, *, quantize: str | None = None, **options: Any
+) -> dict[str, Any]:
     """Score a fine-tuned model on a labelled file; returns the task's metrics (and the mean "loss").
 
     `options` are `DataOptions` fields (max_length, text_column, doc_stride, eval_batch_size, device, ...); use the
-    ones the model was fine-tuned with.
+    ones the model was fine-tuned with. `quantize="int8"`: score the model with int8 dense layers, on the CPU
+    (`bertforge.quantize`).
     """
-    the_task, opts, tokenizer, net, encoded = _prepare(task, model, data, options, labelled=True)
+    the_task, opts, tokenizer, net, encoded = _prepare(task, model, data, options, labelled=True, quantize=quantize)
     return _score(the_task, net, encoded, opts, tokenizer.pad_token_id, _device(opts))
 
 
 def predict(
-    task: str, model: str | Path, input: str | Path, output: str | Path | None = None, **options: Any
+    task: str, model: str | Path, input: str | Path, output: str | Path | None = None, *,
+    quantize: str | None = None, **options: Any
 ) -> list[dict[str, Any]]:
     """Predictions of a fine-tuned model for each example of `input` (labels there are not needed, and ignored).
 
     Classification gives {"label", "score", "probabilities"} (or {"score"} for regression), NER {"tokens", "tags",
     "entities"}, QA {"id", "answer", "start", "end", "score", "null_score"}. With `output`, they are also written
-    there as JSONL, atomically.
+    there as JSONL, atomically. `quantize="int8"`: int8 dense layers, on the CPU (`bertforge.quantize`).
     """
-    the_task, opts, tokenizer, net, encoded = _prepare(task, model, input, options, labelled=False)
+    the_task, opts, tokenizer, net, encoded = _prepare(task, model, input, options, labelled=False, quantize=quantize)
     outputs, _ = run_model(
         net, encoded.features, opts.eval_batch_size, tokenizer.pad_token_id, _device(opts), opts.progress,
         "predicting",
@@ -133,15 +138,20 @@ def predict(
     return records
 
 
-def _prepare(task: str, model: str | Path, data: str | Path, options: dict[str, Any], labelled: bool) -> tuple[Any, ...]:
-    """What `evaluate` and `predict` start from: the task, its options, the tokenizer, the fine-tuned model and the
-    encoded examples of `data`."""
+def _prepare(
+    task: str, model: str | Path, data: str | Path, options: dict[str, Any], labelled: bool, quantize: str | None
+) -> tuple[Any, ...]:
+    """What `evaluate` and `predict` start from: the task, its options, the tokenizer, the fine-tuned model (int8
+    with `quantize`) and the encoded examples of `data`."""
     opts = make_settings(DataOptions, options)
     opts.validate()
+    if quantize is not None:  # int8 runs on the CPU: refuse another device before anything is loaded
+        check_quantize(quantize, opts.device or "cpu", "evaluate/predict")
+        opts.device = "cpu"
     the_task = get_task(task)
     examples, _ = the_task.read(data, opts, labelled=labelled)
     tokenizer = _load_tokenizer(model)
-    net = load_finetuned(the_task, model)
+    net = quantize_model(load_finetuned(the_task, model).eval(), quantize)
     encoded = the_task.encode(tokenizer, examples, opts, net.config, Path(data), labelled=labelled)
     return the_task, opts, tokenizer, net, encoded
 

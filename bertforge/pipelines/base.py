@@ -10,6 +10,7 @@ background thread. Results come back in input order.
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence, Set
@@ -27,6 +28,7 @@ from ..errors import BertforgeError
 from ..model import BertPreTrainedModel
 from ..attention import PackedBatch, pack
 from ..linear import BACKENDS, linear_backend, onednn_available
+from ..quantize import check_quantize, is_quantized, quantize_model
 from ..system import configure_threads
 
 log = logging.getLogger("bertforge")
@@ -90,6 +92,8 @@ class Pipeline:
         num_threads: PyTorch intra-op threads; None: PyTorch's default, capped at the CPUs this process may use.
         backend: matrix-multiply kernels: "auto" (oneDNN's fused kernels on CPU when available), "onednn" or
             "aten" (`F.linear`, what the model itself uses).
+        quantize: "int8" for int8 dense layers in the encoder (CPU only; `bertforge.quantize`); a model object
+            passed in is copied first, not changed. None: float32.
     """
 
     task: ClassVar[str] = ""
@@ -110,8 +114,10 @@ class Pipeline:
         progress: bool | None = None,
         num_threads: int | None = None,
         backend: str = "auto",
+        quantize: str | None = None,
     ) -> None:
         configure_threads(num_threads)
+        check_quantize(quantize, what=self.task)
         if isinstance(model, BertPreTrainedModel):
             if tokenizer is None:
                 raise BertforgeError(f"{self.task}: pass tokenizer= together with a model object")
@@ -124,6 +130,9 @@ class Pipeline:
                 raise BertforgeError(f"{path}: no such model directory")
             self.model_dir = path
             self.model = self.load(path)
+        if quantize is not None and not is_quantized(self.model):
+            self.model = quantize_model(copy.deepcopy(self.model) if self.model_dir is None else self.model, quantize)
+        self.quantize = "int8" if is_quantized(self.model) else None  # what the model runs in
         if tokenizer is None:
             from ..tokenizer import Tokenizer
 
