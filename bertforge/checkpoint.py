@@ -24,6 +24,7 @@ from .config import CONFIG_NAME, BertConfig
 from .errors import BertforgeError
 from .families import INTERNAL_PREFIX
 from .io import atomic_write_files
+from .linear import Int8Weight
 
 log = logging.getLogger("bertforge")
 
@@ -263,6 +264,9 @@ def save_pretrained(model: torch.nn.Module, path: str | Path) -> None:
     """Write `config.json` + `model.safetensors` that the family's `transformers` class of the same task (BertForMaskedLM
     → RobertaForMaskedLM for a RoBERTa config) loads as they are: parameter names through the family's table."""
     path = Path(path)
+    if any(isinstance(getattr(m, "weight", None), Int8Weight) for m in model.modules()):
+        raise BertforgeError(f"{path}: not saved: the model's dense layers are quantized to int8 for inference "
+                             "(its checkpoint would lack them); save the float32 model it was made from")
     config: BertConfig = model.config  # type: ignore[assignment]
     config.architectures = [type(model).__name__]
     member = config.family

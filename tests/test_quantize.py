@@ -102,6 +102,13 @@ def test_quantize_model_swaps_the_encoder_blocks_dense_layers_only():
     assert isinstance(model.bert.encoder.layer[0].intermediate.dense, Int8Dense)
 
 
+def test_a_quantized_model_is_not_saved(tmp_path):
+    model = quantize_model(BertForSequenceClassification(tiny_config(num_labels=2)).eval())
+    with pytest.raises(BertforgeError, match="quantized to int8"):
+        model.save_pretrained(tmp_path / "q")
+    assert not (tmp_path / "q").exists()
+
+
 def test_every_part_can_be_int8_and_a_wrong_part_is_named():
     torch.manual_seed(0)
     model = BertModel(tiny_config()).eval()
