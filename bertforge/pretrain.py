@@ -14,9 +14,6 @@ import dataclasses
 import json
 import logging
 import math
-import os
-import random
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,16 +21,9 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.distributed as dist
-from torch.distributed.checkpoint.state_dict import (
-    StateDictOptions,
-    get_model_state_dict,
-    get_optimizer_state_dict,
-    set_model_state_dict,
-    set_optimizer_state_dict,
-)
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-from .checkpoint import load_pretrained, read_state_dict
+from .checkpoint import load_pretrained
 from .config import BertConfig, PRESETS
 from .constants import IGNORE_INDEX
 from .data.corpus import DEFAULT_CORPUS
@@ -47,10 +37,10 @@ from .options import option
 from .pretrain_data import STATIC_DIR, check_corpus, model_inputs, check_run_corpora, pretraining_stream, static_reader, train_run_tokenizer  # noqa: F401
 from .pretrain_eval import HeldOutEvaluation, build_eval_set
 from .run_dir import CHECKPOINT_RE, RUN_CONFIG, RunDirectory, list_checkpoints  # noqa: F401  (importable here too)
-from .state import load_state, save_state
 from .system import Runtime, all_ranks_agree, barrier, on_main, setup_runtime, teardown_runtime
-from .train import (MAX_SKIPPED_STEPS, PRECISION_HELP, PRECISIONS, TrainStep, labelled_count, nonfinite_error,
-                    pick_precision, refuse_nonfinite)
+from .train import (MAX_SKIPPED_STEPS, PRECISION_HELP, PRECISIONS, TrainStep, labelled_count, pick_precision,
+                    refuse_nonfinite)
+from .training_checkpoint import Loaded, TrainingCheckpoints, number_list
 from .training_log import MetricsLog, Panel, plot_curves, read_rows
 
 log = logging.getLogger("bertforge")
@@ -300,22 +290,6 @@ def decided_by(chosen: set[str]) -> set[str]:
 
 
 # ---------------------------------------------------------------------------------------------------- environment
-# ---------------------------------------------------------------------------------------------------- checkpoints
-def rng_state() -> dict[str, Any]:
-    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def set_rng_state(state: dict[str, Any]) -> None:
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-
-
 # ---------------------------------------------------------------------------------------------------- the trainer
 class Pretrainer:
     """Owns the model, optimizer, schedule, data stream and the loop. `run()` trains to `max_steps`."""
@@ -377,7 +351,8 @@ class Pretrainer:
             build_eval_set(args, self.corpus, self.tokenizer), args.eval_every or args.save_every,
             args.early_stop_patience, self.rt, self.stepper.autocast, args.fsdp)
         self.tokens_seen = 0
-        self._pending_weights: tuple[dict, dict] | None = None  # read by load_checkpoint_local, applied after
+        self.checkpoints = TrainingCheckpoints(self.out, self.rt, self.stepper, args.keep_last, self.config,
+                                               counters=("tokens_seen",))
         # per-step metrics since the last row of metrics.jsonl; checkpointed, so that the first row after a resume
         # averages the same steps as in an uninterrupted run
         self.metrics_window: list[dict[str, float]] = []
@@ -456,95 +431,30 @@ class Pretrainer:
 
     # ------------------------------------------------------------------ checkpoints
     def save_checkpoint(self) -> None:
-        """Everything that decides what comes next: weights, optimizer, schedule, RNGs, data position."""
-        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
-        model_state = get_model_state_dict(self.model, options=options)
-        optim_state = get_optimizer_state_dict(self.model, self.optimizer, options=options)
-        rngs = [rng_state()]
-        data = [self.stream.state_dict()]
-        if self.rt.distributed:  # rank 0 writes the state of every rank
-            rngs = [None] * self.rt.world_size  # type: ignore[list-item]
-            data = [None] * self.rt.world_size  # type: ignore[list-item]
-            dist.all_gather_object(rngs, rng_state())
-            dist.all_gather_object(data, self.stream.state_dict())
-        error = nonfinite_error(model_state, f"step {self.step} to {self.out}") if self.rt.is_main else None
-        if not all_ranks_agree(self.rt, error is None):  # never a checkpoint with NaN or infinite weights
-            raise error or BertforgeError(f"step {self.step}: rank 0 found non-finite weights; not saving")
+        """Everything that decides what comes next (`TrainingCheckpoints.save`): weights, optimizer, schedule, RNGs,
+        the stream's position, and the counters and metrics window of this trainer."""
+        counters: dict[str, Any] = {"tokens_seen": self.tokens_seen, "metrics_window": self.metrics_window}
+        if self.evaluation is not None:
+            counters["evaluation"] = self.evaluation.state_dict()
+        self.checkpoints.save(self.stream.state_dict(), counters)
         if self.rt.is_main:
-            target = self.out / "checkpoints" / f"step-{self.step}"
-            with atomic_directory(target) as tmp:
-                from safetensors.torch import save_file
-
-                save_file({k: v.contiguous() for k, v in model_state.items()}, str(tmp / "model.safetensors"), metadata={"format": "pt"})
-                self.config.save_pretrained(tmp)
-                save_state(tmp, "optimizer", optim_state)
-                save_state(tmp, "scheduler", self.scheduler.state_dict())
-                save_state(tmp, "rng", rngs)
-                save_state(tmp, "data", data)
-                trainer = {**self.stepper.state_dict(), "tokens_seen": self.tokens_seen,  # the fp16 loss scale too
-                           "world_size": self.rt.world_size, "metrics_window": self.metrics_window}
-                if self.evaluation is not None:
-                    trainer["evaluation"] = self.evaluation.state_dict()
-                (tmp / "trainer_state.json").write_text(json.dumps(trainer) + "\n", encoding="utf-8")
-            for _, old in list_checkpoints(self.out)[: -self.args.keep_last]:
-                doomed = old.with_name(f".{old.name}.deleting")  # one atomic rename: never half-deleted yet listed
-                os.replace(old, doomed)
-                shutil.rmtree(doomed, ignore_errors=True)
             self.run_dir.drop_replaced()  # the new run has a checkpoint: the run --overwrite replaced can go
-        barrier(self.rt)
 
-    def load_checkpoint_local(self, path: Path) -> None:
-        """Read and check every file and restore what is local to this rank (schedule, RNGs, data position); no
-        collectives, so that a failure here is agreed on before any rank enters the weights' collectives."""
-        trainer = read_trainer_state(path, self.rt.world_size)
-        weights, _ = read_state_dict(path / "model.safetensors")
-        optim_state = load_state(path, "optimizer")
-        sched_state = load_state(path, "scheduler")
-        rngs = load_state(path, "rng")
-        data = load_state(path, "data")
-        self.stream.load_state_dict(data[self.rt.rank])
-        self.scheduler.load_state_dict(sched_state)
-        set_rng_state(rngs[self.rt.rank])
-        self._pending_weights = (weights, optim_state)
-        self.stepper.load_state_dict(trainer)  # step, skipped steps, the fp16 loss scale
-        self.tokens_seen, self.metrics_window = trainer["tokens_seen"], trainer["metrics_window"]
+    def restore(self, loaded: Loaded) -> None:
+        """This trainer's part of a checkpoint being read: the stream's position, the tokens seen, the metrics
+        window (a damaged or absent one starts anew) and the held-out evaluation's record."""
+        trainer = loaded.trainer
+        self.stream.load_state_dict(loaded.data)
+        self.tokens_seen = trainer["tokens_seen"]
+        window = trainer.get("metrics_window", [])
+        self.metrics_window = window if number_list(window) and all(isinstance(w, dict) for w in window) else []
         if self.evaluation is not None and "evaluation" in trainer:
             self.evaluation.load_state_dict(trainer["evaluation"])
 
-    def load_checkpoint_weights(self) -> None:
-        """Model and optimizer state; under FSDP this shards the full tensors, a collective every rank enters."""
-        weights, optim_state = self._pending_weights
-        self._pending_weights = None
-        options = StateDictOptions(full_state_dict=True, strict=False)  # unused heads (NSP with --no-nsp) have no optimizer state
-        set_model_state_dict(self.model, weights, options=options)
-        set_optimizer_state_dict(self.model, self.optimizer, optim_state, options=options)
-
     def resume(self) -> None:
-        """Continue from the newest checkpoint that loads; a corrupt one is reported and the previous one tried.
-        Every rank takes the same decision (a rank alone falling back would leave the others in a collective)."""
-        for step, path in reversed(list_checkpoints(self.out)):
-            error = None
-            try:
-                self.load_checkpoint_local(path)
-            except Exception as err:  # whatever is wrong with a damaged checkpoint, the previous one may be fine
-                error = f"{type(err).__name__}: {err}"
-            if all_ranks_agree(self.rt, error is None):
-                try:  # every rank reads the same files, so every rank fails (or not) here alike
-                    self.load_checkpoint_weights()
-                except Exception as err:
-                    error = f"{type(err).__name__}: {err}"
-            else:
-                error = error or "unusable on another rank"
-            if not all_ranks_agree(self.rt, error is None):
-                log.warning("checkpoint %s is unusable (%s); trying the previous one", path, error or "unusable on another rank")
-                continue
-            if self.rt.is_main:
-                log.info("resumed from %s (step %d)", path, step)
-            return
-        if list_checkpoints(self.out):
-            raise BertforgeError(f"no checkpoint in {self.out / 'checkpoints'} could be loaded")
-        if self.rt.is_main:
-            log.info("--resume: no checkpoint in %s yet, starting from step 0", self.out)
+        """Continue from the newest checkpoint that loads; a corrupt one is reported and the previous one tried
+        (`TrainingCheckpoints.resume`)."""
+        self.checkpoints.resume(self.restore)
 
     # ------------------------------------------------------------------ the loop
     def forward_backward(self, batch: dict[str, torch.Tensor], weights: dict[str, float]) -> dict[str, torch.Tensor]:
@@ -719,27 +629,6 @@ class Pretrainer:
             self.tokenizer.save_pretrained(tmp)
             if evaluation is not None:
                 (tmp / "eval.json").write_text(json.dumps(evaluation, indent=2) + "\n", encoding="utf-8")
-
-
-def read_trainer_state(path: Path, world_size: int) -> dict[str, Any]:
-    """A checkpoint's trainer_state.json, checked: its counters, written by `world_size` processes; the entries
-    that checkpoints of older versions lack (or hold damaged) get their neutral values."""
-    trainer = json.loads((path / "trainer_state.json").read_text(encoding="utf-8"))
-    fields = ("step", "skipped_steps", "tokens_seen", "world_size")
-    if not isinstance(trainer, dict) or not all(type(trainer.get(k)) is int and trainer[k] >= 0 for k in fields):
-        raise BertforgeError(f"{path / 'trainer_state.json'}: expected non-negative integers {', '.join(fields)}")
-    if trainer["world_size"] != world_size:
-        raise BertforgeError(
-            f"{path} was written by {trainer['world_size']} processes; resuming needs the same number (now {world_size})"
-        )
-    consecutive = trainer.get("consecutive_skipped", 0)
-    trainer["consecutive_skipped"] = consecutive if type(consecutive) is int and consecutive >= 0 else 0
-    window = trainer.get("metrics_window", [])  # a damaged or absent window: start a new one
-    valid = isinstance(window, list) and all(
-        isinstance(w, dict) and all(isinstance(v, (int, float)) for v in w.values()) for w in window
-    )
-    trainer["metrics_window"] = window if valid else []
-    return trainer
 
 
 def wrap_model(model: torch.nn.Module, rt: Runtime, fsdp: bool, compile: bool) -> torch.nn.Module:

@@ -1,5 +1,7 @@
-"""The output directory of a pretraining run (OUT): its lock, the checks made before anything is written, the
-settings it records, and `--overwrite`'s care for the run it replaces. Rank 0 alone acts on it.
+"""The output directory of a training run (OUT): its lock, the checks made before anything is written, the
+settings it records, and `--overwrite`'s care for the run it replaces. Rank 0 alone acts on it. Pretraining (and
+distillation) and fine-tuning each describe their directory with a `RunKind`: its settings file, its entries and
+the settings a resume may change.
 
 `--overwrite` never loses the previous run before the new one is worth keeping: the previous run's entries are
 moved (renamed, nothing deleted) into OUT/.replaced-run/ once the new run has been checked, deleted when the new run
@@ -13,6 +15,7 @@ import logging
 import os
 import re
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +38,21 @@ RUN_ENTRIES = ("checkpoints", "model", "best", "tokenizer", "tensorboard", "metr
 REPLACED_DIR = ".replaced-run"
 
 
+@dataclass(frozen=True)
+class RunKind:
+    """What kind of run a directory holds: the command that writes it (named by its lock), the file recording its
+    settings, the entries it writes (all that --overwrite replaces), the settings a resume may change."""
+
+    command: str = "pretrain"
+    what: str = "pretraining run"
+    config_file: str = RUN_CONFIG
+    entries: tuple[str, ...] = RUN_ENTRIES
+    resumable: frozenset[str] = frozenset(RESUMABLE_CHANGES)
+
+
+PRETRAINING = RunKind()
+
+
 def list_checkpoints(out: Path) -> list[tuple[int, Path]]:
     """Complete checkpoints, oldest first (an unfinished one has a temporary name and is never listed)."""
     root = out / "checkpoints"
@@ -49,17 +67,19 @@ def list_checkpoints(out: Path) -> list[tuple[int, Path]]:
 
 
 class RunDirectory:
-    """OUT, for a run with the given --resume / --overwrite and settings (recorded in OUT/run_config.json)."""
+    """OUT, for a run with the given --resume / --overwrite and settings (recorded in OUT/run_config.json, or the
+    `kind`'s settings file)."""
 
-    def __init__(self, out: Path, resume: bool, overwrite: bool, settings: dict[str, Any]) -> None:
-        self.out, self.resume, self.overwrite, self.settings = out, resume, overwrite, settings
+    def __init__(self, out: Path, resume: bool, overwrite: bool, settings: dict[str, Any],
+                 kind: RunKind = PRETRAINING) -> None:
+        self.out, self.resume, self.overwrite, self.settings, self.kind = out, resume, overwrite, settings, kind
         self.lock: RunLock | None = None  # held until the run ends
         self.replaced: Path | None = None  # the run --overwrite replaces, kept aside until the first checkpoint
 
     def lock_and_check(self) -> None:
         """Lock OUT (a second run into it is refused, naming this one's pid), finish what an interrupted --overwrite
         left, and check OUT without changing anything."""
-        self.lock = lock_run_directory(self.out, "pretrain")
+        self.lock = lock_run_directory(self.out, self.kind.command)
         self.recover_interrupted_overwrite()
         self.check()
 
@@ -71,15 +91,16 @@ class RunDirectory:
             raise BertforgeError(f"--out {out} exists and is not a directory")
         # hidden entries are not a run: the remains of an atomic write killed before the run recorded itself
         holds_files = out.is_dir() and any(not p.name.startswith(".") for p in out.iterdir())
+        config = out / self.kind.config_file
         if self.resume:
-            if not (out / RUN_CONFIG).is_file():
+            if not config.is_file():
                 what = ("does not exist" if not out.exists() else "is empty" if not holds_files
-                        else f"holds no pretraining run (no {RUN_CONFIG})")
+                        else f"holds no {self.kind.what} (no {self.kind.config_file})")
                 raise BertforgeError(
                     f"--resume: {out} {what}, so there is no run to resume (a mistyped --out?); leave out --resume "
                     f"to start a new run there"
                 )
-            self.check_resumable(out / RUN_CONFIG)
+            self.check_resumable(config)
         elif holds_files and not self.overwrite:
             raise BertforgeError(
                 f"--out {out} already holds files (another run?); pass --resume to continue it or --overwrite to replace it"
@@ -92,7 +113,7 @@ class RunDirectory:
         out = self.out
         try:
             out.mkdir(parents=True, exist_ok=True)
-            present = [name for name in RUN_ENTRIES if (out / name).exists() or (out / name).is_symlink()]
+            present = [name for name in self.kind.entries if (out / name).exists() or (out / name).is_symlink()]
             if self.overwrite and present:
                 aside = out / REPLACED_DIR
                 aside.mkdir()
@@ -105,7 +126,7 @@ class RunDirectory:
                 shutil.rmtree(stale, ignore_errors=True)
         except OSError as err:
             raise BertforgeError(f"--out {out}: cannot prepare it: {err.filename or out}: {err.strerror}") from None
-        atomic_write_text(out / RUN_CONFIG, json.dumps(self.settings, indent=2) + "\n")
+        atomic_write_text(out / self.kind.config_file, json.dumps(self.settings, indent=2) + "\n")
 
     def recover_interrupted_overwrite(self) -> None:
         """An --overwrite killed before the new run's first checkpoint left the old run in OUT/.replaced-run/: put it
@@ -126,7 +147,7 @@ class RunDirectory:
         aside, self.replaced = self.replaced, None
         if aside is None or not aside.is_dir():
             return
-        for name in RUN_ENTRIES:
+        for name in self.kind.entries:
             target = self.out / name
             if target.is_dir() and not target.is_symlink():
                 shutil.rmtree(target, ignore_errors=True)
@@ -167,7 +188,7 @@ class RunDirectory:
             before = json.loads(previous.read_text(encoding="utf-8"))
         except (OSError, json.JSONDecodeError) as err:
             raise BertforgeError(f"{previous}: unreadable ({err})") from None
-        changed = sorted(k for k in settings if k not in RESUMABLE_CHANGES and before.get(k, settings[k]) != settings[k])
+        changed = sorted(k for k in settings if k not in self.kind.resumable and before.get(k, settings[k]) != settings[k])
         if changed:
             details = ", ".join(f"{k}: {before.get(k)!r} -> {settings[k]!r}" for k in changed)
             raise BertforgeError(f"--resume with settings that differ from the run in {self.out}: {details}")
