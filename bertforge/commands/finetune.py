@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 from ..errors import BertforgeError
 from ..finetune.cli_options import DATA_OPTIONS, add_data_arguments, add_task_arguments, given
@@ -11,7 +12,7 @@ from ..finetune.cli_options import DATA_OPTIONS, add_data_arguments, add_task_ar
 NAME = "finetune"
 HELP = "fine-tune a pretrained model: sentence(-pair) classification or regression, NER, extractive QA"
 
-TOP_LEVEL = ("train", "dev", "out", "overwrite")
+TOP_LEVEL = ("train", "dev", "out", "resume", "overwrite")
 REQUIRED = ("task", "model", "train", "dev", "out")
 
 
@@ -28,7 +29,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from ..options import add_options
 
     parser.add_argument("--config", metavar="FILE",
-                        help="start from a run's finetune_config.json (repeats it); options given here override it")
+                        help="start from a run's finetune_config.json (repeats it); options given here override it. "
+                             "--resume without it starts from the settings of the run in --out")
     add_task_arguments(parser, required=False)
     add_options(parser, FinetuneConfig, only=TOP_LEVEL)
     rest = [name for name in training_options() if name not in TOP_LEVEL + ("task", "model")]
@@ -38,14 +40,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..finetune import FinetuneConfig, finetune
+    from ..finetune.api import RUN_MARKER
 
     settings = {}
-    if args.config:
-        settings = FinetuneConfig.from_json(args.config).to_dict()
+    source = args.config
+    if source is None and args.resume and args.out and (Path(args.out) / RUN_MARKER).is_file():
+        source = str(Path(args.out) / RUN_MARKER)  # `finetune --resume --out RUN` alone continues RUN
+    if source:
+        settings = FinetuneConfig.from_json(source).to_dict()
     settings.update(given(args, training_options() + DATA_OPTIONS))
     missing = [f"--{name}" for name in REQUIRED if not settings.get(name)]
     if missing:
         raise BertforgeError(f"missing required option(s): {', '.join(missing)}")
-    summary = finetune(FinetuneConfig.from_dict(settings, args.config or "options"))
+    summary = finetune(FinetuneConfig.from_dict(settings, source or "options"))
     print(json.dumps(summary, indent=2))
     return 0

@@ -13,18 +13,29 @@ import torch
 from .. import __version__
 from ..config import BertConfig
 from ..errors import BertforgeError
-from ..io import atomic_directory, atomic_write_text, lock_run_directory
+from ..io import atomic_directory, atomic_write_text
 from ..memory import check_training_fits
 from ..quantize import check_quantize, quantize_model
+from ..run_dir import RunDirectory, RunKind
 from ..train import refuse_nonfinite
+from ..training_checkpoint import TrainingCheckpoints
+from ..training_log import MetricsLog
 from .config import DataOptions, FinetuneConfig
 from .tasks import Encoded, Task, get_task, lower_is_better
-from ..system import setup_runtime
-from .trainer import plot_curve, run_model, train
+from ..system import Runtime, setup_runtime
+from .trainer import Finetuning, plot_curve, run_logged, run_model
 
 log = logging.getLogger("bertforge")
 
 RUN_MARKER = "finetune_config.json"  # the file that marks a directory as a finetune run's output
+# A fine-tuning run's directory: what --overwrite replaces, and the settings a --resume may change (the others
+# would make the continuation a different run; `out` is where the run lives, not what it is)
+FINETUNING = RunKind(
+    command="finetune", what="fine-tuning run", config_file=RUN_MARKER,
+    entries=("checkpoints", "model", "tensorboard", "metrics.jsonl", "eval.json", "training_curve.png", RUN_MARKER),
+    resumable=frozenset({"out", "resume", "overwrite", "progress", "save_every", "keep_checkpoints", "log_every",
+                         "max_skipped_steps", "versions"}),
+)
 HEAD_PREFIXES = ("classifier.", "qa_outputs.")
 
 
@@ -32,27 +43,53 @@ def finetune(config: FinetuneConfig | None = None, **settings: Any) -> dict[str,
     """Fine-tune a pretrained model on a task and write the run's directory.
 
     Pass a `FinetuneConfig`, or its fields as keywords: `finetune(task="ner", model=..., train=..., dev=...,
-    out=..., epochs=2)`. Everything is read and checked before training starts, and `out` appears only when the
-    run has finished (it is built under a temporary name), holding:
+    out=..., epochs=2)`. Everything is read and checked before `out` changes. `out` holds:
 
     * `model/` — the best checkpoint and its tokenizer, in the Hugging Face layout (`id2label` / `label2id` in
       config.json), loadable by `transformers`' `BertFor...` class of the task;
-    * `eval.json` — the dev metrics of the best evaluation; `metrics.jsonl` — every training-loss record and
-      evaluation; `training_curve.png`; `finetune_config.json` — the settings, which repeat the run.
+    * `eval.json` — the dev metrics of the best evaluation (written last: the run is complete when it is there);
+      `metrics.jsonl` — every training-loss record and evaluation; `tensorboard/` — the same as TensorBoard
+      scalars; `training_curve.png`; `finetune_config.json` — the settings, which repeat the run;
+    * `checkpoints/step-N/` — the newest `keep_checkpoints` checkpoints (at each epoch's end, where early stopping
+      ends the run, and every `save_every` steps): `resume=True` continues a run that was stopped from the newest
+      one, ending as if it had never stopped. `overwrite=True` keeps the run it replaces aside until the new run's
+      first checkpoint.
 
     Returns the contents of `eval.json`.
     """
     cfg = config if config is not None else make_settings(FinetuneConfig, settings)
     cfg.validate()
-    device = setup_runtime(cfg.device, distributed=False).device  # before anything is read or written
+    rt = setup_runtime(cfg.device, distributed=False)  # before anything is read or written
     cfg = dataclasses.replace(cfg, **{k: str(Path(getattr(cfg, k)).resolve()) for k in ("model", "train", "dev", "out")})
     out = Path(cfg.out)
-    with lock_run_directory(out, "finetune"):  # a second run into `out` is refused while this one runs
-        return _finetune(cfg, out, device)
+    run_dir = RunDirectory(out, cfg.resume, cfg.overwrite, saved_settings(cfg), FINETUNING)
+    try:
+        run_dir.lock_and_check()  # a second run into `out` is refused while this one runs
+        if not (out / RUN_MARKER).is_file():
+            refuse_foreign(out)
+        return _finetune(cfg, out, rt, run_dir)
+    except BaseException:
+        run_dir.abandon()  # a run --overwrite set aside goes back when this one fails before its first checkpoint
+        raise
+    finally:
+        run_dir.close()
 
 
-def _finetune(cfg: FinetuneConfig, out: Path, device: torch.device) -> dict[str, Any]:
-    check_output_dir(out, cfg.overwrite)
+def saved_settings(cfg: FinetuneConfig) -> dict[str, Any]:
+    """What `finetune_config.json` records: the settings, as a new run repeats them (not --resume, --overwrite),
+    and the versions that wrote it (information only)."""
+    return {**cfg.to_dict(), "resume": False, "overwrite": False,
+            "versions": {"bertforge": __version__, "torch": torch.__version__}}
+
+
+def refuse_foreign(out: Path) -> None:
+    """--out holding files of something else than a fine-tuning run is refused, --overwrite or not."""
+    if out.is_dir() and any(not p.name.startswith(".") for p in out.iterdir()):
+        raise BertforgeError(f"{out}: --out holds files that are not a bertforge fine-tuning run; choose another directory")
+
+
+def _finetune(cfg: FinetuneConfig, out: Path, rt: Runtime, run_dir: RunDirectory) -> dict[str, Any]:
+    device = rt.device
     task = get_task(cfg.task)
     opts = cfg.data_options()
     tokenizer = _load_tokenizer(cfg.model)
@@ -75,31 +112,35 @@ def _finetune(cfg: FinetuneConfig, out: Path, device: torch.device) -> dict[str,
     def evaluate_dev() -> dict[str, Any]:
         return _score(task, model, dev_data, opts, tokenizer.pad_token_id, device)
 
-    with atomic_directory(out) as work:
-        result = train(
-            model, train_data.features, evaluate_dev, cfg, main_metric, lower_is_better(main_metric),
-            tokenizer.pad_token_id, device, work / "metrics.jsonl",
-        )
-        assert result.best is not None  # every run evaluates at least once
-        refuse_nonfinite(model.state_dict(), str(out / "model"))
-        model.save_pretrained(work / "model")
-        tokenizer.save_pretrained(work / "model")
-        summary = {
-            "task": cfg.task,
-            "dev": cfg.dev,
-            "main_metric": main_metric,
-            "epoch": result.best.epoch,
-            "step": result.best.step,
-            "metrics": result.best.metrics,
-            "train_steps": result.steps,
-            "train_seconds": round(result.seconds, 2),
-            "stopped_early": result.stopped_early,
-        }
-        atomic_write_text(work / "eval.json", json.dumps(summary, indent=2) + "\n")
-        saved = {**cfg.to_dict(), "versions": {"bertforge": __version__, "torch": torch.__version__}}
-        atomic_write_text(work / RUN_MARKER, json.dumps(saved, indent=2) + "\n")
-        with open(work / "metrics.jsonl", encoding="utf-8") as records:
-            plot_curve((json.loads(line) for line in records), main_metric, work / "training_curve.png")
+    run = Finetuning(model, train_data.features, evaluate_dev, cfg, main_metric, lower_is_better(main_metric),
+                     tokenizer.pad_token_id, device)
+    run.enable_checkpoints(TrainingCheckpoints(out, rt, run.stepper, cfg.keep_checkpoints, model.config), cfg.save_every)
+    run_dir.prepare()  # the first change to `out`
+    resumed = cfg.resume and run.resume()
+    # rows after the step resumed from are dropped (all of them when no checkpoint was made: -1)
+    metrics = MetricsLog(out / "metrics.jsonl", -1 if cfg.resume and not resumed else run.stepper.step,
+                         out / "tensorboard")
+    result = run_logged(run, metrics, "fine-tuning")
+    run_dir.drop_replaced()  # (done at the first checkpoint already)
+    assert result.best is not None  # every run evaluates at least once
+    refuse_nonfinite(model.state_dict(), str(out / "model"))
+    with atomic_directory(out / "model") as work:
+        model.save_pretrained(work)
+        tokenizer.save_pretrained(work)
+    with open(out / "metrics.jsonl", encoding="utf-8") as records:
+        plot_curve((json.loads(line) for line in records), main_metric, out / "training_curve.png")
+    summary = {
+        "task": cfg.task,
+        "dev": cfg.dev,
+        "main_metric": main_metric,
+        "epoch": result.best.epoch,
+        "step": result.best.step,
+        "metrics": result.best.metrics,
+        "train_steps": result.steps,
+        "train_seconds": round(result.seconds, 2),
+        "stopped_early": result.stopped_early,
+    }
+    atomic_write_text(out / "eval.json", json.dumps(summary, indent=2) + "\n")  # last: the run is complete
     log.info("fine-tuned model written to %s (dev %s %.4f)", out / "model", main_metric, result.best.metrics[main_metric])
     return summary
 

@@ -86,6 +86,12 @@ class FinetuneConfig(DataOptions):
                                     "or gradient", metavar="N")
     precision: str = option("auto", PRECISION_HELP, choices=PRECISIONS)
     compile: bool = option(False, "torch.compile the model for training (evaluation runs it as it is)")
+    save_every: int = option(0, "also checkpoint every N optimizer steps into OUT/checkpoints (a checkpoint is always "
+                             "written at each epoch's end, and where early stopping ends the run); 0: at those only",
+                             metavar="N")
+    keep_checkpoints: int = option(1, "complete checkpoints kept in OUT/checkpoints, the newest", metavar="K")
+    resume: bool = option(False, "continue the run in --out from its newest complete checkpoint, exactly as if it had "
+                          "never stopped; settings that change the run must be the run's own")
 
     def validate(self) -> None:
         super().validate()
@@ -97,8 +103,11 @@ class FinetuneConfig(DataOptions):
         for name in ("model", "train", "dev", "out"):
             if not isinstance(getattr(self, name), str) or not getattr(self, name):
                 raise BertforgeError(f"finetune needs {name!r} (a path)")
-        for name in ("epochs", "batch_size", "grad_accum", "log_every", "max_skipped_steps"):
+        for name in ("epochs", "batch_size", "grad_accum", "log_every", "max_skipped_steps", "keep_checkpoints"):
             check_int(name, getattr(self, name), 1)
+        check_int("save_every", self.save_every, 0)
+        if self.resume and self.overwrite:
+            raise BertforgeError("--resume and --overwrite contradict each other; choose one")
         for name in ("eval_every", "early_stop"):
             if getattr(self, name) is not None:
                 check_int(name, getattr(self, name), 1)

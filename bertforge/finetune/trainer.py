@@ -4,7 +4,11 @@ the training-curve plot.
 
 Runs at `--precision` (auto: fp32 on the CPU, bf16 autocast on CUDA; fp16 adds loss scaling), its training steps
 compiled with `--compile`. Every random choice (head initialisation, dropout, batch order) comes from the run's
-seed, so a run repeats exactly on the same machine and thread count.
+seed, so a run repeats exactly on the same machine and thread count. With checkpoints
+(`Finetuning.enable_checkpoints`, through the one `training_checkpoint.TrainingCheckpoints`) a run killed at any
+moment resumes exactly: the data position (epoch, optimizer steps into its shuffled order, the generator that
+shuffles), the dropout RNGs and the evaluation record (the best weights, the evaluations without improvement) are
+all in the checkpoint, so the resumed run ends with the weights and the metrics rows of one never interrupted.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 from .config import FinetuneConfig
 from .features import Feature, collate, inference_batches, training_batches
 from ..optim import make_optimizer, parameter_groups, warmup_decay  # noqa: F401  (parameter_groups: importable here too)
+from ..training_checkpoint import Loaded, TrainingCheckpoints, number_list
 from ..training_log import MetricsLog, Panel, plot_curves
 from ..train import TrainStep, autocast as train_autocast, labelled_count, pick_precision
 
@@ -129,7 +134,7 @@ def train(
 def run_logged(run: Finetuning, metrics: MetricsLog, description: str) -> TrainResult:
     """`run.run()` with its records written to `metrics` (closed at the end) and a progress bar of its steps."""
     with metrics, logging_redirect_tqdm(), tqdm(
-        total=run.total_steps, desc=description, unit="step", disable=_disable(run.cfg.progress)
+        total=run.total_steps, initial=run.stepper.step, desc=description, unit="step", disable=_disable(run.cfg.progress)
     ) as bar:
         run.record, run.bar = metrics.write, bar
         return run.run()
@@ -173,6 +178,13 @@ class Finetuning:
         self.since_best = 0
         self.record: Callable[[dict[str, Any]], Any] = lambda entry: None
         self.bar: Any = None
+        # the data position: the epoch, the optimizer steps taken in it, and the generator's state before it drew
+        # the epoch's batches; the training losses since the last logged row
+        self.epoch, self.position = 0, 0
+        self.epoch_start = self.generator.get_state()
+        self.losses: list[float] = []
+        self.checkpoints: TrainingCheckpoints | None = None  # see `enable_checkpoints`
+        self.save_every = 0
 
     def epoch_batches(self) -> list[list[int]]:
         """One epoch's batches of example indices, in the order of the run's generator."""
@@ -204,13 +216,14 @@ class Finetuning:
         started = time.perf_counter()
         self.model.to(self.device)
         self.train_mode()
-        for epoch in range(self.cfg.epochs):
-            if self.train_epoch(epoch):
+        while self.epoch < self.cfg.epochs and not self.result.stopped_early:
+            if self.train_epoch(self.epoch):
                 self.result.stopped_early = True
-                break
-            if self.run_evaluation(epoch + 1):  # every epoch ends with an evaluation
-                self.result.stopped_early = epoch + 1 < self.cfg.epochs
-                break
+            else:
+                stop = self.run_evaluation(self.epoch + 1)  # every epoch ends with an evaluation
+                self.result.stopped_early = stop and self.epoch + 1 < self.cfg.epochs
+                self.epoch, self.position, self.epoch_start = self.epoch + 1, 0, self.generator.get_state()
+            self.save_checkpoint()  # at each epoch's end, and where early stopping ends the run
         self.result.steps = self.stepper.step
         self.result.skipped_steps = self.stepper.skipped_steps
         self.result.seconds = time.perf_counter() - started
@@ -219,26 +232,30 @@ class Finetuning:
         return self.result
 
     def train_epoch(self, epoch: int) -> bool:
-        """One pass over the data, `grad_accum` batches a step (the last step may take fewer). True: stop early."""
+        """One pass over the data, `grad_accum` batches a step (the last step may take fewer), from the step
+        `self.position` into it (0, or where a resumed run left off). True: stop early."""
         cfg = self.cfg
+        self.epoch_start = self.generator.get_state()
         batches = self.epoch_batches()
         groups = [batches[i : i + cfg.grad_accum] for i in range(0, len(batches), cfg.grad_accum)]
-        losses: list[float] = []
-        for g, group in enumerate(groups):
-            micro = [self.make_batch(indices) for indices in group]
+        for g in range(self.position, len(groups)):
+            micro = [self.make_batch(indices) for indices in groups[g]]
             outcome = self.stepper.run(micro, self.forward_backward, self.counts)
-            losses.append(outcome.totals["loss"].item())
+            self.losses.append(outcome.totals["loss"].item())
+            self.position = g + 1
             step, last = self.stepper.step, g + 1 == len(groups)
             done = epoch + min(len(batches), (g + 1) * cfg.grad_accum) / len(batches)
             self.bar.update(1)
             if step % cfg.log_every == 0 or last:
-                mean_loss = sum(losses) / len(losses)
+                mean_loss = sum(self.losses) / len(self.losses)
                 self.bar.set_postfix(loss=f"{mean_loss:.4f}")
                 self.record({"type": "train", "step": step, "epoch": round(done, 4), "loss": mean_loss,
                              "lr": outcome.lr, "skipped_steps": self.stepper.skipped_steps})
-                losses = []
+                self.losses = []
             if cfg.eval_every and step % cfg.eval_every == 0 and not last and self.run_evaluation(done):
                 return True
+            if self.save_every and step % self.save_every == 0 and not last:  # the epoch's end saves after its evaluation
+                self.save_checkpoint()
         return False
 
     def run_evaluation(self, epoch: float) -> bool:
@@ -261,6 +278,53 @@ class Finetuning:
             self.since_best += 1
         log.info("step %d (epoch %g): dev %s = %.4f%s", step, entry.epoch, self.main_metric, value, " (best)" if better else "")
         return self.cfg.early_stop is not None and self.since_best >= self.cfg.early_stop
+
+    # ------------------------------------------------------------------ checkpoints
+    def enable_checkpoints(self, checkpoints: TrainingCheckpoints, save_every: int = 0) -> None:
+        """Save a checkpoint at each epoch's end, where early stopping ends the run and (`save_every` > 0) every
+        `save_every` optimizer steps; `resume()` continues from the newest one."""
+        self.checkpoints, self.save_every = checkpoints, save_every
+
+    def save_checkpoint(self) -> None:
+        """The run as it stands (nothing without checkpoints): the data position, the losses not logged yet, the
+        evaluation record; the best weights too unless they are the current ones (the best evaluation was at this
+        step)."""
+        if self.checkpoints is None:
+            return
+        best, step = self.result.best, self.stepper.step
+        evaluations = [[e.step, e.epoch, e.metrics] for e in self.result.evaluations]
+        record = {"evaluations": evaluations, "best": None if best is None else self.result.evaluations.index(best),
+                  "best_weights": self.best_state if best is not None and best.step != step else None}
+        data = {"epoch": self.epoch, "position": self.position, "generator": self.epoch_start}
+        counters = {"losses": self.losses, "since_best": self.since_best, "stopped_early": self.result.stopped_early}
+        self.checkpoints.save(data, counters, {"evaluation": record})
+
+    def restore(self, loaded: Loaded) -> None:
+        """This trainer's part of a checkpoint being read (see `save_checkpoint`), checked."""
+        data, trainer = loaded.data, loaded.trainer
+        if not (isinstance(data, dict) and all(type(data.get(k)) is int and data[k] >= 0 for k in ("epoch", "position"))
+                and isinstance(data.get("generator"), torch.Tensor)):
+            raise ValueError(f"{loaded.path}: the data position is not an epoch, a step and a generator state")
+        if not (number_list(trainer.get("losses")) and type(trainer.get("since_best")) is int
+                and isinstance(trainer.get("stopped_early"), bool)):
+            raise ValueError(f"{loaded.path}: expected losses, since_best and stopped_early in trainer_state.json")
+        record = loaded.state("evaluation")
+        evaluations = [Evaluation(step, epoch, metrics) for step, epoch, metrics in record["evaluations"]]
+        best = None if record["best"] is None else evaluations[record["best"]]
+        self.best_state = None
+        if best is not None:
+            weights = record["best_weights"] if record["best_weights"] is not None else loaded.weights
+            self.best_state = {k: weights[k].clone() for k in self.model.state_dict()}
+        self.generator.set_state(data["generator"])
+        self.epoch, self.position, self.epoch_start = data["epoch"], data["position"], data["generator"]
+        self.losses, self.since_best = trainer["losses"], trainer["since_best"]
+        self.result.evaluations, self.result.best = evaluations, best
+        self.result.stopped_early = trainer["stopped_early"]
+
+    def resume(self) -> bool:
+        """Continue from the newest checkpoint that loads (`TrainingCheckpoints.resume`); False when there is none
+        yet (the run starts from step 0)."""
+        return self.checkpoints is not None and self.checkpoints.resume(self.restore) is not None
 
 
 def freeze_backbone(model: torch.nn.Module) -> None:

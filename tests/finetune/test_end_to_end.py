@@ -30,7 +30,7 @@ def finetune(capsys, tiny_model: Path, task: str, train: Path, dev: Path, out: P
 
 def check_run_directory(out: Path, hf_class: str, ours_class: type, inputs: dict) -> None:
     assert {p.name for p in out.iterdir()} == {
-        "model", "eval.json", "metrics.jsonl", "training_curve.png", "finetune_config.json"
+        "model", "eval.json", "metrics.jsonl", "training_curve.png", "finetune_config.json", "tensorboard", "checkpoints"
     }
     assert (out / "training_curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
@@ -181,7 +181,7 @@ def test_out_holding_a_run_is_refused_without_overwrite(tmp_path, tiny_model, ca
     args = ["finetune", "--task", "classification", "--model", str(tiny_model), "--train", str(train), "--dev",
             str(train), "--out", str(out), *FAST]
     assert main(args) == 2
-    assert "already holds a fine-tuning run; pass --overwrite" in capsys.readouterr().err
+    assert "already holds files (another run?); pass --resume to continue it or --overwrite" in capsys.readouterr().err
     assert (out / "eval.json").read_bytes() == before
     assert main([*args, "--overwrite"]) == 0
     capsys.readouterr()

@@ -1,0 +1,189 @@
+"""Fine-tuning checkpoints and --resume: a run stopped after any step and resumed ends with the weights (bit for bit),
+the metrics rows and the evaluation record of a run never stopped; a resume with other settings is refused; the
+metrics reach TensorBoard. (Killed with SIGKILL in a subprocess: tests/reliability/test_rel_finetune_crash.py.)"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from bertforge.cli import main
+from bertforge.errors import BertforgeError
+from bertforge.finetune import finetune
+from bertforge.run_dir import list_checkpoints
+from bertforge.train import TrainStep
+
+from .conftest import write_sentiment
+
+# 20 examples in batches of 4: 5 steps an epoch, 10 in all; an evaluation every 3 steps and at each epoch's end
+RUN = dict(task="classification", epochs=2, batch_size=4, lr=1e-3, eval_every=3, log_every=3, seed=3,
+           progress=False, device="cpu")
+
+
+class Stop(Exception):
+    """Stands for a kill: raised after a given optimizer step."""
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """One intra-op thread: on a small shared machine, two busy cores make a 10-step run take 15 s instead of 2."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("resume_data")
+    return write_sentiment(root / "train.tsv", 20), write_sentiment(root / "dev.tsv", 8)
+
+
+def run(model: Path, data: tuple[Path, Path], out: Path, **settings) -> dict:
+    return finetune(model=str(model), train=str(data[0]), dev=str(data[1]), out=str(out), **{**RUN, **settings})
+
+
+def stopping_after(monkeypatch, step: int) -> None:
+    """Make the run stop (as if killed) right after optimizer step `step`."""
+    real = TrainStep.run
+
+    def run_then_stop(self, *args, **kwargs):
+        outcome = real(self, *args, **kwargs)
+        if self.step == step:
+            raise Stop(step)
+        return outcome
+
+    monkeypatch.setattr(TrainStep, "run", run_then_stop)
+
+
+def rows(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def same_run(a: Path, b: Path) -> None:
+    """Bitwise the same weights, the same metrics rows and evaluation record (the wall time aside)."""
+    wa, wb = (load_file(str(d / "model" / "model.safetensors")) for d in (a, b))
+    assert wa.keys() == wb.keys()
+    assert all(torch.equal(wa[k].view(torch.uint8), wb[k].view(torch.uint8)) for k in wa), "weights differ"
+    assert rows(a) == rows(b)
+    ea, eb = (json.loads((d / "eval.json").read_text()) for d in (a, b))
+    ea.pop("train_seconds"), eb.pop("train_seconds")
+    assert ea == eb
+
+
+@pytest.fixture(scope="module")
+def reference(tiny_model, data, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("reference") / "run"
+    run(tiny_model, data, out, save_every=2)
+    return out
+
+
+@pytest.mark.parametrize("stop", [1, 4, 5, 7])
+def test_a_run_stopped_after_any_step_resumes_to_the_same_end(tiny_model, data, reference, tmp_path, monkeypatch, stop):
+    """Stopped right after step 1 (no checkpoint yet: the run starts again), 4 (before its checkpoint), 5 (the
+    epoch's last step, before its evaluation and checkpoint) and 7 (between checkpoints: step 7 is done again)."""
+    out = tmp_path / "run"
+    with monkeypatch.context() as patch:
+        stopping_after(patch, stop)
+        with pytest.raises(Stop):
+            run(tiny_model, data, out, save_every=2)
+    assert not (out / "eval.json").exists()
+    saved = [s for s, _ in list_checkpoints(out)]
+    assert saved == ([] if stop == 1 else [{4: 2, 5: 4, 7: 6}[stop]])  # --keep-checkpoints 1
+    run(tiny_model, data, out, save_every=2, resume=True)
+    same_run(reference, out)
+    assert [s for s, _ in list_checkpoints(out)] == [10]
+
+
+def test_the_best_weights_and_early_stopping_survive_a_resume(tiny_model, data, tmp_path, monkeypatch):
+    """An evaluation every step with early stopping: the best weights are older than the checkpoint resumed
+    from, and the count of evaluations without improvement carries on across the resume."""
+    settings = dict(eval_every=1, early_stop=2, lr=3e-3, epochs=3, keep_checkpoints=2, save_every=1)
+    reference = tmp_path / "reference"
+    summary = run(tiny_model, data, reference, **settings)
+    assert summary["stopped_early"]
+    stopped_at = summary["train_steps"]
+    best = summary["step"]
+    assert best < stopped_at - 1  # else the test shows nothing about older best weights
+    out = tmp_path / "run"
+    with monkeypatch.context() as patch:
+        stopping_after(patch, stopped_at)  # before the evaluation that stops the run
+        with pytest.raises(Stop):
+            run(tiny_model, data, out, **settings)
+    step, checkpoint = list_checkpoints(out)[-1]
+    assert step == stopped_at - 1 and (checkpoint / "evaluation.safetensors").is_file()  # the best weights, older
+    run(tiny_model, data, out, resume=True, **settings)
+    same_run(reference, out)
+
+
+def test_a_resume_with_other_settings_is_refused_in_one_line(tiny_model, data, tmp_path, monkeypatch, capsys):
+    out = tmp_path / "run"
+    with monkeypatch.context() as patch:
+        stopping_after(patch, 3)
+        with pytest.raises(Stop):
+            run(tiny_model, data, out, save_every=2)
+    before = sorted(p.name for p in out.rglob("*"))
+    args = ["finetune", "--task", "classification", "--model", str(tiny_model), "--train", str(data[0]),
+            "--dev", str(data[1]), "--out", str(out), "--epochs", "2", "--batch-size", "4", "--lr", "1e-3",
+            "--eval-every", "3", "--log-every", "3", "--seed", "3", "--device", "cpu", "--no-progress", "--resume"]
+    assert main([*args, "--lr", "2e-3"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "--resume with settings that differ" in err and "lr: 0.001 -> 0.002" in err
+    assert sorted(p.name for p in out.rglob("*")) == before  # nothing written
+    with pytest.raises(BertforgeError, match="--resume and --overwrite contradict"):
+        run(tiny_model, data, out, resume=True, overwrite=True)
+    # what may change: where checkpoints go and how many are kept, the logging
+    assert main([*args, "--save-every", "1", "--keep-checkpoints", "3"]) == 0
+    capsys.readouterr()
+    assert [s for s, _ in list_checkpoints(out)] == [8, 9, 10]
+
+
+def test_resume_with_only_out_continues_the_recorded_run(tiny_model, data, reference, tmp_path, monkeypatch, capsys):
+    """`bertforge finetune --resume --out RUN`: the settings come from RUN/finetune_config.json."""
+    out = tmp_path / "run"
+    with monkeypatch.context() as patch:
+        stopping_after(patch, 5)
+        with pytest.raises(Stop):
+            run(tiny_model, data, out, save_every=2)
+    assert main(["finetune", "--resume", "--out", str(out)]) == 0
+    capsys.readouterr()
+    same_run(reference, out)
+
+
+def test_resume_refuses_a_directory_without_a_run(tiny_model, data, tmp_path):
+    with pytest.raises(BertforgeError, match="there is no run to resume"):
+        run(tiny_model, data, tmp_path / "nothing", resume=True)
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.txt").write_text("mine")
+    with pytest.raises(BertforgeError, match=r"holds no fine-tuning run \(no finetune_config.json\)"):
+        run(tiny_model, data, tmp_path / "other", resume=True)
+
+
+def test_metrics_reach_tensorboard(reference):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(reference / "tensorboard"))
+    events.Reload()
+    tags = set(events.Tags()["scalars"])
+    assert {"train/loss", "train/lr", "eval/accuracy", "eval/loss"} <= tags
+    logged = [(r["step"], r["loss"]) for r in rows(reference) if r["type"] == "train"]
+    assert [(e.step, pytest.approx(e.value)) for e in events.Scalars("train/loss")] == logged
+
+
+def test_a_resumed_run_rewrites_tensorboard_from_its_checkpoint(reference, tiny_model, data, tmp_path, monkeypatch):
+    """The steps done again after a resume replace those of the stopped launch in TensorBoard too."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    out = tmp_path / "run"
+    with monkeypatch.context() as patch:
+        stopping_after(patch, 7)
+        with pytest.raises(Stop):
+            run(tiny_model, data, out, save_every=2)
+    run(tiny_model, data, out, save_every=2, resume=True)
+    events = EventAccumulator(str(out / "tensorboard"))
+    events.Reload()
+    assert [e.step for e in events.Scalars("train/loss")] == [r["step"] for r in rows(out) if r["type"] == "train"]
