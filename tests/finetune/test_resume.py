@@ -5,6 +5,7 @@ metrics reach TensorBoard. (Killed with SIGKILL in a subprocess: tests/reliabili
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -152,6 +153,22 @@ def test_resume_with_only_out_continues_the_recorded_run(tiny_model, data, refer
     assert main(["finetune", "--resume", "--out", str(out)]) == 0
     capsys.readouterr()
     same_run(reference, out)
+    assert main(["finetune", "--resume", "--out", str(out)]) == 0  # a finished run: nothing left to train
+    assert json.loads(capsys.readouterr().out)["train_steps"] == 10
+    same_run(reference, out)
+
+
+def test_an_overwrite_stopped_before_its_first_checkpoint_puts_the_previous_run_back(reference, tiny_model, data,
+                                                                                     tmp_path, monkeypatch):
+    out = Path(shutil.copytree(reference, tmp_path / "run"))
+    with monkeypatch.context() as patch:
+        stopping_after(patch, 1)
+        with pytest.raises(Stop):
+            run(tiny_model, data, out, save_every=2, seed=4, overwrite=True)
+    same_run(reference, out)
+    assert [s for s, _ in list_checkpoints(out)] == [10] and not (out / ".replaced-run").exists()
+    run(tiny_model, data, out, save_every=2, seed=4, overwrite=True)
+    assert json.loads((out / "finetune_config.json").read_text())["seed"] == 4
 
 
 def test_resume_refuses_a_directory_without_a_run(tiny_model, data, tmp_path):
