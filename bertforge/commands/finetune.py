@@ -51,7 +51,8 @@ def run(args: argparse.Namespace) -> int:
     settings.update(given(args, training_options() + DATA_OPTIONS))
     missing = [f"--{name}" for name in REQUIRED if not settings.get(name)]
     if missing:
-        raise BertforgeError(f"missing required option(s): {', '.join(missing)}")
+        hint = f" (--resume found no {RUN_MARKER} in {args.out} to take them from)" if args.resume and args.out else ""
+        raise BertforgeError(f"missing required option(s): {', '.join(missing)}{hint}")
     summary = finetune(FinetuneConfig.from_dict(settings, source or "options"))
     print(json.dumps(summary, indent=2))
     return 0

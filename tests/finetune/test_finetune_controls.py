@@ -113,7 +113,7 @@ def test_cli_refuses_a_bad_layer_lr_decay_before_writing(tmp_path, tiny_model, c
 
 def test_api_takes_both_controls_and_refuses_bad_values(tmp_path, tiny_model, monkeypatch):
     seen = []
-    monkeypatch.setattr(api, "_finetune", lambda cfg, out, device: seen.append(cfg) or {})
+    monkeypatch.setattr(api, "_finetune", lambda cfg, *where: seen.append(cfg) or {})
     paths = dict(task="classification", model=str(tiny_model), train="t", dev="d", out=str(tmp_path / "o"))
     finetune(**paths, freeze_backbone=True, layer_lr_decay=0.9)
     assert (seen[0].freeze_backbone, seen[0].layer_lr_decay) == (True, 0.9)

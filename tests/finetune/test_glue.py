@@ -277,7 +277,8 @@ def test_glue_command_end_to_end(tmp_path, tiny_model, capsys):
     for name, result in report["tasks"].items():
         assert result["train"] == {"file": str(data / name / "train.tsv"), "examples": 24, "available": 32}
         assert sorted(p.name for p in (out / name).iterdir()) == [
-            "eval.json", "finetune_config.json", "metrics.jsonl", "model", "training_curve.png"]
+            "checkpoints", "eval.json", "finetune_config.json", "metrics.jsonl", "model", "tensorboard",
+            "training_curve.png"]
         expected = reference_scores(name, out / name / "model", data)
         assert result["scores"] == pytest.approx(expected, abs=1e-4), name
         assert result["score"] == pytest.approx(sum(expected.values()) / len(expected))

@@ -171,7 +171,9 @@ def test_an_overwrite_stopped_before_its_first_checkpoint_puts_the_previous_run_
     assert json.loads((out / "finetune_config.json").read_text())["seed"] == 4
 
 
-def test_resume_refuses_a_directory_without_a_run(tiny_model, data, tmp_path):
+def test_resume_refuses_a_directory_without_a_run(tiny_model, data, tmp_path, capsys):
+    assert main(["finetune", "--resume", "--out", str(tmp_path / "nothing")]) == 2
+    assert "(--resume found no finetune_config.json in" in capsys.readouterr().err
     with pytest.raises(BertforgeError, match="there is no run to resume"):
         run(tiny_model, data, tmp_path / "nothing", resume=True)
     (tmp_path / "other").mkdir()
