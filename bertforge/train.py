@@ -102,16 +102,14 @@ class TrainStep:
     def autocast(self) -> contextlib.AbstractContextManager[Any]:
         return autocast(self.device, self.precision)
 
-    def weights(self, counts: Sequence[Counts], fixed: dict[str, float] | None = None) -> list[Weights]:
-        """n_m / N for each micro-batch m and loss term, N summed over micro-batches and ranks, or N = `fixed[k]`
-        for the terms it names (a trainer's mean count per step: every target of an epoch then weighs the same
-        however its batches group the targets)."""
+    def weights(self, counts: Sequence[Counts]) -> list[Weights]:
+        """n_m / N for each micro-batch m and loss term, N summed over micro-batches and ranks."""
         keys = sorted({k for c in counts for k in c})
         totals = torch.tensor([float(sum(c.get(k, 0) for c in counts)) for k in keys], dtype=torch.float64)
         if self.world_size > 1:
             totals = totals.to(self.device)
             dist.all_reduce(totals)
-        total = {**dict(zip(keys, totals.tolist())), **{k: v for k, v in (fixed or {}).items() if k in keys}}
+        total = dict(zip(keys, totals.tolist()))
         return [{k: (c.get(k, 0) / total[k] if total[k] else 0.0) for k in keys} for c in counts]
 
     def accumulate(self, losses: dict[str, Tensor | None], weights: Weights) -> Tensor:
@@ -140,14 +138,12 @@ class TrainStep:
         return list(torch.autograd.grad(loss, list(outputs)))
 
     def run(self, batches: Sequence[Batch], forward_backward: Callable[[Batch, Weights], dict[str, Tensor]],
-            counts: Callable[[Batch], Counts], wrapped: torch.nn.Module | None = None,
-            fixed: dict[str, float] | None = None) -> StepOutcome:
+            counts: Callable[[Batch], Counts], wrapped: torch.nn.Module | None = None) -> StepOutcome:
         """Accumulate gradients over `batches` (`forward_backward` returns each one's stats, "loss" among them: its
         share of the step's loss), then clip, and update unless the loss or the gradient norm is not finite on some
-        rank. `wrapped`: the DDP module whose `no_sync` skips the gradient all-reduce on all but the last batch.
-        `fixed`: normalisers that replace the step's own target counts (see `weights`)."""
+        rank. `wrapped`: the DDP module whose `no_sync` skips the gradient all-reduce on all but the last batch."""
         self.optimizer.zero_grad(set_to_none=True)
-        weights = self.weights([counts(b) for b in batches], fixed)
+        weights = self.weights([counts(b) for b in batches])
         totals: dict[str, Tensor] = {}
         for i, (batch, w) in enumerate(zip(batches, weights)):
             last = i == len(batches) - 1

@@ -78,12 +78,3 @@ def test_warmup_reaches_the_peak_at_the_last_warmup_step():
         optimizer.step()
         schedule.step()
     assert lrs == [0.25, 0.5, 0.75, 1.0, 1.0, 0.75, 0.5, 0.25]
-
-
-def test_fixed_normalisers_replace_the_steps_own_counts():
-    """`fixed` divides each micro-batch's count by a given total (a trainer's mean per step) instead of the step's
-    own; the terms it does not name keep their step's count."""
-    step = TrainStep(nn.Linear(2, 1), torch.optim.SGD(nn.Linear(2, 1).parameters(), lr=0.1), None)
-    counts = [{"loss": 3, "other": 1}, {"loss": 1, "other": 3}]
-    assert step.weights(counts) == [{"loss": 0.75, "other": 0.25}, {"loss": 0.25, "other": 0.75}]
-    assert step.weights(counts, {"loss": 8.0}) == [{"loss": 0.375, "other": 0.25}, {"loss": 0.125, "other": 0.75}]

@@ -185,18 +185,6 @@ class Finetuning:
         """What a micro-batch's loss is normalised by (see `TrainStep`)."""
         return finetuning_counts(batch)
 
-    def grouped_normaliser(self, batches: list[list[int]], steps: int) -> dict[str, float] | None:
-        """For length-grouped batches, the epoch's mean count of targets per optimizer step, which then normalises
-        every step's loss instead of the step's own count: each labelled token weighs the same over the epoch, as
-        in shuffled batches. (With per-step means, grouping gathers the short sentences into batches of their own,
-        and a word of a batch of two-word headlines weighs ten times one of a batch of 40-word sentences: on
-        CoNLL-2003 the sentences of at most 5 words, 6 % of the words, took 21 % of the loss.) None for shuffled
-        batches: each step's own mean, transformers' recipe."""
-        if not getattr(self.cfg, "group_by_length", False):  # another trainer's settings may not have it
-            return None
-        total = sum(self.counts(self.make_batch(indices))["loss"] for indices in batches)
-        return {"loss": total / steps}
-
     def forward_backward(self, batch: dict[str, torch.Tensor], weights: dict[str, float]) -> dict[str, torch.Tensor]:
         with self.stepper.autocast():
             loss = self.model(**move(batch, self.device)).loss
@@ -233,11 +221,10 @@ class Finetuning:
         cfg = self.cfg
         batches = self.epoch_batches()
         groups = [batches[i : i + cfg.grad_accum] for i in range(0, len(batches), cfg.grad_accum)]
-        fixed = self.grouped_normaliser(batches, len(groups))
         losses: list[float] = []
         for g, group in enumerate(groups):
             micro = [self.make_batch(indices) for indices in group]
-            outcome = self.stepper.run(micro, self.forward_backward, self.counts, fixed=fixed)
+            outcome = self.stepper.run(micro, self.forward_backward, self.counts)
             losses.append(outcome.totals["loss"].item())
             step, last = self.stepper.step, g + 1 == len(groups)
             done = epoch + min(len(batches), (g + 1) * cfg.grad_accum) / len(batches)

@@ -59,8 +59,7 @@ def ours_after(task_name, tiny_model, features, overrides, batches, warmup_ratio
     torch.manual_seed(0)
     model = get_task(task_name).model_class.from_pretrained(tiny_model, quiet=True, **overrides, **NO_DROPOUT)
     cfg = FinetuneConfig(task=task_name, model="m", train="t", dev="d", out="o", epochs=EPOCHS, batch_size=4, lr=LR,
-                         warmup_ratio=warmup_ratio, weight_decay=WEIGHT_DECAY, progress=False,
-                         group_by_length=False)  # shuffled batches: per-batch means, as transformers
+                         warmup_ratio=warmup_ratio, weight_decay=WEIGHT_DECAY, progress=False)
 
     class FixedBatches(Finetuning):
         def epoch_batches(self) -> list[list[int]]:
@@ -170,45 +169,3 @@ def test_the_optimizer_is_transformers_adamw(tiny_model, tmp_path, monkeypatch):
             decayed |= {names[id(p)] for p in group["params"]}
     expected = {n for n in names.values() if not (n.endswith(".bias") or "LayerNorm" in n)}
     assert decayed == expected and "classifier.weight" in decayed
-
-
-def step_weights(tiny_model, tmp_path, group_by_length: bool) -> list[tuple[int, float]]:
-    """(labelled tokens, the weight its mean loss got) of each step of a two-epoch NER run on short and long
-    sentences."""
-    features, overrides = task_features("ner", tiny_model, tmp_path)
-    for i, f in enumerate(features[::2]):  # every other sentence cut to its first word: short and long rows
-        f["input_ids"], f["token_type_ids"] = f["input_ids"][:2] + f["input_ids"][-1:], [0, 0, 0]
-        f["labels"] = [-100, f["labels"][1], -100]
-    model = get_task("ner").model_class.from_pretrained(tiny_model, quiet=True, **overrides)
-    cfg = FinetuneConfig(task="ner", model="m", train="t", dev="d", out="o", epochs=2, batch_size=2, lr=LR,
-                         progress=False, group_by_length=group_by_length)
-    run = Finetuning(model, features, lambda: {"f1": 0.0}, cfg, "f1", False, 0, torch.device("cpu"))
-    seen = []
-    real = run.forward_backward
-
-    def spy(batch, weights):
-        seen.append((int((batch["labels"] != -100).sum()), weights["loss"]))
-        return real(batch, weights)
-
-    run.forward_backward = spy
-    run.bar = types.SimpleNamespace(update=lambda n: None, set_postfix=lambda **k: None)
-    run.run()
-    return seen
-
-
-def test_grouped_batches_weigh_every_labelled_token_alike(tiny_model, tmp_path):
-    """Length grouping puts the short sentences together; each step's loss is then normalised by the epoch's mean
-    count of labelled tokens per step, not its own, so a token of a short batch weighs what a token of a long one
-    does (and the epoch's weights add up to its number of steps)."""
-    seen = step_weights(tiny_model, tmp_path, group_by_length=True)
-    counts = {n for n, _ in seen}
-    assert len(counts) > 1  # short and long batches
-    per_token = {round(w / n, 9) for n, w in seen}
-    assert len(per_token) == 1
-    assert sum(w for _, w in seen) == pytest.approx(len(seen))
-
-
-def test_shuffled_batches_keep_the_per_batch_mean(tiny_model, tmp_path):
-    """Without grouping, each step is its own batch's mean (weight 1), as transformers' Trainer does."""
-    seen = step_weights(tiny_model, tmp_path, group_by_length=False)
-    assert len({n for n, _ in seen}) > 1 and all(w == 1.0 for _, w in seen)
