@@ -672,7 +672,10 @@ class BertForTokenClassification(_ClassifierMixin, BertPreTrainedModel):
         output_attentions: bool = False,
         output_hidden_states: bool = False,
     ) -> SequenceClassifierOutput:
-        out = self.bert(input_ids, attention_mask, token_type_ids, position_ids, output_attentions, output_hidden_states)
+        out = self.bert(  # with labels (training, evaluation), padding is never read: skip it in the encoder
+            input_ids, attention_mask, token_type_ids, position_ids, output_attentions, output_hidden_states,
+            unpad=labels is not None,
+        )
         logits = self.classifier(dropout(out.last_hidden_state, self._dropout_p(), self.training))  # [B, S, L]
         loss = None
         if labels is not None:

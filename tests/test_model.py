@@ -125,6 +125,28 @@ def _compare(name, hf_out, our_out, mask):
         assert (a - b).abs().max() <= 1e-5, f"{name}.{f}"
 
 
+def test_token_classification_with_labels_skips_padding_and_equals_transformers(tmp_path):
+    """With labels the encoder runs on the real tokens only: the loss and the real tokens' logits are those of
+    transformers (and of the same model called without labels), and the gradients match."""
+    cfg = tiny_config(num_labels=3)
+    torch.manual_seed(0)
+    hf = transformers.BertForTokenClassification(_hf_config(cfg)).eval()
+    hf.save_pretrained(tmp_path)
+    ours = bertforge.BertForTokenClassification.from_pretrained(tmp_path).eval()
+    x = _inputs(cfg)
+    labels = torch.randint(0, 3, x["input_ids"].shape, generator=torch.Generator().manual_seed(1))
+    labels[x["attention_mask"] == 0] = -100
+    want, got = hf(**x, labels=labels), ours(**x, labels=labels)
+    assert abs(want.loss.item() - got.loss.item()) <= 1e-5
+    real = x["attention_mask"].bool()
+    assert (got.logits[real] - want.logits[real]).abs().max() <= 1e-5
+    assert (ours(**x).logits[real] - got.logits[real]).abs().max() <= 1e-5
+    want.loss.backward()
+    got.loss.backward()
+    a, b = hf.bert.encoder.layer[0].attention.self.query.weight.grad, ours.bert.encoder.layer[0].attention.self.query.weight.grad
+    assert a is not None and b is not None and (a - b).abs().max() <= 1e-5
+
+
 @pytest.mark.parametrize("name", sorted(MODEL_CLASSES))
 def test_round_trip_from_transformers(tmp_path, name):
     cfg = tiny_config(num_labels=2 if name == "BertForQuestionAnswering" else 3)
