@@ -42,14 +42,14 @@ from .io import atomic_directory
 from .memory import check_training_fits
 from .auto import AutoModelForPreTraining
 from .model import BertForPreTraining, BertPreTrainedModel
-from .optim import DECAYS, decay_start, make_optimizer, set_schedule_length, warmup_decay
+from .optim import DECAYS, decay_start, make_optimizer, warmup_decay
 from .options import option
 from .pretrain_data import STATIC_DIR, check_corpus, model_inputs, check_run_corpora, pretraining_stream, static_reader, train_run_tokenizer  # noqa: F401
 from .pretrain_eval import HeldOutEvaluation, build_eval_set
 from .run_dir import CHECKPOINT_RE, RUN_CONFIG, RunDirectory, list_checkpoints  # noqa: F401  (importable here too)
 from .state import load_state, save_state
 from .system import Runtime, all_ranks_agree, barrier, on_main, setup_runtime, teardown_runtime
-from .time_budget import CALIBRATION_STEPS, PROVISIONAL_STEPS, RunClock
+from .time_budget import PROVISIONAL_STEPS, RunClock, apply_length
 from .train import (MAX_SKIPPED_STEPS, PRECISION_HELP, PRECISIONS, TrainStep, labelled_count, nonfinite_error,
                     pick_precision, refuse_nonfinite)
 from .training_log import MetricsLog, Panel, plot_curves, read_rows
@@ -713,32 +713,17 @@ class Pretrainer:
         fitted to the budget, and whether a wall-time checkpoint is due."""
         if self.clock is None:
             return False
-        a, first = self.args, self.args.max_steps == PROVISIONAL_STEPS
+        a = self.args
         length, due = self.clock.tick(self.step, a.max_steps,
                                       lambda total: decay_start(self.warmup, total, a.decay, a.decay_ratio))
-        if length != a.max_steps and self.rt.is_main:
-            if length <= self.step:
-                log.info("--max-minutes %g: the time is up at step %d", a.max_minutes, self.step)
-            elif first:
-                log.info("--max-minutes %g: %d steps fit (timed over steps %d-%d)", a.max_minutes, length,
-                         self.step - CALIBRATION_STEPS, self.step)
         self.set_length(length, bar)
         return due
 
     def set_length(self, length: int | None, bar=None) -> None:
-        """The run's length from the budget (or a checkpoint's record of it): --max-steps and the schedule; at the
-        budget's end (`length` is the step reached) the schedule is left as it is. A warmup the first length
-        leaves no room for is cut, with a warning, as for --max-steps."""
-        a = self.args
-        if length is None or length == a.max_steps:
+        """The run's length from the budget, or from a checkpoint's record of it (`time_budget.apply_length`)."""
+        if length is None or length == self.args.max_steps:
             return
-        first, a.max_steps = a.max_steps == PROVISIONAL_STEPS, length
-        if length > self.step:
-            if first:
-                self.warmup, note = a.warmup()
-                if note and self.rt.is_main:
-                    log.warning("%s", note)
-            set_schedule_length(self.scheduler, self.warmup, length, a.decay, a.decay_ratio)
+        self.warmup = apply_length(self.args, self.scheduler, self.warmup, length, self.step, self.rt.is_main)
         if bar is not None:
             bar.total = length
             bar.refresh()

@@ -23,6 +23,7 @@ last row and in every checkpoint); `--max-steps N` with that N repeats the sched
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections.abc import Callable
@@ -32,7 +33,10 @@ import torch
 import torch.distributed as dist
 
 from .errors import BertforgeError
+from .optim import set_schedule_length
 from .system import Runtime
+
+log = logging.getLogger("bertforge")
 
 SKIPPED_STEPS = 2  # not timed: a process's first steps allocate memory and pick kernels
 CALIBRATION_STEPS = 10  # timed steps before the first estimate
@@ -87,6 +91,12 @@ class RunClock:
             length, due = int(agreed[0].item()), agreed[1].item() == 0
         if due:
             self.saves = int(self.elapsed() // self.interval)
+        if length != max_steps and self.rt.is_main:
+            if length <= step:
+                log.info("--max-minutes %g: the time is up at step %d", self.budget / 60, step)
+            elif max_steps == PROVISIONAL_STEPS:
+                log.info("--max-minutes %g: %d steps fit (timed over steps %d-%d)", self.budget / 60, length,
+                         step - CALIBRATION_STEPS, step)
         return length, due
 
     def plan(self, step: int, max_steps: int, decay_from: Callable[[int], int]) -> int:
@@ -120,3 +130,18 @@ class RunClock:
             raise BertforgeError(f"run clock state {state!r} is not version {STATE_VERSION}")
         self.spent, self.estimated, self.fixed = float(state["seconds"]), bool(state["estimated"]), bool(state["fixed"])
         return int(state["max_steps"])
+
+
+def apply_length(args: Any, scheduler: Any, warmup: int, length: int, step: int, is_main: bool) -> int:
+    """Give the run `args` (`PretrainArgs`, after `step` steps) the length `length`: its --max-steps and its schedule
+    `scheduler` (left as it is at the budget's end, `length` <= `step`). A warmup that the first length leaves no
+    room for is cut, with a warning, as for --max-steps. Returns the warmup the run uses from now on."""
+    first, args.max_steps = args.max_steps == PROVISIONAL_STEPS, length
+    if length <= step:
+        return warmup
+    if first:
+        warmup, note = args.warmup()
+        if note and is_main:
+            log.warning("%s", note)
+    set_schedule_length(scheduler, warmup, length, args.decay, args.decay_ratio)
+    return warmup
