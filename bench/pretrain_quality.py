@@ -214,7 +214,7 @@ def checkpoints(work: Path) -> list[dict]:
         path = work / "transformers" / f"checkpoint-{row['step']}"
         if path.is_dir():
             found.append({"side": "transformers", "step": row["step"], "seconds": row["seconds"], "dir": path})
-    return found
+    return sorted(found, key=lambda r: (r["side"], r["seconds"]))
 
 
 def score(a: argparse.Namespace, held_out: list[str], tokenizer: Path, found: list[dict]) -> None:
@@ -234,6 +234,33 @@ def score(a: argparse.Namespace, held_out: list[str], tokenizer: Path, found: li
                                    False)
     for row in tqdm(found, desc="scoring checkpoints"):
         row.update(evaluation.evaluate(load_pretrained(BertForMaskedLM, row["dir"], quiet=True)))
+    for side in ("bertforge", "transformers"):  # the scoring itself, against transformers' own forward
+        last = [r for r in found if r["side"] == side][-1:]
+        if last:
+            check_scoring(last[0]["dir"], batches[0], evaluation)
+
+
+def check_scoring(directory: Path, batch: dict, evaluation) -> None:
+    """The held-out loss of one batch, bertforge's loader and model against `transformers.BertForMaskedLM` loading
+    the same checkpoint; stop if they differ (a weight the loader missed would show here)."""
+    import torch
+    from transformers import BertForMaskedLM as HFMaskedLM
+
+    from bertforge.checkpoint import load_pretrained
+    from bertforge.model import BertForMaskedLM
+    from bertforge.pretrain_eval import HeldOutEvaluation
+
+    model = HFMaskedLM.from_pretrained(directory).eval()
+    with torch.no_grad():
+        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                       token_type_ids=batch["token_type_ids"]).logits
+    labels = batch["labels"]
+    theirs = torch.nn.functional.cross_entropy(logits[labels != -100], labels[labels != -100]).item()
+    one = HeldOutEvaluation([batch], 1, None, evaluation.rt, contextlib.nullcontext, False)
+    ours = one.evaluate(load_pretrained(BertForMaskedLM, directory, quiet=True))["eval_loss"]
+    if abs(ours - theirs) > 1e-4 * max(1.0, abs(theirs)):
+        raise SystemExit(f"{directory}: held-out loss {ours} (bertforge) but {theirs} (transformers) on one batch")
+    print(f"scoring checked against transformers on {directory.name}: {ours:.6f} / {theirs:.6f}")
 
 
 def sst2_files(a: argparse.Namespace) -> tuple[Path, Path]:
