@@ -126,6 +126,16 @@ def test_a_resumed_budgeted_run_is_bitwise_identical(corpus_and_tokenizer, tmp_p
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
+def test_wall_time_checkpoints_without_a_budget(corpus_and_tokenizer, tmp_path, fake_time):
+    """--save-every-minutes beside --max-steps: the length and schedule are --max-steps', checkpoints come at every
+    3 s (0.05 minute) of training time and at the end."""
+    out = tmp_path / "run"
+    pretrain(tiny_run_args(corpus_and_tokenizer, out, max_steps=10, save_every_minutes=0.05, save_every=1000,
+                           keep_last=100, log_every=1, nsp=False))
+    assert [s for s, _ in list_checkpoints(out)] == [3, 6, 9, 10]
+    assert max(r["step"] for r in rows(out)) == 10
+
+
 def test_time_up_before_the_first_estimate_stops_with_a_model(corpus_and_tokenizer, tmp_path, fake_time):
     fake_time.seconds = lambda step: 4.0  # 0.1 minute = 6 s: the second step is past it
     out = tmp_path / "run"
