@@ -3,7 +3,7 @@ same data, same wall time (or twice it for transformers), scored on the same hel
 then fine-tuned on the same SST-2 subset. Method, data and choices: bench/README.md.
 
     .venv/bin/python bench/pretrain_quality.py --minutes 60                     # transformers gets 120 minutes
-    .venv/bin/python bench/pretrain_quality.py --minutes 2 --work /tmp/pq      # a smoke run of the whole pipeline
+    .venv/bin/python bench/pretrain_quality.py --minutes 2 --config tiny --batch-size 16 --work /tmp/pq   # smoke run
 
 Writes WORK/results.json, WORK/results.md (the tables) and WORK/curves.png (held-out MLM loss and accuracy against
 wall minutes). Needs the `bench` extra (transformers, accelerate) and /work/shared/data (or $BERTFORGE_DATA).
@@ -52,6 +52,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--sst2-rows", type=int, default=4000, help="SST-2 training rows for fine-tuning")
     p.add_argument("--sides", default="bertforge,transformers", help="which sides to train (scoring takes all found)")
     a = p.parse_args()
+    for name in ("minutes", "reference_minutes", "checkpoint_minutes"):
+        if getattr(a, name) is not None and not 0 < getattr(a, name) < float("inf"):
+            p.error(f"--{name.replace('_', '-')} must be a positive number of minutes")
     a.reference_minutes = a.reference_minutes or 2 * a.minutes
     a.checkpoint_minutes = a.checkpoint_minutes or a.minutes / 6
     return a
