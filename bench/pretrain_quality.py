@@ -29,7 +29,7 @@ SST2 = DATA / "tasks" / "sst2"
 
 # bertforge's side: the recipe proposed as the best model per CPU-hour (README "Pretraining"; reasons in
 # bench/README.md). Not yet measured at 60 minutes on an idle machine.
-RECIPE = dict(config="mini", seq_len=128, batch_size=32, lr=1e-3, warmup_steps=300, decay="wsd", decay_ratio=0.2,
+RECIPE = dict(config="mini", seq_len=128, batch_size=32, lr=5e-4, warmup_steps=300, decay="wsd", decay_ratio=0.2,
               objective="mlm", weight_decay=0.01)
 # fine-tuning both final models: the same settings for both
 FINETUNE = dict(epochs=1, batch_size=32, lr=1e-4, warmup_ratio=0.1, max_length=64, seed=42)
