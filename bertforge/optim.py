@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import torch
 from torch import Tensor, nn
@@ -151,13 +151,27 @@ def warmup_decay(optimizer: torch.optim.Optimizer, warmup_steps: int, total_step
     linear / cosine: from the peak at step w down to 0 at `total_steps`. constant: the peak to the end (and
     beyond). wsd (warmup-stable-decay): the peak until the last `decay_ratio` of the run (round(decay_ratio x
     total_steps) steps, at most what the warmup leaves), then linearly to 0 at `total_steps`."""
+    return LambdaLR(optimizer, schedule_factor(warmup_steps, total_steps, decay, decay_ratio))
+
+
+def decay_start(warmup_steps: int, total_steps: int, decay: str = "linear", decay_ratio: float = 0.1) -> int:
+    """The first step whose learning rate depends on `total_steps` (the decay's start; `total_steps` for
+    constant): before it, a run may still change its length without changing any learning rate."""
+    if decay == "constant":
+        return total_steps
+    if decay == "wsd":
+        return max(warmup_steps, total_steps - round(decay_ratio * total_steps))
+    return warmup_steps
+
+
+def schedule_factor(warmup_steps: int, total_steps: int, decay: str = "linear",
+                    decay_ratio: float = 0.1) -> Callable[[int], float]:
+    """`warmup_decay`'s multiplier of the peak learning rate at each (0-based) step."""
     if decay not in DECAYS:
         raise BertforgeError(f"unknown learning-rate decay {decay!r}; choose {', '.join(DECAYS)}")
     if not 0 < decay_ratio <= 1:
         raise BertforgeError(f"--decay-ratio must be in (0, 1], got {decay_ratio}")
-    decay_from = warmup_steps  # where the decay to 0 starts
-    if decay == "wsd":
-        decay_from = max(warmup_steps, total_steps - round(decay_ratio * total_steps))
+    decay_from = decay_start(warmup_steps, total_steps, decay, decay_ratio)  # where the decay to 0 starts
 
     def factor(step: int) -> float:
         if decay != "constant" and step >= total_steps:
@@ -171,4 +185,15 @@ def warmup_decay(optimizer: torch.optim.Optimizer, warmup_steps: int, total_step
             return 0.5 * (1.0 + math.cos(math.pi * progress))
         return 1.0 - progress  # linear, and the decay of wsd
 
-    return LambdaLR(optimizer, factor)
+    return factor
+
+
+def set_schedule_length(scheduler: LambdaLR, warmup_steps: int, total_steps: int, decay: str = "linear",
+                        decay_ratio: float = 0.1) -> None:
+    """Give a `warmup_decay` schedule a new length (a run limited by wall time learns its length as it goes):
+    the steps from now on follow the schedule of `total_steps`; the learning rate of the next step is set now."""
+    factor = schedule_factor(warmup_steps, total_steps, decay, decay_ratio)
+    scheduler.lr_lambdas = [factor] * len(scheduler.optimizer.param_groups)
+    for group, base in zip(scheduler.optimizer.param_groups, scheduler.base_lrs):
+        group["lr"] = base * factor(scheduler.last_epoch)
+    scheduler._last_lr = [group["lr"] for group in scheduler.optimizer.param_groups]

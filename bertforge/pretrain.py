@@ -32,12 +32,13 @@ from .io import atomic_directory
 from .memory import check_training_fits
 from .auto import AutoModelForPreTraining
 from .model import BertForPreTraining, BertPreTrainedModel
-from .optim import DECAYS, make_optimizer, warmup_decay
+from .optim import DECAYS, decay_start, make_optimizer, warmup_decay
 from .options import option
 from .pretrain_data import STATIC_DIR, check_corpus, model_inputs, check_run_corpora, pretraining_stream, static_reader, train_run_tokenizer  # noqa: F401
 from .pretrain_eval import HeldOutEvaluation, build_eval_set
 from .run_dir import CHECKPOINT_RE, RUN_CONFIG, RunDirectory, list_checkpoints  # noqa: F401  (importable here too)
 from .system import Runtime, all_ranks_agree, barrier, on_main, setup_runtime, teardown_runtime
+from .time_budget import PROVISIONAL_STEPS, RunClock, apply_length
 from .train import (MAX_SKIPPED_STEPS, PRECISION_HELP, PRECISIONS, TrainStep, labelled_count, pick_precision,
                     refuse_nonfinite)
 from .training_checkpoint import Loaded, TrainingCheckpoints, number_list
@@ -52,6 +53,8 @@ CONTRADICTIONS = (
      "the checkpoint's config.json and tokenizer decide the model and its vocabulary"),
     ("warmup_ratio", ("warmup_steps",), "the ratio sets the warmup"),
     ("eval_fraction", ("eval_corpus",), "choose one source of held-out text"),
+    ("max_minutes", ("max_steps", "warmup_ratio"), "the time budget sets the run's length in steps as it runs; give "
+     "the warmup in steps"),
 )
 
 # the pretraining recipe of a family that says nothing else (`Family.recipe` overrides it: RoBERTa's beta2, ALBERT's
@@ -85,6 +88,9 @@ class PretrainArgs:
     tokenizer_sample_mb: float = option(256.0, "train the vocabulary on the first N MB of the corpus")
     lowercase: bool = option(True, "keep case and accents in a vocabulary trained here", flag="--cased")
     max_steps: int = option(1000, "optimizer steps")
+    max_minutes: float | None = option(None, "train for M minutes of wall time instead of --max-steps: the run times "
+                                       "its first steps and fits its step count, and so the learning-rate schedule, "
+                                       "to the budget (see bertforge/time_budget.py)", metavar="M")
     batch_size: int = option(32, "sequences per micro-batch per process")
     grad_accum: int = option(1, "micro-batches per optimizer step")
     seq_len: int = option(128, "tokens per sequence")
@@ -128,6 +134,8 @@ class PretrainArgs:
     early_stop_patience: int | None = option(None, "stop the run after K evaluations in a row without a lower "
                                              "eval loss", metavar="K")
     save_every: int = option(500, "checkpoint every N steps")
+    save_every_minutes: float | None = option(None, "also checkpoint at every multiple of M minutes of training time",
+                                              metavar="M")
     keep_last: int = option(3, "complete checkpoints to keep")
     log_every: int = option(10, "a metrics row every N steps")
     resume: bool = option(False, "continue the run in --out from its newest complete checkpoint")
@@ -151,6 +159,10 @@ class PretrainArgs:
             value = getattr(a, name)
             if value is not None and (not isinstance(value, int) or value < 1):
                 raise BertforgeError(f"--{name.replace('_', '-')} must be a positive integer, got {value!r}")
+        for name in ("max_minutes", "save_every_minutes"):
+            value = getattr(a, name)
+            if value is not None and not (isinstance(value, (int, float)) and 0 < value < math.inf):
+                raise BertforgeError(f"--{name.replace('_', '-')} must be a positive number of minutes, got {value!r}")
         if a.seq_len < 8:
             raise BertforgeError(f"--seq-len {a.seq_len} is too short for [CLS] A [SEP] B [SEP]; use at least 8")
         if not (a.lr > 0 and math.isfinite(a.lr)):
@@ -339,10 +351,14 @@ class Pretrainer:
         self.train_model = wrap_model(self.model, self.rt, args.fsdp, args.compile)
         self.optimizer = make_optimizer(self.model, args.optimizer, args.lr, args.weight_decay,  # fused where it applies
                                         betas=(0.9, args.adam_beta2))
-        warmup, note = args.warmup()
+        self.clock = None if args.max_minutes is None and args.save_every_minutes is None else RunClock(
+            args.max_minutes, args.save_every_minutes, self.rt)
+        if args.max_minutes is not None:
+            args.max_steps = PROVISIONAL_STEPS  # until the budget has timed the first steps (`follow_clock`)
+        self.warmup, note = args.warmup()
         if note and self.rt.is_main:
             log.warning("%s", note)
-        self.scheduler = warmup_decay(self.optimizer, warmup, args.max_steps, args.decay, args.decay_ratio)
+        self.scheduler = warmup_decay(self.optimizer, self.warmup, args.max_steps, args.decay, args.decay_ratio)
         self.stepper = TrainStep(self.model, self.optimizer, self.scheduler, max_grad_norm=args.max_grad_norm,
                                  device=self.rt.device, precision=self.autocast_dtype, world_size=self.rt.world_size,
                                  max_skipped_steps=args.max_skipped_steps)
@@ -436,6 +452,8 @@ class Pretrainer:
         counters: dict[str, Any] = {"tokens_seen": self.tokens_seen, "metrics_window": self.metrics_window}
         if self.evaluation is not None:
             counters["evaluation"] = self.evaluation.state_dict()
+        if self.clock is not None:
+            counters["clock"] = self.clock.state_dict(self.args.max_steps)
         self.checkpoints.save(self.stream.state_dict(), counters)
         if self.rt.is_main:
             self.run_dir.drop_replaced()  # the new run has a checkpoint: the run --overwrite replaced can go
@@ -450,6 +468,8 @@ class Pretrainer:
         self.metrics_window = window if number_list(window) and all(isinstance(w, dict) for w in window) else []
         if self.evaluation is not None and "evaluation" in trainer:
             self.evaluation.load_state_dict(trainer["evaluation"])
+        if self.clock is not None:
+            self.set_length(self.clock.load_state_dict(trainer.get("clock")))
 
     def resume(self) -> None:
         """Continue from the newest checkpoint that loads; a corrupt one is reported and the previous one tried
@@ -545,7 +565,8 @@ class Pretrainer:
         if self.rt.is_main and a.progress:
             from tqdm.auto import tqdm
 
-            bar = tqdm(total=a.max_steps, initial=self.step, desc="pretraining", unit="step", dynamic_ncols=True)
+            total = None if a.max_steps == PROVISIONAL_STEPS else a.max_steps  # a budget not yet timed
+            bar = tqdm(total=total, initial=self.step, desc="pretraining", unit="step", dynamic_ncols=True)
         self.model.train()
         try:
             self.train_loop(bar, metrics)
@@ -570,8 +591,11 @@ class Pretrainer:
         a = self.args
         window = self.metrics_window  # restored by a resume; tokens/s counts this process's steps only
         window_tokens, window_start = 0, time.perf_counter()
+        if self.clock is not None:
+            self.clock.start(self.step)
         while self.step < a.max_steps and not (self.evaluation is not None and self.evaluation.stopped):
             result = self.train_step()
+            timed_save = self.follow_clock(bar)
             window_tokens += result.pop("tokens")
             window.append({k: float(v) for k, v in result.items()})
             if bar is not None:
@@ -591,8 +615,28 @@ class Pretrainer:
             if self.evaluation is not None and self.evaluation.due(self.step, a.max_steps):
                 self.evaluate(metrics)
             stopped = self.evaluation is not None and self.evaluation.stopped
-            if self.step % a.save_every == 0 or self.step == a.max_steps or stopped:
+            if self.step % a.save_every == 0 or self.step == a.max_steps or stopped or timed_save:
                 self.save_checkpoint()
+
+    def follow_clock(self, bar=None) -> bool:
+        """After a step, with --max-minutes or --save-every-minutes (`time_budget.RunClock`): the run's length,
+        fitted to the budget, and whether a wall-time checkpoint is due."""
+        if self.clock is None:
+            return False
+        a = self.args
+        length, due = self.clock.tick(self.step, a.max_steps,
+                                      lambda total: decay_start(self.warmup, total, a.decay, a.decay_ratio))
+        self.set_length(length, bar)
+        return due
+
+    def set_length(self, length: int | None, bar=None) -> None:
+        """The run's length from the budget, or from a checkpoint's record of it (`time_budget.apply_length`)."""
+        if length is None or length == self.args.max_steps:
+            return
+        self.warmup = apply_length(self.args, self.scheduler, self.warmup, length, self.step, self.rt.is_main)
+        if bar is not None:
+            bar.total = length
+            bar.refresh()
 
     def evaluate(self, metrics: MetricsLog) -> None:
         """Evaluate on the held-out set (every rank: its share, summed over all): a row of metrics.jsonl, and
