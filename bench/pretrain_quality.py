@@ -297,7 +297,7 @@ def finetune_sst2(a: argparse.Namespace, models: dict[str, Path]) -> dict[str, d
 
 
 def final_models(found: list[dict], work: Path, minutes: float) -> dict[str, Path]:
-    """bertforge's final model; transformers' last checkpoint, and its last one within bertforge's minutes."""
+    """bertforge's final model; transformers' last checkpoint, and its one nearest bertforge's minutes."""
     models = {}
     if (work / "bertforge" / "model" / "config.json").is_file():
         models["bertforge"] = work / "bertforge" / "model"
@@ -305,9 +305,9 @@ def final_models(found: list[dict], work: Path, minutes: float) -> dict[str, Pat
     if theirs:
         last = max(theirs, key=lambda r: r["seconds"])
         models[f"transformers @ {last['seconds'] / 60:.1f} min"] = last["dir"]
-        within = [r for r in theirs if r["seconds"] <= 60 * minutes * 1.02 and r is not last]
-        if within:
-            row = max(within, key=lambda r: r["seconds"])
+        earlier = [r for r in theirs if r is not last]
+        if earlier:  # the checkpoint nearest bertforge's time (a mark is taken at the first step past it)
+            row = min(earlier, key=lambda r: abs(r["seconds"] - 60 * minutes))
             models[f"transformers @ {row['seconds'] / 60:.1f} min"] = row["dir"]
     return models
 
