@@ -5,6 +5,7 @@ across process counts; evaluating never changes what is trained."""
 from __future__ import annotations
 
 import json
+import logging
 import math
 from pathlib import Path
 
@@ -148,8 +149,11 @@ def test_resumed_run_evaluates_and_decides_as_an_uninterrupted_one(corpus_and_to
     pretrain(eval_args(corpus_and_tokenizer, broken, eval_text, resume=True, **settings))
     state = lambda out: json.loads((out / "checkpoints" / "step-12" / "trainer_state.json").read_text())["evaluation"]
     assert state(broken) == state(straight)
-    assert state(straight)["since_best"] > 0  # the record is not trivial: the loss went up since the best
     assert rows(broken, "eval") == rows(straight, "eval")
+    # the record is not trivial: the loss went up at least once, so "evaluations since the best" counted (the
+    # final count may be 0 when the last evaluation happens to be the best: the fake loss is chaotic in the weights)
+    losses = [row["eval_loss"] for row in rows(straight, "eval")]
+    assert any(later > earlier for earlier, later in zip(losses, losses[1:]))
     assert same_weights(weights(broken / "best"), weights(straight / "best"))
     assert (broken / "best" / "eval.json").read_text() == (straight / "best" / "eval.json").read_text()
 
@@ -162,6 +166,7 @@ def test_early_stopping_ends_the_run_cleanly_and_a_resume_does_not_train_on(corp
         return {"eval_loss": next(losses), "eval_perplexity": 1.0, "eval_mlm_accuracy": 0.0}
 
     monkeypatch.setattr(HeldOutEvaluation, "evaluate", scripted)
+    caplog.set_level(logging.INFO, logger="bertforge")  # whatever level an earlier test left the logger at
     out = tmp_path / "run"
     settings = dict(max_steps=20, early_stop_patience=3, save_every=5)
     trainer = Pretrainer(eval_args(corpus_and_tokenizer, out, eval_text, **settings))
