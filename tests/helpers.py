@@ -78,3 +78,24 @@ def tiny_run_args(inputs: tuple[Path, Path, Path], out: Path, **settings):
     base = dict(corpus=[str(corpus)], tokenizer=str(tok), config=str(config), out=str(out), batch_size=4, seq_len=32,
                 progress=False, demo=False)
     return PretrainArgs(**{**base, **settings})
+
+
+def count_graphs(monkeypatch, backend: str | None) -> list:
+    """torch.compile with a backend that counts the graphs it gets, then hands them to `backend` (None: inductor)."""
+    import torch
+
+    real, graphs = torch.compile, []
+
+    def counting(gm, example_inputs):
+        graphs.append(gm)
+        if backend is None:
+            from torch._inductor.compile_fx import compile_fx
+
+            return compile_fx(gm, example_inputs)
+        from torch._dynamo.backends.registry import lookup_backend
+
+        return lookup_backend(backend)(gm, example_inputs)
+
+    monkeypatch.setattr(torch, "compile", lambda model, **kw: real(model, backend=counting))
+    torch._dynamo.reset()
+    return graphs

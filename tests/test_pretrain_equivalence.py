@@ -18,7 +18,7 @@ from safetensors.torch import load_file, save_file
 
 from bertforge.pretrain import PretrainArgs, Pretrainer
 from bertforge.pretrain_data import pretraining_stream
-from tests.helpers import tiny_run_args
+from tests.helpers import count_graphs, tiny_run_args
 
 NO_DROPOUT = dict(vocab_size=120, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
                   max_position_embeddings=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
@@ -127,20 +127,7 @@ def test_gradient_checkpointing_takes_effect(inputs, tmp_path, one_thread):
 def compiled_run(inputs, out: Path, monkeypatch, backend: str | None) -> tuple[list[dict], dict, int]:
     """A `compile=True` run of 3 steps; `backend` replaces inductor (None keeps it). Returns the steps, the
     weights and the number of graphs the backend compiled."""
-    real, graphs = torch.compile, []
-
-    def counting(gm, example_inputs):
-        graphs.append(gm)
-        if backend is None:
-            from torch._inductor.compile_fx import compile_fx
-
-            return compile_fx(gm, example_inputs)
-        from torch._dynamo.backends.registry import lookup_backend
-
-        return lookup_backend(backend)(gm, example_inputs)
-
-    monkeypatch.setattr(torch, "compile", lambda model, **kw: real(model, backend=counting))
-    torch._dynamo.reset()
+    graphs = count_graphs(monkeypatch, backend)
     trainer, results, weights = train(settings(inputs, out, dropout=False, compile=True), 3)
     assert isinstance(trainer.train_model, torch._dynamo.eval_frame.OptimizedModule)
     return results, weights, len(graphs)

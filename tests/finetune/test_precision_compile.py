@@ -17,7 +17,7 @@ from safetensors.torch import load_file
 from bertforge import BertModel
 from bertforge.cli import main
 from bertforge.finetune import trainer
-from tests.helpers import tiny_config, write_uncased_tokenizer
+from tests.helpers import count_graphs, tiny_config, write_uncased_tokenizer
 
 from .conftest import vocabulary, write_sentiment
 
@@ -90,25 +90,6 @@ def no_dropout_model(tmp_path_factory) -> Path:
     config = tiny_config(vocab_size=len(vocab), hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     BertModel(config).save_pretrained(directory)
     return directory
-
-
-def count_graphs(monkeypatch, backend: str | None) -> list:
-    """torch.compile with a backend that counts the graphs it gets, then hands them to `backend` (None: inductor)."""
-    real, graphs = torch.compile, []
-
-    def counting(gm, example_inputs):
-        graphs.append(gm)
-        if backend is None:
-            from torch._inductor.compile_fx import compile_fx
-
-            return compile_fx(gm, example_inputs)
-        from torch._dynamo.backends.registry import lookup_backend
-
-        return lookup_backend(backend)(gm, example_inputs)
-
-    monkeypatch.setattr(torch, "compile", lambda model, **kw: real(model, backend=counting))
-    torch._dynamo.reset()
-    return graphs
 
 
 EPOCHS = ["--epochs", "3"]  # of one batch (8 examples): the shapes repeat, so each graph is compiled once
