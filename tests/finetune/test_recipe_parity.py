@@ -127,26 +127,26 @@ def test_fine_tuning_takes_the_transformers_recipe_steps(task_name, tiny_model, 
     assert gap < 1e-3 * moved, (gap, moved)  # the same trajectory, to float rounding
 
 
+def schedule_rates(make_schedule, steps: int = 8) -> list[float]:
+    """The learning rate of each of `steps` steps under the schedule `make_schedule(optimizer)` (peak 1)."""
+    optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0)
+    schedule = make_schedule(optimizer)
+    rates = []
+    for _ in range(steps):
+        rates.append(schedule.get_last_lr()[0])
+        optimizer.step()
+        schedule.step()
+    return rates
+
+
 def test_the_warmup_differs_only_by_transformers_zero_first_step(tiny_model, tmp_path):
     """transformers' warm-up runs step s at s / w of the peak (step 0 at learning rate 0), ours at (s + 1) / w:
     a deliberate difference (no wasted first step), which this shows to be the only one under warm-up."""
     ours, theirs, start, _ = run_both("ner", tiny_model, tmp_path, warmup_ratio=0.3)
     gap, moved = weight_gap(ours, theirs, start)
     assert gap > 1e-2 * moved  # visibly different trajectories ...
-    optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0)
-    ours_schedule = trainer.warmup_decay(optimizer, 4, 8)
-    rates = []
-    for _ in range(8):
-        rates.append(ours_schedule.get_last_lr()[0])
-        optimizer.step()
-        ours_schedule.step()
-    optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0)
-    theirs_schedule = transformers.get_linear_schedule_with_warmup(optimizer, 4, 8)
-    theirs_rates = []
-    for _ in range(8):
-        theirs_rates.append(theirs_schedule.get_last_lr()[0])
-        optimizer.step()
-        theirs_schedule.step()
+    rates = schedule_rates(lambda optimizer: trainer.warmup_decay(optimizer, 4, 8))
+    theirs_rates = schedule_rates(lambda optimizer: transformers.get_linear_schedule_with_warmup(optimizer, 4, 8))
     assert rates[:4] == [0.25, 0.5, 0.75, 1.0] and theirs_rates[:4] == [0.0, 0.25, 0.5, 0.75]  # ... from the warm-up
     assert rates[4:] == pytest.approx(theirs_rates[4:])  # the same linear decay to 0 after it
 
