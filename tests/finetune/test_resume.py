@@ -48,17 +48,20 @@ def run(model: Path, data: tuple[Path, Path], out: Path, **settings) -> dict:
     return finetune(model=str(model), train=str(data[0]), dev=str(data[1]), out=str(out), **{**RUN, **settings})
 
 
-def stopping_after(monkeypatch, step: int) -> None:
-    """Make the run stop (as if killed) right after optimizer step `step`."""
+def run_stopped_after(monkeypatch, step: int, *args, **settings) -> None:
+    """`run(*args, **settings)`, stopped (as if killed) right after optimizer step `step`."""
     real = TrainStep.run
 
-    def run_then_stop(self, *args, **kwargs):
-        outcome = real(self, *args, **kwargs)
+    def run_then_stop(self, *a, **kw):
+        outcome = real(self, *a, **kw)
         if self.step == step:
             raise Stop(step)
         return outcome
 
-    monkeypatch.setattr(TrainStep, "run", run_then_stop)
+    with monkeypatch.context() as patch:
+        patch.setattr(TrainStep, "run", run_then_stop)
+        with pytest.raises(Stop):
+            run(*args, **settings)
 
 
 def rows(out: Path) -> list[dict]:
@@ -88,10 +91,7 @@ def test_a_run_stopped_after_any_step_resumes_to_the_same_end(tiny_model, data, 
     """Stopped right after step 1 (no checkpoint yet: the run starts again), 4 (before its checkpoint), 5 (the
     epoch's last step, before its evaluation and checkpoint) and 7 (between checkpoints: step 7 is done again)."""
     out = tmp_path / "run"
-    with monkeypatch.context() as patch:
-        stopping_after(patch, stop)
-        with pytest.raises(Stop):
-            run(tiny_model, data, out, save_every=2)
+    run_stopped_after(monkeypatch, stop, tiny_model, data, out, save_every=2)
     assert not (out / "eval.json").exists()
     saved = [s for s, _ in list_checkpoints(out)]
     assert saved == ([] if stop == 1 else [{4: 2, 5: 4, 7: 6}[stop]])  # --keep-checkpoints 1
@@ -111,10 +111,8 @@ def test_the_best_weights_and_early_stopping_survive_a_resume(tiny_model, data, 
     best = summary["step"]
     assert best < stopped_at - 1  # else the test shows nothing about older best weights
     out = tmp_path / "run"
-    with monkeypatch.context() as patch:
-        stopping_after(patch, stopped_at)  # before the evaluation that stops the run
-        with pytest.raises(Stop):
-            run(tiny_model, data, out, **settings)
+    # stopped before the evaluation that stops the run
+    run_stopped_after(monkeypatch, stopped_at, tiny_model, data, out, **settings)
     step, checkpoint = list_checkpoints(out)[-1]
     assert step == stopped_at - 1 and (checkpoint / "evaluation.safetensors").is_file()  # the best weights, older
     run(tiny_model, data, out, resume=True, **settings)
@@ -123,10 +121,7 @@ def test_the_best_weights_and_early_stopping_survive_a_resume(tiny_model, data, 
 
 def test_a_resume_with_other_settings_is_refused_in_one_line(tiny_model, data, tmp_path, monkeypatch, capsys):
     out = tmp_path / "run"
-    with monkeypatch.context() as patch:
-        stopping_after(patch, 3)
-        with pytest.raises(Stop):
-            run(tiny_model, data, out, save_every=2)
+    run_stopped_after(monkeypatch, 3, tiny_model, data, out, save_every=2)
     before = sorted(p.name for p in out.rglob("*"))
     args = ["finetune", "--task", "classification", "--model", str(tiny_model), "--train", str(data[0]),
             "--dev", str(data[1]), "--out", str(out), "--epochs", "2", "--batch-size", "4", "--lr", "1e-3",
@@ -146,10 +141,7 @@ def test_a_resume_with_other_settings_is_refused_in_one_line(tiny_model, data, t
 def test_resume_with_only_out_continues_the_recorded_run(tiny_model, data, reference, tmp_path, monkeypatch, capsys):
     """`bertforge finetune --resume --out RUN`: the settings come from RUN/finetune_config.json."""
     out = tmp_path / "run"
-    with monkeypatch.context() as patch:
-        stopping_after(patch, 5)
-        with pytest.raises(Stop):
-            run(tiny_model, data, out, save_every=2)
+    run_stopped_after(monkeypatch, 5, tiny_model, data, out, save_every=2)
     assert main(["finetune", "--resume", "--out", str(out)]) == 0
     capsys.readouterr()
     same_run(reference, out)
@@ -161,10 +153,7 @@ def test_resume_with_only_out_continues_the_recorded_run(tiny_model, data, refer
 def test_an_overwrite_stopped_before_its_first_checkpoint_puts_the_previous_run_back(reference, tiny_model, data,
                                                                                      tmp_path, monkeypatch):
     out = Path(shutil.copytree(reference, tmp_path / "run"))
-    with monkeypatch.context() as patch:
-        stopping_after(patch, 1)
-        with pytest.raises(Stop):
-            run(tiny_model, data, out, save_every=2, seed=4, overwrite=True)
+    run_stopped_after(monkeypatch, 1, tiny_model, data, out, save_every=2, seed=4, overwrite=True)
     same_run(reference, out)
     assert [s for s, _ in list_checkpoints(out)] == [10] and not (out / ".replaced-run").exists()
     run(tiny_model, data, out, save_every=2, seed=4, overwrite=True)
@@ -198,10 +187,7 @@ def test_a_resumed_run_rewrites_tensorboard_from_its_checkpoint(reference, tiny_
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     out = tmp_path / "run"
-    with monkeypatch.context() as patch:
-        stopping_after(patch, 7)
-        with pytest.raises(Stop):
-            run(tiny_model, data, out, save_every=2)
+    run_stopped_after(monkeypatch, 7, tiny_model, data, out, save_every=2)
     run(tiny_model, data, out, save_every=2, resume=True)
     events = EventAccumulator(str(out / "tensorboard"))
     events.Reload()
