@@ -27,7 +27,6 @@ import torch
 from tqdm.auto import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from .config import FinetuneConfig
 from .features import Feature, collate, inference_batches, training_batches
 from ..optim import make_optimizer, parameter_groups, warmup_decay  # noqa: F401  (parameter_groups: importable here too)
 from ..training_checkpoint import Loaded, TrainingCheckpoints, number_list
@@ -109,28 +108,6 @@ class TrainResult:
     stopped_early: bool = False
 
 
-def train(
-    model: torch.nn.Module,
-    train_features: Sequence[Feature],
-    evaluate: Callable[[], dict[str, Any]],
-    cfg: FinetuneConfig,
-    main_metric: str,
-    lower_is_better: bool,
-    pad_token_id: int,
-    device: torch.device,
-    metrics_file: Path,
-) -> TrainResult:
-    """Fine-tune `model` in place; on return it holds the weights of the best evaluation.
-
-    `evaluate()` scores the model on the dev set (a dict with `main_metric`). It runs at the end of each epoch
-    and every `cfg.eval_every` optimizer steps; training stops after `cfg.early_stop` evaluations in a row
-    without a better score. Training-loss records (every `cfg.log_every` steps and at each epoch's end) and
-    evaluations are appended to `metrics_file`, one JSON object a line.
-    """
-    run = Finetuning(model, train_features, evaluate, cfg, main_metric, lower_is_better, pad_token_id, device)
-    return run_logged(run, MetricsLog(metrics_file), "fine-tuning")
-
-
 def run_logged(run: Finetuning, metrics: MetricsLog, description: str) -> TrainResult:
     """`run.run()` with its records written to `metrics` (closed at the end) and a progress bar of its steps."""
     with metrics, logging_redirect_tqdm(), tqdm(
@@ -150,7 +127,7 @@ def finetuning_counts(batch: dict[str, torch.Tensor]) -> dict[str, int]:
 
 class Finetuning:
     """The state of one fine-tuning run: the shared `TrainStep` plus batching by epoch, evaluation, best-weights
-    keeping and early stopping. `train()` is its entry point. Another trainer (sentence embeddings) subclasses it
+    keeping and early stopping. `run_logged(run, metrics, ...)` runs it with a progress bar. Another trainer (sentence embeddings) subclasses it
     with its own `epoch_batches`, `make_batch`, `forward_backward` and `counts`."""
 
     def __init__(self, model, train_features, evaluate, cfg, main_metric, lower_is_better, pad_token_id, device) -> None:
