@@ -127,8 +127,8 @@ def finetuning_counts(batch: dict[str, torch.Tensor]) -> dict[str, int]:
 
 class Finetuning:
     """The state of one fine-tuning run: the shared `TrainStep` plus batching by epoch, evaluation, best-weights
-    keeping and early stopping. `run_logged(run, metrics, ...)` runs it with a progress bar. Another trainer (sentence embeddings) subclasses it
-    with its own `epoch_batches`, `make_batch`, `forward_backward` and `counts`."""
+    keeping and early stopping; `run_logged` runs it with a progress bar. Another trainer (sentence embeddings)
+    subclasses it with its own `epoch_batches`, `make_batch`, `forward_backward` and `counts`."""
 
     def __init__(self, model, train_features, evaluate, cfg, main_metric, lower_is_better, pad_token_id, device) -> None:
         self.model, self.features, self.evaluate, self.cfg = model, train_features, evaluate, cfg
