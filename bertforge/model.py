@@ -353,6 +353,25 @@ class BertPreTrainedModel(nn.Module):
     def gradient_checkpointing_enable(self) -> None:
         self.base_model.encoder.gradient_checkpointing = True
 
+    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
+                position_ids: Tensor | None = None, labels: Tensor | None = None, output_attentions: bool = False,
+                output_hidden_states: bool = False, **targets: Any) -> ModelOutput:
+        """Every head's forward, with Hugging Face's keywords: the encoder, then the head (`head`). `targets`
+        are the head's other inputs (`next_sentence_label`, `start_positions` / `end_positions`, `sparse_mlm`);
+        the encoder skips padding when the head reads no padded position (`skips_padding`)."""
+        out = self.bert(
+            input_ids, attention_mask, token_type_ids, position_ids, output_attentions, output_hidden_states,
+            unpad=self.skips_padding(labels, **targets),
+        )
+        return self.head(out, labels, **targets)
+
+    def skips_padding(self, labels: Tensor | None, **targets: Any) -> bool:
+        """Whether the head reads no padded position of the encoder's output (then the encoder runs unpadded)."""
+        return False
+
+    def head(self, out: BaseModelOutput, labels: Tensor | None, **targets: Any) -> ModelOutput:
+        raise NotImplementedError(f"{type(self).__name__} has no task head")
+
     @classmethod
     def from_pretrained(cls, path: Any, **overrides: Any) -> Any:
         from .checkpoint import load_pretrained
@@ -489,22 +508,16 @@ class BertForPreTraining(BertPreTrainedModel):
         self.cls = BertPreTrainingHeads(config)
         self.init_weights()
 
-    def forward(
+    def skips_padding(self, labels: Tensor | None, sparse_mlm: bool = True, **targets: Any) -> bool:
+        return labels is not None and sparse_mlm  # then only labelled positions and [CLS] are read
+
+    def head(  # type: ignore[override]
         self,
-        input_ids: Tensor,
-        attention_mask: Tensor | None = None,
-        token_type_ids: Tensor | None = None,
-        position_ids: Tensor | None = None,
-        labels: Tensor | None = None,
+        out: BaseModelOutput,
+        labels: Tensor | None,
         next_sentence_label: Tensor | None = None,
-        output_attentions: bool = False,
-        output_hidden_states: bool = False,
         sparse_mlm: bool = True,
     ) -> PreTrainingOutput:
-        unpad = labels is not None and sparse_mlm  # then only labelled positions and [CLS] are read
-        out = self.bert(
-            input_ids, attention_mask, token_type_ids, position_ids, output_attentions, output_hidden_states, unpad=unpad
-        )
         word = self.bert.embeddings.word_embeddings.weight
         logits, mlm_loss = masked_lm(self.cls.predictions, word, out.last_hidden_state, labels, sparse_mlm)
         nsp_logits = self.cls.seq_relationship(out.pooler_output)  # [B, 2]
@@ -527,21 +540,11 @@ class BertForMaskedLM(BertPreTrainedModel):
         self.cls = BertPreTrainingHeads(config, nsp=False)
         self.init_weights()
 
-    def forward(
-        self,
-        input_ids: Tensor,
-        attention_mask: Tensor | None = None,
-        token_type_ids: Tensor | None = None,
-        position_ids: Tensor | None = None,
-        labels: Tensor | None = None,
-        output_attentions: bool = False,
-        output_hidden_states: bool = False,
-        sparse_mlm: bool = True,
+    skips_padding = BertForPreTraining.skips_padding  # only labelled positions are read
+
+    def head(  # type: ignore[override]
+        self, out: BaseModelOutput, labels: Tensor | None, sparse_mlm: bool = True
     ) -> MaskedLMOutput:
-        unpad = labels is not None and sparse_mlm  # then only labelled positions are read
-        out = self.bert(
-            input_ids, attention_mask, token_type_ids, position_ids, output_attentions, output_hidden_states, unpad=unpad
-        )
         word = self.bert.embeddings.word_embeddings.weight
         logits, loss = masked_lm(self.cls.predictions, word, out.last_hidden_state, labels, sparse_mlm)
         return MaskedLMOutput(loss, logits, out.hidden_states, out.attentions)
@@ -555,19 +558,10 @@ class BertForNextSentencePrediction(BertPreTrainedModel):
         self.cls = BertPreTrainingHeads(config, mlm=False)
         self.init_weights()
 
-    def forward(
-        self,
-        input_ids: Tensor,
-        attention_mask: Tensor | None = None,
-        token_type_ids: Tensor | None = None,
-        position_ids: Tensor | None = None,
-        labels: Tensor | None = None,
-        output_attentions: bool = False,
-        output_hidden_states: bool = False,
-    ) -> SequenceClassifierOutput:
-        out = self.bert(  # only [CLS] is read: skip padding
-            input_ids, attention_mask, token_type_ids, position_ids, output_attentions, output_hidden_states, unpad=True
-        )
+    def skips_padding(self, labels: Tensor | None, **targets: Any) -> bool:
+        return True  # only [CLS] is read
+
+    def head(self, out: BaseModelOutput, labels: Tensor | None) -> SequenceClassifierOutput:  # type: ignore[override]
         logits = self.cls.seq_relationship(out.pooler_output)  # [B, 2]
         loss = F.cross_entropy(logits.float(), labels.reshape(-1)) if labels is not None else None
         return SequenceClassifierOutput(loss, logits, out.hidden_states, out.attentions)
@@ -626,19 +620,9 @@ class BertForSequenceClassification(_ClassifierMixin, BertPreTrainedModel):
             return "single_label_classification"
         return "multi_label_classification"
 
-    def forward(
-        self,
-        input_ids: Tensor,
-        attention_mask: Tensor | None = None,
-        token_type_ids: Tensor | None = None,
-        position_ids: Tensor | None = None,
-        labels: Tensor | None = None,
-        output_attentions: bool = False,
-        output_hidden_states: bool = False,
-    ) -> SequenceClassifierOutput:
-        out = self.bert(  # only [CLS] is read: skip padding
-            input_ids, attention_mask, token_type_ids, position_ids, output_attentions, output_hidden_states, unpad=True
-        )
+    skips_padding = BertForNextSentencePrediction.skips_padding  # only [CLS] is read
+
+    def head(self, out: BaseModelOutput, labels: Tensor | None) -> SequenceClassifierOutput:  # type: ignore[override]
         pooled = out.pooler_output if out.pooler_output is not None else out.last_hidden_state[:, 0]
         logits = self.classify(pooled)  # [B, num_labels]
         loss = None
@@ -662,20 +646,10 @@ class BertForTokenClassification(_ClassifierMixin, BertPreTrainedModel):
         self.classifier = Dense(config.hidden_size, config.num_labels)
         self.init_weights()
 
-    def forward(
-        self,
-        input_ids: Tensor,
-        attention_mask: Tensor | None = None,
-        token_type_ids: Tensor | None = None,
-        position_ids: Tensor | None = None,
-        labels: Tensor | None = None,
-        output_attentions: bool = False,
-        output_hidden_states: bool = False,
-    ) -> SequenceClassifierOutput:
-        out = self.bert(  # with labels (training, evaluation), padding is never read: skip it in the encoder
-            input_ids, attention_mask, token_type_ids, position_ids, output_attentions, output_hidden_states,
-            unpad=labels is not None,
-        )
+    def skips_padding(self, labels: Tensor | None, **targets: Any) -> bool:
+        return labels is not None  # with labels (training, evaluation), padding is never read
+
+    def head(self, out: BaseModelOutput, labels: Tensor | None) -> SequenceClassifierOutput:  # type: ignore[override]
         logits = self.classifier(dropout(out.last_hidden_state, self._dropout_p(), self.training))  # [B, S, L]
         loss = None
         if labels is not None:
@@ -696,18 +670,15 @@ class BertForQuestionAnswering(BertPreTrainedModel):
         self.qa_outputs = Dense(config.hidden_size, 2)
         self.init_weights()
 
-    def forward(
+    def head(  # type: ignore[override]
         self,
-        input_ids: Tensor,
-        attention_mask: Tensor | None = None,
-        token_type_ids: Tensor | None = None,
-        position_ids: Tensor | None = None,
+        out: BaseModelOutput,
+        labels: None,
         start_positions: Tensor | None = None,
         end_positions: Tensor | None = None,
-        output_attentions: bool = False,
-        output_hidden_states: bool = False,
     ) -> QuestionAnsweringOutput:
-        out = self.bert(input_ids, attention_mask, token_type_ids, position_ids, output_attentions, output_hidden_states)
+        if labels is not None:
+            raise BertforgeError("BertForQuestionAnswering takes start_positions and end_positions, not labels")
         start_logits, end_logits = self.qa_outputs(out.last_hidden_state).float().unbind(-1)  # [B, S] each
         loss = None
         if start_positions is not None and end_positions is not None:

@@ -390,3 +390,24 @@ def test_training_attention_with_dropout_is_unbiased():
     assert (draws[0] - expected).abs().max() > 1e-2  # dropout is on
     spread = draws.std(0).max().item() / math.sqrt(len(draws))
     assert (draws.mean(0) - expected).abs().max() < 6 * spread
+
+
+def test_heads_share_one_forward_and_refuse_inputs_they_do_not_take():
+    """Every head runs `BertPreTrainedModel.forward`; a target the head does not take is an error, not ignored."""
+    from bertforge.model import BertForMaskedLM, BertForQuestionAnswering, BertForTokenClassification
+
+    ids = torch.tensor([[2, 5, 6, 3, 0], [2, 7, 3, 0, 0]])
+    mask = (ids != 0).long()
+    qa = BertForQuestionAnswering(tiny_config(num_labels=2)).eval()
+    with pytest.raises(BertforgeError, match="start_positions and end_positions, not labels"):
+        qa(ids, mask, labels=torch.zeros(2, dtype=torch.long))
+    with pytest.raises(TypeError, match="next_sentence_label"):
+        BertForTokenClassification(tiny_config())(ids, mask, next_sentence_label=torch.zeros(2, dtype=torch.long))
+    mlm = BertForMaskedLM(tiny_config()).eval()
+    labels = torch.full_like(ids, -100)
+    labels[0, 1] = 5
+    sparse = mlm(ids, mask, labels=labels)  # unpadded encoder, logits of the labelled position only
+    dense = mlm(ids, mask, labels=labels, sparse_mlm=False)
+    assert mlm.skips_padding(labels) and not mlm.skips_padding(labels, sparse_mlm=False)
+    assert sparse.logits.shape == (1, 99) and dense.logits.shape == (2, 5, 99)
+    torch.testing.assert_close(sparse.loss, dense.loss, rtol=1e-5, atol=1e-6)

@@ -206,13 +206,8 @@ class CorpusReader:
             self.files = all_files[rank::world_size]
         else:
             self.files = all_files
-        self.text_field = text_field
-        self.rank = rank
-        self.world_size = world_size
-        self.shard_by = shard_by
-        self.min_docs = min_docs
-        self.cycle = cycle
-        self.split = split
+        self.text_field, self.split, self.cycle, self.min_docs = text_field, split, cycle, min_docs
+        self.rank, self.world_size, self.shard_by = rank, world_size, shard_by  # this rank's shard
         # position
         self.epoch = 0
         self.file_idx = 0

@@ -56,7 +56,7 @@ from array import array
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -171,22 +171,25 @@ Pair = tuple[list[int], list[int], int, int]
 PairMaker = Callable[[list[Sequence[int]], random.Random, int], "Pair | None"]
 
 
+class PairLayout(NamedTuple):
+    """How NSP and SOP lay a pair out: ``[CLS] A [SEP] B [SEP]`` in at most ``max_seq_length`` ids, aiming at a
+    shorter random length with probability ``short_seq_prob`` (drawn once per document)."""
+
+    max_seq_length: int
+    short_seq_prob: float
+    cls_id: int
+    sep_id: int
+
+
 def _create_pair_instances(
-    document: Sequence[Sequence[int]],
-    make_pair: PairMaker,
-    rng: random.Random,
-    *,
-    max_seq_length: int,
-    short_seq_prob: float,
-    cls_id: int,
-    sep_id: int,
+    document: Sequence[Sequence[int]], make_pair: PairMaker, rng: random.Random, layout: PairLayout
 ) -> list[Instance]:
     """BERT's A/B loop, shared by NSP and SOP: the document's target length (``short_seq_prob``), whole sentences
     accumulated into a chunk until it reaches the target or the document ends, ``make_pair`` turning each chunk into
     two segments and a label, the pair trimmed by :func:`truncate_pair` and laid out as ``[CLS] A [SEP] B [SEP]``."""
-    max_tokens = max_seq_length - 3
+    max_tokens = layout.max_seq_length - 3
     target = max_tokens
-    if rng.random() < short_seq_prob:
+    if rng.random() < layout.short_seq_prob:
         target = rng.randint(2, max_tokens)
 
     instances: list[Instance] = []
@@ -202,7 +205,7 @@ def _create_pair_instances(
                 tokens_a, tokens_b, label, read_again = pair
                 i -= read_again
                 truncate_pair(tokens_a, tokens_b, max_tokens, rng)
-                ids = [cls_id, *tokens_a, sep_id, *tokens_b, sep_id]
+                ids = [layout.cls_id, *tokens_a, layout.sep_id, *tokens_b, layout.sep_id]
                 instances.append(Instance(ids, len(tokens_a) + 2, label))
             chunk = []
             chunk_len = 0
@@ -214,11 +217,7 @@ def create_nsp_instances(
     document: Sequence[Sequence[int]],
     random_document: Callable[[random.Random], Sequence[Sequence[int]] | None],
     rng: random.Random,
-    *,
-    max_seq_length: int,
-    short_seq_prob: float,
-    cls_id: int,
-    sep_id: int,
+    layout: PairLayout,
 ) -> list[Instance]:
     """All sentence-pair instances of one tokenized document (a list of sentences, each a list of ids).
 
@@ -246,8 +245,7 @@ def create_nsp_instances(
                 break
         return tokens_a, tokens_b, NOT_NEXT, len(chunk) - a_end  # the chunk's unused sentences are read again
 
-    return _create_pair_instances(document, nsp_pair, rng, max_seq_length=max_seq_length,
-                                  short_seq_prob=short_seq_prob, cls_id=cls_id, sep_id=sep_id)
+    return _create_pair_instances(document, nsp_pair, rng, layout)
 
 
 def _sop_pair(chunk: list[Sequence[int]], rng: random.Random, target: int) -> Pair | None:
@@ -264,15 +262,7 @@ def _sop_pair(chunk: list[Sequence[int]], rng: random.Random, target: int) -> Pa
     return first, second, IN_ORDER, 0
 
 
-def create_sop_instances(
-    document: Sequence[Sequence[int]],
-    rng: random.Random,
-    *,
-    max_seq_length: int,
-    short_seq_prob: float,
-    cls_id: int,
-    sep_id: int,
-) -> list[Instance]:
+def create_sop_instances(document: Sequence[Sequence[int]], rng: random.Random, layout: PairLayout) -> list[Instance]:
     """All sentence-order instances of one tokenized document (ALBERT's SOP): BERT's chunks and A/B split (as
     :func:`create_nsp_instances`), B always the rest of the chunk; with probability 1/2 the two are swapped
     (``[CLS] B [SEP] A [SEP]``, label :data:`SWAPPED`), else kept (label :data:`IN_ORDER`). The swap is decided
@@ -280,8 +270,7 @@ def create_sop_instances(
     token on a tie) says nothing about the order. No other document is ever used: a chunk of one sentence is cut
     at a random token boundary instead, and a chunk of a single token (a one-token document or last sentence)
     makes no instance."""
-    return _create_pair_instances(document, _sop_pair, rng, max_seq_length=max_seq_length,
-                                  short_seq_prob=short_seq_prob, cls_id=cls_id, sep_id=sep_id)
+    return _create_pair_instances(document, _sop_pair, rng, layout)
 
 
 # ---------------------------------------------------------------------------------------------- packing
@@ -398,11 +387,9 @@ class InstanceStream:
             raise BertforgeError(f"doc_buffer must be at least 2 documents with NSP (got {doc_buffer})")
         self.reader = reader
         self.tokenize = tokenize
-        self.cls_id, self.sep_id = cls_id, sep_id
-        self.max_seq_length = max_seq_length
+        self.pair_layout = PairLayout(max_seq_length, short_seq_prob, cls_id, sep_id)
         self.sentence_objective = objective
         self.nsp = nsp
-        self.short_seq_prob = short_seq_prob
         self.seed, self.rank = seed, rank
         self.shuffle_capacity = max(1, shuffle_buffer)
         self.doc_buffer = doc_buffer
@@ -511,10 +498,7 @@ class InstanceStream:
             current.sentences,
             self._random_other(current),
             self._document_rng(current.epoch, current.index),
-            max_seq_length=self.max_seq_length,
-            short_seq_prob=self.short_seq_prob,
-            cls_id=self.cls_id,
-            sep_id=self.sep_id,
+            self.pair_layout,
         )
 
     def _document_instances(self) -> list[Instance] | None:
@@ -535,14 +519,7 @@ class InstanceStream:
             if per_epoch is not None and self.docs_without_tokens > per_epoch:
                 raise BertforgeError("no document of the corpus produces any token with this tokenizer")
         if self.sentence_objective == "sop":
-            return create_sop_instances(
-                sentences,
-                self._document_rng(doc.epoch, doc.index),
-                max_seq_length=self.max_seq_length,
-                short_seq_prob=self.short_seq_prob,
-                cls_id=self.cls_id,
-                sep_id=self.sep_id,
-            )
+            return create_sop_instances(sentences, self._document_rng(doc.epoch, doc.index), self.pair_layout)
         return self.packer.add_document(sentences)
 
     def _document_rng(self, epoch: int, index: int) -> random.Random:

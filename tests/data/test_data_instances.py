@@ -15,6 +15,7 @@ from bertforge.data import (
     CorpusReader,
     Instance,
     InstanceStream,
+    PairLayout,
     PretrainingStream,
     SequencePacker,
     create_nsp_instances,
@@ -426,13 +427,11 @@ def test_nsp_instances_from_long_documents_are_linear():
     sentences from its random start (about 9 s here); now ~0.7 s."""
     import time
 
-    from bertforge.data.instances import create_nsp_instances
 
     document = [[i] for i in range(400_000)]
     other = [[-i] for i in range(400_000)]
     started = time.perf_counter()
-    out = create_nsp_instances(document, lambda rng: other, random.Random(0), max_seq_length=64, short_seq_prob=0.1,
-                               cls_id=CLS, sep_id=SEP)
+    out = create_nsp_instances(document, lambda rng: other, random.Random(0), PairLayout(64, 0.1, CLS, SEP))
     assert time.perf_counter() - started < 5
     assert sum(inst.next_sentence_label == NOT_NEXT for inst in out) > 1000
 
@@ -503,8 +502,7 @@ def test_sop_swap_comes_before_truncation():
     document = [list(range(100, 105)), list(range(200, 240))]
     labels = set()
     for seed in range(40):
-        (inst,) = create_sop_instances(document, random.Random(seed), max_seq_length=12, short_seq_prob=0.0,
-                                       cls_id=CLS, sep_id=SEP)
+        (inst,) = create_sop_instances(document, random.Random(seed), PairLayout(12, 0.0, CLS, SEP))
         first, second = split_pair(inst)
         assert (len(first), len(second)) == (5, 4)
         assert (first[0] >= 200) == (inst.next_sentence_label == SWAPPED)
@@ -518,15 +516,13 @@ def test_sop_single_sentence_and_single_token_documents(tmp_path):
     document = [list(range(100, 110))]
     cuts = set()
     for seed in range(60):
-        (inst,) = create_sop_instances(document, random.Random(seed), max_seq_length=64, short_seq_prob=0.0,
-                                       cls_id=CLS, sep_id=SEP)
+        (inst,) = create_sop_instances(document, random.Random(seed), PairLayout(64, 0.0, CLS, SEP))
         first, second = split_pair(inst)
         early, late = (first, second) if inst.next_sentence_label == IN_ORDER else (second, first)
         assert early + late == list(range(100, 110))
         cuts.add(len(early))
     assert cuts == set(range(1, 10))
-    assert create_sop_instances([[100]], random.Random(0), max_seq_length=64, short_seq_prob=0.0, cls_id=CLS,
-                                sep_id=SEP) == []
+    assert create_sop_instances([[100]], random.Random(0), PairLayout(64, 0.0, CLS, SEP)) == []
     one = tagged_docs(1, seed=3, sentences=(1, 1), words=(6, 6))
     batch = next(sop_stream(write_txt(tmp_path / "one.txt", one), WordVocab(one), batch_size=4, max_seq_length=16))
     assert set(batch["next_sentence_label"].tolist()) <= {IN_ORDER, SWAPPED}
@@ -540,10 +536,9 @@ def test_sop_uses_nsp_chunks_and_split_points():
     document = [list(range(100 * s, 100 * s + 7)) for s in range(1, 12)]
     same = 0
     for seed in range(30):
-        nsp = create_nsp_instances(document, lambda rng: [[-1, -2, -3]], random.Random(seed), max_seq_length=32,
-                                   short_seq_prob=0.0, cls_id=CLS, sep_id=SEP)
-        sop = create_sop_instances(document, random.Random(seed), max_seq_length=32, short_seq_prob=0.0,
-                                   cls_id=CLS, sep_id=SEP)
+        layout = PairLayout(32, 0.0, CLS, SEP)
+        nsp = create_nsp_instances(document, lambda rng: [[-1, -2, -3]], random.Random(seed), layout)
+        sop = create_sop_instances(document, random.Random(seed), layout)
         if nsp[0].next_sentence_label == IS_NEXT:  # the first chunk's draws were the same in both
             a, _ = split_pair(nsp[0])
             first, second = split_pair(sop[0])
