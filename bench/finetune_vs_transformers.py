@@ -439,6 +439,9 @@ def parse_args() -> argparse.Namespace:
                         help="bertforge: batches of similar length instead of its default plain shuffled ones")
     parser.add_argument("--hf-group-by-length", action="store_true",
                         help="transformers: LengthGroupedSampler instead of Trainer's default RandomSampler")
+    parser.add_argument("--resume", metavar="RESULTS_JSON",
+                        help="take the seeds an earlier results.json already ran with the same hyper-parameters "
+                             "and checkpoint, run the others")
     parser.add_argument("--model", help="the checkpoint both sides start from (default: all-MiniLM-L6-v2)")
     parser.add_argument("--dropout", type=float,
                         help="both sides: hidden and attention dropout (a copy of the checkpoint with config.json "
@@ -475,15 +478,32 @@ def make_plans(args: argparse.Namespace, work: Path) -> dict[str, tuple]:
     }
 
 
+def earlier_runs(path: str | None, name: str, hp: dict[str, Any], model_dir: str) -> dict[int, dict[str, Any]]:
+    """The runs of task `name` in an earlier results.json (`--resume`) that had the same hyper-parameters and
+    starting checkpoint, by seed: a long measurement can be spread over several sittings."""
+    if path is None:
+        return {}
+    earlier = json.loads(Path(path).read_text(encoding="utf-8"))
+    task = earlier.get("tasks", {}).get(name)
+    if task is None or task["hyper_parameters"] != hp or task.get("model", model_dir) != model_dir:
+        return {}
+    return {run["seed"]: run for run in task["runs"]}
+
+
 def run_task(name: str, plan: tuple, seeds: list[int], model_dir: str, work: Path,
-             save: Any) -> dict[str, Any]:
+             save: Any, resume: str | None = None) -> dict[str, Any]:
     """Both sides once per seed; `save(partial)` after each seed so that an interrupted bench keeps its rows."""
     task, hf_run, prepare, hp, metric = plan
     train, dev = prepare()
     print(f"== {name}: {task}, train {train}, dev {dev}, {hp}", flush=True)
     result: dict[str, Any] = {"hyper_parameters": hp, "main_metric": metric, "train": str(train), "dev": str(dev),
-                              "runs": []}
+                              "model": model_dir, "runs": []}
+    done = earlier_runs(resume, name, hp, model_dir)
     for seed in seeds:
+        if seed in done:
+            result["runs"].append(done[seed])
+            print(f"   seed {seed}: taken from {resume}", flush=True)
+            continue
         seed_hp = dict(hp, seed=seed)
         mine = ours(task, model_dir, train, dev, seed_hp, work / f"{name}_bertforge")
         theirs = hf_run(model_dir, train, dev, seed_hp, work / f"{name}_transformers")
@@ -533,7 +553,8 @@ def main() -> None:
         if name not in plans:
             raise SystemExit(f"unknown task {name!r}; choose from {', '.join(plans)}")
     for name in args.tasks.split(","):
-        save(run_task(name, plans[name], seeds, model_dir, work, lambda partial, n=name: save(partial, n)), name)
+        save(run_task(name, plans[name], seeds, model_dir, work, lambda partial, n=name: save(partial, n),
+                      args.resume), name)
     print(f"\n{'task':17} {'metric':9} {'bertforge':>17} {'transformers':>17} {'wall ratio':>10}")
     for name, r in results["tasks"].items():
         m, summary = r["main_metric"], r["summary"]
