@@ -280,8 +280,10 @@ def test_glue_command_end_to_end(tmp_path, tiny_model, capsys):
             "checkpoints", "eval.json", "finetune_config.json", "metrics.jsonl", "model", "tensorboard",
             "training_curve.png"]
         expected = reference_scores(name, out / name / "model", data)
-        assert result["scores"] == pytest.approx(expected, abs=1e-4), name
-        assert result["score"] == pytest.approx(sum(expected.values()) / len(expected))
+        # scores are x100; the tiny model's near-constant regression outputs make Pearson move by ~1e-3 between the
+        # training run's evaluation and `predict`'s packed batches (float32 summation order)
+        assert result["scores"] == pytest.approx(expected, abs=1e-2), name
+        assert result["score"] == pytest.approx(sum(expected.values()) / len(expected), abs=1e-2)
         task_numbers.append(result["score"])
     assert report["tasks"]["MNLI"]["dev"]["dev_mismatched"]["examples"] == 16
     assert set(report["tasks"]["MNLI"]["metrics"]) == {"dev_matched", "dev_mismatched"}
