@@ -103,7 +103,7 @@ def collate(features: Sequence[Feature], pad_token_id: int) -> dict[str, torch.T
 
 
 def training_batches(
-    lengths: Sequence[int], batch_size: int, generator: torch.Generator, group_by_length: bool = True
+    lengths: Sequence[int], batch_size: int, generator: torch.Generator, group_by_length: bool
 ) -> list[list[int]]:
     """One epoch's batches of example indices, in an order drawn from `generator`.
 

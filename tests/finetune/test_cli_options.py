@@ -77,7 +77,7 @@ def test_finetune_batches_are_plain_shuffled_unless_grouped_by_length(tmp_path, 
     made = []
     real = trainer.training_batches
 
-    def recording(lengths, batch_size, generator, group_by_length=True):
+    def recording(lengths, batch_size, generator, group_by_length):
         batches = real(lengths, batch_size, generator, group_by_length)
         made.append([[lengths[i] for i in b] for b in batches])
         return batches

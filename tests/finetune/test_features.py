@@ -72,7 +72,7 @@ def test_collate_pads_per_batch():
 
 def test_training_batches_are_seeded_and_grouped():
     lengths = [(i * 37) % 101 + 1 for i in range(1000)]
-    order = lambda seed: training_batches(lengths, 16, torch.Generator().manual_seed(seed))  # noqa: E731
+    order = lambda seed: training_batches(lengths, 16, torch.Generator().manual_seed(seed), True)  # noqa: E731
     batches = order(1)
     assert sorted(i for b in batches for i in b) == list(range(1000))
     assert batches == order(1) and batches != order(2)
