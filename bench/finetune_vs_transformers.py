@@ -454,6 +454,12 @@ def parse_args() -> argparse.Namespace:
     args = parser.parse_args()
     if args.seeds < 1:
         parser.error("--seeds must be at least 1")
+    if args.resume is not None and not Path(args.resume).is_file():
+        parser.error(f"--resume {args.resume}: no such results file")
+    if args.model is not None and not (Path(args.model) / "config.json").is_file():
+        parser.error(f"--model {args.model}: no config.json there")
+    if args.dropout is not None and not 0.0 <= args.dropout < 1.0:
+        parser.error(f"--dropout must be in [0, 1), got {args.dropout}")
     return args
 
 
