@@ -1,4 +1,6 @@
-"""`pipeline("rerank")` against sentence-transformers' CrossEncoder on the same tiny random checkpoints."""
+"""Tests of `bertforge.pipelines.rerank`: `pipeline("rerank")` against sentence-transformers' CrossEncoder.
+
+Both run the same tiny random checkpoints."""
 
 from __future__ import annotations
 

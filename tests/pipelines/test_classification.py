@@ -1,0 +1,63 @@
+"""Tests of `bertforge.pipelines.classification`: text and token classification against transformers' pipelines."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import bertforge
+from bertforge import BertforgeError
+from tests.pipelines.pipelines_helpers import SENTENCES
+
+transformers = pytest.importorskip("transformers", reason="needs transformers: pip install -e '.[test]'")
+
+
+def test_text_classification_equals_transformers(heads):
+    ours = bertforge.pipeline("text-classification", model=heads["tc"])
+    ref = transformers.pipeline("text-classification", model=str(heads["tc"]), device="cpu")
+    for text in SENTENCES:
+        (theirs,) = ref(text)
+        mine = ours(text)
+        assert mine["label"] == theirs["label"] and abs(mine["score"] - theirs["score"]) < 1e-4
+    pair = ours(("The cat sat.", "It was tired."))
+    theirs = ref({"text": "The cat sat.", "text_pair": "It was tired."})
+    assert pair["label"] == theirs["label"] and abs(pair["score"] - theirs["score"]) < 1e-4
+    batch = ours([SENTENCES[0], {"text": "The cat sat.", "text_pair": "It was tired."}, SENTENCES[1]])
+    for got, alone in ((batch[1], pair), (batch[0], ours(SENTENCES[0]))):
+        assert got["label"] == alone["label"] and abs(got["score"] - alone["score"]) < 1e-6
+    everything = bertforge.pipeline("text-classification", model=heads["tc"], top_k=None)(SENTENCES[0])
+    reference = ref(SENTENCES[0], top_k=None)
+    assert [r["label"] for r in everything] == [r["label"] for r in reference]
+    assert np.allclose([r["score"] for r in everything], [r["score"] for r in reference], atol=1e-4)
+
+
+@pytest.mark.parametrize("strategy", ["none", "simple", "first", "average", "max"])
+def test_token_classification_equals_transformers(heads, strategy):
+    text = "John Smith lives in New York and works at Googleplex incorporated, ünïcode 中文 ☃ [UNK]."
+    ours = bertforge.pipeline("token-classification", model=heads["ner"], aggregation_strategy=strategy)
+    ref = transformers.pipeline("token-classification", model=str(heads["ner"]), aggregation_strategy=strategy,
+                                device="cpu")
+    mine, theirs = ours(text), ref(text)
+    assert len(mine) == len(theirs) > 0
+    for a, b in zip(mine, theirs):
+        assert {k: v for k, v in a.items() if k != "score"} == {k: v for k, v in b.items() if k != "score"}
+        assert abs(a["score"] - float(b["score"])) < 1e-4
+        assert text[a["start"] : a["end"]].lower().replace(" ", "") != ""  # a real character span
+
+
+def test_token_classification_batch_empty_and_long(heads, caplog):
+    pipe = bertforge.pipeline("token-classification", model=heads["ner"], ignore_labels=[])
+    results = pipe(["", "Paris", "word " * 700])
+    assert results[0] == [] and results[1][0]["start"] == 0 and results[1][0]["end"] == 5
+    assert "truncated" in caplog.text
+
+
+def test_missing_heads_and_wrong_architectures(heads, minilm_dir):
+    with pytest.raises(BertforgeError, match=r"no sequence-classification head \(classifier\.\*.*--task classification"):
+        bertforge.pipeline("text-classification", model=minilm_dir)
+    with pytest.raises(BertforgeError, match=r"no token-classification head.*--task ner"):
+        bertforge.pipeline("ner", model=minilm_dir)
+    with pytest.raises(BertforgeError, match=r"no question-answering head \(qa_outputs\.\*.*--task qa"):
+        bertforge.pipeline("question-answering", model=minilm_dir)
+    with pytest.raises(BertforgeError, match="is a BertForSequenceClassification checkpoint"):
+        bertforge.pipeline("token-classification", model=heads["tc"])

@@ -1,0 +1,72 @@
+"""Tests of `bertforge.pipelines.embed`: sentence embeddings against sentence-transformers and transformers."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+import torch
+
+import bertforge
+from bertforge import BertforgeError
+from bertforge.pipelines import base as pipeline_base
+from tests.pipelines.pipelines_helpers import LONG, SENTENCES
+
+transformers = pytest.importorskip("transformers", reason="needs transformers: pip install -e '.[test]'")
+
+
+def test_mean_pool_equals_per_sequence_mean():
+    from bertforge.pipelines.embed import mean_pool
+
+    torch.manual_seed(0)
+    lengths = [9, 9, 7, 3, 3, 3, 1]
+    hidden = torch.randn(sum(lengths), 16)
+    expected = torch.stack([part.mean(0) for part in hidden.split(lengths)])
+    assert (mean_pool(hidden, lengths) - expected).abs().max() < 1e-6
+
+
+def test_embed_equals_sentence_transformers(embed, minilm_dir, caplog):
+    st = pytest.importorskip("sentence_transformers")
+    texts = SENTENCES + [LONG]
+    with caplog.at_level(logging.WARNING, logger="bertforge"):
+        ours = embed(texts)
+    assert "1 input longer than max_length=256 tokens was truncated" in caplog.text
+    ref = st.SentenceTransformer(str(minilm_dir), device="cpu").encode(texts, batch_size=4)
+    assert ours.shape == (len(texts), 384) and ours.dtype == np.float32
+    assert embed.pooling == "mean" and embed.normalize and embed.max_length == 256  # read from the ST files
+    assert embed.attention_padding == 0.5  # padded, masked attention over several lengths is what was checked
+    cosine = (ours * ref).sum(1) / np.linalg.norm(ours, axis=1) / np.linalg.norm(ref, axis=1)
+    assert cosine.min() >= 0.99999
+    assert np.abs(ours - ref).max() < 1e-5
+
+
+def test_embed_cls_unnormalized_equals_transformers(minilm_dir):
+    pipe = bertforge.pipeline("embed", model=minilm_dir, pooling="cls", normalize=False)
+    tok = transformers.AutoTokenizer.from_pretrained(minilm_dir)
+    ref = transformers.BertModel.from_pretrained(minilm_dir).eval()
+    with torch.no_grad():
+        expected = ref(**tok(SENTENCES, padding=True, return_tensors="pt")).last_hidden_state[:, 0].numpy()
+    assert np.abs(pipe(SENTENCES) - expected).max() < 1e-5
+
+
+def test_embed_order_single_stream_and_empty(embed, monkeypatch):
+    together = embed(SENTENCES)
+    assert np.abs(embed(SENTENCES[3]) - together[3]).max() < 1e-6  # one text → [hidden]
+    monkeypatch.setattr(pipeline_base, "CHUNK_SIZE", 3)  # several chunks, tokenized in the background
+    streamed = np.stack(list(embed.stream(t for t in SENTENCES)))
+    assert np.abs(streamed - together).max() < 1e-6
+    assert embed([]).shape == (0, 384)
+
+
+def test_embed_bad_options_and_inputs(minilm_dir, embed):
+    with pytest.raises(BertforgeError, match="pooling must be one of"):
+        bertforge.pipeline("embed", model=minilm_dir, pooling="max")
+    with pytest.raises(BertforgeError, match="max_length must be"):
+        bertforge.pipeline("embed", model=minilm_dir, max_length=100000)
+    with pytest.raises(BertforgeError, match="input 1 is a int"):
+        embed(["fine", 3])
+    with pytest.raises(BertforgeError, match="no such model directory"):
+        bertforge.pipeline("embed", model=minilm_dir / "nope")
+    with pytest.raises(BertforgeError, match="unknown task"):
+        bertforge.pipeline("summarize", model=minilm_dir)
