@@ -1,3 +1,5 @@
+"""Tests of `bertforge.data.static`: static (pre-masked) shards written and read back."""
+
 import json
 
 import numpy as np

@@ -1,3 +1,5 @@
+"""Tests of `bertforge.data.corpus`: documents read from text, gzip and JSON-lines files, sharded and resumed."""
+
 import gzip
 import json
 import random

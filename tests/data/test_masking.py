@@ -1,3 +1,5 @@
+"""Tests of `bertforge.data.masking`: `MaskingCollator`'s token, whole-word and n-gram masking."""
+
 import json
 import random
 

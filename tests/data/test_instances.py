@@ -1,3 +1,5 @@
+"""Tests of `bertforge.data.instances`: NSP and SOP sentence pairs and packed sequences from a document stream."""
+
 import json
 import math
 import random

@@ -1,3 +1,5 @@
+"""Tests of `bertforge.data.stream`: `PretrainingStream`'s batches, exact resume and constant memory."""
+
 import gzip
 import json
 import os
