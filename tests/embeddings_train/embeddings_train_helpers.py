@@ -1,0 +1,39 @@
+"""Helpers of the sentence-embedding training tests: a toy retrieval task and a tiny random BERT (2 layers, 32 wide).
+
+The task: anchors a0..a15, each paired with one of b0..b15 by a fixed random permutation, in sentence templates."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import torch
+
+from bertforge import BertModel
+from tests.helpers import SPECIALS, tiny_config, write_uncased_tokenizer
+
+N = 16  # anchors a0..a15, each paired with one of b0..b15 (a fixed random permutation): learnable, no shared token
+A = [f"a{i}" for i in range(N)]
+B = [f"b{i}" for i in range(N)]
+FILLERS = "the is here there now see some one with and".split()
+VOCAB = SPECIALS + A + B + FILLERS
+PERMUTATION = random.Random(0).sample(range(N), N)
+TRAIN_TEMPLATES = [("the {} is here", "{} there"), ("{} now", "see {}"), ("some {}", "one {} with"), ("{} and the", "{} is")]
+DEV_TEMPLATES = [("the {} now", "see {} here")]  # the same pairs in words never seen together in training
+
+
+def pairs(templates: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    return [(ta.format(A[i]), tb.format(B[PERMUTATION[i]])) for ta, tb in templates for i in range(N)]
+
+
+def write_tsv(path: Path, rows: list[tuple], header: str | None = None) -> Path:
+    lines = ([header] if header else []) + ["\t".join(str(c) for c in row) for row in rows]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def make_model(directory: Path, **config) -> Path:
+    write_uncased_tokenizer(directory, VOCAB)
+    torch.manual_seed(0)
+    BertModel(tiny_config(vocab_size=len(VOCAB), **config)).save_pretrained(directory)
+    return directory

@@ -1,0 +1,42 @@
+"""Tests of `bertforge.embeddings_train.api`: a short run learns the toy task and writes a sentence-transformers model.
+
+The run (the `trained` fixture) goes through `bertforge train-embeddings` with most training options set."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+import bertforge
+from tests.embeddings_train.embeddings_train_helpers import DEV_TEMPLATES, pairs
+
+st = pytest.importorskip("sentence_transformers", reason="needs sentence-transformers: pip install -e '.[test]'")
+
+
+def test_training_raises_retrieval_mrr(trained):
+    summary = json.loads((trained / "eval.json").read_text())
+    before, best = summary["before"], summary["best"]["metrics"]
+    assert summary["shape"] == "pairs" and summary["loss"] == "mnrl" and summary["main_metric"] == "mrr@10"
+    assert before["mrr@10"] < 0.45 and best["mrr@10"] > before["mrr@10"] + 0.3, (before, best)
+    assert set(best) == {"mrr@10", "ndcg@10", "recall@1", "recall@5", "recall@10"}
+    rows = [json.loads(line) for line in (trained / "metrics.jsonl").read_text().splitlines()]
+    assert rows[0] == {"type": "eval", "step": 0, "epoch": 0.0, **before}
+    assert any(r["type"] == "train" and "loss" in r for r in rows)
+    assert (trained / "training_curve.png").stat().st_size > 1000
+    assert any((trained / "tensorboard").iterdir())
+    saved = json.loads((trained / "train_embeddings_config.json").read_text())
+    assert saved["max_length"] == 16 and saved["batch_size"] == 16
+
+
+def test_sentence_transformers_loads_the_output_identically(trained):
+    texts = [a for a, _ in pairs(DEV_TEMPLATES)] + ["the a3 and b4 is here now", "see"]
+    model = st.SentenceTransformer(str(trained), device="cpu")
+    reference = model.encode(texts, batch_size=5)
+    ours = bertforge.pipeline("embed", model=trained)(texts)
+    assert np.abs(reference - ours).max() <= 1e-5
+    assert np.allclose(np.linalg.norm(ours, axis=1), 1.0, atol=1e-5)  # the Normalize module is there
+    assert model.max_seq_length == 16
+    modules = json.loads((trained / "modules.json").read_text())
+    assert [m["type"].rsplit(".", 1)[1] for m in modules] == ["Transformer", "Pooling", "Normalize"]

@@ -1,0 +1,40 @@
+"""Tests of `bertforge.embeddings_train.data`: pairs, triplets and scored pairs read, shapes detected, scores scaled."""
+
+from __future__ import annotations
+
+import pytest
+
+from bertforge.embeddings_train.data import normalized_scores, read_pairs
+from bertforge.errors import BertforgeError
+from tests.embeddings_train.embeddings_train_helpers import write_tsv
+
+
+def test_shapes_are_detected(tmp_path):
+    header_pairs = read_pairs(write_tsv(tmp_path / "p.tsv", [("q one", "d one"), ("q two", "d two")], "query\tpassage"))
+    assert header_pairs.shape == "pairs" and header_pairs.texts == [["q one", "q two"], ["d one", "d two"]]
+    plain_pairs = read_pairs(write_tsv(tmp_path / "p2.tsv", [("hello", "world"), ("a", "b")]))
+    assert plain_pairs.shape == "pairs" and plain_pairs.texts[0] == ["hello", "a"]  # no header: every row is data
+    (tmp_path / "s.csv").write_text("a b,c d,3.5\ne,f,0\n")
+    scored = read_pairs(tmp_path / "s.csv")  # no header: the last column is a number on every row
+    assert scored.shape == "scored" and scored.scores == [3.5, 0.0]
+    (tmp_path / "t.csv").write_text('anchor,positive,negative_1,negative_2\n"a, quoted",b,c,d\n')
+    triplets = read_pairs(tmp_path / "t.csv")
+    assert triplets.shape == "triplets" and triplets.texts == [["a, quoted"], ["b"], ["c"], ["d"]]
+    (tmp_path / "s.jsonl").write_text('{"sentence1": "x", "sentence2": "y", "label": 0.5}\n\n{"sentence1": "z", "sentence2": "w", "label": 1}\n')
+    jsonl = read_pairs(tmp_path / "s.jsonl")
+    assert jsonl.shape == "scored" and jsonl.scores == [0.5, 1.0] and jsonl.lines == [1, 3]
+
+
+def test_score_scale(tmp_path):
+    def scores(values, score_max=None):
+        data = read_pairs(write_tsv(tmp_path / "s.tsv", [(f"a{i}", "b", v) for i, v in enumerate(values)], "a\tb\tscore"))
+        return normalized_scores(data, score_max)
+
+    assert scores([0.0, 0.5, 1.0]) == [0.0, 0.5, 1.0]
+    assert scores([-1.0, 0.25]) == [-1.0, 0.25]
+    assert scores([0.0, 2.5, 5.0]) == [0.0, 0.5, 1.0]  # STS: divided by 5
+    assert scores([0, 50, 100], score_max=100) == [0.0, 0.5, 1.0]
+    with pytest.raises(BertforgeError, match="--score-max"):
+        scores([0, 7])
+    with pytest.raises(BertforgeError, match="beyond --score-max 4"):
+        scores([0, 5], score_max=4)
