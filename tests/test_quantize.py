@@ -170,14 +170,6 @@ def test_a_model_object_is_copied_not_changed(tiny):
 
 
 # ---------------------------------------------------------------------------------------------- commands
-def test_embed_cli_quantize(tiny, tmp_path, capsys):
-    (tmp_path / "in.txt").write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
-    for name, extra in (("fp32.npy", []), ("int8.npy", ["--quantize", "int8"])):
-        assert main(["embed", "--model", str(tiny["embed"]), "--input", str(tmp_path / "in.txt"),
-                     "--output", str(tmp_path / name), *extra]) == 0
-    assert "int8" in capsys.readouterr().err
-    fp32, int8 = np.load(tmp_path / "fp32.npy"), np.load(tmp_path / "int8.npy")
-    assert cosines(int8, fp32).min() > 0.99 and not np.array_equal(int8, fp32)
 
 
 def test_predict_and_evaluate_cli_quantize(tiny, tmp_path, capsys):
