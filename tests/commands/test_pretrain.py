@@ -73,7 +73,7 @@ def hf_mlm_checkpoint(corpus_and_tokenizer, tmp_path_factory) -> Path:
     return save_hf_mlm_checkpoint(corpus_and_tokenizer, tmp_path_factory.mktemp("hf_mlm_ckpt"))
 
 
-# ---------------------------------------------------------------------------------------------------- the demo, each option
+# ---------------------------------------------------------------------------------------------- the demo, each option
 
 
 def pretrain_settings(monkeypatch, *argv: str) -> PretrainArgs:
