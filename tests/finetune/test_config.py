@@ -32,7 +32,7 @@ def test_a_saved_config_reads_back_the_same(tmp_path):
     (dict(max_length=4), "max_length must be an integer >= 8, got 4"),
     (dict(precision="fp8"), "unknown --precision 'fp8'"),
     (dict(resume=True, overwrite=True), "--resume and --overwrite contradict each other"),
-])
+], ids=["epochs", "seed", "lr", "task", "max_length", "precision", "resume-and-overwrite"])
 def test_a_bad_setting_is_refused_by_name(settings, message):
     with pytest.raises(BertforgeError, match=message):
         FinetuneConfig(**{**PATHS, **settings}).validate()
