@@ -383,7 +383,7 @@ def test_pretrain_demo_runs_as_documented(tmp_path):
     assert (config["num_hidden_layers"], config["hidden_size"]) == (2, 128)
 
 
-# ---------------------------------------------------------------------------------------------------- options of the pretraining features
+# ---------------------------------------------------------------------------------- options of the pretraining features
 # (each feature has its own tests: tests/test_pretrain.py, test_pretrain_schedule.py, test_pretrain_budget.py,
 # test_pretrain_eval.py, test_pretrain_init.py, test_pretrain_families.py; here, what the command line does)
 
