@@ -1,7 +1,5 @@
-"""Distillation into a DistilBERT: the student's initialisation from the teacher, the run through the CLI (it
-learns; `transformers` loads the student as DistilBertForMaskedLM with the teacher's tokenizer), refusals."""
-
-import json
+"""Distillation into a DistilBERT: the student's initialisation from the teacher, an exact resume, refusals (the run
+through the CLI, which learns and which `transformers` loads: tests/commands/test_distill.py)."""
 
 import pytest
 import torch
@@ -61,30 +59,6 @@ def test_a_full_depth_student_computes_what_the_teacher_does(tmp_path, inputs, f
     with torch.no_grad():
         expected, got = teacher(ids, mask).logits, student(ids, mask).logits
     assert (expected - got)[mask.bool()].abs().max() <= 1e-5
-
-
-def test_distill_learns_and_transformers_loads_the_student(tmp_path, inputs, capsys):
-    corpus, tok = inputs
-    teacher_dir = make_teacher(tmp_path / "teacher", tok)
-    out = tmp_path / "student"
-    assert main(["distill", "--teacher", str(teacher_dir), "--corpus", str(corpus), "--out", str(out),
-                 "--batch-size", "8", "--seq-len", "32", "--max-steps", "30", "--warmup-steps", "3", "--lr", "2e-3",
-                 "--log-every", "5", "--save-every", "15", "--temperature", "2", "--alpha-ce", "5", "--alpha-mlm", "2",
-                 "--alpha-cos", "1", "--no-progress"]) == 0
-    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    assert {"ce_loss", "cos_loss", "mlm_loss"} <= set(rows[-1])
-    assert rows[-1]["loss"] < rows[0]["loss"], [r["loss"] for r in rows]  # it learns
-    config = json.loads((out / "model" / "config.json").read_text())
-    assert config["model_type"] == "distilbert" and config["n_layers"] == 2
-    student, info = transformers.DistilBertForMaskedLM.from_pretrained(out / "model", output_loading_info=True)
-    assert not info["missing_keys"] and not info["unexpected_keys"], info
-    hf_tok = transformers.AutoTokenizer.from_pretrained(out / "model")
-    assert hf_tok.get_vocab() == transformers.AutoTokenizer.from_pretrained(teacher_dir).get_vocab()
-    ours = bertforge.AutoModelForMaskedLM.from_pretrained(out / "model").eval()
-    batch = hf_tok(["the cat sat", "a dog"], padding=True, return_tensors="pt", return_token_type_ids=False)
-    with torch.no_grad():
-        diff = (student.eval()(**batch).logits - ours(**batch).logits)[batch["attention_mask"].bool()]
-    assert diff.abs().max() <= 1e-5
 
 
 def test_distillation_resumes_exactly(tmp_path, inputs, monkeypatch):

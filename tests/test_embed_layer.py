@@ -1,6 +1,7 @@
-"""Feature extraction from a chosen layer: `pipeline("embed", layer=K)` and `bertforge embed --layer K` pool
+"""Feature extraction from a chosen layer: `pipeline("embed", layer=K)` pools
 transformers' `hidden_states[K]` (0 the embedding output, N the last layer, negative from the end), on tiny random
-checkpoints of each family that `transformers` saved, and run no block above K."""
+checkpoints of each family that `transformers` saved, and runs no block above K (the command, `bertforge
+embed --layer K`: tests/commands/test_embed.py)."""
 
 from __future__ import annotations
 
@@ -12,33 +13,11 @@ import torch
 
 import bertforge
 from bertforge import BertforgeError
-from bertforge.cli import main
 from bertforge.tokenizer import Tokenizer
-from tests.helpers import SPECIALS, WORDS, write_uncased_tokenizer
+from tests.embed_layer_helpers import LAYERS, TEXTS, TOL, VOCAB, family_checkpoints, reference_embeddings
+from tests.helpers import write_uncased_tokenizer
 
 transformers = pytest.importorskip("transformers")
-
-TOL = 1e-5
-VOCAB = SPECIALS + WORDS + ["##s", "##ed", "the", "a", "of"]
-TEXTS = ["the river stone", "a quiet morning of golden light walked the forest", "ship", "",
-         "the ancient castle opened a heavy window", "silver songs"]
-LAYERS = 3
-
-
-def hf_model(model_type: str):
-    """A tiny random `transformers` base model of the family (no dropout), pad id 0 as the test tokenizer's."""
-    common = dict(vocab_size=len(VOCAB), max_position_embeddings=64, pad_token_id=0)
-    if model_type == "distilbert":
-        config = transformers.DistilBertConfig(**common, dim=32, n_layers=LAYERS, n_heads=4, hidden_dim=37,
-                                               dropout=0.0, attention_dropout=0.0)
-        return transformers.DistilBertModel(config)
-    sizes = dict(**common, hidden_size=32, num_hidden_layers=LAYERS, num_attention_heads=4, intermediate_size=37,
-                 hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-    if model_type == "albert":  # E < H, the three blocks sharing one layer
-        return transformers.AlbertModel(transformers.AlbertConfig(**sizes, embedding_size=16))
-    if model_type == "roberta":  # positions counted after the padding id
-        return transformers.RobertaModel(transformers.RobertaConfig(**sizes, type_vocab_size=1))
-    return transformers.BertModel(transformers.BertConfig(**sizes))
 
 
 @pytest.fixture(scope="module")
@@ -49,25 +28,7 @@ def tokenizer(tmp_path_factory) -> Tokenizer:
 @pytest.fixture(scope="module")
 def checkpoints(tmp_path_factory) -> dict[str, tuple[Path, torch.nn.Module]]:
     """Each family's tiny checkpoint directory and the `transformers` model that saved it."""
-    found = {}
-    for model_type in ("bert", "roberta", "albert", "distilbert"):
-        torch.manual_seed(0)
-        reference = hf_model(model_type).eval()
-        directory = tmp_path_factory.mktemp(model_type)
-        reference.save_pretrained(directory)
-        found[model_type] = (directory, reference)
-    return found
-
-
-def reference_embeddings(reference, rows: list[list[int]], layer: int) -> np.ndarray:
-    """transformers' `hidden_states[layer]` of the padded batch, mean-pooled over the attention mask."""
-    width = max(len(r) for r in rows)
-    ids = torch.tensor([r + [0] * (width - len(r)) for r in rows])
-    mask = (torch.arange(width)[None, :] < torch.tensor([len(r) for r in rows])[:, None]).long()
-    with torch.no_grad():
-        hidden = reference(input_ids=ids, attention_mask=mask, output_hidden_states=True).hidden_states[layer]
-    summed = (hidden * mask[..., None]).sum(1)
-    return (summed / mask.sum(1, keepdim=True)).numpy()
+    return family_checkpoints(tmp_path_factory)
 
 
 @pytest.mark.parametrize("model_type", ["bert", "roberta", "albert", "distilbert"])
@@ -121,22 +82,3 @@ def test_a_layer_out_of_range_is_refused_naming_the_range(checkpoints, tokenizer
     model = bertforge.AutoModel.from_pretrained(checkpoints["bert"][0])
     with pytest.raises(BertforgeError, match=rf"layer must be an integer in -4\.\.3 for this 3-layer model .*got {layer!r}"):
         bertforge.pipeline("embed", model=model, tokenizer=tokenizer, layer=layer)
-
-
-def test_cli_embed_layer(tmp_path, checkpoints, capsys):
-    directory, reference = checkpoints["bert"]
-    model_dir = tmp_path / "model"
-    reference.save_pretrained(model_dir)
-    write_uncased_tokenizer(model_dir, VOCAB)
-    texts = tmp_path / "texts.txt"
-    texts.write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
-    out = tmp_path / "layer1.npy"
-    assert main(["embed", "--model", str(model_dir), "--input", str(texts), "--output", str(out), "--layer", "1",
-                 "--no-normalize", "--pooling", "mean"]) == 0
-    assert "mean pooling of layer 1" in capsys.readouterr().err
-    rows = [f.input_ids for f in bertforge.pipeline("embed", model=model_dir).features(TEXTS)[0]]
-    assert np.abs(np.load(out) - reference_embeddings(reference, rows, 1)).max() <= TOL
-    assert main(["embed", "--model", str(model_dir), "--input", str(texts), "--output", str(tmp_path / "no.npy"),
-                 "--layer", "-5"]) == 2
-    assert "layer must be an integer in -4..3" in capsys.readouterr().err
-    assert not (tmp_path / "no.npy").exists()

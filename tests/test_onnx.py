@@ -1,4 +1,5 @@
-"""ONNX export: dynamic axes, onnxruntime against transformers on inputs of several shapes, CLI and its errors."""
+"""ONNX export: dynamic axes, onnxruntime against transformers on inputs of several shapes (the command,
+`bertforge export-onnx`, and its errors: tests/commands/test_export_onnx.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ import pytest
 import torch
 
 from bertforge import BertConfig, BertforgeError
-from bertforge.cli import main
 from bertforge.onnx import export_onnx, sample_inputs
 
 transformers = pytest.importorskip("transformers", reason="the ONNX tests need transformers: pip install -e '.[test]'")
@@ -90,25 +90,6 @@ def test_export_of_every_family_matches_transformers(tmp_path, family, task):
     assert_session_matches(tmp_path / "model.onnx", report.outputs, reference, BertConfig.from_pretrained(tmp_path / "model"))
 
 
-def test_cli_export_onnx_and_errors(tmp_path, capsys):
-    directory, _ = tiny_checkpoint(tmp_path, "BertForSequenceClassification")
-    out = tmp_path / "cls.onnx"
-    assert main(["export-onnx", "--model", str(directory), "--out", str(out)]) == 0
-    err = capsys.readouterr().err
-    assert out.is_file() and "BertForSequenceClassification" in err and "onnxruntime agrees on 4 shapes" in err
-    assert main(["export-onnx", "--model", str(directory), "--out", str(tmp_path / "base.onnx"), "--head", "none"]) == 0
-    assert "BertModel ->" in capsys.readouterr().err
-    assert main(["export-onnx", "--model", str(directory), "--out", str(tmp_path / "x.pt")]) == 2
-    assert "must end in .onnx" in capsys.readouterr().err
-    assert main(["export-onnx", "--model", str(directory), "--out", str(tmp_path / "q.onnx"),
-                 "--head", "BertForMaskedLM"]) == 2
-    err = capsys.readouterr().err
-    assert "has no BertForMaskedLM head weights (cls.predictions" in err and "Traceback" not in err
-    assert not (tmp_path / "q.onnx").exists()
-    assert main(["export-onnx", "--model", str(tmp_path / "missing"), "--out", str(tmp_path / "m.onnx")]) == 2
-    assert "no such model directory" in capsys.readouterr().err
-
-
 def test_export_falls_back_to_base_model_without_head_weights(tmp_path, caplog):
     directory, _ = tiny_checkpoint(tmp_path, "BertModel")
     config = (directory / "config.json").read_text()
@@ -135,24 +116,3 @@ def test_export_minilm_matches_sentence_transformers(tmp_path):
     pooled /= np.linalg.norm(pooled, axis=1, keepdims=True)
     ref = st.SentenceTransformer(str(path), device="cpu").encode(texts)
     assert report.max_diff < 1e-4 and (pooled * ref).sum(1).min() > 0.99999
-
-
-def test_cli_opset_and_no_check(tmp_path, capsys, monkeypatch):
-    directory, _ = tiny_checkpoint(tmp_path, "BertModel")
-
-    def opset(path: Path) -> int:
-        return {o.domain: o.version for o in onnx.load(str(path)).opset_import}[""]  # "" is the ai.onnx domain
-
-    assert main(["export-onnx", "--model", str(directory), "--out", str(tmp_path / "default.onnx")]) == 0
-    assert opset(tmp_path / "default.onnx") == 17  # the documented default
-    assert main(["export-onnx", "--model", str(directory), "--out", str(tmp_path / "o18.onnx"), "--opset", "18"]) == 0
-    assert opset(tmp_path / "o18.onnx") == 18
-    capsys.readouterr()
-
-    def no_session(*args, **kwargs):
-        raise AssertionError("onnxruntime was asked to run the model")
-
-    monkeypatch.setattr(ort, "InferenceSession", no_session)
-    assert main(["export-onnx", "--model", str(directory), "--out", str(tmp_path / "n.onnx"), "--no-check"]) == 0
-    assert "not checked" in capsys.readouterr().err and opset(tmp_path / "n.onnx") == 17
-    assert main(["export-onnx", "--model", str(directory), "--out", str(tmp_path / "c.onnx")]) == 1  # the check runs

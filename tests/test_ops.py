@@ -92,3 +92,26 @@ def test_dropout_edges_and_gradient():
     kept = y.detach() != 0
     torch.testing.assert_close(x.grad[kept], torch.full_like(x.grad[kept], 1 / 0.7))
     assert torch.all(x.grad[~kept] == 0)
+
+
+def test_cpu_dropout_drops_p_and_scales_the_rest():
+    from bertforge.model import dropout
+
+    torch.manual_seed(0)
+    x = torch.rand(1001, 999) + 0.5  # odd size: the mask takes 32 bits of a 64-bit draw per element
+    for p in (0.1, 0.5):
+        x.requires_grad_(True)
+        y = dropout(x, p, True)
+        kept = y != 0
+        frac = 1 - kept.float().mean().item()
+        assert abs(frac - p) < 5 * math.sqrt(p * (1 - p) / x.numel()), (p, frac)
+        torch.testing.assert_close(y[kept], x[kept] / (1 - p))
+        y.sum().backward()
+        torch.testing.assert_close(x.grad, kept.float() / (1 - p))
+        x = x.detach()
+    assert dropout(x, 0.1, False) is x and dropout(x, 0.0, True) is x
+    assert torch.equal(dropout(x, 1.0, True), torch.zeros_like(x))  # F.dropout's edge case
+    torch.manual_seed(3)
+    a = dropout(x, 0.1, True)
+    torch.manual_seed(3)
+    assert torch.equal(a, dropout(x, 0.1, True))  # the global seed decides the mask

@@ -32,6 +32,12 @@ class FakeTime:
 
 @pytest.fixture
 def fake_time(monkeypatch):
+    return use_fake_time(monkeypatch)
+
+
+def use_fake_time(monkeypatch) -> FakeTime:
+    """A `FakeTime` as `time_budget`'s clock, moved on before each pretraining step (also the fixture of the command
+    tests, `tests/commands/test_pretrain.py`)."""
     clock = FakeTime()
     monkeypatch.setattr(time_budget, "time", clock)
     real_step = Pretrainer.train_step
@@ -155,18 +161,3 @@ def test_bad_budget_settings_are_refused_before_anything_is_written(corpus_and_t
     with pytest.raises(BertforgeError, match=message):
         pretrain(budget_args(corpus_and_tokenizer, tmp_path / "run", **change))
     assert not (tmp_path / "run").exists()
-
-
-def test_cli_budget_options(corpus_and_tokenizer, tmp_path, fake_time, capsys):
-    """`--max-minutes` and `--save-every-minutes` on the command line; `--max-steps` beside `--max-minutes` is
-    refused in one line."""
-    from bertforge.cli import main
-
-    corpus, tok, config = corpus_and_tokenizer
-    out = tmp_path / "run"
-    common = ["pretrain", "--corpus", str(corpus), "--tokenizer", str(tok), "--config", str(config), "--out", str(out),
-              "--batch-size", "4", "--seq-len", "32", "--no-progress", "--device", "cpu", "--no-nsp"]
-    assert main(common + ["--max-minutes", "0.25", "--save-every-minutes", "0.05", "--keep-last", "10"]) == 0
-    assert [s for s, _ in list_checkpoints(out)] == [3, 6, 9, 12, 15]  # 15 s at 1 s a step, a checkpoint every 3 s
-    assert main(common + ["--max-minutes", "1", "--max-steps", "100", "--overwrite"]) != 0
-    assert "--max-minutes contradicts --max-steps" in capsys.readouterr().err

@@ -25,7 +25,12 @@ from tests.helpers import make_corpus, tiny_run_args
 @pytest.fixture(scope="module")
 def eval_text(tmp_path_factory) -> Path:
     """Held-out documents of the same words, other sentences."""
-    return make_corpus(tmp_path_factory.mktemp("eval") / "eval.txt", docs=12, seed=99)
+    return write_eval_text(tmp_path_factory.mktemp("eval"))
+
+
+def write_eval_text(directory: Path) -> Path:
+    """`eval_text` in `directory` (also the fixture of the command tests, `tests/commands/test_pretrain.py`)."""
+    return make_corpus(directory / "eval.txt", docs=12, seed=99)
 
 
 def eval_args(corpus_and_tokenizer, out: Path, eval_text: Path | None = None, **kw) -> PretrainArgs:
@@ -221,19 +226,6 @@ def test_bad_eval_settings_are_refused_before_anything_is_written(corpus_and_tok
     with pytest.raises(BertforgeError, match=message):
         pretrain(eval_args(corpus_and_tokenizer, tmp_path / "run", **{"eval_every": None, **change}))
     assert not (tmp_path / "run").exists()
-
-
-def test_cli_evaluation_options(corpus_and_tokenizer, eval_text, tmp_path):
-    from bertforge.cli import main
-
-    corpus, tok, config = corpus_and_tokenizer
-    out = tmp_path / "run"
-    assert main(["pretrain", "--corpus", str(corpus), "--tokenizer", str(tok), "--config", str(config), "--out", str(out),
-                 "--max-steps", "4", "--batch-size", "4", "--seq-len", "32", "--no-progress", "--device", "cpu",
-                 "--eval-corpus", str(eval_text), "--eval-every", "2", "--eval-max-instances", "8",
-                 "--early-stop-patience", "5"]) == 0
-    assert [r["step"] for r in rows(out, "eval")] == [0, 2, 4]
-    assert (out / "best" / "eval.json").is_file()
 
 
 def torchrun_eval(corpus_and_tokenizer, out: Path, eval_text: Path, *extra: str, init_from: Path | None = None) -> dict:

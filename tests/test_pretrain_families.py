@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from bertforge import BertConfig, BertforgeError
+from bertforge import BertConfig
 from bertforge.cli import main
 from bertforge.pretrain import PretrainArgs, Pretrainer, pretrain
 from tests.helpers import make_corpus
@@ -22,7 +22,12 @@ TINY = ["--batch-size", "8", "--seq-len", "32", "--vocab-size", "400", "--max-st
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
-    return make_corpus(tmp_path_factory.mktemp("corpus") / "corpus.txt", docs=120)
+    return write_corpus(tmp_path_factory.mktemp("corpus"))
+
+
+def write_corpus(directory):
+    """`corpus` in `directory` (also the fixture of the command tests, `tests/commands/test_pretrain.py`)."""
+    return make_corpus(directory / "corpus.txt", docs=120)
 
 
 @pytest.mark.parametrize("family,objective,masking,beta2", [
@@ -122,19 +127,6 @@ def test_albert_shares_its_layers_in_training(tmp_path, corpus):
     finally:
         trainer.close()
     assert math.isfinite(trainer.train_step()["loss"])
-
-
-def test_explicit_masking_and_beta2_reach_the_run(tmp_path, corpus):
-    out = tmp_path / "run"
-    assert main(["pretrain", "--config", "albert-tiny", "--corpus", str(corpus), "--out", str(out), "--batch-size", "4",
-                 "--seq-len", "32", "--vocab-size", "300", "--max-steps", "2", "--save-every", "2", "--masking", "token",
-                 "--adam-beta2", "0.95", "--no-progress"]) == 0
-    from bertforge.state import load_state
-
-    optimizer = load_state(out / "checkpoints" / "step-2", "optimizer")
-    assert list(optimizer["param_groups"][0]["betas"]) == [0.9, 0.95]
-    run = json.loads((out / "run_config.json").read_text())
-    assert (run["masking"], run["adam_beta2"]) == ("token", 0.95)
 
 
 def torchrun(*argv: str, timeout: float = 300) -> None:

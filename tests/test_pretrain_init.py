@@ -30,10 +30,14 @@ def init_args(corpus_and_tokenizer, out: Path, init_from: Path, **kw) -> Pretrai
 @pytest.fixture(scope="module")
 def bertforge_checkpoint(corpus_and_tokenizer, tmp_path_factory) -> Path:
     """A tiny BertForPreTraining (every head) saved by bertforge, with the run's tokenizer."""
+    return save_bertforge_checkpoint(corpus_and_tokenizer, tmp_path_factory.mktemp("bertforge_ckpt"))
+
+
+def save_bertforge_checkpoint(corpus_and_tokenizer, directory: Path) -> Path:
+    """`bertforge_checkpoint` in `directory` (also a fixture of the command tests, `tests/commands/test_pretrain.py`)."""
     from bertforge import BertForPreTraining
     from bertforge.tokenizer import Tokenizer
 
-    directory = tmp_path_factory.mktemp("bertforge_ckpt")
     torch.manual_seed(123)
     BertForPreTraining(tiny_config()).save_pretrained(directory)
     Tokenizer.from_pretrained(corpus_and_tokenizer[1]).save_pretrained(directory)
@@ -44,10 +48,14 @@ def bertforge_checkpoint(corpus_and_tokenizer, tmp_path_factory) -> Path:
 def hf_mlm_checkpoint(corpus_and_tokenizer, tmp_path_factory) -> Path:
     """A tiny `transformers.BertForMaskedLM` (no pooler, no NSP head) from save_pretrained, with a vocabulary of
     128 rows: more than its tokenizer's 120 ids (a padded embedding, as published checkpoints often have)."""
+    return save_hf_mlm_checkpoint(corpus_and_tokenizer, tmp_path_factory.mktemp("hf_mlm_ckpt"))
+
+
+def save_hf_mlm_checkpoint(corpus_and_tokenizer, directory: Path) -> Path:
+    """`hf_mlm_checkpoint` in `directory` (also a fixture of the command tests, `tests/commands/test_pretrain.py`)."""
     transformers = pytest.importorskip("transformers")
     from bertforge.tokenizer import Tokenizer
 
-    directory = tmp_path_factory.mktemp("hf_mlm_ckpt")
     config = transformers.BertConfig(**{**TINY_CONFIG, "vocab_size": 128})
     torch.manual_seed(7)
     transformers.BertForMaskedLM(config).save_pretrained(directory)
@@ -120,37 +128,10 @@ def test_init_from_refuses_options_that_contradict_the_checkpoint(corpus_and_tok
     assert not (tmp_path / "run").exists()
 
 
-@pytest.mark.parametrize("argv", [["--config", "tiny"], ["--vocab-size", "30522"], ["--tokenizer", "x", "--cased"]],
-                         ids=["config", "vocab-size", "tokenizer-cased"])
-def test_cli_refuses_a_given_contradicting_option_even_at_its_default(corpus_and_tokenizer, bertforge_checkpoint,
-                                                                       tmp_path, capsys, argv):
-    """On the command line, giving --config tiny (the default) beside --init-from is a contradiction too: one line."""
-    from bertforge.cli import main
-
-    out = tmp_path / "run"
-    code = main(["pretrain", "--init-from", str(bertforge_checkpoint), "--corpus", str(corpus_and_tokenizer[0]),
-                 "--out", str(out), *argv])
-    assert code == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "--init-from contradicts" in err and argv[0] in err
-    assert not out.exists()
-
-
 def test_init_from_a_directory_without_a_checkpoint_is_refused(corpus_and_tokenizer, tmp_path):
     with pytest.raises(BertforgeError, match="--init-from .*no config.json"):
         pretrain(init_args(corpus_and_tokenizer, tmp_path / "run", tmp_path / "nothing"))
     assert not (tmp_path / "run").exists()
-
-
-def test_cli_init_from_continues_a_checkpoint(corpus_and_tokenizer, hf_mlm_checkpoint, tmp_path):
-    from bertforge.cli import main
-
-    out = tmp_path / "run"
-    assert main(["pretrain", "--init-from", str(hf_mlm_checkpoint), "--corpus", str(corpus_and_tokenizer[0]),
-                 "--out", str(out), "--max-steps", "2", "--batch-size", "4", "--seq-len", "32", "--no-progress",
-                 "--device", "cpu"]) == 0
-    assert json.loads((out / "model" / "config.json").read_text())["vocab_size"] == 128
-    assert (out / "model" / "vocab.txt").read_text() == (hf_mlm_checkpoint / "vocab.txt").read_text()
 
 
 @pytest.mark.parametrize("static", [False, True], ids=["dynamic", "static-masking"])

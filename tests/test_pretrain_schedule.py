@@ -70,14 +70,3 @@ def test_bad_schedule_settings_are_refused(corpus_and_tokenizer, tmp_path, chang
     with pytest.raises(BertforgeError, match=message):
         pretrain(tiny_run_args(corpus_and_tokenizer, tmp_path / "run", **change))
     assert not (tmp_path / "run").exists()
-
-
-def test_cli_refuses_warmup_ratio_beside_an_explicit_warmup_even_at_the_default(corpus_and_tokenizer, tmp_path, capsys):
-    from bertforge.cli import main
-
-    corpus, tok, config = corpus_and_tokenizer
-    out = tmp_path / "run"
-    assert main(["pretrain", "--corpus", str(corpus), "--tokenizer", str(tok), "--config", str(config), "--out", str(out),
-                 "--warmup-ratio", "0.1", "--warmup-steps", "100"]) == 2
-    assert "--warmup-ratio contradicts --warmup-steps" in capsys.readouterr().err
-    assert not out.exists()

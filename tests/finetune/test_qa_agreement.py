@@ -1,18 +1,17 @@
 """`bertforge predict --task qa` and `pipeline("question-answering")` choose answers by one rule
-(`bertforge.qa_spans`): same model, same questions, same answers, over several windows and with "no answer"."""
+(`bertforge.qa_spans`): same model, same questions, same answers, over several windows and with "no answer". (The
+rule itself: tests/test_qa_spans.py.)"""
 
 import json
 import shutil
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 
 import bertforge
 from bertforge import BertConfig, BertForQuestionAnswering
 from bertforge.cli import main
-from bertforge.qa_spans import Window, decode_spans
 
 from .conftest import QA_FACTS
 
@@ -72,29 +71,3 @@ def test_predict_and_pipeline_give_the_same_answers(qa_model, tmp_path, capsys):
                                         n_best=None, **settings)
     different = by_probability([{"question": c["question"], "context": c["context"]} for c in cases()])
     assert any(a["answer"] != b["answer"] for a, b in zip(answers, different))
-
-
-def test_decode_spans_rules_differ_across_windows_only():
-    """Within a window both rules rank alike; across windows a span with the larger logit sum can have the smaller
-    probability (its window has stronger competitors), and the null decision follows the chosen rule."""
-    # [CLS] q [SEP] c c c [SEP]: context tokens 3..5 at characters 0-1, 2-3, 4-5 (window a) and 6-7, ... (window b)
-    a = Window(0, [None, None, None, (0, 1), (2, 3), (4, 5), None])
-    b = Window(0, [None, None, None, (6, 7), (8, 9), (10, 11), None])
-    a_starts = np.array([0, 0, 0, 5, 5, 0, 0], dtype=np.float32)  # two strong starts share the probability
-    a_ends = np.array([0, 0, 0, 5, 0, 0, 0], dtype=np.float32)
-    b_starts = np.array([0, 0, 0, 4.5, 0, 0, 0], dtype=np.float32)
-    b_ends = np.array([0, 0, 0, 4.5, 0, 0, 0], dtype=np.float32)
-    windows = [(a, a_starts, a_ends), (b, b_starts, b_ends)]
-    by_logits = decode_spans(windows, scoring="logits", top_k=3)
-    by_probability = decode_spans(windows, scoring="probabilities", top_k=3)
-    assert (by_logits.spans[0].start, by_logits.spans[0].end, by_logits.spans[0].logit) == (0, 1, 10.0)
-    assert (by_probability.spans[0].start, by_probability.spans[0].end) == (6, 7)
-    assert by_logits.spans[0].probability < by_probability.spans[0].probability
-    # one window alone: the same order either way
-    alone = [decode_spans([windows[0]], scoring=s, top_k=3).spans for s in ("logits", "probabilities")]
-    assert [(x.start, x.end) for x in alone[0]] == [(x.start, x.end) for x in alone[1]]
-    assert not by_logits.null_wins() and by_logits.null_rank() == 3  # [CLS] logits 0: below every span
-    a_starts[0] = a_ends[0] = b_starts[0] = b_ends[0] = 5.1  # null logit sum 10.2 > 10
-    assert decode_spans(windows, scoring="logits").null_wins()
-    # n_best: only the window's best start and end are candidates; no valid span when they do not pair
-    assert decode_spans([(a, a_starts, np.array([0, 0, 0, 0, 0, 0, 9], dtype=np.float32))], n_best=1).spans == []

@@ -1,6 +1,6 @@
 """The fine-tuning trainer's learning-rate schedule (linear warm-up, then linear decay to 0; the one schedule of
-`bertforge.optim`) at its boundary steps, directly and as logged by a real run, and its AdamW parameter groups (no
-decay for biases and LayerNorm weights)."""
+`bertforge.optim`) at its boundary steps, directly and as logged by a real run, its AdamW parameter groups (no
+decay for biases and LayerNorm weights), and `freeze_backbone` on every family."""
 
 from __future__ import annotations
 
@@ -9,13 +9,14 @@ import json
 import pytest
 import torch
 
-from bertforge import BertConfig, BertForSequenceClassification
-from bertforge.finetune import finetune
+from bertforge import AutoModelForSequenceClassification, BertConfig, BertForSequenceClassification
+from bertforge.finetune import finetune, trainer
 from bertforge.finetune.trainer import linear_schedule, parameter_groups
 
 from .conftest import write_sentiment
 
 BASE_LR = 0.1
+BACKBONE = ("bert.embeddings.", "bert.encoder.")
 
 
 def lrs(warmup: int, total: int, steps: int) -> list[float]:
@@ -100,3 +101,14 @@ def test_parameter_groups_decay_matrices_and_embeddings_only():
                  "bert.encoder.layer.1.intermediate.dense.bias", "classifier.bias"):
         assert name in no_decay
     assert len(decay) == 3 + 2 * 6 + 1 and len(no_decay) == 2 + 2 * 10 + 1  # counted from the layout
+
+
+@pytest.mark.parametrize("family", ["roberta", "albert", "distilbert"])
+def test_freeze_backbone_leaves_every_familys_head_trainable(family):
+    model = AutoModelForSequenceClassification.from_config(
+        BertConfig.preset(f"{family}-tiny", vocab_size=50, num_labels=3))
+    trainer.freeze_backbone(model)
+    trainable = sorted(n for n, p in model.named_parameters() if p.requires_grad)
+    heads = {"roberta": "classifier.", "distilbert": "classifier.", "albert": ("classifier.", "bert.pooler.")}
+    assert trainable and all(n.startswith(heads[family]) for n in trainable), trainable
+    assert all(not p.requires_grad for n, p in model.named_parameters() if n.startswith(BACKBONE))

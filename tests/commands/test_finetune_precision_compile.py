@@ -17,9 +17,10 @@ from safetensors.torch import load_file
 from bertforge import BertModel
 from bertforge.cli import main
 from bertforge.finetune import trainer
+from tests.finetune.conftest import vocabulary, write_sentiment
 from tests.helpers import count_graphs, tiny_config, write_uncased_tokenizer
 
-from .conftest import vocabulary, write_sentiment
+# tiny_model, the tiny BERT of the fine-tuning tests: a fixture of tests/commands/conftest.py
 
 FAST = ["--epochs", "1", "--batch-size", "8", "--lr", "1e-3", "--no-progress", "--log-every", "1", "--device", "cpu"]
 

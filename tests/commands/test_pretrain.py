@@ -1,10 +1,9 @@
-"""Every option of `bertforge pretrain`, `train-tokenizer`, `embed` and `attention` (and `bertforge --version`)
-changes what its help says it changes.
+"""`bertforge pretrain` (`bertforge.commands.pretrain`): the demo it runs with no arguments, and every option.
 
 Two kinds of check: what the command hands to the library (the training function is replaced by one that records
 its argument, so nothing trains), and, where the effect has to be seen, a tiny real run: the batches a pretraining
-run draws, the vocabulary it trains, the dtype its layers compute in, the vectors `embed` writes. The expected
-values are written here from the option's help text and the README, never read back from the code.
+run draws, the vocabulary it trains, the dtype its layers compute in, the learning rates it logs, what it writes.
+The expected values are written here from the option's help text and the README, never read back from the code.
 `tests/test_cli_coverage.py` checks that every option of every command appears in some test.
 """
 
@@ -17,37 +16,64 @@ import json
 import math
 import random
 import sys
-import tomllib
 import warnings
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 
-from bertforge import BertConfig, BertModel, data
+from bertforge import BertConfig, data
 from bertforge.cli import main
-from bertforge.pretrain import PretrainArgs, Pretrainer
+from bertforge.pretrain import PretrainArgs, Pretrainer, list_checkpoints
 from bertforge.tokenizer import Tokenizer
-from tests import helpers
-from tests.helpers import TINY_CONFIG, make_corpus, make_run_inputs
+from tests.helpers import TINY_CONFIG, make_corpus
+from tests.test_pretrain_budget import use_fake_time
+from tests.test_pretrain_eval import rows, write_eval_text
+from tests.test_pretrain_init import save_bertforge_checkpoint, save_hf_mlm_checkpoint
 
-ROOT = Path(__file__).resolve().parents[1]
+from .cmd_helpers import WORDS, sentences
+
+# tiny (a corpus, its vocabulary, a config.json): a fixture of tests/commands/conftest.py; corpus_and_tokenizer, the
+# tiny corpus, tokenizer and config.json of the library's pretraining tests: a fixture of tests/conftest.py
+
 PRETRAIN = sys.modules["bertforge.pretrain"]  # the module: `bertforge.pretrain` may name the function
 STREAM = data.PretrainingStream
-
-WORDS = [*helpers.WORDS, "unbelievable", "lighthouses", "wanderings"]
 TINY = TINY_CONFIG
 
 
-def sentences(rng: random.Random, words: list[str], n: int) -> list[str]:
-    return [" ".join(rng.choice(words) for _ in range(rng.randint(4, 12))) + " ." for _ in range(n)]
+@pytest.fixture
+def fake_time(monkeypatch):
+    """Time as a fake clock that each training step moves on by a second (`tests/test_pretrain_budget.py`)."""
+    return use_fake_time(monkeypatch)
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    """A corpus, a 120-token vocabulary trained on it, and a config.json of a 2-layer BERT 32 wide."""
-    return make_run_inputs(tmp_path_factory.mktemp("cli_options"), words=WORDS)
+def eval_text(tmp_path_factory) -> Path:
+    """Held-out documents of the same words, other sentences (`tests/test_pretrain_eval.py`)."""
+    return write_eval_text(tmp_path_factory.mktemp("eval"))
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    """A corpus of 120 documents (`tests/test_pretrain_families.py`, which needs transformers)."""
+    from tests.test_pretrain_families import write_corpus
+
+    return write_corpus(tmp_path_factory.mktemp("corpus"))
+
+
+@pytest.fixture(scope="module")
+def bertforge_checkpoint(corpus_and_tokenizer, tmp_path_factory) -> Path:
+    """A tiny BertForPreTraining saved by bertforge, with the run's tokenizer (`tests/test_pretrain_init.py`)."""
+    return save_bertforge_checkpoint(corpus_and_tokenizer, tmp_path_factory.mktemp("bertforge_ckpt"))
+
+
+@pytest.fixture(scope="module")
+def hf_mlm_checkpoint(corpus_and_tokenizer, tmp_path_factory) -> Path:
+    """A tiny `transformers.BertForMaskedLM` with a 128-row vocabulary (`tests/test_pretrain_init.py`)."""
+    return save_hf_mlm_checkpoint(corpus_and_tokenizer, tmp_path_factory.mktemp("hf_mlm_ckpt"))
+
+
+# ---------------------------------------------------------------------------------------------- the demo, each option
 
 
 def pretrain_settings(monkeypatch, *argv: str) -> PretrainArgs:
@@ -72,7 +98,6 @@ def tiny_trainer(monkeypatch, tiny, out: Path, *argv: str, tokenizer: bool = Tru
     return Pretrainer(dataclasses.replace(settings, demo=False))
 
 
-# ---------------------------------------------------------------------------------------------------- pretrain
 def test_pretrain_with_no_arguments_is_the_documented_demo(monkeypatch):
     # README "Set up": an 8,000-word vocabulary trained on the bundled corpus (The Devil's Dictionary), a `tiny`
     # BERT (2 layers, 128 wide), 600 steps of 32 sequences of 64 tokens, everything written to runs/demo/.
@@ -358,183 +383,108 @@ def test_pretrain_demo_runs_as_documented(tmp_path):
     assert (config["num_hidden_layers"], config["hidden_size"]) == (2, 128)
 
 
-# ---------------------------------------------------------------------------------------------------- --version
-def test_version_prints_the_package_version(capsys):
-    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
-    with pytest.raises(SystemExit) as exit_:
-        main(["--version"])
-    assert exit_.value.code == 0 and capsys.readouterr().out.strip() == f"bertforge {version}"
+# ---------------------------------------------------------------------------------- options of the pretraining features
+# (each feature has its own tests: tests/test_pretrain.py, test_pretrain_schedule.py, test_pretrain_budget.py,
+# test_pretrain_eval.py, test_pretrain_init.py, test_pretrain_families.py; here, what the command line does)
 
 
-# ---------------------------------------------------------------------------------------------------- train-tokenizer
-def train_tokenizer(tmp_path: Path, corpus: Path, *argv: str) -> list[str]:
-    out = tmp_path / f"tok{len(list(tmp_path.iterdir()))}"
-    assert main(["train-tokenizer", "--corpus", str(corpus), "--out", str(out), *argv]) == 0
-    tok = Tokenizer.from_pretrained(out)
-    return tok.convert_ids_to_tokens(list(range(tok.vocab_size)))
+def test_cli_static_masking(corpus_and_tokenizer, tmp_path):
+    from bertforge.cli import main
 
-
-def test_train_tokenizer_vocab_size_cased_and_text_field(tmp_path, capsys):
-    rng = random.Random(3)
-    corpus = tmp_path / "docs.jsonl"
-    corpus.write_text("".join(
-        json.dumps({"text": " ".join(sentences(rng, ["Submarine", "harbour"], 3)),
-                    "body": " ".join(sentences(rng, ["Lighthouse", "castle"], 3))}) + "\n" for _ in range(30)))
-    words = make_corpus(tmp_path / "words.txt", words=WORDS)
-    for size in (80, 110):
-        assert len(train_tokenizer(tmp_path, words, "--vocab-size", str(size))) == size
-    lowered = train_tokenizer(tmp_path, corpus, "--vocab-size", "200")
-    assert "submarine" in lowered and "Submarine" not in lowered and "lighthouse" not in lowered
-    cased = train_tokenizer(tmp_path, corpus, "--vocab-size", "200", "--cased")
-    assert "Submarine" in cased and "submarine" not in cased
-    body = train_tokenizer(tmp_path, corpus, "--vocab-size", "200", "--text-field", "body")
-    assert "lighthouse" in body and "submarine" not in body
-
-
-def test_train_tokenizer_sample_mb_and_min_frequency(tmp_path, capsys):
-    rng = random.Random(4)
-    corpus = tmp_path / "corpus.txt"
-    # "quixotic" three times near the start; later, 60 kB without it
-    lines = sentences(rng, ["castle", "forest"], 20) + ["a quixotic plan", "quixotic", "so quixotic"]
-    corpus.write_text("\n".join(lines + sentences(rng, ["submarine", "harbour"], 3000)) + "\n")
-    assert "quixotic" in train_tokenizer(tmp_path, corpus, "--vocab-size", "200", "--min-frequency", "2")
-    assert "quixotic" not in train_tokenizer(tmp_path, corpus, "--vocab-size", "200", "--min-frequency", "4")
-    sampled = train_tokenizer(tmp_path, corpus, "--vocab-size", "200", "--sample-mb", "0.001")
-    assert "castle" in sampled and "submarine" not in sampled
-    assert "submarine" in train_tokenizer(tmp_path, corpus, "--vocab-size", "200")
-
-
-# ---------------------------------------------------------------------------------------------------- embed, attention
-@pytest.fixture(scope="module")
-def model_dir(tiny, tmp_path_factory) -> Path:
-    """A tiny random BertModel with the tiny vocabulary, in Hugging Face layout (no sentence-transformers files)."""
-    _, tok, _ = tiny
-    directory = tmp_path_factory.mktemp("model")
-    torch.manual_seed(0)
-    BertModel(BertConfig(**TINY)).save_pretrained(directory)
-    Tokenizer.from_pretrained(tok).save_pretrained(directory)
-    return directory
-
-
-TEXTS = ["river stone light", "the castle", "unbelievable lighthouses wanderings in the golden morning", "ship"]
-
-
-def reference_states(model_dir: Path, texts: list[str]) -> tuple[list[torch.Tensor]]:
-    """Last hidden states of each text on its own, by the model directly (no batching, no padding)."""
-    tok = Tokenizer.from_pretrained(model_dir)
-    model = BertModel.from_pretrained(model_dir).eval()
-    states = []
-    with torch.no_grad():
-        for text in texts:
-            enc = tok(text)
-            states.append(model(torch.tensor([enc["input_ids"]]), token_type_ids=torch.tensor([enc["token_type_ids"]]))
-                          .last_hidden_state[0])
-    return states
-
-
-def embed(tmp_path: Path, model_dir: Path, texts: list[str] | None, *argv: str, input: Path | None = None) -> np.ndarray:
-    if input is None:
-        input = tmp_path / "texts.txt"
-        input.write_text("\n".join(texts) + "\n")
-    output = tmp_path / f"out{len(list(tmp_path.glob('out*.npy')))}.npy"
-    assert main(["embed", "--model", str(model_dir), "--input", str(input), "--output", str(output),
-                 "--no-progress", *argv]) == 0
-    return np.load(output)
-
-
-def test_embed_pooling_and_normalize(tmp_path, model_dir, capsys):
-    states = reference_states(model_dir, TEXTS)
-    mean = torch.stack([s.mean(0) for s in states]).numpy()  # [CLS] and [SEP] included
-    cls = torch.stack([s[0] for s in states]).numpy()
-    assert np.allclose(embed(tmp_path, model_dir, TEXTS), mean, atol=1e-5)  # default: mean, not normalised
-    assert np.allclose(embed(tmp_path, model_dir, TEXTS, "--pooling", "mean"), mean, atol=1e-5)
-    assert np.allclose(embed(tmp_path, model_dir, TEXTS, "--pooling", "cls"), cls, atol=1e-5)
-    assert not np.allclose(cls, mean, atol=1e-3)
-    normalized = embed(tmp_path, model_dir, TEXTS, "--normalize")
-    assert np.allclose(np.linalg.norm(normalized, axis=1), 1.0, atol=1e-5)
-    assert np.allclose(normalized, mean / np.linalg.norm(mean, axis=1, keepdims=True), atol=1e-5)
-    assert not np.allclose(np.linalg.norm(mean, axis=1), 1.0, atol=1e-2)
-    raw = embed(tmp_path, model_dir, TEXTS, "--pooling", "cls", "--no-normalize")
-    assert np.allclose(raw, cls, atol=1e-5)
-
-
-def test_embed_no_normalize_overrides_a_sentence_transformers_default(tmp_path, model_dir, capsys):
-    st_dir = tmp_path / "st"
-    st_dir.mkdir()
-    for path in model_dir.iterdir():
-        (st_dir / path.name).write_bytes(path.read_bytes())
-    (st_dir / "modules.json").write_text(json.dumps([
-        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
-        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
-        {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"}]))
-    (st_dir / "1_Pooling").mkdir()
-    (st_dir / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode_mean_tokens": True}))
-    assert np.allclose(np.linalg.norm(embed(tmp_path, st_dir, TEXTS), axis=1), 1.0, atol=1e-5)
-    raw = embed(tmp_path, st_dir, TEXTS, "--no-normalize")
-    assert not np.allclose(np.linalg.norm(raw, axis=1), 1.0, atol=1e-2)
-
-
-def test_embed_text_key_reads_that_key_of_jsonl(tmp_path, model_dir, capsys):
-    data = tmp_path / "texts.jsonl"
-    data.write_text("".join(json.dumps({"text": "ship", "body": body}) + "\n" for body in TEXTS))
-    expected = torch.stack([s.mean(0) for s in reference_states(model_dir, TEXTS)]).numpy()
-    assert np.allclose(embed(tmp_path, model_dir, None, "--text-key", "body", input=data), expected, atol=1e-5)
-    default = embed(tmp_path, model_dir, None, input=data)  # the "text" key: "ship" every time
-    assert np.allclose(default, np.repeat(expected[3:4], len(TEXTS), axis=0), atol=1e-5)
-
-
-def test_embed_batch_tokens_caps_the_real_tokens_per_batch(tmp_path, model_dir, capsys, monkeypatch):
-    from bertforge.pipelines import base
-
-    batches: list[list[int]] = []
-    real = base.make_batches
-
-    def recording(lengths, batch_tokens, batch_size):
-        made = real(lengths, batch_tokens, batch_size)
-        batches.append([(len(b), sum(lengths[i] for i in b)) for b in made])
-        return made
-
-    monkeypatch.setattr(base, "make_batches", recording)
-    whole = embed(tmp_path, model_dir, TEXTS * 3)
-    assert len(batches[-1]) == 1  # 4096 tokens: one batch
-    small = embed(tmp_path, model_dir, TEXTS * 3, "--batch-tokens", "16")
-    # at most 16 real tokens a batch, or one text that is longer on its own
-    assert len(batches[-1]) > 3 and all(tokens <= 16 or n == 1 for n, tokens in batches[-1])
-    assert any(n > 1 for n, _ in batches[-1])
-    assert np.allclose(whole, small, atol=1e-5)
-
-
-def test_embed_threads_sets_the_torch_threads(tmp_path, model_dir, capsys):
-    before = torch.get_num_threads()
-    try:
-        torch.set_num_threads(2)
-        embed(tmp_path, model_dir, TEXTS, "--threads", "1")
-        assert torch.get_num_threads() == 1
-        embed(tmp_path, model_dir, TEXTS, "--threads", "2")
-        assert torch.get_num_threads() == 2
-    finally:
-        torch.set_num_threads(before)
-
-
-def test_attention_text_pair_adds_the_second_segment(tmp_path, model_dir, capsys, monkeypatch):
-    from bertforge.commands import attention
-
-    drawn = []
-    monkeypatch.setattr(attention, "draw", lambda probs, tokens, *rest: drawn.append((probs, tokens)))
-    argv = ["attention", "--model", str(model_dir), "--text", "river stone", "--out", str(tmp_path / "a.png")]
+    corpus, tok, config = corpus_and_tokenizer
+    out = tmp_path / "run"
+    argv = ["pretrain", "--corpus", str(corpus), "--tokenizer", str(tok), "--config", str(config), "--out", str(out),
+            "--max-steps", "2", "--batch-size", "4", "--seq-len", "32", "--no-progress", "--device", "cpu",
+            "--static-masking", "--dupe-factor", "2"]
     assert main(argv) == 0
-    assert main([*argv, "--text-pair", "golden castle"]) == 0
-    (single_probs, single), (pair_probs, pair) = drawn
-    assert single.count("[SEP]") == 1 and pair.count("[SEP]") == 2
-    assert pair[: len(single)] == single and "".join(pair[len(single):]).replace("##", "") == "goldencastle[SEP]"
-    assert pair_probs.shape[-1] == len(pair) and single_probs.shape[-1] == len(single)
-    # the second segment is read as segment B: with token types all 0 the probabilities would differ
-    model = BertModel.from_pretrained(model_dir).eval()
-    model.set_attn_implementation("eager")
-    tok = Tokenizer.from_pretrained(model_dir)
-    enc = tok("river stone", "golden castle")
-    with torch.no_grad():
-        out = model(torch.tensor([enc["input_ids"]]), token_type_ids=torch.tensor([enc["token_type_ids"]]),
-                    output_attentions=True)
-    assert np.allclose(pair_probs, out.attentions[-1][0].numpy(), atol=1e-6)
-    assert 1 in enc["token_type_ids"]
+    settings = json.loads((out / "run_config.json").read_text())
+    assert settings["static_masking"] is True and settings["dupe_factor"] == 2
+    assert json.loads((out / "static_shards" / "rank-00000-of-00001" / "index.json").read_text())["dupe_factor"] == 2
+    assert (out / "model" / "model.safetensors").is_file()
+
+
+def test_bad_seq_len_writes_nothing_from_the_cli(tmp_path):
+    """The CLI path with the default corpus and a vocabulary to train: refused before the tokenizer is trained."""
+    from bertforge.cli import main
+
+    assert main(["pretrain", "--config", "tiny", "--seq-len", "99999", "--out", str(tmp_path / "run")]) == 2
+    assert not (tmp_path / "run").exists()
+
+
+def test_cli_refuses_warmup_ratio_beside_an_explicit_warmup_even_at_the_default(corpus_and_tokenizer, tmp_path, capsys):
+    from bertforge.cli import main
+
+    corpus, tok, config = corpus_and_tokenizer
+    out = tmp_path / "run"
+    assert main(["pretrain", "--corpus", str(corpus), "--tokenizer", str(tok), "--config", str(config), "--out", str(out),
+                 "--warmup-ratio", "0.1", "--warmup-steps", "100"]) == 2
+    assert "--warmup-ratio contradicts --warmup-steps" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_cli_budget_options(corpus_and_tokenizer, tmp_path, fake_time, capsys):
+    """`--max-minutes` and `--save-every-minutes` on the command line; `--max-steps` beside `--max-minutes` is
+    refused in one line."""
+    from bertforge.cli import main
+
+    corpus, tok, config = corpus_and_tokenizer
+    out = tmp_path / "run"
+    common = ["pretrain", "--corpus", str(corpus), "--tokenizer", str(tok), "--config", str(config), "--out", str(out),
+              "--batch-size", "4", "--seq-len", "32", "--no-progress", "--device", "cpu", "--no-nsp"]
+    assert main(common + ["--max-minutes", "0.25", "--save-every-minutes", "0.05", "--keep-last", "10"]) == 0
+    assert [s for s, _ in list_checkpoints(out)] == [3, 6, 9, 12, 15]  # 15 s at 1 s a step, a checkpoint every 3 s
+    assert main(common + ["--max-minutes", "1", "--max-steps", "100", "--overwrite"]) != 0
+    assert "--max-minutes contradicts --max-steps" in capsys.readouterr().err
+
+
+def test_cli_evaluation_options(corpus_and_tokenizer, eval_text, tmp_path):
+    from bertforge.cli import main
+
+    corpus, tok, config = corpus_and_tokenizer
+    out = tmp_path / "run"
+    assert main(["pretrain", "--corpus", str(corpus), "--tokenizer", str(tok), "--config", str(config), "--out", str(out),
+                 "--max-steps", "4", "--batch-size", "4", "--seq-len", "32", "--no-progress", "--device", "cpu",
+                 "--eval-corpus", str(eval_text), "--eval-every", "2", "--eval-max-instances", "8",
+                 "--early-stop-patience", "5"]) == 0
+    assert [r["step"] for r in rows(out, "eval")] == [0, 2, 4]
+    assert (out / "best" / "eval.json").is_file()
+
+
+@pytest.mark.parametrize("argv", [["--config", "tiny"], ["--vocab-size", "30522"], ["--tokenizer", "x", "--cased"]],
+                         ids=["config", "vocab-size", "tokenizer-cased"])
+def test_cli_refuses_a_given_contradicting_option_even_at_its_default(corpus_and_tokenizer, bertforge_checkpoint,
+                                                                       tmp_path, capsys, argv):
+    """On the command line, giving --config tiny (the default) beside --init-from is a contradiction too: one line."""
+    from bertforge.cli import main
+
+    out = tmp_path / "run"
+    code = main(["pretrain", "--init-from", str(bertforge_checkpoint), "--corpus", str(corpus_and_tokenizer[0]),
+                 "--out", str(out), *argv])
+    assert code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--init-from contradicts" in err and argv[0] in err
+    assert not out.exists()
+
+
+def test_cli_init_from_continues_a_checkpoint(corpus_and_tokenizer, hf_mlm_checkpoint, tmp_path):
+    from bertforge.cli import main
+
+    out = tmp_path / "run"
+    assert main(["pretrain", "--init-from", str(hf_mlm_checkpoint), "--corpus", str(corpus_and_tokenizer[0]),
+                 "--out", str(out), "--max-steps", "2", "--batch-size", "4", "--seq-len", "32", "--no-progress",
+                 "--device", "cpu"]) == 0
+    assert json.loads((out / "model" / "config.json").read_text())["vocab_size"] == 128
+    assert (out / "model" / "vocab.txt").read_text() == (hf_mlm_checkpoint / "vocab.txt").read_text()
+
+
+def test_explicit_masking_and_beta2_reach_the_run(tmp_path, corpus):
+    out = tmp_path / "run"
+    assert main(["pretrain", "--config", "albert-tiny", "--corpus", str(corpus), "--out", str(out), "--batch-size", "4",
+                 "--seq-len", "32", "--vocab-size", "300", "--max-steps", "2", "--save-every", "2", "--masking", "token",
+                 "--adam-beta2", "0.95", "--no-progress"]) == 0
+    from bertforge.state import load_state
+
+    optimizer = load_state(out / "checkpoints" / "step-2", "optimizer")
+    assert list(optimizer["param_groups"][0]["betas"]) == [0.9, 0.95]
+    run = json.loads((out / "run_config.json").read_text())
+    assert (run["masking"], run["adam_beta2"]) == ("token", 0.95)

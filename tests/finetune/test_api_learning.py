@@ -13,7 +13,6 @@ import json
 from pathlib import Path
 from typing import Any, Callable
 
-import torch
 from safetensors.torch import load_file
 
 from bertforge.finetune import finetune

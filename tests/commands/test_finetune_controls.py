@@ -1,6 +1,8 @@
-"""Fine-tuning controls: `--freeze-backbone` (only the head and the pooler train; the embeddings and encoder stay
-bitwise as loaded, without dropout) and `--layer-lr-decay F` (each depth its rate, through the shared optimizer and
-schedule), through the CLI and the API, and their bad values refused before anything is written."""
+"""`bertforge finetune --freeze-backbone` and `--layer-lr-decay` (`bertforge.commands.finetune`): with
+`--freeze-backbone` only the head and the pooler train (the embeddings and encoder stay bitwise as loaded, without
+dropout); with `--layer-lr-decay F` each depth has its rate, through the shared optimizer and schedule; bad values
+are refused before anything is written. (`freeze_backbone` itself: tests/finetune/test_trainer.py; the API's
+settings: tests/finetune/test_api.py.)"""
 
 from __future__ import annotations
 
@@ -11,11 +13,11 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from bertforge import AutoModelForSequenceClassification, BertConfig, BertforgeError
 from bertforge.cli import main
-from bertforge.finetune import api, finetune, trainer
+from bertforge.finetune import trainer
+from tests.finetune.conftest import write_sentiment
 
-from .conftest import write_sentiment
+# tiny_model, the tiny BERT of the fine-tuning tests: a fixture of tests/commands/conftest.py
 
 transformers = pytest.importorskip("transformers")
 
@@ -76,17 +78,6 @@ def test_freeze_backbone_trains_only_the_head(tmp_path, tiny_model, capsys, monk
     assert json.loads((out / "finetune_config.json").read_text())["freeze_backbone"] is True
 
 
-@pytest.mark.parametrize("family", ["roberta", "albert", "distilbert"])
-def test_freeze_backbone_leaves_every_familys_head_trainable(family):
-    model = AutoModelForSequenceClassification.from_config(
-        BertConfig.preset(f"{family}-tiny", vocab_size=50, num_labels=3))
-    trainer.freeze_backbone(model)
-    trainable = sorted(n for n, p in model.named_parameters() if p.requires_grad)
-    heads = {"roberta": "classifier.", "distilbert": "classifier.", "albert": ("classifier.", "bert.pooler.")}
-    assert trainable and all(n.startswith(heads[family]) for n in trainable), trainable
-    assert all(not p.requires_grad for n, p in model.named_parameters() if n.startswith(BACKBONE))
-
-
 def test_layer_lr_decay_run(tmp_path, tiny_model, capsys, monkeypatch):
     built = spy_optimizer(monkeypatch)
     out = run(capsys, tiny_model, tmp_path, "--layer-lr-decay", "0.5", "--warmup-ratio", "0", "--log-every", "1")
@@ -109,15 +100,3 @@ def test_cli_refuses_a_bad_layer_lr_decay_before_writing(tmp_path, tiny_model, c
     assert rc == 2
     assert f"layer_lr_decay must be a number in (0, 1] (1: off), got {float(value)}" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
-
-
-def test_api_takes_both_controls_and_refuses_bad_values(tmp_path, tiny_model, monkeypatch):
-    seen = []
-    monkeypatch.setattr(api, "_finetune", lambda cfg, *where: seen.append(cfg) or {})
-    paths = dict(task="classification", model=str(tiny_model), train="t", dev="d", out=str(tmp_path / "o"))
-    finetune(**paths, freeze_backbone=True, layer_lr_decay=0.9)
-    assert (seen[0].freeze_backbone, seen[0].layer_lr_decay) == (True, 0.9)
-    with pytest.raises(BertforgeError, match="layer_lr_decay must be a number in"):
-        finetune(**paths, layer_lr_decay=0)
-    with pytest.raises(BertforgeError, match="freeze_backbone must be true or false"):
-        finetune(**paths, freeze_backbone="yes")

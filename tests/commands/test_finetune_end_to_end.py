@@ -1,5 +1,6 @@
-"""Tiny fine-tuning runs through the CLI for every task: the output directory, transformers loading the model,
-evaluate and predict, reproducibility, early stopping, and the one-line errors for bad input."""
+"""`bertforge finetune` (`bertforge.commands.finetune`) end to end: tiny fine-tuning runs through the CLI for every
+task: the output directory, transformers loading the model, evaluate and predict, reproducibility, early stopping,
+and the one-line errors for bad input."""
 
 import json
 import os
@@ -12,20 +13,13 @@ import torch
 
 import bertforge
 from bertforge.cli import main
+from tests.finetune.conftest import write_conll, write_sentiment, write_squad
 
-from .conftest import write_conll, write_sentiment, write_squad
+from .cmd_helpers import FAST, finetune
+
+# tiny_model, the tiny BERT of the fine-tuning tests: a fixture of tests/commands/conftest.py
 
 transformers = pytest.importorskip("transformers")
-
-FAST = ["--epochs", "1", "--batch-size", "8", "--lr", "1e-3", "--no-progress"]
-
-
-def finetune(capsys, tiny_model: Path, task: str, train: Path, dev: Path, out: Path, *extra: str) -> dict:
-    rc = main(["finetune", "--task", task, "--model", str(tiny_model), "--train", str(train), "--dev", str(dev),
-               "--out", str(out), *FAST, *extra])
-    captured = capsys.readouterr()
-    assert rc == 0, captured.err
-    return json.loads(captured.out)
 
 
 def check_run_directory(out: Path, hf_class: str, ours_class: type, inputs: dict) -> None:
@@ -231,19 +225,6 @@ def test_bad_input_fails_with_one_line_and_writes_nothing(tmp_path, tiny_model, 
         assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
         assert re.search(message, err), err
         assert not out.exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
-
-
-def test_evaluate_rejects_unseen_labels_and_untrained_heads(tmp_path, tiny_model, capsys):
-    train = write_sentiment(tmp_path / "train.tsv", 16)
-    out = tmp_path / "run"
-    finetune(capsys, tiny_model, "classification", train, train, out)
-    unseen = write_sentiment(tmp_path / "unseen.tsv", 4, labels=("neg", "meh"))
-    assert main(["evaluate", "--task", "classification", "--model", str(out / "model"), "--data", str(unseen)]) == 2
-    assert "unseen.tsv:3: label 'meh' was not seen in training" in capsys.readouterr().err
-    assert main(["evaluate", "--task", "classification", "--model", str(tiny_model), "--data", str(train)]) == 2
-    assert "not a BertForSequenceClassification" in capsys.readouterr().err
-    assert main(["evaluate", "--task", "ner", "--model", str(out / "model"), "--data", str(train)]) == 2
-    capsys.readouterr()
 
 
 def test_command_line_exit_code_and_single_line(tmp_path, tiny_model):

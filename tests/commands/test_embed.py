@@ -1,0 +1,165 @@
+"""`bertforge embed` (`bertforge.commands.embed`): the vectors it writes and what each of its options changes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import bertforge
+from bertforge import BertModel
+from bertforge.cli import main
+from bertforge.linear import int8_available
+from bertforge.tokenizer import Tokenizer
+from tests.embed_layer_helpers import TEXTS as LAYER_TEXTS
+from tests.embed_layer_helpers import TOL, VOCAB, family_checkpoints, reference_embeddings
+from tests.helpers import write_uncased_tokenizer
+from tests.test_quantize import TEXTS as INT8_TEXTS
+from tests.test_quantize import cosines
+
+# model_dir (a tiny random BertModel with its tokenizer) and int8_models (tests/test_quantize.py's tiny models):
+# fixtures of tests/commands/conftest.py
+
+needs_int8 = pytest.mark.skipif(not int8_available(), reason="this PyTorch has no dynamic int8 linear kernels")
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory) -> dict[str, tuple[Path, torch.nn.Module]]:
+    """The tiny BERT checkpoint that `transformers` saved (`tests/embed_layer_helpers.py`), and that model."""
+    pytest.importorskip("transformers")
+    return family_checkpoints(tmp_path_factory, ("bert",))
+
+
+TEXTS = ["river stone light", "the castle", "unbelievable lighthouses wanderings in the golden morning", "ship"]
+
+
+def reference_states(model_dir: Path, texts: list[str]) -> tuple[list[torch.Tensor]]:
+    """Last hidden states of each text on its own, by the model directly (no batching, no padding)."""
+    tok = Tokenizer.from_pretrained(model_dir)
+    model = BertModel.from_pretrained(model_dir).eval()
+    states = []
+    with torch.no_grad():
+        for text in texts:
+            enc = tok(text)
+            states.append(model(torch.tensor([enc["input_ids"]]), token_type_ids=torch.tensor([enc["token_type_ids"]]))
+                          .last_hidden_state[0])
+    return states
+
+
+def embed(tmp_path: Path, model_dir: Path, texts: list[str] | None, *argv: str, input: Path | None = None) -> np.ndarray:
+    if input is None:
+        input = tmp_path / "texts.txt"
+        input.write_text("\n".join(texts) + "\n")
+    output = tmp_path / f"out{len(list(tmp_path.glob('out*.npy')))}.npy"
+    assert main(["embed", "--model", str(model_dir), "--input", str(input), "--output", str(output),
+                 "--no-progress", *argv]) == 0
+    return np.load(output)
+
+
+def test_embed_pooling_and_normalize(tmp_path, model_dir, capsys):
+    states = reference_states(model_dir, TEXTS)
+    mean = torch.stack([s.mean(0) for s in states]).numpy()  # [CLS] and [SEP] included
+    cls = torch.stack([s[0] for s in states]).numpy()
+    assert np.allclose(embed(tmp_path, model_dir, TEXTS), mean, atol=1e-5)  # default: mean, not normalised
+    assert np.allclose(embed(tmp_path, model_dir, TEXTS, "--pooling", "mean"), mean, atol=1e-5)
+    assert np.allclose(embed(tmp_path, model_dir, TEXTS, "--pooling", "cls"), cls, atol=1e-5)
+    assert not np.allclose(cls, mean, atol=1e-3)
+    normalized = embed(tmp_path, model_dir, TEXTS, "--normalize")
+    assert np.allclose(np.linalg.norm(normalized, axis=1), 1.0, atol=1e-5)
+    assert np.allclose(normalized, mean / np.linalg.norm(mean, axis=1, keepdims=True), atol=1e-5)
+    assert not np.allclose(np.linalg.norm(mean, axis=1), 1.0, atol=1e-2)
+    raw = embed(tmp_path, model_dir, TEXTS, "--pooling", "cls", "--no-normalize")
+    assert np.allclose(raw, cls, atol=1e-5)
+
+
+def test_embed_no_normalize_overrides_a_sentence_transformers_default(tmp_path, model_dir, capsys):
+    st_dir = tmp_path / "st"
+    st_dir.mkdir()
+    for path in model_dir.iterdir():
+        (st_dir / path.name).write_bytes(path.read_bytes())
+    (st_dir / "modules.json").write_text(json.dumps([
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+        {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"}]))
+    (st_dir / "1_Pooling").mkdir()
+    (st_dir / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode_mean_tokens": True}))
+    assert np.allclose(np.linalg.norm(embed(tmp_path, st_dir, TEXTS), axis=1), 1.0, atol=1e-5)
+    raw = embed(tmp_path, st_dir, TEXTS, "--no-normalize")
+    assert not np.allclose(np.linalg.norm(raw, axis=1), 1.0, atol=1e-2)
+
+
+def test_embed_text_key_reads_that_key_of_jsonl(tmp_path, model_dir, capsys):
+    data = tmp_path / "texts.jsonl"
+    data.write_text("".join(json.dumps({"text": "ship", "body": body}) + "\n" for body in TEXTS))
+    expected = torch.stack([s.mean(0) for s in reference_states(model_dir, TEXTS)]).numpy()
+    assert np.allclose(embed(tmp_path, model_dir, None, "--text-key", "body", input=data), expected, atol=1e-5)
+    default = embed(tmp_path, model_dir, None, input=data)  # the "text" key: "ship" every time
+    assert np.allclose(default, np.repeat(expected[3:4], len(TEXTS), axis=0), atol=1e-5)
+
+
+def test_embed_batch_tokens_caps_the_real_tokens_per_batch(tmp_path, model_dir, capsys, monkeypatch):
+    from bertforge.pipelines import base
+
+    batches: list[list[int]] = []
+    real = base.make_batches
+
+    def recording(lengths, batch_tokens, batch_size):
+        made = real(lengths, batch_tokens, batch_size)
+        batches.append([(len(b), sum(lengths[i] for i in b)) for b in made])
+        return made
+
+    monkeypatch.setattr(base, "make_batches", recording)
+    whole = embed(tmp_path, model_dir, TEXTS * 3)
+    assert len(batches[-1]) == 1  # 4096 tokens: one batch
+    small = embed(tmp_path, model_dir, TEXTS * 3, "--batch-tokens", "16")
+    # at most 16 real tokens a batch, or one text that is longer on its own
+    assert len(batches[-1]) > 3 and all(tokens <= 16 or n == 1 for n, tokens in batches[-1])
+    assert any(n > 1 for n, _ in batches[-1])
+    assert np.allclose(whole, small, atol=1e-5)
+
+
+def test_embed_threads_sets_the_torch_threads(tmp_path, model_dir, capsys):
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        embed(tmp_path, model_dir, TEXTS, "--threads", "1")
+        assert torch.get_num_threads() == 1
+        embed(tmp_path, model_dir, TEXTS, "--threads", "2")
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+
+
+# ---------------------------------------------------------------------------------------------------- --layer
+def test_cli_embed_layer(tmp_path, checkpoints, capsys):
+    directory, reference = checkpoints["bert"]
+    model_dir = tmp_path / "model"
+    reference.save_pretrained(model_dir)
+    write_uncased_tokenizer(model_dir, VOCAB)
+    texts = tmp_path / "texts.txt"
+    texts.write_text("\n".join(LAYER_TEXTS) + "\n", encoding="utf-8")
+    out = tmp_path / "layer1.npy"
+    assert main(["embed", "--model", str(model_dir), "--input", str(texts), "--output", str(out), "--layer", "1",
+                 "--no-normalize", "--pooling", "mean"]) == 0
+    assert "mean pooling of layer 1" in capsys.readouterr().err
+    rows = [f.input_ids for f in bertforge.pipeline("embed", model=model_dir).features(LAYER_TEXTS)[0]]
+    assert np.abs(np.load(out) - reference_embeddings(reference, rows, 1)).max() <= TOL
+    assert main(["embed", "--model", str(model_dir), "--input", str(texts), "--output", str(tmp_path / "no.npy"),
+                 "--layer", "-5"]) == 2
+    assert "layer must be an integer in -4..3" in capsys.readouterr().err
+    assert not (tmp_path / "no.npy").exists()
+
+
+# ---------------------------------------------------------------------------------------------------- --quantize
+@needs_int8
+def test_embed_cli_quantize(int8_models, tmp_path, capsys):
+    (tmp_path / "in.txt").write_text("\n".join(INT8_TEXTS) + "\n", encoding="utf-8")
+    for name, extra in (("fp32.npy", []), ("int8.npy", ["--quantize", "int8"])):
+        assert main(["embed", "--model", str(int8_models["embed"]), "--input", str(tmp_path / "in.txt"),
+                     "--output", str(tmp_path / name), *extra]) == 0
+    assert "int8" in capsys.readouterr().err
+    fp32, int8 = np.load(tmp_path / "fp32.npy"), np.load(tmp_path / "int8.npy")
+    assert cosines(int8, fp32).min() > 0.99 and not np.array_equal(int8, fp32)

@@ -1,0 +1,107 @@
+"""`bertforge serve` (`bertforge.commands.serve`): the server process it starts, with its options; its errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import bertforge
+from tests.test_serve import LONG, SENTENCES, TIMEOUT, free_port, save_models
+
+httpx = pytest.importorskip("httpx", reason="needs httpx: pip install -e '.[test]'")
+uvicorn = pytest.importorskip("uvicorn", reason="needs uvicorn: pip install -e '.[serve,test]'")
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory) -> dict[str, Path]:
+    """The tiny embedding and classification models of `tests/test_serve.py`."""
+    return save_models(tmp_path_factory.mktemp("serve_models"))
+
+
+def _start(args: list[str], port: int) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen([sys.executable, "-m", "bertforge", "serve", *args, "--host", "127.0.0.1",
+                             "--port", str(port), "--log-level", "warning"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1.0).status_code == 200:
+                return proc
+        except httpx.TransportError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError(f"the server did not start: {proc.communicate(timeout=TIMEOUT)[0].decode()}")
+        time.sleep(0.1)
+
+
+def test_sigterm_lets_the_request_in_flight_finish_then_exits_0(models):
+    import http.client
+
+    port = free_port()
+    proc = _start(["--model", str(models["embed"]), "--task", "embed", "--model-name", "tiny", "--threads", "1",
+                   "--max-batch-tokens", "512", "--max-queue", "8", "--max-client-batch-size", "16",
+                   "--max-body-bytes", "100000", "--auto-truncate", "--max-length", "32", "--pooling", "cls",
+                   "--graceful-timeout", "10"], port)
+    try:
+        body = json.dumps({"input": ["the movie was good", LONG], "model": "tiny"}).encode()
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=TIMEOUT)
+        conn.putrequest("POST", "/v1/embeddings")
+        conn.putheader("Content-Type", "application/json")
+        conn.putheader("Content-Length", str(len(body)))
+        conn.endheaders()
+        conn.send(body[:10])  # the request is in flight: its body is still arriving when SIGTERM comes
+        time.sleep(0.3)
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(0.5)
+        assert proc.poll() is None, "the server quit with a request in flight"
+        conn.send(body[10:])
+        response = conn.getresponse()
+        data = json.loads(response.read())
+        assert response.status == 200, data
+        assert data["model"] == "tiny" and len(data["data"]) == 2
+        assert data["usage"]["prompt_tokens"] == 6 + 32  # the long one cut to --max-length by --auto-truncate
+        pipe = bertforge.pipeline("embed", model=models["embed"], pooling="cls", max_length=32)
+        np.testing.assert_allclose(np.array([d["embedding"] for d in data["data"]], dtype=np.float32),
+                                   pipe(["the movie was good", LONG]), rtol=0, atol=1e-5)
+        assert proc.wait(TIMEOUT) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(TIMEOUT)
+    with pytest.raises(httpx.TransportError):
+        httpx.get(f"http://127.0.0.1:{port}/health", timeout=1.0)
+
+
+@pytest.mark.slow  # three processes load torch and the model: ~13 s on 2 cores
+def test_several_worker_processes(models):
+    port = free_port()
+    proc = _start(["--model", str(models["classify"]), "--workers", "2"], port)
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=TIMEOUT) as client, ThreadPoolExecutor(8) as pool:
+            results = list(pool.map(lambda i: client.post("/predict", json={"inputs": SENTENCES[i % 6]}), range(24)))
+            assert all(r.status_code == 200 for r in results)
+            assert len({json.dumps(r.json()) for r in results}) > 1
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(TIMEOUT) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(TIMEOUT)
+
+
+def test_a_missing_model_is_one_line(tmp_path, capsys):
+    from bertforge.cli import main
+
+    assert main(["serve", "--model", str(tmp_path / "nope"), "--port", str(free_port())]) == 2
+    assert "no such model directory" in capsys.readouterr().err
