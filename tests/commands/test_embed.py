@@ -163,3 +163,33 @@ def test_embed_cli_quantize(int8_models, tmp_path, capsys):
     assert "int8" in capsys.readouterr().err
     fp32, int8 = np.load(tmp_path / "fp32.npy"), np.load(tmp_path / "int8.npy")
     assert cosines(int8, fp32).min() > 0.99 and not np.array_equal(int8, fp32)
+
+
+def test_cli_embed_txt_and_jsonl(tmp_path, minilm_dir, minilm_embed, capsys):
+    txt = tmp_path / "in.txt"
+    txt.write_text("hello world\n\nthird line\r\n", encoding="utf-8")
+    assert main(["embed", "--model", str(minilm_dir), "--input", str(txt), "--output", str(tmp_path / "a.npy")]) == 0
+    vectors = np.load(tmp_path / "a.npy")
+    assert vectors.shape == (3, 384) and np.abs(vectors - minilm_embed(["hello world", "", "third line"])).max() < 1e-6
+    jsonl = tmp_path / "in.jsonl"
+    jsonl.write_text('{"text": "hello world"}\n\n"third line"\n', encoding="utf-8")
+    assert main(["embed", "--model", str(minilm_dir), "--input", str(jsonl), "--output", str(tmp_path / "b.npy")]) == 0
+    assert np.abs(np.load(tmp_path / "b.npy") - vectors[[0, 2]]).max() < 1e-6
+    assert "2 texts ->" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "content, name, message",
+    [
+        (b"caf\xe9 au lait\n", "latin1.txt", "not UTF-8 text (byte 0xe9 at offset 3, line 1)"),
+        (b'{"text": 1}\n', "bad.jsonl", "line 1: expected a JSON string or an object"),
+        (b"{oops\n", "bad2.jsonl", "line 1: not valid JSON"),
+        (b"x\n", "in.csv", "input must be a .txt"),
+    ],
+)
+def test_cli_embed_bad_input(tmp_path, minilm_dir, capsys, content, name, message):
+    path = tmp_path / name
+    path.write_bytes(content)
+    assert main(["embed", "--model", str(minilm_dir), "--input", str(path), "--output", str(tmp_path / "o.npy")]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err and not (tmp_path / "o.npy").exists()

@@ -46,3 +46,17 @@ def test_the_table_lists_the_top_k_tokens_with_their_scores(mlm_dir, capsys):
         score, token = line.split()[:2]
         assert (score, token) == (f"{prediction['score']:.4f}", prediction["token_str"])
         assert line.endswith(prediction["sequence"])
+
+
+def test_cli_fill_mask(cognition_dir, minilm_dir, capsys):
+    assert main(["fill-mask", "--model", str(cognition_dir), "The capital of France is [MASK].", "--top-k", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "city" in out and "the capital of france is city." in out
+    assert main(["fill-mask", "--model", str(cognition_dir), "--json", "[MASK] and [MASK]"]) == 0
+    record = json.loads(capsys.readouterr().out)
+    assert len(record["predictions"]) == 2 and len(record["predictions"][0]) == 5
+    assert main(["fill-mask", "--model", str(minilm_dir), "a [MASK]"]) == 2
+    err = capsys.readouterr().err
+    assert "has no MLM head (cls.predictions.*" in err and "Traceback" not in err
+    assert main(["fill-mask", "--model", str(cognition_dir), "no mask"]) == 2
+    assert "has no [MASK] token" in capsys.readouterr().err

@@ -3,7 +3,7 @@ of the session, so they show without `pytest -s` too."""
 
 from __future__ import annotations
 
-import rel_helpers
+from tests.reliability import rel_helpers
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):

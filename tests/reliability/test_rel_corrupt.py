@@ -32,7 +32,7 @@ from bertforge.checkpoint import read_state_dict
 from bertforge.model import MODEL_CLASSES
 from bertforge.pretrain import PretrainArgs, Pretrainer, pretrain
 from bertforge.tokenizer import Tokenizer
-from rel_helpers import TINY_CONFIG, make_model_dir, make_run_inputs, one_torch_thread, report, tensors_differ
+from tests.reliability.rel_helpers import TINY_CONFIG, make_model_dir, make_run_inputs, one_torch_thread, report, tensors_differ
 from tests.helpers import SPECIALS, tiny_run_args, write_vocab
 
 
@@ -343,7 +343,7 @@ def tokenizer_error(directory: Path) -> str:
 
 
 def test_tokenizer_duplicates_and_missing_specials(tmp_path):
-    """tests/test_tokenizer.py::test_vocab_txt_duplicates_and_missing_specials covers vocab.txt in depth; here the
+    """tests/tokenizer/test_files.py::test_vocab_txt_duplicates_and_missing_specials covers vocab.txt in depth; here the
     same problems once more through each file that can carry them."""
     assert "duplicate token 'river'" in tokenizer_error(write_vocab(tmp_path / "dup", SPECIALS + ["river", "river"]))
     for missing in SPECIALS:

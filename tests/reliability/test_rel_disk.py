@@ -28,7 +28,7 @@ from bertforge import BertConfig, BertForPreTraining, BertforgeError
 from bertforge import io as bf_io
 from bertforge.pretrain import PretrainArgs, Pretrainer, list_checkpoints
 from bertforge.state import load_state
-from rel_helpers import TINY_CONFIG, make_run_inputs, one_torch_thread, report, stray_temporaries, tensors_differ
+from tests.reliability.rel_helpers import TINY_CONFIG, make_run_inputs, one_torch_thread, report, stray_temporaries, tensors_differ
 from tests.helpers import tiny_run_args
 
 resource = pytest.importorskip("resource")

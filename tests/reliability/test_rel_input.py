@@ -20,8 +20,8 @@ from bertforge import BertforgeError
 from bertforge.data import CorpusReader, iter_documents
 from bertforge.finetune.data import read_classification, read_conll, tag_scheme
 from bertforge.io import binary_reason
-from rel_helpers import TINY_CONFIG, make_corpus, make_model_dir, one_torch_thread, report
-from test_rel_cli import assert_one_line_error, invoke
+from tests.reliability.rel_helpers import TINY_CONFIG, make_corpus, make_model_dir, one_torch_thread, report
+from tests.reliability.test_rel_cli import assert_one_line_error, invoke
 
 SST2 = Path("/work/shared/data/tasks/sst2/train.tsv")
 

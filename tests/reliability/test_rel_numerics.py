@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 from bertforge.pretrain import PretrainArgs, Pretrainer
-from rel_helpers import make_run_inputs, one_torch_thread, report, tensors_differ
+from tests.reliability.rel_helpers import make_run_inputs, one_torch_thread, report, tensors_differ
 from tests.helpers import tiny_run_args
 
 

@@ -37,7 +37,7 @@ from bertforge.memory import (
 from bertforge.pretrain import PretrainArgs, Pretrainer, list_checkpoints
 from bertforge.train import TrainStep
 from bertforge.training_log import MetricsLog
-from rel_helpers import (
+from tests.reliability.rel_helpers import (
     TINY_CONFIG,
     WORDS,
     bertforge_cmd,

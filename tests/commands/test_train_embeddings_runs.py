@@ -1,7 +1,7 @@
 """`bertforge train-embeddings` from the command line: runs on scored pairs and triplets, bad input refused.
 
-Kept here, out of `tests/embeddings_train/`, for `tests/commands/test_train_embeddings.py`. Everything runs on a
-tiny random BERT (2 layers, 32 wide) and data made here."""
+A topic file of `tests/commands/test_train_embeddings.py` (its module-level fixtures `tiny`, `toy` and `trained`
+override `tests/commands/conftest.py`'s `tiny`). Everything runs on a tiny random BERT (2 layers, 32 wide) and data made here."""
 
 from __future__ import annotations
 

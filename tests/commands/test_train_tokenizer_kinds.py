@@ -1,6 +1,6 @@
 """`bertforge train-tokenizer --model bpe | unigram | wordpiece`: a tokenizer of each kind trained from the command line.
 
-Kept here, out of `tests/tokenizer/test_kinds.py`, for `tests/commands/test_train_tokenizer.py`."""
+A topic file of `tests/commands/test_train_tokenizer.py`."""
 
 from __future__ import annotations
 
