@@ -42,7 +42,11 @@ def save_tiny(directory: Path, cls: type) -> Path:
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("int8")
+    return save_int8_models(tmp_path_factory.mktemp("int8"))
+
+
+def save_int8_models(root: Path) -> dict[str, Path]:
+    """The tiny embedding and classification models the int8 tests quantise, saved under `root`."""
     return {"embed": save_tiny(root / "embed", BertModel),
             "classify": save_tiny(root / "classify", BertForSequenceClassification)}
 

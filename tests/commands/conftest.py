@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from bertforge import BertConfig, BertForSequenceClassification, BertModel
+from bertforge import BertConfig, BertModel
 from bertforge.tokenizer import Tokenizer
 from tests.helpers import TINY_CONFIG, make_run_inputs
 
@@ -35,11 +35,9 @@ def model_dir(tiny, tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def int8_models(tmp_path_factory) -> dict[str, Path]:
     """The tiny embedding and classification models of `tests/test_quantize.py` (its `tiny`), for --quantize."""
-    from tests.test_quantize import save_tiny
+    from tests.test_quantize import save_int8_models
 
-    root = tmp_path_factory.mktemp("int8")
-    return {"embed": save_tiny(root / "embed", BertModel),
-            "classify": save_tiny(root / "classify", BertForSequenceClassification)}
+    return save_int8_models(tmp_path_factory.mktemp("int8"))
 
 
 @pytest.fixture(scope="session")

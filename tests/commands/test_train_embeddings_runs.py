@@ -17,12 +17,13 @@ from bertforge.cli import main
 from tests.embeddings_train.embeddings_train_helpers import (
     A,
     B,
-    DEV_TEMPLATES,
     N,
     PERMUTATION,
     TRAIN_TEMPLATES,
     make_model,
     pairs,
+    train_on_toy_task,
+    write_toy_task,
     write_tsv,
 )
 
@@ -36,22 +37,13 @@ def tiny(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def toy(tmp_path_factory) -> tuple[Path, Path]:
-    root = tmp_path_factory.mktemp("toy")
-    return (write_tsv(root / "train.tsv", pairs(TRAIN_TEMPLATES), "anchor\tpositive"),
-            write_tsv(root / "dev.tsv", pairs(DEV_TEMPLATES)))
+    return write_toy_task(tmp_path_factory.mktemp("toy"))
 
 
 @pytest.fixture(scope="module")
 def trained(tiny, toy, tmp_path_factory) -> Path:
     """A short run on the toy task through the command line, with most training options set."""
-    out = tmp_path_factory.mktemp("runs") / "trained"
-    rc = main(["train-embeddings", "--model", str(tiny), "--train", str(toy[0]), "--dev", str(toy[1]), "--out", str(out),
-               "--epochs", "6", "--batch-size", "16", "--lr", "1e-3", "--warmup-ratio", "0.1", "--weight-decay", "0.01",
-               "--seed", "1", "--log-every", "2", "--eval-every", "8", "--early-stop", "20", "--eval-batch-size", "8",
-               "--max-length", "16", "--pooling", "mean", "--max-skipped-steps", "3", "--device", "cpu",
-               "--no-progress"])
-    assert rc == 0
-    return out
+    return train_on_toy_task(tiny, toy, tmp_path_factory.mktemp("runs") / "trained")
 
 
 # ---------------------------------------------------------------------------------------------------- training

@@ -37,3 +37,22 @@ def make_model(directory: Path, **config) -> Path:
     torch.manual_seed(0)
     BertModel(tiny_config(vocab_size=len(VOCAB), **config)).save_pretrained(directory)
     return directory
+
+
+def write_toy_task(root: Path) -> tuple[Path, Path]:
+    """The toy task's train pairs (with a header) and dev pairs, as TSV files in `root`."""
+    return (write_tsv(root / "train.tsv", pairs(TRAIN_TEMPLATES), "anchor\tpositive"),
+            write_tsv(root / "dev.tsv", pairs(DEV_TEMPLATES)))
+
+
+def train_on_toy_task(model: Path, toy: tuple[Path, Path], out: Path) -> Path:
+    """A short `bertforge train-embeddings` run of `model` on the toy task into `out`, with most options set."""
+    from bertforge.cli import main
+
+    rc = main(["train-embeddings", "--model", str(model), "--train", str(toy[0]), "--dev", str(toy[1]), "--out", str(out),
+               "--epochs", "6", "--batch-size", "16", "--lr", "1e-3", "--warmup-ratio", "0.1", "--weight-decay", "0.01",
+               "--seed", "1", "--log-every", "2", "--eval-every", "8", "--early-stop", "20", "--eval-batch-size", "8",
+               "--max-length", "16", "--pooling", "mean", "--max-skipped-steps", "3", "--device", "cpu",
+               "--no-progress"])
+    assert rc == 0
+    return out
