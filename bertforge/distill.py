@@ -35,7 +35,6 @@ from .model import BertForMaskedLM, BertPreTrainedModel
 from .options import option
 from .pretrain import PretrainArgs, Pretrainer, pretraining_counts
 from .pretrain_data import model_inputs
-from .system import teardown_runtime
 
 log = logging.getLogger("bertforge")
 
@@ -182,7 +181,7 @@ def distill(args: DistillArgs | None = None, **kwargs: Any) -> Path:
     args = args or DistillArgs(**kwargs)
     trainer = Distiller(args)
     final = trainer.run()
-    teardown_runtime(trainer.rt)
+    trainer.finish()
     return final
 
 

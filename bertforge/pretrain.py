@@ -11,6 +11,7 @@ loads, and the run ends bitwise equal to one that was never interrupted.
 from __future__ import annotations
 
 import dataclasses
+import gc
 import json
 import logging
 import math
@@ -413,6 +414,15 @@ class Pretrainer:
         """Release the lock on OUT (the run is over, or this object will not run)."""
         self.run_dir.close()
 
+    def finish(self) -> None:
+        """After a successful run: drop the DDP wrapper, then destroy the process group. DDP's reducer holds the
+        group; were the reducer the last holder, the group would be destroyed inside the reducer's destructor, which
+        holds the GIL while it waits for gloo's worker thread, and that thread may need the GIL to free a finished
+        barrier's tensors: the process hangs after the run (seen under torchrun, 2 CPU processes, PyTorch 2.13)."""
+        self.train_model = self.model
+        gc.collect()  # the wrapper may sit in a reference cycle
+        teardown_runtime(self.rt)  # on success only: after an error, other ranks may still be inside a collective
+
     def choose_tokenizer(self, family: str = "bert"):
         """(tokenizer, trained): `--tokenizer` (or --init-from's); else the vocabulary this run trained before (a resume or a launch
         killed after training it: never retrain; not with --overwrite, whose run is a new one); else one trained
@@ -810,5 +820,5 @@ def pretrain(args: PretrainArgs | None = None, **kwargs: Any) -> Path:
     args = args or PretrainArgs(**kwargs)
     trainer = Pretrainer(args)
     final = trainer.run()
-    teardown_runtime(trainer.rt)  # on success only: after an error, other ranks may still be inside a collective
+    trainer.finish()
     return final
