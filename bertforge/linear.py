@@ -186,13 +186,19 @@ class Int8Weight:
     """A dense layer's weight W [N, K] and bias [N], prepacked for `torch.ops.quantized.linear_dynamic`.
 
     W is stored as int8 with one float scale per output row (symmetric: W ≈ scale[n] · q[n, k], q in -127..127).
-    Not a tensor and not a parameter: a module holding it has nothing to train, save or move."""
+    Not a tensor and not a parameter: a module holding it has nothing to train, save or move.
 
-    def __init__(self, weight: Tensor, bias: Tensor | None = None) -> None:
+    `smooth` [K] (SmoothQuant, Xiao et al. 2022): the input's channel k is divided by smooth[k] and W's column k
+    multiplied by it, which leaves x Wᵀ unchanged but moves the spread of a few large input channels into the
+    weight, where one scale per row quantises it better (`bertforge.quantize` chooses the factors)."""
+
+    def __init__(self, weight: Tensor, bias: Tensor | None = None, smooth: Tensor | None = None) -> None:
         if weight.dim() != 2 or weight.device.type != "cpu" or weight.dtype != torch.float32:
             raise BertforgeError(f"int8: expected a float32 CPU matrix, got {tuple(weight.shape)} {weight.dtype} "
                                  f"on {weight.device}")
         weight = weight.detach()
+        self.inverse_smooth = None if smooth is None else (1 / smooth.detach().float()).contiguous()  # [K]
+        weight = weight if smooth is None else weight * smooth.detach().float()
         scale = (weight.abs().amax(dim=1) / 127).clamp(min=1e-12).double()  # [N]
         zero = torch.zeros(weight.shape[0], dtype=torch.long)
         with warnings.catch_warnings():
@@ -216,8 +222,11 @@ class Int8Weight:
         if torch.is_grad_enabled() and x.requires_grad:
             raise BertforgeError("int8 layers are for inference only: they have no gradient")
         x2 = x.reshape(-1, self.in_features)  # [M, K]
+        if self.inverse_smooth is not None:
+            x2 = x2 * self.inverse_smooth
         scale = x2.abs().amax(dim=1, keepdim=True).clamp_(min=1e-30)  # [M, 1]
-        y = torch.ops.quantized.linear_dynamic(x2 / scale, self.packed, self.reduce_range)  # [M, N], no bias
+        x2 = x2.div_(scale) if self.inverse_smooth is not None else x2 / scale  # a new tensor is ours to change
+        y = torch.ops.quantized.linear_dynamic(x2, self.packed, self.reduce_range)  # [M, N], no bias
         if residual is not None and act is None:
             y = torch.addcmul(residual.reshape(-1, self.out_features), y, scale)
             y = y if self.bias is None else y.add_(self.bias)

@@ -95,6 +95,65 @@ def test_every_part_can_be_int8_and_a_wrong_part_is_named():
         quantize_model(BertModel(tiny_config()), parts=("qkv",))
 
 
+def test_calibration_makes_every_part_int8_and_smooths_the_layernorm_inputs():
+    """With calibration ids, all four dense layers are int8; the query/key/value and intermediate layers (whose
+    input is a LayerNorm's output) are smoothed by factors measured on the float32 model; the result stays close."""
+    from bertforge.quantize import channel_maxima, smoothing
+
+    torch.manual_seed(0)
+    model = BertModel(tiny_config()).eval()
+    with torch.no_grad():  # a LayerNorm channel 20x the others, as trained BERTs have
+        for layer in model.encoder.layer:
+            layer.attention.output.LayerNorm.weight[3] = 20.0
+    calibration = [[2, *torch.randint(5, 120, (n,)).tolist(), 3] for n in (4, 9, 9, 17, 30)]
+    ids = torch.randint(5, 120, (3, 11))
+    with torch.inference_mode():
+        want = model(ids).last_hidden_state
+    maxima = channel_maxima(model, calibration)
+    first = model.encoder.layer[0]
+    assert set(maxima) == {m for layer in model.encoder.layer for m in (layer.attention.self, layer.intermediate.dense)}
+    assert maxima[first.intermediate.dense].argmax() == 3  # the large channel is found
+    expected = smoothing(maxima[first.intermediate.dense], first.intermediate.dense.weight)
+    with torch.inference_mode():
+        quantize_model(model, "int8", calibration=calibration)
+        got = model(ids).last_hidden_state
+    first = model.encoder.layer[0]
+    assert isinstance(first.attention.self, Int8SelfAttention)
+    assert all(isinstance(m.dense, Int8Dense) for m in (first.attention.output, first.intermediate, first.output))
+    assert first.attention.self.weight.inverse_smooth is not None and first.output.dense.weight.inverse_smooth is None
+    torch.testing.assert_close(first.intermediate.dense.weight.inverse_smooth, 1 / expected)
+    assert F.cosine_similarity(got, want, dim=-1).min() > 0.99
+
+
+def test_smoothing_keeps_the_product_and_shrinks_the_error_of_an_outlier_channel():
+    from bertforge.linear import Int8Weight
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(64, 48, generator=g)
+    x[:, 5] *= 40  # one channel far larger than the rest, on every token
+    w, b = torch.randn(32, 48, generator=g) * 0.1, torch.randn(32, generator=g)
+    want = F.linear(x, w, b)
+    smooth = x.abs().amax(0) ** 0.7 / w.abs().amax(0) ** 0.3
+    with torch.inference_mode():
+        plain = (Int8Weight(w, b)(x) - want).abs().mean()
+        smoothed = (Int8Weight(w, b, smooth)(x) - want).abs().mean()
+        exact = F.linear(x / smooth, w * smooth, b)
+    torch.testing.assert_close(exact, want, atol=1e-4, rtol=1e-4)  # the same product, rescaled
+    assert smoothed < plain / 2
+
+
+def test_calibration_texts_are_the_same_every_time():
+    from bertforge.data.corpus import calibration_ids, calibration_texts
+
+    texts = calibration_texts(64)
+    assert len(texts) == 64 and texts == calibration_texts(64) and all(len(t.split()) > 5 for t in texts)
+
+    def words(batch, truncation, max_length):
+        return {"input_ids": [t.split()[:max_length] for t in batch]}
+
+    assert calibration_ids(words, 8, max_length=3) == [t.split()[:3] for t in calibration_texts(8)]
+
+
 def test_training_cuda_and_bad_values_are_refused():
     model = quantize_model(BertModel(tiny_config()))
     model.train()

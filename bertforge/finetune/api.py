@@ -12,6 +12,7 @@ import torch
 
 from .. import __version__
 from ..config import BertConfig
+from ..data.corpus import calibration_ids
 from ..errors import BertforgeError
 from ..io import atomic_directory, atomic_write_text
 from ..memory import check_training_fits
@@ -192,7 +193,8 @@ def _prepare(
     the_task = get_task(task)
     examples, _ = the_task.read(data, opts, labelled=labelled)
     tokenizer = _load_tokenizer(model)
-    net = quantize_model(load_finetuned(the_task, model).eval(), quantize)
+    net = quantize_model(load_finetuned(the_task, model).eval(), quantize,
+                         calibration=calibration_ids(tokenizer) if quantize else None)
     encoded = the_task.encode(tokenizer, examples, opts, net.config, Path(data), labelled=labelled)
     return the_task, opts, tokenizer, net, encoded
 

@@ -24,6 +24,7 @@ import torch
 from torch import Tensor
 
 from ..checkpoint import load_pretrained
+from ..data.corpus import calibration_ids
 from ..errors import BertforgeError
 from ..model import BertPreTrainedModel
 from ..attention import PackedBatch, pack
@@ -130,14 +131,15 @@ class Pipeline:
                 raise BertforgeError(f"{path}: no such model directory")
             self.model_dir = path
             self.model = self.load(path)
-        if quantize is not None and not is_quantized(self.model):
-            self.model = quantize_model(copy.deepcopy(self.model) if self.model_dir is None else self.model, quantize)
-        self.quantize = "int8" if is_quantized(self.model) else None  # what the model runs in
         if tokenizer is None:
             from ..tokenizer import Tokenizer
 
             tokenizer = Tokenizer.from_pretrained(self.model_dir)
         self.tokenizer = tokenizer
+        if quantize is not None and not is_quantized(self.model):
+            self.model = quantize_model(copy.deepcopy(self.model) if self.model_dir is None else self.model, quantize,
+                                        calibration=calibration_ids(tokenizer))
+        self.quantize = "int8" if is_quantized(self.model) else None  # what the model runs in
         config = self.model.config
         tokenizer.check_fits_model(config.vocab_size, str(self.model_dir) if self.model_dir else "the model")
         limit = min(config.max_sequence_length, tokenizer.model_max_length)
