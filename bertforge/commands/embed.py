@@ -93,7 +93,9 @@ def read_texts(path: Path, text_key: str) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     from ..pipelines import pipeline
+    from ..system import reuse_freed_memory
 
+    reuse_freed_memory()  # this process's allocator keeps freed memory: no page faults per large tensor
     output = Path(args.output)
     if output.suffix != ".npy":
         raise BertforgeError(f"{output}: the output file name must end in .npy")
