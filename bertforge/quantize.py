@@ -28,10 +28,10 @@ only: its int8 layers refuse training, gradients and other devices with a `Bertf
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from torch import Tensor, nn
-
-from collections.abc import Sequence
 
 from .errors import BertforgeError
 from .linear import Int8Weight, int8_available, linear
@@ -59,11 +59,12 @@ class _Int8Module(nn.Module):
 
 
 class Int8Dense(_Int8Module):
-    """A `Dense` (y = act(x Wᵀ + b) (+ residual)) with its weight and bias prepacked in int8."""
+    """A `Dense` (y = act(x Wᵀ + b) (+ residual)) with its weight and bias prepacked in int8; smoothed when
+    `input_max` (its input's largest magnitude per channel in calibration) is given."""
 
-    def __init__(self, dense: Dense, smooth: Tensor | None = None) -> None:
+    def __init__(self, dense: Dense, input_max: Tensor | None = None) -> None:
         super().__init__()
-        self.weight = Int8Weight(dense.weight, dense.bias, smooth)
+        self.weight = Int8Weight(dense.weight, dense.bias, smoothing(input_max, dense.weight))
         self.act = dense.act
 
     def forward(self, x: Tensor, residual: Tensor | None = None) -> Tensor:
@@ -72,12 +73,14 @@ class Int8Dense(_Int8Module):
 
 
 class Int8SelfAttention(_Int8Module):
-    """`BertSelfAttention`'s query, key and value projections as one prepacked int8 matrix [3H, H]."""
+    """`BertSelfAttention`'s query, key and value projections as one prepacked int8 matrix [3H, H]; smoothed
+    when `input_max` (its input's largest magnitude per channel in calibration) is given."""
 
-    def __init__(self, attention: BertSelfAttention, smooth: Tensor | None = None) -> None:
+    def __init__(self, attention: BertSelfAttention, input_max: Tensor | None = None) -> None:
         super().__init__()
         parts = (attention.query, attention.key, attention.value)
-        self.weight = Int8Weight(torch.cat([p.weight for p in parts]), torch.cat([p.bias for p in parts]), smooth)
+        weight = torch.cat([p.weight for p in parts])  # [3H, H]
+        self.weight = Int8Weight(weight, torch.cat([p.bias for p in parts]), smoothing(input_max, weight))
 
     def forward(self, x: Tensor) -> Tensor:
         """[..., H] → [..., 3H]: query, key, value side by side."""
@@ -134,13 +137,17 @@ def _quantize_layer(layer: BertLayer, parts: tuple[str, ...], inputs: dict[nn.Mo
     """Swap `layer`'s dense layers in `parts`; `inputs` (module → its input's largest magnitude per channel) holds
     the calibration of the smoothed ones."""
     if "attention.self" in parts and isinstance(layer.attention.self, BertSelfAttention):
-        attention = layer.attention.self
-        weight = torch.cat([attention.query.weight, attention.key.weight, attention.value.weight])
-        layer.attention.self = Int8SelfAttention(attention, smoothing(inputs.get(attention), weight))
-    for name, parent in (("attention.output", layer.attention.output), ("intermediate", layer.intermediate),
-                         ("output", layer.output)):
+        layer.attention.self = Int8SelfAttention(layer.attention.self, inputs.get(layer.attention.self))
+    for name in DEFAULT_PARTS:
+        parent = layer.get_submodule(name)
         if name in parts and isinstance(parent.dense, Dense):
-            parent.dense = Int8Dense(parent.dense, smoothing(inputs.get(parent.dense), parent.dense.weight))
+            parent.dense = Int8Dense(parent.dense, inputs.get(parent.dense))
+
+
+def _part(layer: BertLayer, name: str) -> nn.Module:
+    """The module that part `name` (of `PARTS`) of `layer` is: the attention's projection, or a sublayer's dense."""
+    module = layer.get_submodule(name)
+    return module if name == "attention.self" else module.dense
 
 
 def smoothing(input_max: Tensor | None, weight: Tensor) -> Tensor | None:
@@ -162,8 +169,7 @@ def channel_maxima(model: BertPreTrainedModel, calibration: Sequence[Sequence[in
         x = args[0].detach().reshape(-1, args[0].shape[-1]).abs().amax(dim=0)
         found[module] = torch.maximum(found[module], x) if module in found else x
 
-    watched = [m for layer in model.base_model.encoder.layer
-               for m in (layer.attention.self, layer.intermediate.dense)
+    watched = [m for layer in model.base_model.encoder.layer for m in (_part(layer, n) for n in SMOOTHED_PARTS)
                if isinstance(m, (BertSelfAttention, Dense))]
     hooks = [m.register_forward_pre_hook(record) for m in watched]
     was_training = model.training

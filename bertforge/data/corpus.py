@@ -42,6 +42,7 @@ than reading it).
 from __future__ import annotations
 
 import codecs
+import functools
 import gzip
 import hashlib
 import logging
@@ -63,18 +64,19 @@ DEFAULT_CORPUS = Path(__file__).with_name("default_corpus.txt.gz")
 PathsLike = str | os.PathLike | Iterable[str | os.PathLike]
 
 
-def calibration_texts(n: int = 256) -> list[str]:
+@functools.cache
+def calibration_texts(n: int = 256) -> tuple[str, ...]:
     """`n` lines of more than five words from the bundled corpus, the same every time (every k-th such line): the
-    text int8 quantisation calibrates on (`bertforge.quantize`)."""
+    text int8 quantisation calibrates on (`bertforge.quantize`). Read once per process."""
     with gzip.open(DEFAULT_CORPUS, "rt", encoding="utf-8") as fh:
         lines = [line.strip() for line in fh if len(line.split()) > 5]
     step = max(1, len(lines) // n)
-    return lines[::step][:n]
+    return tuple(lines[::step][:n])
 
 
 def calibration_ids(tokenizer: Any, n: int = 256, max_length: int = 128) -> list[list[int]]:
     """`calibration_texts(n)` encoded by `tokenizer` (special tokens added, cut at `max_length` tokens)."""
-    return tokenizer(calibration_texts(n), truncation=True, max_length=max_length)["input_ids"]
+    return tokenizer(list(calibration_texts(n)), truncation=True, max_length=max_length)["input_ids"]
 
 log = logging.getLogger("bertforge")
 
