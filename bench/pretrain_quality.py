@@ -51,6 +51,11 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--eval-instances", type=int, default=2000, help="held-out sequences (fixed masks)")
     p.add_argument("--sst2-rows", type=int, default=4000, help="SST-2 training rows for fine-tuning")
     p.add_argument("--sides", default="bertforge,transformers", help="which sides to train (scoring takes all found)")
+    p.add_argument("--tokenizer", type=Path, default=None,
+                   help="use this saved vocabulary (an earlier sitting's) instead of training one in WORK/tokenizer")
+    p.add_argument("--previous", type=Path, default=None,
+                   help="results.json of an earlier sitting on the same vocabulary and held-out masks: its scored "
+                        "checkpoints and SST-2 scores of the sides not trained now are kept")
     a = p.parse_args()
     for name in ("minutes", "reference_minutes", "checkpoint_minutes"):
         if getattr(a, name) is not None and not 0 < getattr(a, name) < float("inf"):
@@ -85,8 +90,9 @@ def shared_tokenizer(a: argparse.Namespace, train: list[str]) -> Path:
     from bertforge.pretrain_data import train_run_tokenizer
     from bertforge.tokenizer import Tokenizer
 
-    path = a.work / "tokenizer"
-    if not (path / "tokenizer.json").is_file() or Tokenizer.from_pretrained(path).vocab_size != a.vocab_size:
+    path = a.tokenizer or a.work / "tokenizer"
+    if a.tokenizer is None and (not (path / "tokenizer.json").is_file()
+                                or Tokenizer.from_pretrained(path).vocab_size != a.vocab_size):
         train_run_tokenizer(run_args(a), train).save_pretrained(path)
     ours, theirs = Tokenizer.from_pretrained(path), BertTokenizerFast.from_pretrained(path)
     sample = Path(train[0]).read_text(encoding="latin-1").splitlines()[:200]
@@ -220,9 +226,13 @@ def checkpoints(work: Path) -> list[dict]:
     return sorted(found, key=lambda r: (r["side"], r["seconds"]))
 
 
-def score(a: argparse.Namespace, held_out: list[str], tokenizer: Path, found: list[dict]) -> None:
+def score(a: argparse.Namespace, held_out: list[str], tokenizer: Path, found: list[dict]) -> str:
     """Held-out MLM loss, perplexity and accuracy of every checkpoint, both loaded by bertforge's one loader as a
-    BertForMaskedLM, on pretraining's fixed evaluation set (the same sequences and masks for every checkpoint)."""
+    BertForMaskedLM, on pretraining's fixed evaluation set (the same sequences and masks for every checkpoint).
+    Returns the set's fingerprint (a hash of its tokens and targets), which sittings compare before their numbers
+    are put side by side."""
+    import hashlib
+
     from tqdm import tqdm
 
     from bertforge.checkpoint import load_pretrained
@@ -235,12 +245,16 @@ def score(a: argparse.Namespace, held_out: list[str], tokenizer: Path, found: li
     batches = build_eval_set(settings, [], Tokenizer.from_pretrained(tokenizer))
     evaluation = HeldOutEvaluation(batches, 1, None, setup_runtime("cpu", training=False), contextlib.nullcontext,
                                    False)
+    digest = hashlib.sha256()
+    for batch in batches:
+        digest.update(batch["input_ids"].numpy().tobytes() + batch["labels"].numpy().tobytes())
     for row in tqdm(found, desc="scoring checkpoints"):
         row.update(evaluation.evaluate(load_pretrained(BertForMaskedLM, row["dir"], quiet=True)))
     for side in ("bertforge", "transformers"):  # the scoring itself, against transformers' own forward
         last = [r for r in found if r["side"] == side][-1:]
         if last:
             check_scoring(last[0]["dir"], batches[0], evaluation)
+    return digest.hexdigest()
 
 
 def check_scoring(directory: Path, batch: dict, evaluation) -> None:
@@ -296,10 +310,23 @@ def finetune_sst2(a: argparse.Namespace, models: dict[str, Path]) -> dict[str, d
     return results
 
 
+def previous_sitting(a: argparse.Namespace, sides: set[str]) -> tuple[list[dict], dict[str, dict], dict]:
+    """From --previous: the scored checkpoints and SST-2 results of the sides not trained in this sitting, and that
+    sitting's record (its fingerprint of the held-out set, settings, load, date)."""
+    if a.previous is None:
+        return [], {}, {}
+    old = json.loads(a.previous.read_text(encoding="utf-8"))
+    rows = [r for r in old["checkpoints"] if r["side"] not in sides]
+    sst2 = {name: r for name, r in old["sst2"].items() if name.split(" ")[0] not in sides}
+    record = {k: old.get(k) for k in ("eval_fingerprint", "settings", "load_average_at_start", "date")}
+    return rows, sst2, {"file": str(a.previous), "sides": sorted({r["side"] for r in rows}), **record}
+
+
 def final_models(found: list[dict], work: Path, minutes: float) -> dict[str, Path]:
-    """bertforge's final model; transformers' last checkpoint, and its one nearest bertforge's minutes."""
+    """bertforge's final model; transformers' last checkpoint, and its one nearest bertforge's minutes (of the
+    sides in `found`)."""
     models = {}
-    if (work / "bertforge" / "model" / "config.json").is_file():
+    if any(r["side"] == "bertforge" for r in found) and (work / "bertforge" / "model" / "config.json").is_file():
         models["bertforge"] = work / "bertforge" / "model"
     theirs = [r for r in found if r["side"] == "transformers"]
     if theirs:
@@ -354,19 +381,25 @@ def main() -> None:
     tokenizer = shared_tokenizer(a, train)
     sides = set(a.sides.split(","))
     load = os.getloadavg()[0]
+    kept, kept_sst2, previous = previous_sitting(a, sides)  # read first: a bad file stops before hours of training
     if "bertforge" in sides:
         train_bertforge(a, train, tokenizer)
     if "transformers" in sides:
         train_transformers(a, train, tokenizer)
-    found = checkpoints(a.work)
-    score(a, held_out, tokenizer, found)
-    sst2 = finetune_sst2(a, final_models(found, a.work, a.minutes))
+    found = [r for r in checkpoints(a.work) if r["side"] not in {k["side"] for k in kept}]
+    fingerprint = score(a, held_out, tokenizer, found)
+    if previous and previous["eval_fingerprint"] != fingerprint:
+        raise SystemExit(f"{a.previous} was scored on other held-out sequences or masks (another vocabulary?): "
+                         "pass that sitting's --tokenizer")
+    sst2 = {**kept_sst2, **finetune_sst2(a, final_models(found, a.work, a.minutes))}
+    found += kept
     title = (f"{a.config}, {a.batch_size} x {a.seq_len} tokens; bertforge {a.minutes:g} min (lr {a.lr:g}, wsd), "
              f"transformers Trainer {a.reference_minutes:g} min (defaults); {os.cpu_count()} CPUs, load {load:.1f}")
     plot(found, a.work / "curves.png", title)
     results = {"settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(a).items()},
                "recipe": RECIPE, "finetune": FINETUNE, "train_files": train, "held_out_files": held_out,
-               "load_average_at_start": load, "checkpoints": [{k: str(v) if k == "dir" else v for k, v in r.items()}
+               "load_average_at_start": load, "date": time.strftime("%Y-%m-%d"), "eval_fingerprint": fingerprint,
+               "previous_sitting": previous, "checkpoints": [{k: str(v) if k == "dir" else v for k, v in r.items()}
                                                               for r in found], "sst2": sst2}
     (a.work / "results.json").write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
     (a.work / "results.md").write_text(f"{title}\n\n" + tables(found, sst2), encoding="utf-8")
