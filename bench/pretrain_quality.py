@@ -60,6 +60,9 @@ def parse_args() -> argparse.Namespace:
     for name in ("minutes", "reference_minutes", "checkpoint_minutes"):
         if getattr(a, name) is not None and not 0 < getattr(a, name) < float("inf"):
             p.error(f"--{name.replace('_', '-')} must be a positive number of minutes")
+    unknown = set(filter(None, a.sides.split(","))) - {"bertforge", "transformers"}
+    if unknown:
+        p.error(f"--sides: unknown side(s) {', '.join(sorted(unknown))}; choose from bertforge, transformers")
     a.reference_minutes = a.reference_minutes or 2 * a.minutes
     a.checkpoint_minutes = a.checkpoint_minutes or a.minutes / 6
     return a
@@ -91,6 +94,8 @@ def shared_tokenizer(a: argparse.Namespace, train: list[str]) -> Path:
     from bertforge.tokenizer import Tokenizer
 
     path = a.tokenizer or a.work / "tokenizer"
+    if a.tokenizer is not None and not (path / "tokenizer.json").is_file():
+        raise SystemExit(f"--tokenizer {path}: no tokenizer.json there (a saved vocabulary's directory is expected)")
     if a.tokenizer is None and (not (path / "tokenizer.json").is_file()
                                 or Tokenizer.from_pretrained(path).vocab_size != a.vocab_size):
         train_run_tokenizer(run_args(a), train).save_pretrained(path)
@@ -226,35 +231,41 @@ def checkpoints(work: Path) -> list[dict]:
     return sorted(found, key=lambda r: (r["side"], r["seconds"]))
 
 
-def score(a: argparse.Namespace, held_out: list[str], tokenizer: Path, found: list[dict]) -> str:
-    """Held-out MLM loss, perplexity and accuracy of every checkpoint, both loaded by bertforge's one loader as a
-    BertForMaskedLM, on pretraining's fixed evaluation set (the same sequences and masks for every checkpoint).
-    Returns the set's fingerprint (a hash of its tokens and targets), which sittings compare before their numbers
-    are put side by side."""
+def held_out_set(a: argparse.Namespace, held_out: list[str], tokenizer: Path) -> tuple[list[dict], str]:
+    """Pretraining's fixed evaluation set of the held-out books (the same sequences and masks for every checkpoint)
+    and its fingerprint (a SHA-256 of its tokens and targets), which sittings compare before their numbers are put
+    side by side."""
     import hashlib
 
-    from tqdm import tqdm
-
-    from bertforge.checkpoint import load_pretrained
-    from bertforge.model import BertForMaskedLM
-    from bertforge.pretrain_eval import HeldOutEvaluation, build_eval_set
-    from bertforge.system import setup_runtime
+    from bertforge.pretrain_eval import build_eval_set
     from bertforge.tokenizer import Tokenizer
 
     settings = run_args(a, eval_corpus=held_out, eval_max_instances=a.eval_instances, batch_size=64)
     batches = build_eval_set(settings, [], Tokenizer.from_pretrained(tokenizer))
-    evaluation = HeldOutEvaluation(batches, 1, None, setup_runtime("cpu", training=False), contextlib.nullcontext,
-                                   False)
     digest = hashlib.sha256()
     for batch in batches:
         digest.update(batch["input_ids"].numpy().tobytes() + batch["labels"].numpy().tobytes())
+    return batches, digest.hexdigest()
+
+
+def score(batches: list[dict], found: list[dict]) -> None:
+    """Held-out MLM loss, perplexity and accuracy of every checkpoint on `batches`, both sides loaded by
+    bertforge's one loader as a BertForMaskedLM."""
+    from tqdm import tqdm
+
+    from bertforge.checkpoint import load_pretrained
+    from bertforge.model import BertForMaskedLM
+    from bertforge.pretrain_eval import HeldOutEvaluation
+    from bertforge.system import setup_runtime
+
+    evaluation = HeldOutEvaluation(batches, 1, None, setup_runtime("cpu", training=False), contextlib.nullcontext,
+                                   False)
     for row in tqdm(found, desc="scoring checkpoints"):
         row.update(evaluation.evaluate(load_pretrained(BertForMaskedLM, row["dir"], quiet=True)))
     for side in ("bertforge", "transformers"):  # the scoring itself, against transformers' own forward
         last = [r for r in found if r["side"] == side][-1:]
         if last:
             check_scoring(last[0]["dir"], batches[0], evaluation)
-    return digest.hexdigest()
 
 
 def check_scoring(directory: Path, batch: dict, evaluation) -> None:
@@ -315,10 +326,15 @@ def previous_sitting(a: argparse.Namespace, sides: set[str]) -> tuple[list[dict]
     sitting's record (its fingerprint of the held-out set, settings, load, date)."""
     if a.previous is None:
         return [], {}, {}
-    old = json.loads(a.previous.read_text(encoding="utf-8"))
-    rows = [r for r in old["checkpoints"] if r["side"] not in sides]
-    sst2 = {name: r for name, r in old["sst2"].items() if name.split(" ")[0] not in sides}
-    record = {k: old.get(k) for k in ("eval_fingerprint", "settings", "load_average_at_start", "date")}
+    try:
+        old = json.loads(a.previous.read_text(encoding="utf-8"))
+        rows = [r for r in old["checkpoints"] if r["side"] not in sides]
+        sst2 = {name: r for name, r in old["sst2"].items() if name.split(" ")[0] not in sides}
+        record = {"eval_fingerprint": old["eval_fingerprint"],
+                  **{k: old.get(k) for k in ("settings", "load_average_at_start", "date")}}
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, TypeError, KeyError) as err:
+        raise SystemExit(f"--previous {a.previous}: not an earlier sitting's results.json with an eval_fingerprint "
+                         f"({type(err).__name__}: {err})") from None
     return rows, sst2, {"file": str(a.previous), "sides": sorted({r["side"] for r in rows}), **record}
 
 
@@ -378,19 +394,21 @@ def main() -> None:
     a = parse_args()
     a.work.mkdir(parents=True, exist_ok=True)
     train, held_out = corpus_files()
-    tokenizer = shared_tokenizer(a, train)
     sides = set(a.sides.split(","))
+    kept, kept_sst2, previous = previous_sitting(a, sides)
+    tokenizer = shared_tokenizer(a, train)
+    batches, fingerprint = held_out_set(a, held_out, tokenizer)
+    if previous and previous["eval_fingerprint"] != fingerprint:  # checked before hours of training, not after
+        raise SystemExit(f"--previous {a.previous} was scored on other held-out sequences or masks (another "
+                         "vocabulary?): pass that sitting's --tokenizer")
     load = os.getloadavg()[0]
-    kept, kept_sst2, previous = previous_sitting(a, sides)  # read first: a bad file stops before hours of training
     if "bertforge" in sides:
         train_bertforge(a, train, tokenizer)
     if "transformers" in sides:
         train_transformers(a, train, tokenizer)
-    found = [r for r in checkpoints(a.work) if r["side"] not in {k["side"] for k in kept}]
-    fingerprint = score(a, held_out, tokenizer, found)
-    if previous and previous["eval_fingerprint"] != fingerprint:
-        raise SystemExit(f"{a.previous} was scored on other held-out sequences or masks (another vocabulary?): "
-                         "pass that sitting's --tokenizer")
+    kept_sides = {r["side"] for r in kept}
+    found = [r for r in checkpoints(a.work) if r["side"] not in kept_sides]
+    score(batches, found)
     sst2 = {**kept_sst2, **finetune_sst2(a, final_models(found, a.work, a.minutes))}
     found += kept
     title = (f"{a.config}, {a.batch_size} x {a.seq_len} tokens; bertforge {a.minutes:g} min (lr {a.lr:g}, wsd), "
