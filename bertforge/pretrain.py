@@ -27,7 +27,7 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 from .checkpoint import load_pretrained
 from .config import BertConfig, PRESETS
 from .constants import IGNORE_INDEX
-from .data.corpus import DEFAULT_CORPUS
+from .data.demo_world import DEMO_CORPUS, PROBES
 from .errors import BertforgeError
 from .io import atomic_directory
 from .memory import check_training_fits
@@ -62,21 +62,14 @@ CONTRADICTIONS = (
 # n-gram masking)
 RECIPE_DEFAULTS: dict[str, Any] = {"masking": "token", "adam_beta2": 0.999}
 
-DEMO_SENTENCES = [  # in the style of the bundled corpus, The Devil's Dictionary (definitions, then verse)
-    "ABDICATION, n. An act whereby a [MASK] attests his sense of the high temperature of the throne.",
-    "A decent and customary mental attitude in the presence of [MASK].",
-    "The man who is always right is a [MASK] to his friends.",
-    "He said that he would [MASK] her again in the morning.",
-]
-
-
 @dataclass
 class PretrainArgs:
     """Everything that defines a pretraining run; each field with `option(...)` is also a `bertforge pretrain`
     option (see `bertforge.options`)."""
 
     corpus: list[str] = option(help="text files or directories (.txt, .gz, .jsonl); blank lines separate documents, "
-                               "one sentence per line. Default: the bundled demo corpus, with demo settings",
+                               "one sentence per line. Default: the bundled demo corpus (short stories about a small world, "
+                               "bertforge/data/demo_world.py), with demo settings",
                                default_factory=list, metavar="PATH")
     out: str = option("runs/pretrain", "output directory")
     init_from: str | None = option(None, "continue pretraining a checkpoint (config.json, model.safetensors and its "
@@ -312,7 +305,7 @@ class Pretrainer:
         args.validate()
         self.rt = setup_runtime(args.device)
         self.out = Path(args.out)
-        self.corpus = [str(p) for p in args.corpus] or [str(DEFAULT_CORPUS)]
+        self.corpus = [str(p) for p in args.corpus] or [str(DEMO_CORPUS)]
         self.run_dir = RunDirectory(self.out, args.resume, args.overwrite, dataclasses.asdict(args))  # rank 0 acts on it
         base_config = args.model_config()  # settings the model config refuses fail here, before anything is written
         self.args = args = args.for_family(base_config)  # the family's recipe where the settings say "auto"
@@ -794,25 +787,29 @@ def plot_metrics(metrics_file: Path, png: Path) -> None:
 
 @torch.no_grad()
 def show_predictions(model: BertForPreTraining, tokenizer, title: str, device: torch.device, k: int = 3,
-                     emit: bool = True) -> None:
-    """Print the top-k fillers for the [MASK] in a few sentences (`emit=False`: run the forwards, print nothing)."""
+                     emit: bool = True) -> int:
+    """Print the top-k fillers of the [MASK] in each probe sentence (`demo_world.PROBES`), marking the top guess
+    that is the word the demo corpus puts there, and return how many are (`emit=False`: run the forwards, print
+    nothing)."""
     was_training = model.training
     model.eval()
-    lines = [f"[MASK] predictions {title}:"]
-    for text in DEMO_SENTENCES:
+    lines, right = [], 0
+    for text, answer in PROBES:
         enc = tokenizer(text.replace("[MASK]", tokenizer.mask_token), return_tensors="pt")
         ids = enc["input_ids"].to(device)
         out = model(input_ids=ids, token_type_ids=enc["token_type_ids"].to(device))
-        where = (ids[0] == tokenizer.mask_token_id).nonzero().flatten()
-        guesses = []
-        for pos in where.tolist():
-            probs = out.prediction_logits[0, pos].float().softmax(-1)
-            top = probs.topk(k)
-            guesses.append(", ".join(f"{t} ({p:.2f})" for t, p in zip(tokenizer.convert_ids_to_tokens(top.indices.tolist()), top.values.tolist())))
-        lines.append(f"  {text.replace('[MASK]', tokenizer.mask_token)}  ->  {' | '.join(guesses)}")
+        pos = int((ids[0] == tokenizer.mask_token_id).nonzero()[0, 0])
+        top = out.prediction_logits[0, pos].float().softmax(-1).topk(k)
+        words = tokenizer.convert_ids_to_tokens(top.indices.tolist())
+        hit = words[0].lower() == answer.lower()
+        right += hit
+        guesses = ", ".join(f"{w} ({p:.2f})" for w, p in zip(words, top.values.tolist()))
+        lines.append(f"  {'+' if hit else ' '} {text:<40} ->  {guesses}")
     if emit:
-        log.info("\n".join(lines))
+        log.info("\n".join([f"[MASK] predictions {title} (+: the word the demo corpus puts there; "
+                             f"{right} of {len(PROBES)}):", *lines]))
     model.train(was_training)
+    return right
 
 
 def pretrain(args: PretrainArgs | None = None, **kwargs: Any) -> Path:

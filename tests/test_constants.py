@@ -36,12 +36,16 @@ def test_no_literal_ignore_index_in_the_package():
     assert found == ["constants.py: IGNORE_INDEX", "io.py: _AT_FDCWD"]
 
 
-def test_default_corpus_is_defined_once():
+def test_bundled_corpora_are_defined_once():
+    """The bundled real-text corpus (The Devil's Dictionary: the data stream's default and int8 calibration's text)
+    and the demo corpus (what `pretrain` trains on when given none) are each one path, named in one module."""
     from bertforge.data import DEFAULT_CORPUS
     from bertforge.data.corpus import DEFAULT_CORPUS as corpus_default
-    from bertforge.pretrain import DEFAULT_CORPUS as pretrain_default
+    from bertforge.data.demo_world import DEMO_CORPUS
+    from bertforge.pretrain import DEMO_CORPUS as pretrain_default
 
-    assert DEFAULT_CORPUS is corpus_default is pretrain_default and DEFAULT_CORPUS.is_file()
+    assert DEFAULT_CORPUS is corpus_default and DEFAULT_CORPUS.is_file()
+    assert DEMO_CORPUS is pretrain_default and DEMO_CORPUS.is_file() and DEMO_CORPUS != DEFAULT_CORPUS
 
 
 def test_task_lists_are_two_named_things():

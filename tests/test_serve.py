@@ -395,9 +395,12 @@ def test_health_info_and_metrics(embed_server):
 
 
 # ------------------------------------------------------------------------------------------------- the serving process
-def test_a_serving_process_hands_over_the_gil_sooner(monkeypatch, models):
+def test_a_serving_process_hands_over_the_gil_sooner_and_keeps_freed_memory(monkeypatch, models):
     import bertforge.serve as serve
+    import bertforge.system
 
+    calls = []
+    monkeypatch.setattr(bertforge.system, "reuse_freed_memory", lambda choice=None: calls.append(choice) or True)
     monkeypatch.setenv(serve.ENV_CONFIG, ServeConfig(model=str(models["embed"])).to_json())
     monkeypatch.setattr(serve, "create_app", lambda config: config)
     before = sys.getswitchinterval()
@@ -407,3 +410,4 @@ def test_a_serving_process_hands_over_the_gil_sooner(monkeypatch, models):
         assert sys.getswitchinterval() == serve.SWITCH_INTERVAL < 0.005
     finally:
         sys.setswitchinterval(before)
+    assert calls == [None]

@@ -77,6 +77,24 @@ OPPOSITES = [("hot", "cold"), ("big", "small"), ("up", "down"), ("day", "night")
              ("old", "young"), ("happy", "sad"), ("open", "closed"), ("wet", "dry"), ("early", "late"),
              ("full", "empty"), ("light", "heavy")]
 
+# What `bertforge pretrain` asks its model before and after training: a sentence of the world with one word
+# masked, and the word the corpus always puts there (each answer read from the tables above). Different sentences
+# want different words, so a model whose answers change with the sentence has learnt to read its context.
+PROBES = [
+    ("The dog [MASK].", ANIMALS["dog"][0]),
+    ("When it is hungry, the cow [MASK].", ANIMALS["cow"][0]),
+    ("The horse eats [MASK].", ANIMALS["horse"][1]),
+    ("A baby cat is called a [MASK].", ANIMALS["cat"][3]),
+    ("The capital of France is [MASK].", CAPITALS["France"]),
+    ("The capital of Japan is [MASK].", CAPITALS["Japan"]),
+    ("After Monday comes [MASK].", DAYS[1]),
+    ("In winter it is [MASK].", SEASONS["winter"][0]),
+    ("Snow is [MASK].", COLOURS["snow"]),
+    ("The colour of the sky is [MASK].", COLOURS["the sky"]),
+    ("The opposite of big is [MASK].", dict(OPPOSITES)["big"]),
+    ("The baker bakes bread at the [MASK].", JOBS["baker"][1]),
+]
+
 WHEN = ["Every morning", "In the evening", "At night", "Every day", "On Sunday", "After lunch", "Before dinner",
         "Today", "Once again", "As always"]
 

@@ -99,12 +99,12 @@ def tiny_trainer(monkeypatch, tiny, out: Path, *argv: str, tokenizer: bool = Tru
 
 
 def test_pretrain_with_no_arguments_is_the_documented_demo(monkeypatch):
-    # README "Set up": an 8,000-word vocabulary trained on the bundled corpus (The Devil's Dictionary), a `tiny`
+    # README "Set up": a vocabulary trained on the bundled demo corpus (short stories of a small world), a `tiny`
     # BERT (2 layers, 128 wide), 600 steps of 32 sequences of 64 tokens, everything written to runs/demo/.
     s = pretrain_settings(monkeypatch)
     assert s.corpus == [] and s.tokenizer is None  # no corpus: the bundled one, with a vocabulary trained on it
-    with gzip.open(PRETRAIN.DEFAULT_CORPUS, "rt", encoding="utf-8") as fh:
-        assert "devil" in fh.read(200_000).lower()
+    with gzip.open(PRETRAIN.DEMO_CORPUS, "rt", encoding="utf-8") as fh:
+        assert "The capital of France is Paris." in fh.read()
     assert (s.config, s.vocab_size, s.max_steps, s.batch_size, s.seq_len, s.out) == (
         "tiny", 8000, 600, 32, 64, "runs/demo")
     tiny_preset = BertConfig.preset("tiny")

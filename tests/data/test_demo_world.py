@@ -87,3 +87,23 @@ def test_command_line(tmp_path, monkeypatch):
     monkeypatch.setattr("sys.argv", ["demo_world"])
     with pytest.raises(SystemExit, match="usage"):
         world.main()
+
+
+def test_each_probe_is_told_and_its_blank_has_one_filler():
+    """Every probe with its answer filled in is a sentence of the corpus, and wherever the corpus has the probe's
+    sentence with any word in the blank, that word is the answer: the blank is decided by its context."""
+    sentences = [s for doc in world.documents() for s in doc]
+    told = set(sentences)
+    for text, answer in world.PROBES:
+        assert text.count("[MASK]") == 1 and " " not in answer
+        assert text.replace("[MASK]", answer) in told, text
+        before, after = text.split("[MASK]")
+        fillers = {s[len(before):len(s) - len(after)] for s in sentences
+                   if s.startswith(before) and s.endswith(after) and " " not in s[len(before):len(s) - len(after)]}
+        assert fillers == {answer}, (text, fillers)
+
+
+def test_probes_want_different_words():
+    """A model that answers every probe the same way (the corpus's commonest word) gets at most one right."""
+    answers = [answer for _, answer in world.PROBES]
+    assert len(set(answers)) == len(answers) >= 10
