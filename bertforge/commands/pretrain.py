@@ -11,10 +11,11 @@ from pathlib import Path
 NAME = "pretrain"
 HELP = "pretrain a BERT on your own corpus (with no arguments: a demo on the bundled corpus)"
 
-# The no-argument demo: a tiny BERT on the bundled public-domain corpus in a few minutes on 2 CPU cores.
-# Measured on 2 idle cores: 63 s in all; the MLM loss goes from ln(8000) = 8.99 to ~6.3 (11 % accuracy). 2,500 steps
-# only reach 6.0 (4 min), so a longer demo buys little.
-DEMO = dict(vocab_size=8000, max_steps=600, seq_len=64, lr=2e-3, warmup_steps=60, save_every=200, out="runs/demo")
+# The no-argument demo: a tiny BERT on the bundled demo world (`data/demo_world.py`) in about two minutes on 2 CPU
+# cores. Measured 2026-11-27 (2 cores, nothing else running): 138 s in all, MLM loss 6.70 -> 1.00 (71 %), and every
+# probe's top guess of the right kind (an animal's sound, a food, a capital, a day, a colour), 5 of 12 the corpus's
+# own word. 1,500 steps of 64 tokens (127 s) reached 2 of 12 and 600 (53 s) none; MLM alone was worse than NSP.
+DEMO = dict(vocab_size=8000, max_steps=2500, seq_len=32, lr=2e-3, warmup_steps=100, save_every=500, out="runs/demo")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

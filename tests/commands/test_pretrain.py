@@ -100,13 +100,13 @@ def tiny_trainer(monkeypatch, tiny, out: Path, *argv: str, tokenizer: bool = Tru
 
 def test_pretrain_with_no_arguments_is_the_documented_demo(monkeypatch):
     # README "Set up": a vocabulary trained on the bundled demo corpus (short stories of a small world), a `tiny`
-    # BERT (2 layers, 128 wide), 600 steps of 32 sequences of 64 tokens, everything written to runs/demo/.
+    # BERT (2 layers, 128 wide), 2,500 steps of 32 sequences of 32 tokens, everything written to runs/demo/.
     s = pretrain_settings(monkeypatch)
     assert s.corpus == [] and s.tokenizer is None  # no corpus: the bundled one, with a vocabulary trained on it
     with gzip.open(PRETRAIN.DEMO_CORPUS, "rt", encoding="utf-8") as fh:
         assert "The capital of France is Paris." in fh.read()
-    assert (s.config, s.vocab_size, s.max_steps, s.batch_size, s.seq_len, s.out) == (
-        "tiny", 8000, 600, 32, 64, "runs/demo")
+    assert (s.config, s.vocab_size, s.max_steps, s.batch_size, s.seq_len, s.lr, s.out) == (
+        "tiny", 8000, 2500, 32, 32, 2e-3, "runs/demo")
     tiny_preset = BertConfig.preset("tiny")
     assert (tiny_preset.num_hidden_layers, tiny_preset.hidden_size) == (2, 128)
     assert s.nsp and s.lowercase and s.demo and s.mlm_probability == 0.15 and not s.whole_word_mask
@@ -114,18 +114,18 @@ def test_pretrain_with_no_arguments_is_the_documented_demo(monkeypatch):
 
 
 def test_pretrain_explicit_option_overrides_the_demo_setting(monkeypatch):
-    s = pretrain_settings(monkeypatch, "--max-steps", "5", "--seq-len", "32")
-    assert (s.max_steps, s.seq_len, s.vocab_size, s.out) == (5, 32, 8000, "runs/demo")
+    s = pretrain_settings(monkeypatch, "--max-steps", "5", "--seq-len", "64")
+    assert (s.max_steps, s.seq_len, s.vocab_size, s.out) == (5, 64, 8000, "runs/demo")
 
 
 def test_pretrain_demo_leaves_out_the_settings_a_given_option_decides(monkeypatch):
-    """The demo's vocabulary size is not set beside --init-from (whose checkpoint decides it), nor its 60-step
+    """The demo's vocabulary size is not set beside --init-from (whose checkpoint decides it), nor its 100-step
     warmup beside --warmup-ratio; its other settings stay."""
     s = pretrain_settings(monkeypatch, "--init-from", "ckpt")
-    assert (s.init_from, s.vocab_size, s.max_steps, s.warmup_steps) == ("ckpt", PretrainArgs().vocab_size, 600, 60)
+    assert (s.init_from, s.vocab_size, s.max_steps, s.warmup_steps) == ("ckpt", PretrainArgs().vocab_size, 2500, 100)
     s = pretrain_settings(monkeypatch, "--warmup-ratio", "0.05")
     assert (s.warmup_ratio, s.warmup_steps, s.vocab_size) == (0.05, PretrainArgs().warmup_steps, 8000)
-    assert s.warmup() == (30, None)  # 5 % of the demo's 600 steps
+    assert s.warmup() == (125, None)  # 5 % of the demo's 2,500 steps
 
 
 # Each option against a run on a given corpus: the fields of the settings it changes, and to what.
@@ -368,19 +368,33 @@ def test_pretrain_optimizer_and_weight_decay_reach_the_optimizer(monkeypatch, ti
     assert sorted(g["weight_decay"] for g in lamb.optimizer.param_groups) == [0.0, 0.01]  # the documented default
 
 
+DEMO_STEPS = 2500  # README "Set up"
+DEMO_RIGHT = 3  # of the 12 probes, the corpus's own word on top (measured: 5)
+DEMO_DISTINCT = 8  # different top words over the 12 probes (measured: 12)
+
+
 @pytest.mark.slow
 def test_pretrain_demo_runs_as_documented(tmp_path):
+    """README "Set up": `bertforge pretrain` with no arguments trains on the demo world and, after training, fills
+    most probes' [MASK] with the word the corpus puts there, a different word for different sentences."""
+    import re
     import subprocess
+
+    from bertforge.data.demo_world import PROBES
 
     done = subprocess.run([sys.executable, "-m", "bertforge", "pretrain", "--no-progress"], cwd=tmp_path,
                           capture_output=True, text=True, timeout=1800)
     assert done.returncode == 0, done.stderr[-2000:]
     run = tmp_path / "runs" / "demo"
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    assert rows[-1]["step"] == 600 and rows[-1]["mlm_loss"] < rows[0]["mlm_loss"] - 1.5  # README: ~9.0 -> ~6.3
-    assert Tokenizer.from_pretrained(run / "model").vocab_size == 8000
+    assert rows[-1]["step"] == DEMO_STEPS and rows[-1]["mlm_loss"] < rows[0]["mlm_loss"] - 3
     config = json.loads((run / "model" / "config.json").read_text())
     assert (config["num_hidden_layers"], config["hidden_size"]) == (2, 128)
+    before, after = done.stderr.split("[MASK] predictions after training")
+    right = [int(n) for n in re.findall(r"; (\d+) of 12\):", done.stderr)]
+    assert len(right) == 2 and right[0] <= 1 and right[1] >= DEMO_RIGHT, done.stderr[-3000:]
+    tops = [line.split("->")[1].split()[0] for line in after.splitlines() if "->" in line]
+    assert len(tops) == len(PROBES) and len(set(tops)) >= DEMO_DISTINCT, tops
 
 
 # ---------------------------------------------------------------------------------- options of the pretraining features
