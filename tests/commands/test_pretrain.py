@@ -393,7 +393,7 @@ def test_pretrain_demo_runs_as_documented(tmp_path):
     before, after = done.stderr.split("[MASK] predictions after training")
     right = [int(n) for n in re.findall(r"; (\d+) of 12\):", done.stderr)]
     assert len(right) == 2 and right[0] <= 1 and right[1] >= DEMO_RIGHT, done.stderr[-3000:]
-    tops = [line.split("->")[1].split()[0] for line in after.splitlines() if "->" in line]
+    tops = [line.split("->")[1].split()[0] for line in after.splitlines()[1 : 1 + len(PROBES)]]  # then a summary line
     assert len(tops) == len(PROBES) and len(set(tops)) >= DEMO_DISTINCT, tops
 
 
