@@ -800,8 +800,9 @@ def show_predictions(model: BertForPreTraining, tokenizer, title: str, device: t
         out = model(input_ids=ids, token_type_ids=enc["token_type_ids"].to(device))
         pos = int((ids[0] == tokenizer.mask_token_id).nonzero()[0, 0])
         top = out.prediction_logits[0, pos].float().softmax(-1).topk(k)
+        top_ids = top.indices.tolist()
         # a model may have more rows than its tokenizer has tokens (ids past the vocabulary read as None)
-        words = [w or f"[{i}]" for i, w in zip(top.indices.tolist(), tokenizer.convert_ids_to_tokens(top.indices.tolist()))]
+        words = [w or f"[{i}]" for i, w in zip(top_ids, tokenizer.convert_ids_to_tokens(top_ids))]
         hit = words[0].lower() == answer.lower()
         right += hit
         guesses = ", ".join(f"{w} ({p:.2f})" for w, p in zip(words, top.values.tolist()))

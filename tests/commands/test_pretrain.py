@@ -390,7 +390,7 @@ def test_pretrain_demo_runs_as_documented(tmp_path):
     assert rows[-1]["step"] == DEMO_STEPS and rows[-1]["mlm_loss"] < rows[0]["mlm_loss"] - 3
     config = json.loads((run / "model" / "config.json").read_text())
     assert (config["num_hidden_layers"], config["hidden_size"]) == (2, 128)
-    before, after = done.stderr.split("[MASK] predictions after training")
+    _, after = done.stderr.split("[MASK] predictions after training")
     right = [int(n) for n in re.findall(r"; (\d+) of 12\):", done.stderr)]
     assert len(right) == 2 and right[0] <= 1 and right[1] >= DEMO_RIGHT, done.stderr[-3000:]
     tops = [line.split("->")[1].split()[0] for line in after.splitlines()[1 : 1 + len(PROBES)]]  # then a summary line
