@@ -10,6 +10,8 @@ process: it shares the machine with the server, as clients do on one box. `--rep
 concurrency level in turn; the offline rate is measured before the first round and after every round (best of two
 passes each time), and the table gives medians: each level's rate against the median offline rate, the spread of
 both, and the load average (`os.getloadavg`) at the start and the end, since a busy machine moves everything.
+Every round also times the pipeline alone in calls of `clients` sentences each (no server, no HTTP): with that
+many clients no batch can hold more, so this is the most any server could reach on these cores at that level.
 Prints a Markdown table and the raw numbers as JSON.
 """
 
@@ -45,16 +47,21 @@ def read_sentences(path: Path, n: int) -> list[str]:
     return sentences[:n]
 
 
-def offline_rate(model: str, sentences: list[str], threads: int | None, repeats: int = 2) -> float:
-    """Sentences per second of `pipeline("embed")` over all of them in one call (best of `repeats`)."""
+def offline_rate(model: str, sentences: list[str], threads: int | None, repeats: int = 2,
+                 calls_of: int | None = None) -> float:
+    """Sentences per second of `pipeline("embed")` over all of them in one call (best of `repeats`), or, with
+    `calls_of`, in consecutive calls of that many sentences each: what a server whose every batch held that many
+    requests would compute with no HTTP work at all (its ceiling at that concurrency)."""
     import bertforge
 
     pipe = bertforge.pipeline("embed", model=model, num_threads=threads, progress=False)
     pipe(sentences[:64])  # warm-up
+    step = calls_of or len(sentences)
     best = 0.0
     for _ in range(repeats):
         start = time.perf_counter()
-        pipe(sentences)
+        for i in range(0, len(sentences), step):
+            pipe(sentences[i : i + step])
         best = max(best, len(sentences) / (time.perf_counter() - start))
     return best
 
@@ -154,7 +161,10 @@ def main() -> None:
     load_before = os.getloadavg()
     offline = [offline_rate(args.model, sentences, args.threads)]
     runs: dict[int, list[dict]] = {c: [] for c in args.concurrency}
+    alone: dict[int, list[float]] = {c: [] for c in args.concurrency}
     for _ in range(args.repeats):
+        for c in args.concurrency:
+            alone[c].append(offline_rate(args.model, sentences, args.threads, repeats=1, calls_of=c))
         proc, url = (None, args.url) if args.url else start_server(args)
         try:
             for c in args.concurrency:
@@ -164,18 +174,19 @@ def main() -> None:
                 proc.terminate()
                 proc.wait(60)
         offline.append(offline_rate(args.model, sentences, args.threads))
-    report(args, sentences, offline, runs, load_before, os.getloadavg())
+    report(args, sentences, offline, runs, alone, load_before, os.getloadavg())
 
 
 def report(args: argparse.Namespace, sentences: list[str], offline: list[float], runs: dict[int, list[dict]],
-           load_before: tuple[float, ...], load_after: tuple[float, ...]) -> None:
+           alone: dict[int, list[float]], load_before: tuple[float, ...], load_after: tuple[float, ...]) -> None:
     reference = statistics.median(offline)
     print(f"\n{len(sentences)} SST-2 sentences, one per request, {args.endpoint}; offline pipeline('embed') "
           f"{reference:.0f} /s (median of {', '.join(f'{o:.0f}' for o in offline)}); {os.cpu_count()} CPUs; "
           f"load average {load_before[0]:.1f} at the start, {load_after[0]:.1f} at the end; "
           f"medians of {args.repeats} rounds\n")
-    print("| clients | requests/s | vs offline | p50 ms | p99 ms | errors | rates of the rounds |")
-    print("| ---: | ---: | ---: | ---: | ---: | --- | --- |")
+    print("| clients | requests/s | vs offline | p50 ms | p99 ms | errors | rates of the rounds | model alone, calls of "
+          "`clients` sentences | vs offline |")
+    print("| ---: | ---: | ---: | ---: | ---: | --- | --- | ---: | ---: |")
     summary = []
     for c, results in runs.items():
         rate = statistics.median(r["rate"] for r in results)
@@ -185,14 +196,14 @@ def report(args: argparse.Namespace, sentences: list[str], offline: list[float],
                 errors[k] = errors.get(k, 0) + v
         row = {"concurrency": c, "rate": rate, "vs_offline": rate / reference, "errors": errors,
                "p50_ms": statistics.median(r["p50_ms"] for r in results),
-               "p99_ms": statistics.median(r["p99_ms"] for r in results)}
+               "p99_ms": statistics.median(r["p99_ms"] for r in results), "alone": statistics.median(alone[c])}
         summary.append(row)
         error_text = ", ".join(f"{k}: {v}" for k, v in errors.items()) or "0"
         rates = ", ".join(f"{r['rate']:.0f}" for r in results)
         print(f"| {c} | {rate:.0f} | {rate / reference:.2f}× | {row['p50_ms']:.1f} | {row['p99_ms']:.1f} | "
-              f"{error_text} | {rates} |")
+              f"{error_text} | {rates} | {row['alone']:.0f} | {row['alone'] / reference:.2f}× |")
     print(json.dumps({"offline": offline, "load_average": [load_before, load_after], "summary": summary,
-                      "runs": runs}))
+                      "runs": runs, "model_alone": alone}))
 
 
 if __name__ == "__main__":

@@ -7,12 +7,15 @@ import pytest
 import torch
 
 import bertforge
-from bertforge import BertConfig
+from bertforge import BertConfig, attention
 from bertforge.attention import Padded, Unpadded, attend, attention_plan, extended_attention_mask, length_groups, pack
 from bertforge.linear import linear_backend
 
 
-def test_sdpa_and_the_explicit_maths_agree_with_additive_and_boolean_masks():
+@pytest.mark.parametrize("route", ["sdpa", "matmuls"])
+def test_sdpa_and_the_explicit_maths_agree_with_additive_and_boolean_masks(route, monkeypatch):
+    if route == "sdpa":  # no sequence is short enough for the matmuls: SDPA computes the non-explicit call
+        monkeypatch.setattr(attention, "MATMUL_ATTENTION_MAX_LENGTH", {"one thread": 0, "threads": 0})
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(3, 2, 7, 8, generator=g) for _ in range(3))
     keep = torch.ones(3, 7, dtype=torch.long)
@@ -27,6 +30,35 @@ def test_sdpa_and_the_explicit_maths_agree_with_additive_and_boolean_masks():
     assert torch.allclose(fast, slow, atol=1e-6) and torch.allclose(slow, slow_bool, atol=1e-6)
     assert probs[2, :, :, 2:].abs().max() == 0 and torch.allclose(probs.sum(-1), torch.ones(3, 2, 7))
     assert extended_attention_mask(torch.ones(2, 5, dtype=torch.long), torch.float32) is None  # nothing to mask
+
+
+def test_short_sequences_in_cpu_inference_attend_with_matmuls_and_agree_with_sdpa(monkeypatch):
+    sdpa_calls = []
+    real_sdpa = attention.F.scaled_dot_product_attention
+    monkeypatch.setattr(attention.F, "scaled_dot_product_attention", lambda *a, **k: sdpa_calls.append(1) or real_sdpa(*a, **k))
+    g = torch.Generator().manual_seed(2)
+    limits = attention.MATMUL_ATTENTION_MAX_LENGTH
+    q, k, v = (torch.randn(5, 3, limits["threads"], 8, generator=g) for _ in range(3))
+    keep = torch.ones(5, limits["threads"], dtype=torch.bool)
+    keep[1, 3:] = False
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        assert attention.matmuls_beat_sdpa(q) and not attention.matmuls_beat_sdpa(torch.randn(1, 1, limits["threads"] + 1, 8))
+        for mask in (None, keep[:, None, None, :]):
+            with torch.inference_mode():
+                ctx, probs = attend(q, k, v, mask, 0.0, False)
+            assert probs is None and not sdpa_calls
+            assert torch.allclose(ctx, real_sdpa(q, k, v, attn_mask=mask), atol=1e-6)
+        torch.set_num_threads(1)  # one thread: SDPA is as fast from a shorter length on
+        assert not attention.matmuls_beat_sdpa(q) and attention.matmuls_beat_sdpa(q[:, :, : limits["one thread"]])
+    finally:
+        torch.set_num_threads(threads)
+    # Training (gradients), other dtypes and traced graphs keep SDPA.
+    assert not attention.matmuls_beat_sdpa(q.clone().requires_grad_())
+    assert not attention.matmuls_beat_sdpa(q.to(torch.bfloat16))
+    monkeypatch.setattr(attention, "static_graph", lambda: True)
+    assert not attention.matmuls_beat_sdpa(q[:, :, :4])
 
 
 def test_unpadded_rows_round_trip_and_attend_like_the_padded_batch():
