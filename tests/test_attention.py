@@ -125,3 +125,21 @@ def test_the_padded_model_compiles_as_one_graph_with_or_without_padding():
         with torch.no_grad():
             torch.testing.assert_close(compiled(ids, mask).logits, model(ids, mask).logits, rtol=0, atol=1e-6)
     torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("length", [1, 5, 15, 16, 40])
+def test_softmax_last_equals_torch_softmax_short_rows_included(length):
+    """Rows shorter than a vector register take three in-place passes outside autograd; the result is softmax's,
+    masked keys (the dtype's minimum) included, and under autograd it is softmax itself, with its gradient."""
+    g = torch.Generator().manual_seed(3)
+    scores = torch.randn(4, 3, length, length, generator=g) * 5
+    scores[1, :, :, length // 2 + 1 :] = torch.finfo(torch.float32).min
+    want = scores.softmax(-1)
+    with torch.inference_mode():
+        got = attention.softmax_last(scores.clone())
+    torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-5)
+    leaf = scores.clone().requires_grad_()
+    out = attention.softmax_last(leaf)
+    (out * torch.arange(length)).sum().backward()
+    torch.testing.assert_close(out, want, atol=1e-6, rtol=1e-5)
+    assert leaf.grad is not None and torch.isfinite(leaf.grad).all()

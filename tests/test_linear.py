@@ -1,8 +1,11 @@
 """The oneDNN path of `bertforge.linear` computes what `F.linear` computes: outputs and all three gradients, for
 the layer alone and for a whole pretraining step. (oneDNN sums in another order, so the match is to float
-rounding, not bitwise.) Its int8 kernel (`Int8Weight`) against F.linear, and what it refuses."""
+rounding, not bitwise.) Its int8 kernels (`Int8Weight`, oneDNN's and FBGEMM's) against F.linear, and what they
+refuse."""
 
 from __future__ import annotations
+
+import warnings
 
 import pytest
 import torch
@@ -11,7 +14,9 @@ import torch.nn.functional as F
 import bertforge
 from bertforge.errors import BertforgeError
 from bertforge.linear import (
+    INT8_KERNELS,
     Int8Weight,
+    cpu_has_vnni,
     get_linear_backend,
     int8_available,
     linear,
@@ -124,10 +129,22 @@ def test_a_misspelt_environment_backend_is_an_error_that_names_it(monkeypatch):
 
 
 # ---------------------------------------------------------------------------------------------- the int8 kernel
+def _kernel_works(kernel: str) -> bool:
+    try:
+        Int8Weight(torch.randn(8, 16), kernel=kernel)(torch.randn(2, 16))
+        return kernel != "onednn" or cpu_has_vnni()
+    except (AttributeError, RuntimeError, BertforgeError):
+        return False
+
+
+KERNELS = [k for k in INT8_KERNELS if _kernel_works(k)]
+
+
 @needs_int8
+@pytest.mark.parametrize("kernel", KERNELS)
 @pytest.mark.parametrize("act", [None, "gelu", "relu"])
 @pytest.mark.parametrize("with_bias,with_residual", [(True, False), (False, False), (True, True)])
-def test_int8_linear_is_close_to_float32(act, with_bias, with_residual):
+def test_int8_linear_is_close_to_float32(act, with_bias, with_residual, kernel):
     g = torch.Generator().manual_seed(0)
     x, w, b, r = (torch.randn(*s, generator=g) for s in ((3, 7, 48), (40, 48), (40,), (3, 7, 40)))
     x[1, 2] *= 30  # an outlier token: the other rows keep their own scale
@@ -137,10 +154,31 @@ def test_int8_linear_is_close_to_float32(act, with_bias, with_residual):
     want = want if act is None else {"gelu": F.gelu, "relu": F.relu}[act](want)
     want = want if residual is None else want + residual
     with torch.inference_mode():
-        got = linear(x, Int8Weight(w, bias), act=act, residual=residual)
+        weight = Int8Weight(w, bias, kernel=kernel)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # a call warns nothing (PyTorch's quantized-tensor notice included)
+            got = linear(x, weight, act=act, residual=residual)
     assert got.shape == want.shape
     per_row = (got - want).abs().amax(-1) / want.abs().amax(-1)  # [3, 7]
     assert per_row.max() < 0.03, per_row.max()
+
+
+@needs_int8
+def test_int8_kernel_follows_the_environment_and_names_a_bad_choice(monkeypatch):
+    import bertforge.linear as module
+
+    try:
+        monkeypatch.setenv("BERTFORGE_INT8_KERNEL", "fbgemm")
+        module.int8_kernel.cache_clear()
+        assert module.int8_kernel() == "fbgemm" and Int8Weight(torch.randn(8, 16)).kernel == "fbgemm"
+        monkeypatch.setenv("BERTFORGE_INT8_KERNEL", "bogus")
+        module.int8_kernel.cache_clear()
+        with pytest.raises(BertforgeError, match="BERTFORGE_INT8_KERNEL must be one of onednn, fbgemm"):
+            module.int8_kernel()
+    finally:
+        monkeypatch.delenv("BERTFORGE_INT8_KERNEL")
+        module.int8_kernel.cache_clear()
+    assert module.int8_kernel() == ("onednn" if "onednn" in KERNELS else "fbgemm")
 
 
 @needs_int8

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from bertforge.ops import ACTIVATIONS, activation_fn, dropout
+from bertforge.ops import ACTIVATIONS, ACTIVATIONS_IN_PLACE, activation_fn, dropout
 
 
 def gelu_erf(x):
@@ -31,14 +31,18 @@ REFERENCE = {
 }
 
 
-def test_every_activation_has_a_reference():
-    assert set(ACTIVATIONS) == set(REFERENCE)
+def test_every_activation_has_a_reference_and_an_in_place_version():
+    assert set(ACTIVATIONS) == set(REFERENCE) == set(ACTIVATIONS_IN_PLACE)
 
 
 @pytest.mark.parametrize("name", sorted(REFERENCE))
 def test_activation_matches_its_formula(name):
     x = torch.linspace(-6, 6, 2001, dtype=torch.float64)
     torch.testing.assert_close(activation_fn(name)(x), REFERENCE[name](x), rtol=1e-12, atol=1e-12)
+    y = x.clone()
+    out = activation_fn(name, in_place=True)(y)
+    assert out.data_ptr() == y.data_ptr()  # overwrote its input
+    torch.testing.assert_close(y, REFERENCE[name](x), rtol=1e-12, atol=1e-12)
 
 
 def test_exact_and_tanh_gelu_differ():

@@ -29,16 +29,21 @@ def test_mean_pool_equals_per_sequence_mean():
 def test_embed_equals_sentence_transformers(embed, minilm_dir, caplog):
     st = pytest.importorskip("sentence_transformers")
     texts = SENTENCES + [LONG]
-    with caplog.at_level(logging.WARNING, logger="bertforge"):
-        ours = embed(texts)
-    assert "1 input longer than max_length=256 tokens was truncated" in caplog.text
     ref = st.SentenceTransformer(str(minilm_dir), device="cpu").encode(texts, batch_size=4)
-    assert ours.shape == (len(texts), 384) and ours.dtype == np.float32
-    assert embed.pooling == "mean" and embed.normalize and embed.max_length == 256  # read from the ST files
-    assert embed.attention_padding == 0.5  # padded, masked attention over several lengths is what was checked
-    cosine = (ours * ref).sum(1) / np.linalg.norm(ours, axis=1) / np.linalg.norm(ref, axis=1)
-    assert cosine.min() >= 0.99999
-    assert np.abs(ours - ref).max() < 1e-5
+    assert embed.attention_padding == 0.0  # one attention call per run of equal length
+    try:
+        for padding in (0.0, 0.5):  # and padded, masked calls over several lengths
+            embed.attention_padding = padding
+            with caplog.at_level(logging.WARNING, logger="bertforge"):
+                ours = embed(texts)
+            assert "1 input longer than max_length=256 tokens was truncated" in caplog.text
+            assert ours.shape == (len(texts), 384) and ours.dtype == np.float32
+            assert embed.pooling == "mean" and embed.normalize and embed.max_length == 256  # read from the ST files
+            cosine = (ours * ref).sum(1) / np.linalg.norm(ours, axis=1) / np.linalg.norm(ref, axis=1)
+            assert cosine.min() >= 0.99999
+            assert np.abs(ours - ref).max() < 1e-5
+    finally:
+        del embed.attention_padding  # the class's default again
 
 
 def test_embed_cls_unnormalized_equals_transformers(minilm_dir):
