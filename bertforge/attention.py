@@ -37,12 +37,20 @@ from .ops import dropout
 MATMUL_ATTENTION_MAX_LENGTH = {"one thread": 24, "threads": 64}
 
 
-def matmuls_beat_sdpa(q: Tensor) -> bool:
+def matmuls_beat_sdpa(q: Tensor, training: bool = False) -> bool:
     """Whether `attend` computes this call's attention as matmuls and a softmax (see MATMUL_ATTENTION_MAX_LENGTH):
-    float32 CPU inference on short sequences, and never while traced or compiled (a branch on the shape)."""
-    if static_graph() or q.device.type != "cpu" or q.dtype != torch.float32 or (torch.is_grad_enabled() and q.requires_grad):
+    float32 CPU inference (eval mode, no autograd) on short sequences, and never while traced or compiled (a
+    branch on the shape). Training mode keeps SDPA even without autograd, so that a pass without gradients
+    computes what the same pass with them does (cached in-batch negatives re-run their mini-batches)."""
+    if (training or static_graph() or q.device.type != "cpu" or q.dtype != torch.float32
+            or (torch.is_grad_enabled() and q.requires_grad)):
         return False
-    return q.shape[-2] <= MATMUL_ATTENTION_MAX_LENGTH["one thread" if torch.get_num_threads() == 1 else "threads"]
+    return q.shape[-2] <= matmul_attention_max_length()
+
+
+def matmul_attention_max_length() -> int:
+    """MATMUL_ATTENTION_MAX_LENGTH for this thread's number of torch threads."""
+    return MATMUL_ATTENTION_MAX_LENGTH["one thread" if torch.get_num_threads() == 1 else "threads"]
 
 
 def softmax_last(scores: Tensor) -> Tensor:
@@ -74,17 +82,18 @@ def attend(
     CPU inference on short sequences, where it is faster (`matmuls_beat_sdpa`); it returns no probabilities then.
     """
     p = p if training else 0.0
-    if explicit or (p > 0 and q.device.type == "cpu") or matmuls_beat_sdpa(q):
+    if explicit or (p > 0 and q.device.type == "cpu") or matmuls_beat_sdpa(q, training):
         scores = q @ k.transpose(-1, -2)  # [n, nh, L, L]
-        if torch.is_grad_enabled() and scores.requires_grad:
+        if training or (torch.is_grad_enabled() and scores.requires_grad):  # the same maths with or without autograd
             scores = scores / math.sqrt(q.shape[-1])
             if mask is not None:
                 scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min) if mask.dtype == torch.bool else scores + mask
-        else:  # no autograd: the new scores are changed in place
+            probs = scores.softmax(dim=-1)
+        else:  # inference: the new scores are changed in place
             scores = scores.mul_(1 / math.sqrt(q.shape[-1]))
             if mask is not None:
                 scores = scores.masked_fill_(~mask, torch.finfo(scores.dtype).min) if mask.dtype == torch.bool else scores.add_(mask)
-        probs = softmax_last(scores)
+            probs = softmax_last(scores)
         return dropout(probs, p, training) @ v, (probs if explicit or p > 0 else None)  # [n, nh, L, hd]
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p), None
 
@@ -210,11 +219,11 @@ def length_groups(lengths: list[int]) -> list[tuple[int, int, int]]:
 
 
 #: Default `max_padding` of the packed layout: none, so a sequence's result does not depend on the rest of its
-#: batch (padded, masked calls agree with separate calls only up to float rounding). The embed pipeline used 0.5
-#: while SDPA computed every call (1.45x faster on WikiText paragraphs then); with short sequences attended by
-#: matmuls (`matmuls_beat_sdpa`) merging no longer paid: 0 against 0.5, interleaved, 2026-11-27, all-MiniLM-L6-v2,
-#: 2 threads: 2,000 SST-2 sentences 590 / 582 /s float32, 1352 / 1269 /s int8; 300 WikiText paragraphs 52.2 /
-#: 50.3 /s float32, 102.4 / 97.6 /s int8.
+#: batch (padded, masked calls agree with separate calls only up to float rounding). The embed pipeline uses 0.5
+#: (1.45x faster on WikiText paragraphs when SDPA computed every call), for calls longer than
+#: `matmul_attention_max_length()` only: short ones are attended by matmuls, and merging them no longer paid
+#: (no merging against 0.5 for every length, interleaved, 2026-11-27, all-MiniLM-L6-v2, 2 threads: 2,000 SST-2
+#: sentences 590 / 582 /s float32, 1352 / 1269 /s int8).
 MAX_ATTENTION_PADDING = 0.0
 
 
@@ -237,11 +246,14 @@ def attention_plan(lengths: list[int], max_padding: float = MAX_ATTENTION_PADDIN
     Each run of equal length is a dense block needing no mask. Few sequences per run means many small calls, each
     with a fixed cost (a parallel region), so consecutive runs are merged into one call padded to its longest
     sequence while padding stays within `max_padding` of the real positions; padded keys are masked out, so the
-    real rows' results are those of separate calls (up to float rounding).
+    real rows' results are those of separate calls (up to float rounding). Only calls longer than
+    `matmul_attention_max_length()` merge: shorter ones are attended by matmuls in inference, whose calls cost
+    little, and there the gathering and masking cost more than they save (see MAX_ATTENTION_PADDING).
     """
     buckets: list[tuple[int, list[tuple[int, int, int]]]] = []  # (real rows, runs)
+    short = matmul_attention_max_length()
     for run in length_groups(lengths):
-        if buckets:
+        if buckets and buckets[-1][1][0][2] > short:
             real, runs = buckets[-1]
             count = sum(n for _, n, _ in runs) + run[1]
             total = real + run[1] * run[2]

@@ -11,11 +11,13 @@ from bertforge import BertConfig, attention
 from bertforge.attention import Padded, Unpadded, attend, attention_plan, extended_attention_mask, length_groups, pack
 from bertforge.linear import linear_backend
 
+SDPA_ONLY = {"one thread": 0, "threads": 0}  # MATMUL_ATTENTION_MAX_LENGTH with no sequence short enough for matmuls
+
 
 @pytest.mark.parametrize("route", ["sdpa", "matmuls"])
 def test_sdpa_and_the_explicit_maths_agree_with_additive_and_boolean_masks(route, monkeypatch):
     if route == "sdpa":  # no sequence is short enough for the matmuls: SDPA computes the non-explicit call
-        monkeypatch.setattr(attention, "MATMUL_ATTENTION_MAX_LENGTH", {"one thread": 0, "threads": 0})
+        monkeypatch.setattr(attention, "MATMUL_ATTENTION_MAX_LENGTH", SDPA_ONLY)
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(3, 2, 7, 8, generator=g) for _ in range(3))
     keep = torch.ones(3, 7, dtype=torch.long)
@@ -54,8 +56,9 @@ def test_short_sequences_in_cpu_inference_attend_with_matmuls_and_agree_with_sdp
         assert not attention.matmuls_beat_sdpa(q) and attention.matmuls_beat_sdpa(q[:, :, : limits["one thread"]])
     finally:
         torch.set_num_threads(threads)
-    # Training (gradients), other dtypes and traced graphs keep SDPA.
+    # Training (gradients, or training mode without them), other dtypes and traced graphs keep SDPA.
     assert not attention.matmuls_beat_sdpa(q.clone().requires_grad_())
+    assert attention.matmuls_beat_sdpa(q[:, :, :4]) and not attention.matmuls_beat_sdpa(q[:, :, :4], training=True)
     assert not attention.matmuls_beat_sdpa(q.to(torch.bfloat16))
     monkeypatch.setattr(attention, "static_graph", lambda: True)
     assert not attention.matmuls_beat_sdpa(q[:, :, :4])
@@ -75,8 +78,11 @@ def test_unpadded_rows_round_trip_and_attend_like_the_padded_batch():
     assert torch.allclose(unpadded, padded[mask.bool()], atol=1e-6)
 
 
+@pytest.mark.parametrize("route", ["sdpa", "matmuls"])
 @pytest.mark.parametrize("backend,max_padding", [("aten", 0.0), ("auto", 0.0), ("auto", 0.5), ("aten", 100.0)])
-def test_packed_layout_equals_padded_model(backend, max_padding):
+def test_packed_layout_equals_padded_model(backend, max_padding, route, monkeypatch):
+    if route == "sdpa":  # every call by SDPA, and every run may merge
+        monkeypatch.setattr(attention, "MATMUL_ATTENTION_MAX_LENGTH", SDPA_ONLY)
     torch.manual_seed(0)
     config = BertConfig(vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                         intermediate_size=48, max_position_embeddings=40)
@@ -100,8 +106,12 @@ def test_packed_layout_equals_padded_model(backend, max_padding):
     assert (packed - expected).abs().max() < 1e-5
 
 
-def test_attention_plan_merges_runs_within_padding_budget():
+def test_attention_plan_merges_runs_within_padding_budget(monkeypatch):
     lengths = [9, 9, 7, 3, 3, 3, 1]
+    short = [(b.start, b.count, b.length) for b in attention_plan(lengths, 100.0)]
+    assert short == [(0, 2, 9), (18, 1, 7), (25, 3, 3), (34, 1, 1)]  # runs the matmuls attend never merge
+    assert len(attention_plan([70, 66, 60, 9], 100.0)) == 1  # a call SDPA computes takes the shorter runs in
+    monkeypatch.setattr(attention, "MATMUL_ATTENTION_MAX_LENGTH", SDPA_ONLY)
     unmerged = attention_plan(lengths, 0.0)
     assert [(b.start, b.count, b.length, b.mask is None) for b in unmerged] == [
         (0, 2, 9, True), (18, 1, 7, True), (25, 3, 3, True), (34, 1, 1, True)]

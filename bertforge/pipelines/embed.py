@@ -36,6 +36,10 @@ class EmbedPipeline(Pipeline):
 
     task = "embed"
     model_class = BertModel
+    # Runs of different lengths longer than the matmul attention's limit share padded, masked attention calls (up to
+    # 50 % padding): far fewer SDPA calls on varied lengths (1.45x faster on WikiText paragraphs, 2 cores); rows
+    # change by float rounding only (~2e-7). See `attention.attention_plan`.
+    attention_padding = 0.5
 
     def __init__(self, model: Any, *, pooling: str | None = None, normalize: bool | None = None, layer: int = -1,
                  **kwargs: Any) -> None:

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import bertforge
-from bertforge import BertforgeError
+from bertforge import BertforgeError, attention
 from bertforge.pipelines import base as pipeline_base
 from tests.pipelines.pipelines_helpers import LONG, SENTENCES
 
@@ -26,14 +26,16 @@ def test_mean_pool_equals_per_sequence_mean():
     assert (mean_pool(hidden, lengths) - expected).abs().max() < 1e-6
 
 
-def test_embed_equals_sentence_transformers(embed, minilm_dir, caplog):
+def test_embed_equals_sentence_transformers(embed, minilm_dir, caplog, monkeypatch):
     st = pytest.importorskip("sentence_transformers")
     texts = SENTENCES + [LONG]
     ref = st.SentenceTransformer(str(minilm_dir), device="cpu").encode(texts, batch_size=4)
-    assert embed.attention_padding == 0.0  # one attention call per run of equal length
+    assert embed.attention_padding == 0.5
     try:
-        for padding in (0.0, 0.5):  # and padded, masked calls over several lengths
-            embed.attention_padding = padding
+        for padding, sdpa_only in ((0.0, False), (0.5, False), (100.0, True)):  # one call per run, or padded, masked
+            embed.attention_padding = padding  # ones (every length merges when SDPA computes every call)
+            if sdpa_only:
+                monkeypatch.setattr(attention, "MATMUL_ATTENTION_MAX_LENGTH", {"one thread": 0, "threads": 0})
             with caplog.at_level(logging.WARNING, logger="bertforge"):
                 ours = embed(texts)
             assert "1 input longer than max_length=256 tokens was truncated" in caplog.text
