@@ -240,18 +240,19 @@ class Bucket:
     scatter: Tensor | None = None  # [real] padded position of each real row
 
 
-def attention_plan(lengths: list[int], max_padding: float = MAX_ATTENTION_PADDING) -> list[Bucket]:
+def attention_plan(lengths: list[int], max_padding: float = MAX_ATTENTION_PADDING, merge_short: bool = False) -> list[Bucket]:
     """Attention calls for sequences of non-increasing `lengths` laid end to end.
 
     Each run of equal length is a dense block needing no mask. Few sequences per run means many small calls, each
     with a fixed cost (a parallel region), so consecutive runs are merged into one call padded to its longest
     sequence while padding stays within `max_padding` of the real positions; padded keys are masked out, so the
-    real rows' results are those of separate calls (up to float rounding). Only calls longer than
-    `matmul_attention_max_length()` merge: shorter ones are attended by matmuls in inference, whose calls cost
-    little, and there the gathering and masking cost more than they save (see MAX_ATTENTION_PADDING).
+    real rows' results are those of separate calls (up to float rounding). Unless `merge_short` (training, where
+    SDPA computes every call), only calls longer than `matmul_attention_max_length()` merge: shorter ones are
+    attended by matmuls in inference, whose calls cost little, and there the gathering and masking cost more than
+    they save (see MAX_ATTENTION_PADDING).
     """
     buckets: list[tuple[int, list[tuple[int, int, int]]]] = []  # (real rows, runs)
-    short = matmul_attention_max_length()
+    short = 0 if merge_short else matmul_attention_max_length()
     for run in length_groups(lengths):
         if buckets and buckets[-1][1][0][2] > short:
             real, runs = buckets[-1]
@@ -286,8 +287,9 @@ class Packed:
     plan: list[Bucket]
 
     @classmethod
-    def from_lengths(cls, lengths: list[int], max_padding: float = MAX_ATTENTION_PADDING) -> "Packed":
-        return cls(attention_plan(lengths, max_padding))
+    def from_lengths(cls, lengths: list[int], max_padding: float = MAX_ATTENTION_PADDING,
+                     merge_short: bool = False) -> "Packed":
+        return cls(attention_plan(lengths, max_padding, merge_short))
 
     def attend(self, qkv: Tensor, nh: int, p: float, training: bool, explicit: bool) -> tuple[Tensor, None]:
         """qkv [T, 3H] → context [T, H], attending only within each sequence."""

@@ -429,7 +429,8 @@ class BertModel(BertPreTrainedModel):
         offset = self.config.position_offset  # RoBERTa counts from pad_token_id + 1
         positions = batch.position_ids + offset if offset else batch.position_ids
         x = self.embeddings(batch.input_ids, batch.token_type_ids, positions)  # [T, E]
-        x, _, _ = self.encoder(x, Packed.from_lengths(batch.lengths, max_padding), depth=depth)
+        layout = Packed.from_lengths(batch.lengths, max_padding, merge_short=self.training)  # training: SDPA for all
+        x, _, _ = self.encoder(x, layout, depth=depth)
         return x
 
     def pool(self, first: Tensor) -> Tensor:

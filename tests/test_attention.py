@@ -110,6 +110,7 @@ def test_attention_plan_merges_runs_within_padding_budget(monkeypatch):
     lengths = [9, 9, 7, 3, 3, 3, 1]
     short = [(b.start, b.count, b.length) for b in attention_plan(lengths, 100.0)]
     assert short == [(0, 2, 9), (18, 1, 7), (25, 3, 3), (34, 1, 1)]  # runs the matmuls attend never merge
+    assert len(attention_plan(lengths, 100.0, merge_short=True)) == 1  # in training SDPA attends them: they merge
     assert len(attention_plan([70, 66, 60, 9], 100.0)) == 1  # a call SDPA computes takes the shorter runs in
     monkeypatch.setattr(attention, "MATMUL_ATTENTION_MAX_LENGTH", SDPA_ONLY)
     unmerged = attention_plan(lengths, 0.0)
@@ -153,3 +154,18 @@ def test_softmax_last_equals_torch_softmax_short_rows_included(length):
     (out * torch.arange(length)).sum().backward()
     torch.testing.assert_close(out, want, atol=1e-6, rtol=1e-5)
     assert leaf.grad is not None and torch.isfinite(leaf.grad).all()
+
+
+def test_forward_packed_merges_short_runs_in_training_only(monkeypatch):
+    """Training attends every call with SDPA, whose calls have a fixed cost: short runs merge there (train-embeddings
+    runs the packed layout with 0.5 padding); in inference the matmuls attend them unmerged."""
+    plans = []
+    real = attention.attention_plan
+    monkeypatch.setattr(attention, "attention_plan", lambda *args: plans.append(real(*args)) or plans[-1])
+    torch.manual_seed(0)
+    model = bertforge.BertModel(BertConfig.preset("tiny", vocab_size=50))
+    batch = pack([[5, 6, 7, 8], [5, 6, 7], [9, 9, 9], [7, 8]])
+    with torch.no_grad():
+        model.eval().forward_packed(batch, 0.5)
+        model.train().forward_packed(batch, 0.5)
+    assert [len(plan) for plan in plans] == [3, 1]  # runs 4 | 3, 3 | 2 apart; then one call: 12 real of 16 places
