@@ -262,6 +262,24 @@ def test_json_floats_read_back_as_the_same_float32():
     assert max(digits) <= 9  # not the 17 digits of a float32 widened to float64
 
 
+@pytest.mark.parametrize("with_orjson", [True, False])
+def test_vectors_json_reads_back_as_the_same_float32_with_or_without_orjson(with_orjson, monkeypatch):
+    from bertforge.serve import vectors_json
+
+    if with_orjson:
+        pytest.importorskip("orjson")
+    else:
+        monkeypatch.setitem(sys.modules, "orjson", None)  # `import orjson` fails: the json fallback
+    rng = np.random.default_rng(1)
+    rows = np.concatenate([rng.standard_normal((8, 16)) * 10.0 ** rng.integers(-8, 8, (8, 1)),
+                           [[0.0, -0.0, 1e-45, -3e38, 3.4028235e38, 1e-30, 0.1, 1 / 3] + [1.0] * 8]]).astype(np.float32)
+    body = vectors_json(rows)
+    assert isinstance(body, bytes)
+    np.testing.assert_array_equal(np.array(json.loads(body), dtype=np.float32), rows)  # bit for bit
+    with pytest.raises(ValueError, match="non-finite"):
+        vectors_json(np.array([[1.0, np.nan]], dtype=np.float32))
+
+
 # ------------------------------------------------------------------------------------------------- bad input
 BAD = [
     ("/embed", b"not json", 400, "not valid JSON"),
