@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import csv
+import functools
 import json
 import os
 import socket
@@ -47,14 +48,20 @@ def read_sentences(path: Path, n: int) -> list[str]:
     return sentences[:n]
 
 
+@functools.cache
+def embed_pipeline(model: str, threads: int | None):
+    """The offline pipeline, loaded once and shared by every offline measurement of the run."""
+    import bertforge
+
+    return bertforge.pipeline("embed", model=model, num_threads=threads, progress=False)
+
+
 def offline_rate(model: str, sentences: list[str], threads: int | None, repeats: int = 2,
                  calls_of: int | None = None) -> float:
     """Sentences per second of `pipeline("embed")` over all of them in one call (best of `repeats`), or, with
     `calls_of`, in consecutive calls of that many sentences each: what a server whose every batch held that many
     requests would compute with no HTTP work at all (its ceiling at that concurrency)."""
-    import bertforge
-
-    pipe = bertforge.pipeline("embed", model=model, num_threads=threads, progress=False)
+    pipe = embed_pipeline(model, threads)
     pipe(sentences[:64])  # warm-up
     step = calls_of or len(sentences)
     best = 0.0

@@ -56,9 +56,11 @@ def matmul_attention_max_length() -> int:
 def softmax_last(scores: Tensor) -> Tensor:
     """softmax over the last dimension. PyTorch's CPU kernel runs rows shorter than one vector register (16 floats
     with AVX-512, 8 with AVX2) element by element: there, outside autograd, three whole-tensor passes (max,
-    exp, divide by the sum), in place, are 3-5x faster (measured on [n, 12, L, L] scores, 2026-11-27: 0.26x the
-    time at L = 8-15 with 2 threads, 0.17-0.27x with 1; 1.1-2.9x slower at L = 16-64, where the kernel is vectorised)."""
-    if scores.device.type != "cpu" or scores.shape[-1] >= _cpu_vector_floats() or (torch.is_grad_enabled() and scores.requires_grad):
+    exp, divide by the sum), in place, are 3.7-5.9x faster (measured on [n, 12, L, L] scores, 2026-11-27:
+    0.26-0.27x the time at L = 8-15 with 2 threads, 0.17-0.27x with 1; 1.1-2.9x slower at L = 16-64, where the
+    kernel is vectorised)."""
+    if (scores.device.type != "cpu" or scores.shape[-1] >= _cpu_vector_floats()
+            or (torch.is_grad_enabled() and scores.requires_grad)):
         return scores.softmax(dim=-1)
     scores = scores.sub_(scores.amax(dim=-1, keepdim=True)).exp_()
     return scores.div_(scores.sum(dim=-1, keepdim=True))
@@ -87,12 +89,14 @@ def attend(
         if training or (torch.is_grad_enabled() and scores.requires_grad):  # the same maths with or without autograd
             scores = scores / math.sqrt(q.shape[-1])
             if mask is not None:
-                scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min) if mask.dtype == torch.bool else scores + mask
+                minimum = torch.finfo(scores.dtype).min
+                scores = scores.masked_fill(~mask, minimum) if mask.dtype == torch.bool else scores + mask
             probs = scores.softmax(dim=-1)
         else:  # inference: the new scores are changed in place
             scores = scores.mul_(1 / math.sqrt(q.shape[-1]))
             if mask is not None:
-                scores = scores.masked_fill_(~mask, torch.finfo(scores.dtype).min) if mask.dtype == torch.bool else scores.add_(mask)
+                minimum = torch.finfo(scores.dtype).min
+                scores = scores.masked_fill_(~mask, minimum) if mask.dtype == torch.bool else scores.add_(mask)
             probs = softmax_last(scores)
         return dropout(probs, p, training) @ v, (probs if explicit or p > 0 else None)  # [n, nh, L, hd]
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p), None
@@ -240,7 +244,9 @@ class Bucket:
     scatter: Tensor | None = None  # [real] padded position of each real row
 
 
-def attention_plan(lengths: list[int], max_padding: float = MAX_ATTENTION_PADDING, merge_short: bool = False) -> list[Bucket]:
+def attention_plan(
+    lengths: list[int], max_padding: float = MAX_ATTENTION_PADDING, merge_short: bool = False
+) -> list[Bucket]:
     """Attention calls for sequences of non-increasing `lengths` laid end to end.
 
     Each run of equal length is a dense block needing no mask. Few sequences per run means many small calls, each
