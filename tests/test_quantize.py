@@ -191,6 +191,19 @@ def test_classification_int8_keeps_the_labels(tiny):
     assert max(abs(a["score"] - b["score"]) for a, b in zip(fp32, int8)) < 0.1
 
 
+def test_int8_pipelines_keep_freed_memory_for_reuse_and_float32_ones_do_not(tiny, monkeypatch):
+    """An int8 layer writes several fresh tensors per call; glibc's default gives each new pages, so an int8
+    pipeline asks for reuse, as the commands do (a float32 pipeline leaves the process's allocator alone)."""
+    import bertforge.pipelines.base
+
+    calls = []
+    monkeypatch.setattr(bertforge.pipelines.base, "reuse_freed_memory", lambda choice=None: calls.append(choice) or True)
+    bertforge.pipeline("embed", model=tiny["embed"])
+    assert calls == []
+    bertforge.pipeline("embed", model=tiny["embed"], quantize="int8")
+    assert calls == [None]
+
+
 def test_a_model_object_is_copied_not_changed(tiny):
     model = BertModel.from_pretrained(tiny["embed"])
     pipe = bertforge.pipeline("embed", model=model, tokenizer=bertforge.Tokenizer.from_pretrained(tiny["embed"]),
