@@ -16,8 +16,9 @@ L2 normalisation (what sentence-transformers does for that model), max length 25
   Runtime's worker threads sleep between tasks (its faster setting here; `--ort-spinning` for its default).
 
 `--malloc-reuse` measures every method in a process whose allocator keeps freed memory (what the `embed`,
-`predict`, `evaluate` and `serve` commands set up; a library caller of `pipeline` gets glibc's default unless it
-calls `bertforge.system.reuse_freed_memory()`).
+`predict`, `evaluate` and `serve` commands set up, and an int8 pipeline; a library caller of a float32 `pipeline`
+gets glibc's default unless it calls `bertforge.system.reuse_freed_memory()`). The setting is process-wide: once
+bertforge-int8's pipeline is made, every method runs with it.
 
 Each repeat runs the three one after the other (rotating which goes first), so a change in background load hits
 all three alike; the figures are medians over the repeats after a warm-up pass. Printed: sentences/s, the ratios,
