@@ -590,17 +590,41 @@ async def handle_embed(request: Any, engine: Engine) -> Any:
 
 
 def vectors_json(rows: np.ndarray) -> bytes:
-    """float32 rows [n, d] as a JSON array of arrays, each number the shortest decimal that reads back as the same
-    float32: orjson's (the `serve` extra), about 6 µs for a 384-float vector where `json.dumps` of `_json_floats`
-    takes 120-140 µs, most of the event loop's work on a request; `json` where orjson is missing. Non-finite
-    values raise ValueError, as `json.dumps(allow_nan=False)` does."""
+    """float32 rows [n, d] as a JSON array of arrays (`json_bytes`). Non-finite values raise ValueError, as
+    `json.dumps(allow_nan=False)` does (orjson would write them as null)."""
+    return json_bytes(finite_rows(rows))
+
+
+def finite_rows(rows: np.ndarray) -> np.ndarray:
+    """`rows` as C-ordered float32 (what orjson writes), or ValueError when any value is not finite."""
     if not np.isfinite(rows).all():
         raise ValueError("the model's output has non-finite values; JSON cannot carry them")
+    return np.ascontiguousarray(rows, dtype=np.float32)
+
+
+def json_bytes(data: Any) -> bytes:
+    """A response body: `data` (JSON values and float32 numpy arrays) as JSON, each float32 the shortest decimal
+    that reads back as the same float32. orjson (the `serve` extra) writes it: about 6 µs for a 384-float vector,
+    where `json.dumps` of `_json_floats` takes 120-140 µs, most of the event loop's work on a request. `json`
+    writes it where orjson is missing, and where orjson refuses a string (a lone surrogate, as a directory name
+    can hold: `json` escapes it)."""
     try:
         import orjson
     except ImportError:
-        return json.dumps(_json_floats(rows).tolist(), separators=(",", ":")).encode()
-    return orjson.dumps(np.ascontiguousarray(rows, dtype=np.float32), option=orjson.OPT_SERIALIZE_NUMPY)
+        orjson = None
+    if orjson is not None:
+        try:
+            return orjson.dumps(data, option=orjson.OPT_SERIALIZE_NUMPY)
+        except orjson.JSONEncodeError:
+            pass
+    return json.dumps(data, allow_nan=False, separators=(",", ":"), default=_json_array).encode()
+
+
+def _json_array(value: Any) -> Any:
+    """`json.dumps`'s fallback for a numpy array: its `_json_floats` as lists."""
+    if isinstance(value, np.ndarray):
+        return _json_floats(value).tolist()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
 
 
 def _json_floats(rows: np.ndarray) -> np.ndarray:
@@ -643,17 +667,19 @@ async def handle_openai_embeddings(request: Any, engine: Engine) -> Any:
         rows = rows[:, :dimensions]  # Matryoshka: the leading dimensions
     if engine.default_normalize:
         rows = _normalize(rows)
-    rows = rows.astype(np.float32)
+    rows = finite_rows(rows)
     if encoding == "base64":
-        vectors: list[Any] = [base64.b64encode(row.astype("<f4").tobytes()).decode("ascii") for row in rows]
+        vectors: Any = [base64.b64encode(row.astype("<f4").tobytes()).decode("ascii") for row in rows]
     else:
-        vectors = _json_floats(rows).tolist()
-    return json_response({
+        vectors = rows  # each row a float32 array, written by `json_bytes`
+    from starlette.responses import Response
+
+    return Response(json_bytes({
         "object": "list",
         "data": [{"object": "embedding", "embedding": v, "index": i} for i, v in enumerate(vectors)],
         "model": engine.model_name,
         "usage": {"prompt_tokens": total, "total_tokens": total},
-    })
+    }), media_type="application/json")
 
 
 def _predict_items(value: Any, limit: int) -> tuple[list[Any], bool]:

@@ -280,6 +280,28 @@ def test_vectors_json_reads_back_as_the_same_float32_with_or_without_orjson(with
         vectors_json(np.array([[1.0, np.nan]], dtype=np.float32))
 
 
+def test_openai_embeddings_are_the_same_floats_with_or_without_orjson(embed_server, monkeypatch):
+    request = {"input": SENTENCES[:3], "model": "embed"}
+    fast = embed_server.client.post("/v1/embeddings", json=request)
+    monkeypatch.setitem(sys.modules, "orjson", None)  # `import orjson` fails: the json fallback
+    slow = embed_server.client.post("/v1/embeddings", json=request)
+    assert fast.status_code == slow.status_code == 200
+    assert fast.content != slow.content  # two writers (orjson's shortest decimals, json's 9 digits)...
+    a, b = fast.json(), slow.json()
+    rows = [np.array([d["embedding"] for d in body["data"]], dtype=np.float32) for body in (a, b)]
+    np.testing.assert_array_equal(rows[0], rows[1])  # ...the same float32 values, bit for bit
+    assert {k: v for k, v in a.items() if k != "data"} == {k: v for k, v in b.items() if k != "data"}
+
+
+def test_json_bytes_falls_back_to_json_for_what_orjson_refuses():
+    from bertforge.serve import json_bytes
+
+    data = {"model": "name-\udcff", "embedding": np.array([0.1, -2.5e-7], dtype=np.float32), "index": 0}
+    body = json.loads(json_bytes(data))  # orjson refuses the lone surrogate; json escapes it
+    assert body["model"] == "name-\udcff" and body["index"] == 0
+    np.testing.assert_array_equal(np.array(body["embedding"], dtype=np.float32), data["embedding"])
+
+
 # ------------------------------------------------------------------------------------------------- bad input
 BAD = [
     ("/embed", b"not json", 400, "not valid JSON"),
