@@ -451,3 +451,38 @@ def test_a_serving_process_hands_over_the_gil_sooner_and_keeps_freed_memory(monk
     finally:
         sys.setswitchinterval(before)
     assert calls == [None]
+
+
+def test_all_of_the_models_torch_work_runs_in_the_batchers_thread(models, monkeypatch):
+    """Loading (int8 calibration with it), the warm-up and every batch run in one thread: a second thread with
+    parallel torch ops would give OpenMP a second team of threads, and its idle workers would then sleep between
+    the ops of every small batch (see `Engine`)."""
+    from bertforge.pipelines.base import Pipeline
+
+    threads = set()
+    init, run = Pipeline.__init__, Pipeline.run_features
+
+    def spy_init(self, *args, **kwargs):
+        threads.add(threading.current_thread().name)
+        init(self, *args, **kwargs)
+
+    def spy_run(self, inputs, features):
+        threads.add(threading.current_thread().name)
+        return run(self, inputs, features)
+
+    monkeypatch.setattr(Pipeline, "__init__", spy_init)
+    monkeypatch.setattr(Pipeline, "run_features", spy_run)
+    with ThreadServer(ServeConfig(model=str(models["classify"]))) as s:
+        assert s.client.post("/predict", json={"inputs": "good"}).status_code == 200
+        assert s.client.post("/rerank", json={"query": "q", "texts": ["a", "b"]}).status_code == 200
+    assert threads == {"bertforge-serve-batcher"}
+
+
+def test_a_model_that_fails_to_load_raises_from_engine_and_leaves_no_thread(models):
+    def batchers() -> int:
+        return sum(t.name == "bertforge-serve-batcher" for t in threading.enumerate())
+
+    before = batchers()
+    with pytest.raises(bertforge.BertforgeError, match="--pooling is for embedding models"):
+        Engine(ServeConfig(model=str(models["classify"]), pooling="mean"))
+    assert batchers() == before
