@@ -22,6 +22,9 @@ def test_serve_quantize(int8_models):
     add_arguments(parser)
     args = parser.parse_args(["--model", str(int8_models["classify"]), "--quantize", "int8"])
     engine = Engine(ServeConfig(model=args.model, quantize=args.quantize))
-    assert all(is_quantized(p.model) for p in engine.pipelines.values())
-    assert len({id(p.model) for p in engine.pipelines.values()}) == 1  # one copy of the weights, quantised once
+    try:
+        assert all(is_quantized(p.model) for p in engine.pipelines.values())
+        assert len({id(p.model) for p in engine.pipelines.values()}) == 1  # one copy of the weights, quantised once
+    finally:
+        engine.stop()  # its batcher thread, which loaded the model
     ServeConfig.from_json(ServeConfig(model="m", quantize="int8").to_json())
