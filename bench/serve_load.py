@@ -4,6 +4,7 @@ sentence per request, against the offline `pipeline("embed")` rate on the same s
     .venv/bin/python bench/serve_load.py                                   # MiniLM, 1000 SST-2 dev sentences
     .venv/bin/python bench/serve_load.py --concurrency 32 --n 3000 --endpoint /v1/embeddings
     .venv/bin/python bench/serve_load.py --url http://127.0.0.1:8080       # a server you started yourself
+    .venv/bin/python bench/serve_load.py --quantize int8                   # int8 server against the int8 pipeline
 
 The server runs as `bertforge serve` in a subprocess (unless --url); the client is aiohttp on asyncio in this
 process: it shares the machine with the server, as clients do on one box. `--repeats` rounds, each every
@@ -49,19 +50,19 @@ def read_sentences(path: Path, n: int) -> list[str]:
 
 
 @functools.cache
-def embed_pipeline(model: str, threads: int | None):
+def embed_pipeline(model: str, threads: int | None, quantize: str | None = None):
     """The offline pipeline, loaded once and shared by every offline measurement of the run."""
     import bertforge
 
-    return bertforge.pipeline("embed", model=model, num_threads=threads, progress=False)
+    return bertforge.pipeline("embed", model=model, num_threads=threads, progress=False, quantize=quantize)
 
 
 def offline_rate(model: str, sentences: list[str], threads: int | None, repeats: int = 2,
-                 calls_of: int | None = None) -> float:
+                 calls_of: int | None = None, quantize: str | None = None) -> float:
     """Sentences per second of `pipeline("embed")` over all of them in one call (best of `repeats`), or, with
     `calls_of`, in consecutive calls of that many sentences each: what a server whose every batch held that many
     requests would compute with no HTTP work at all (its ceiling at that concurrency)."""
-    pipe = embed_pipeline(model, threads)
+    pipe = embed_pipeline(model, threads, quantize)
     pipe(sentences[:64])  # warm-up
     step = calls_of or len(sentences)
     best = 0.0
@@ -129,6 +130,8 @@ def start_server(args: argparse.Namespace) -> tuple[subprocess.Popen, str]:
         command += ["--threads", str(args.threads)]
     if args.workers > 1:
         command += ["--workers", str(args.workers)]
+    if args.quantize:
+        command += ["--quantize", args.quantize]
     proc = subprocess.Popen(command)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 120
@@ -155,6 +158,8 @@ def main() -> None:
     parser.add_argument("--url", default=None, help="an already running server (default: start `bertforge serve`)")
     parser.add_argument("--max-batch-tokens", type=int, default=4096, help="the server's --max-batch-tokens (4096)")
     parser.add_argument("--workers", type=int, default=1, help="the server's --workers (1)")
+    parser.add_argument("--quantize", choices=["int8"], default=None,
+                        help="int8 dense layers in the server and the offline pipeline alike (default: float32)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads, server and offline (default: all CPUs)")
     parser.add_argument("--timeout", type=float, default=60.0, help="per-request timeout in seconds (60)")
     parser.add_argument("--repeats", type=int, default=3, help="rounds of every concurrency level (3); medians")
@@ -166,12 +171,13 @@ def main() -> None:
         sys.exit(f"{args.data}: no sentences")
 
     load_before = os.getloadavg()
-    offline = [offline_rate(args.model, sentences, args.threads)]
+    offline = [offline_rate(args.model, sentences, args.threads, quantize=args.quantize)]
     runs: dict[int, list[dict]] = {c: [] for c in args.concurrency}
     alone: dict[int, list[float]] = {c: [] for c in args.concurrency}
     for _ in range(args.repeats):
         for c in args.concurrency:
-            alone[c].append(offline_rate(args.model, sentences, args.threads, repeats=1, calls_of=c))
+            alone[c].append(offline_rate(args.model, sentences, args.threads, repeats=1, calls_of=c,
+                                         quantize=args.quantize))
         proc, url = (None, args.url) if args.url else start_server(args)
         try:
             for c in args.concurrency:
@@ -180,14 +186,15 @@ def main() -> None:
             if proc is not None:
                 proc.terminate()
                 proc.wait(60)
-        offline.append(offline_rate(args.model, sentences, args.threads))
+        offline.append(offline_rate(args.model, sentences, args.threads, quantize=args.quantize))
     report(args, sentences, offline, runs, alone, load_before, os.getloadavg())
 
 
 def report(args: argparse.Namespace, sentences: list[str], offline: list[float], runs: dict[int, list[dict]],
            alone: dict[int, list[float]], load_before: tuple[float, ...], load_after: tuple[float, ...]) -> None:
     reference = statistics.median(offline)
-    print(f"\n{len(sentences)} SST-2 sentences, one per request, {args.endpoint}; offline pipeline('embed') "
+    what = f"pipeline('embed', quantize={args.quantize!r})" if args.quantize else "pipeline('embed')"
+    print(f"\n{len(sentences)} SST-2 sentences, one per request, {args.endpoint}; offline {what} "
           f"{reference:.0f} /s (median of {', '.join(f'{o:.0f}' for o in offline)}); {os.cpu_count()} CPUs; "
           f"load average {load_before[0]:.1f} at the start, {load_after[0]:.1f} at the end; "
           f"medians of {args.repeats} rounds\n")
