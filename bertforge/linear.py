@@ -197,19 +197,22 @@ def int8_kernel() -> str | None:
     wanted = os.environ.get("BERTFORGE_INT8_KERNEL", "onednn")
     if wanted not in INT8_KERNELS:
         raise BertforgeError(f"BERTFORGE_INT8_KERNEL must be one of {', '.join(INT8_KERNELS)}, got {wanted!r}")
-    for kernel in INT8_KERNELS[INT8_KERNELS.index(wanted) :]:
-        if kernel == "onednn" and not (cpu_has_vnni() and torch.backends.mkldnn.is_available()):
-            continue
-        try:
-            g = torch.Generator().manual_seed(0)
-            x, w, b = (torch.randn(*shape, generator=g) for shape in ((5, 16), (8, 16), (8,)))
-            with torch.inference_mode():
-                y, want = Int8Weight(w, b, kernel=kernel)(x), F.linear(x, w, b)
-            if (y - want).abs().max() < 0.05 * want.abs().max():
-                return kernel
-        except (AttributeError, RuntimeError, BertforgeError):
-            continue
-    return None
+    return next((k for k in INT8_KERNELS[INT8_KERNELS.index(wanted) :] if int8_kernel_works(k)), None)
+
+
+def int8_kernel_works(kernel: str) -> bool:
+    """Whether `kernel` (of INT8_KERNELS) can serve here: oneDNN's needs VNNI (see `int8_kernel`), and either must
+    run in this PyTorch and compute roughly what `F.linear` does."""
+    if kernel == "onednn" and not (cpu_has_vnni() and torch.backends.mkldnn.is_available()):
+        return False
+    try:
+        g = torch.Generator().manual_seed(0)
+        x, w, b = (torch.randn(*shape, generator=g) for shape in ((5, 16), (8, 16), (8,)))
+        with torch.inference_mode():
+            y, want = Int8Weight(w, b, kernel=kernel)(x), F.linear(x, w, b)
+        return bool((y - want).abs().max() < 0.05 * want.abs().max())
+    except (AttributeError, RuntimeError, BertforgeError):
+        return False
 
 
 def _as_uint8(q: Tensor) -> Tensor:

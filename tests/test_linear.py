@@ -16,9 +16,9 @@ from bertforge.errors import BertforgeError
 from bertforge.linear import (
     INT8_KERNELS,
     Int8Weight,
-    cpu_has_vnni,
     get_linear_backend,
     int8_available,
+    int8_kernel_works,
     linear,
     linear_backend,
     onednn_available,
@@ -129,15 +129,7 @@ def test_a_misspelt_environment_backend_is_an_error_that_names_it(monkeypatch):
 
 
 # ---------------------------------------------------------------------------------------------- the int8 kernel
-def _kernel_works(kernel: str) -> bool:
-    try:
-        Int8Weight(torch.randn(8, 16), kernel=kernel)(torch.randn(2, 16))
-        return kernel != "onednn" or cpu_has_vnni()
-    except (AttributeError, RuntimeError, BertforgeError):
-        return False
-
-
-KERNELS = [k for k in INT8_KERNELS if _kernel_works(k)]
+KERNELS = [k for k in INT8_KERNELS if int8_kernel_works(k)]
 
 
 @needs_int8
