@@ -41,7 +41,7 @@ def last_eval(out: Path) -> dict:
 
 
 def tokens_per_second(model, batches, repeats: int) -> list[float]:
-    from bertforge.attention import pack
+    from bertforge.model.attention import pack
 
     times = []
     with torch.inference_mode():

@@ -66,7 +66,7 @@ import torch  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import bertforge  # noqa: E402
-from bertforge.config import BertConfig  # noqa: E402
+from bertforge.model.config import BertConfig  # noqa: E402
 from bertforge.linear import get_linear_backend, linear, linear_backend, onednn_available  # noqa: E402
 from bertforge.optim import make_optimizer, parameter_groups  # noqa: E402
 

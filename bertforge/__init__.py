@@ -2,7 +2,7 @@
 
 from .auto import *  # noqa: F403 (AutoConfig, AutoModel, AutoModelFor...: auto.__all__)
 from .auto import __all__ as _AUTO
-from .config import BertConfig
+from .model.config import BertConfig
 from .errors import BertforgeError
 from .model import (
     BertForMaskedLM,

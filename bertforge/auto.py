@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .checkpoint import load_pretrained
-from .config import BertConfig
+from .model.config import BertConfig
 from .model import (
     BertForMaskedLM,
     BertForPreTraining,

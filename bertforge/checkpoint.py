@@ -2,9 +2,9 @@
 `pytorch_model.bin` read with `weights_only=True`).
 
 The variation found in published BERT files (TF-era names, buffers, tied decoders) is handled by one declarative
-table, `KEY_RULES`, applied to every key of a checkpoint; then the family's own table (`bertforge.families`)
-translates its names (`roberta.`, DistilBERT's `q_lin`, ALBERT's layer groups, ...) to the encoder's, and back
-when saving.
+table, `KEY_RULES`, applied to every key of a checkpoint; then the family's adapter (`bertforge.model.families`)
+splits what its files fuse and translates its names (`roberta.`, DistilBERT's `q_lin`, ALBERT's layer groups, ...)
+to the encoder's, and back when saving.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from .config import CONFIG_NAME, BertConfig
+from .model.config import CONFIG_NAME, BertConfig
 from .errors import BertforgeError
-from .families import INTERNAL_PREFIX
+from .model.families import INTERNAL_PREFIX
 from .io import atomic_write_files
 from .linear import Int8Weight
 
@@ -148,7 +148,7 @@ def convert_state_dict(
     unexpected: list[str] = []
     mismatched: list[str] = []  # "name [file shape] -> [model shape]"
     replaced: set[str] = set()  # their names
-    for key, tensor in state.items():
+    for key, tensor in member.file_state(state).items():
         new = rename_key(key)
         new = member.to_internal(new, own_full) if new is not None else None
         if new is None:
@@ -277,7 +277,7 @@ def save_pretrained(model: torch.nn.Module, path: str | Path) -> None:
         key = member.to_hf(key if with_prefix else f"{INTERNAL_PREFIX}.{key}")
         return key if with_prefix else key.removeprefix(member.prefix + ".")
 
-    state = {file_key(k): v.detach().to("cpu").contiguous() for k, v in own.items()}
+    state = member.saved_state({file_key(k): v.detach().to("cpu").contiguous() for k, v in own.items()})
     config_text = json.dumps(config.to_dict(), indent=2) + "\n"
     # both files are written before either replaces its old version: a full disk cannot leave new weights
     # beside an old config.json (or the reverse)

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,7 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from .auto import AutoModelForMaskedLM
-from .config import BertConfig
+from .model.config import BertConfig
 from .errors import BertforgeError
 from .model import BertForMaskedLM, BertPreTrainedModel
 from .options import option
@@ -107,18 +106,12 @@ def teacher_layers(student_layers: int, teacher_layers_: int) -> list[int]:
 def init_from_teacher(student: BertForMaskedLM, teacher: BertPreTrainedModel) -> None:
     """Copy the teacher's embeddings (first token-type row folded into the positions, RoBERTa's offset skipped),
     every other layer and the MLM head into `student`."""
-    source = teacher.state_dict()
     layers = teacher_layers(student.config.num_hidden_layers, teacher.config.num_hidden_layers)
-    offset = teacher.config.position_offset
-    for name, param in student.state_dict().items():
-        if name == "bert.embeddings.position_embeddings.weight":
-            value = source[name][offset : offset + param.shape[0]]
-            if "bert.embeddings.token_type_embeddings.weight" in source:
-                value = value + source["bert.embeddings.token_type_embeddings.weight"][0]
-        else:
-            match = re.match(r"bert\.encoder\.layer\.(\d+)\.(.*)", name)
-            value = source[f"bert.encoder.layer.{layers[int(match[1])]}.{match[2]}" if match else name]
-        param.copy_(value)
+    student.base_model.embeddings.load_from(teacher.base_model.embeddings, teacher.config.position_offset)
+    teacher_blocks = teacher.blocks()
+    for block, index in zip(student.blocks(), layers):
+        block.load_state_dict(teacher_blocks[index].state_dict())
+    student.mlm_head().load_state_dict(teacher.mlm_head().state_dict())  # type: ignore[operator]
 
 
 def load_teacher(path: str, device: torch.device) -> BertPreTrainedModel:

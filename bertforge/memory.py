@@ -18,11 +18,15 @@ sequence) this gives 19, 33 and 132 MiB: within a factor 1.25, on the safe side 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from .config import BertConfig
+import torch
+
+from .auto import AutoModelForPreTraining, AutoModelForSequenceClassification
+from .model.config import BertConfig
 from .errors import BertforgeError
 
 BYTES_PER_PARAMETER = 16  # fp32 weight + gradient + two AdamW moments
@@ -33,24 +37,17 @@ GiB = 1 << 30
 
 
 def parameter_count(config: BertConfig, head: str = "pretraining", num_labels: int | None = None) -> int:
-    """Parameters of the model `config` describes: the encoder (embeddings, layers, pooler) and `head`
-    ("pretraining": `AutoModelForPreTraining`'s class, with the MLM transform, tied decoder's bias and the sentence
-    head where the family has one; "classification": the sequence head and num_labels outputs)."""
-    h, i, v, e = config.hidden_size, config.intermediate_size, config.vocab_size, config.embedding_dim
-    embeddings = (v + config.max_position_embeddings + config.type_vocab_size) * e + 2 * e
-    projection = e * h + h if e != h else 0  # ALBERT's E -> H
-    layer = 4 * (h * h + h) + 2 * h + (h * i + i) + (i * h + h) + 2 * h
-    layers = (config.num_hidden_groups or config.num_hidden_layers) * layer  # ALBERT shares them
-    if head == "pretraining":  # BertForPreTraining has the pooler; BertForMaskedLM (MLM-only families) none
-        pooler = h * h + h if config.family.pooler and config.family.sentence_head else 0
-    else:  # the pooler, or the first-token head's dense layer (RoBERTa, DistilBERT)
-        pooler = h * h + h
+    """Parameters of the model `config` describes, counted on the model itself built without storage (on the meta
+    device): `head` "pretraining" is `AutoModelForPreTraining`'s class (the sentence head where the family has
+    one), "classification" the sequence head with `num_labels` outputs (default: the config's)."""
     if head == "pretraining":
-        extra = (h * e + e) + 2 * e + v + ((2 * h + 2) if config.family.sentence_head else 0)
+        cls: type = AutoModelForPreTraining
     else:
-        labels = num_labels if num_labels is not None else config.num_labels
-        extra = h * labels + labels
-    return embeddings + projection + layers + pooler + extra
+        cls = AutoModelForSequenceClassification
+        if num_labels is not None:
+            config = dataclasses.replace(config, num_labels=num_labels, id2label=None, label2id=None)
+    with torch.device("meta"):
+        return cls.from_config(config).num_parameters()
 
 
 def activation_bytes_per_sequence(config: BertConfig, seq_len: int, gradient_checkpointing: bool = False,

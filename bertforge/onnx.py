@@ -28,7 +28,7 @@ import torch
 from torch import Tensor, nn
 
 from .checkpoint import load_pretrained
-from .config import BertConfig
+from .model.config import BertConfig
 from .errors import BertforgeError
 from .io import atomic_write
 from .linear import cpu_has_vnni

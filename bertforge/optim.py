@@ -30,29 +30,14 @@ def check_layer_lr_decay(value: object) -> None:
         raise BertforgeError(f"layer_lr_decay must be a number in (0, 1] (1: off), got {value!r}")
 
 
-def layer_depths(model: nn.Module) -> tuple[int, dict[int, int]]:
-    """L, the encoder's number of blocks, and the depth of each backbone parameter, by `id`: 0 for the embeddings
-    (ALBERT's E -> H projection included), i for the layer block i runs. A layer that ALBERT shares between
-    blocks takes the depth of the topmost block that runs it. Parameters not listed (the pooler, the task heads)
-    sit above the last block, at depth L + 1."""
-    bert = model.base_model  # type: ignore[attr-defined]
-    encoder = bert.encoder
-    depth = {id(p): 0 for p in bert.embeddings.parameters()}
-    if encoder.embedding_projection is not None:
-        depth.update((id(p), 0) for p in encoder.embedding_projection.parameters())
-    for block, index in enumerate(encoder.schedule, start=1):  # a later (higher) block overwrites a shared layer's
-        depth.update((id(p), block) for p in encoder.layer[index].parameters())
-    return len(encoder.schedule), depth
-
-
 def layer_decay_groups(model: nn.Module, lr: float, weight_decay: float, layer_lr_decay: float) -> list[dict]:
     """`parameter_groups` with layer-wise learning-rate decay (ELECTRA, DeBERTa fine-tuning): parameters at depth d
-    (see `layer_depths`) get `lr * layer_lr_decay ** (L + 1 - d)`: the head and pooler `lr`, the top block
+    (see `BertPreTrainedModel.parameter_depths`) get `lr * layer_lr_decay ** (L + 1 - d)`: the head and pooler `lr`, the top block
     `lr * F`, the next `lr * F**2`, ..., the embeddings `lr * F**(L + 1)`. Each depth is split by the same
     weight-decay rule; the schedule multiplies every group's rate alike. The head's groups come first (the rate a
     training log reports is the first group's). Frozen parameters (requires_grad False) are left out."""
     check_layer_lr_decay(layer_lr_decay)
-    blocks, depth = layer_depths(model)
+    blocks, depth = model.parameter_depths()  # type: ignore[operator]
     by_depth: dict[int, list[Tensor]] = {}
     for param in model.parameters():
         if param.requires_grad:

@@ -25,7 +25,7 @@ import torch
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
 from .checkpoint import load_pretrained
-from .config import BertConfig, PRESETS
+from .model.config import BertConfig, PRESETS
 from .constants import IGNORE_INDEX
 from .data.demo_world import DEMO_CORPUS, PROBES
 from .errors import BertforgeError
@@ -686,8 +686,8 @@ def wrap_model(model: torch.nn.Module, rt: Runtime, fsdp: bool, compile: bool) -
             raise BertforgeError("--fsdp needs several processes: launch with torchrun --nproc-per-node N")
         from torch.distributed.fsdp import fully_shard
 
-        for layer in model.bert.encoder.layer:
-            fully_shard(layer)
+        for block in model.blocks():  # type: ignore[operator]
+            fully_shard(block)
         fully_shard(model)
     elif rt.distributed:
         from torch.nn.parallel import DistributedDataParallel

@@ -35,16 +35,17 @@ from torch import Tensor, nn
 
 from .errors import BertforgeError
 from .linear import Int8Weight, int8_available, linear
-from .model import BertLayer, BertPreTrainedModel, BertSelfAttention, Dense
+from .model import BertPreTrainedModel, BertSelfAttention, Dense
 
 #: `quantize=` values: None (float32, nothing changed) or "int8".
 QUANTIZE_CHOICES = ("int8",)
-#: The parts of each encoder block that `quantize_model` makes int8 without calibration (see the module docstring).
-DEFAULT_PARTS = ("attention.output", "intermediate", "output")
+#: The parts of each encoder block (`BertLayer.dense_parts` roles) that `quantize_model` makes int8 without
+#: calibration (see the module docstring).
+DEFAULT_PARTS = ("attention_out", "ffn_in", "ffn_out")
 #: Every part; the default with calibration.
-PARTS = ("attention.self", *DEFAULT_PARTS)
+PARTS = ("attention_in", *DEFAULT_PARTS)
 #: The parts whose input (a LayerNorm's output) is smoothed with calibration.
-SMOOTHED_PARTS = ("attention.self", "intermediate")
+SMOOTHED_PARTS = ("attention_in", "ffn_in")
 #: SmoothQuant's migration strength α (the best of 0.3, 0.5, 0.7 on all-MiniLM-L6-v2).
 SMOOTHING_ALPHA = 0.7
 
@@ -80,7 +81,8 @@ class Int8SelfAttention(_Int8Module):
         super().__init__()
         parts = (attention.query, attention.key, attention.value)
         weight = torch.cat([p.weight for p in parts])  # [3H, H]
-        self.weight = Int8Weight(weight, torch.cat([p.bias for p in parts]), smoothing(input_max, weight))
+        bias = torch.cat([p.bias for p in parts]) if parts[0].bias is not None else None  # type: ignore[misc]
+        self.weight = Int8Weight(weight, bias, smoothing(input_max, weight))
 
     def forward(self, x: Tensor) -> Tensor:
         """[..., H] → [..., 3H]: query, key, value side by side."""
@@ -117,7 +119,7 @@ def quantize_model(
     if quantize is None:
         return model
     parts = parts if parts is not None else PARTS if calibration else DEFAULT_PARTS
-    weight = model.base_model.embeddings.word_embeddings.weight
+    weight = model.input_embeddings()
     check_quantize(quantize, weight.device)
     unknown = sorted(set(parts) - set(PARTS))
     if unknown:
@@ -127,27 +129,16 @@ def quantize_model(
     if is_quantized(model):
         return model.eval()
     inputs = channel_maxima(model, calibration) if calibration else {}
-    for layer in model.base_model.encoder.layer:
-        _quantize_layer(layer, parts, inputs)
+    for block in model.blocks():
+        for role, module in block.dense_parts().items():
+            if role not in parts:
+                continue
+            if isinstance(module, BertSelfAttention):
+                block.replace_part(role, Int8SelfAttention(module, inputs.get(module)))
+            elif isinstance(module, Dense):
+                block.replace_part(role, Int8Dense(module, inputs.get(module)))
     model.quantization = quantize
     return model.eval()
-
-
-def _quantize_layer(layer: BertLayer, parts: tuple[str, ...], inputs: dict[nn.Module, Tensor]) -> None:
-    """Swap `layer`'s dense layers in `parts`; `inputs` (module → its input's largest magnitude per channel) holds
-    the calibration of the smoothed ones."""
-    if "attention.self" in parts and isinstance(layer.attention.self, BertSelfAttention):
-        layer.attention.self = Int8SelfAttention(layer.attention.self, inputs.get(layer.attention.self))
-    for name in DEFAULT_PARTS:
-        parent = layer.get_submodule(name)
-        if name in parts and isinstance(parent.dense, Dense):
-            parent.dense = Int8Dense(parent.dense, inputs.get(parent.dense))
-
-
-def _part(layer: BertLayer, name: str) -> nn.Module:
-    """The module that part `name` (of `PARTS`) of `layer` is: the attention's projection, or a sublayer's dense."""
-    module = layer.get_submodule(name)
-    return module if name == "attention.self" else module.dense
 
 
 def smoothing(input_max: Tensor | None, weight: Tensor) -> Tensor | None:
@@ -169,8 +160,8 @@ def channel_maxima(model: BertPreTrainedModel, calibration: Sequence[Sequence[in
         x = args[0].detach().reshape(-1, args[0].shape[-1]).abs().amax(dim=0)
         found[module] = torch.maximum(found[module], x) if module in found else x
 
-    watched = [m for layer in model.base_model.encoder.layer for m in (_part(layer, n) for n in SMOOTHED_PARTS)
-               if isinstance(m, (BertSelfAttention, Dense))]
+    watched = [m for block in model.blocks() for role, m in block.dense_parts().items()
+               if role in SMOOTHED_PARTS and isinstance(m, (BertSelfAttention, Dense))]
     hooks = [m.register_forward_pre_hook(record) for m in watched]
     was_training = model.training
     try:

@@ -26,7 +26,7 @@ from bertforge import (
     BertModel,
 )
 from bertforge.errors import BertforgeError
-from bertforge.families import FAMILIES
+from bertforge.model.families import FAMILIES
 
 SMALL = dict(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64)
 

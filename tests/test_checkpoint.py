@@ -62,3 +62,44 @@ def test_key_rules_rename_tf_era_names_and_drop_buffers_and_tied_weights():
                     "cls.predictions.decoder.bias"):
         assert rename_key(dropped) is None, dropped
     assert rename_key("cls.predictions.bias") == "cls.predictions.bias"  # the bias the decoder's is tied to stays
+
+
+def test_a_family_adapter_splits_and_joins_fused_weights(tmp_path, monkeypatch):
+    """A family whose files hold query, key and value as one fused tensor (as ModernBERT's `Wqkv`): `fuse` writes
+    it, `unfuse` splits it on loading, and the model round-trips exactly, with no missing or unexpected keys."""
+    import dataclasses
+
+    from safetensors.torch import load_file
+
+    from bertforge.model import families
+
+    names = ("query", "key", "value")
+
+    def fuse(state):
+        out = dict(state)
+        for key in [k for k in state if k.endswith("attention.self.query.weight")]:
+            stem = key.removesuffix("self.query.weight")
+            for kind in ("weight", "bias"):
+                out[stem + f"Wqkv.{kind}"] = torch.cat([out.pop(stem + f"self.{n}.{kind}") for n in names])
+        return out
+
+    def unfuse(state):
+        out = dict(state)
+        for key in [k for k in state if k.endswith("attention.Wqkv.weight")]:
+            stem = key.removesuffix("Wqkv.weight")
+            for kind in ("weight", "bias"):
+                for n, part in zip(names, out.pop(stem + f"Wqkv.{kind}").chunk(3)):
+                    out[stem + f"self.{n}.{kind}"] = part
+        return out
+
+    monkeypatch.setitem(families.FAMILIES, "bert", dataclasses.replace(families.BERT, fuse=fuse, unfuse=unfuse))
+    torch.manual_seed(0)
+    model = bertforge.BertForMaskedLM(BertConfig.preset("tiny", vocab_size=40))
+    model.save_pretrained(tmp_path)
+    keys = set(load_file(str(tmp_path / "model.safetensors")))
+    assert "bert.encoder.layer.1.attention.Wqkv.weight" in keys
+    assert not any(".self.query." in k for k in keys)
+    again = bertforge.BertForMaskedLM.from_pretrained(tmp_path)
+    assert again.loading_info.missing_keys == [] and again.loading_info.unexpected_keys == []
+    for (k1, v1), (k2, v2) in zip(model.state_dict().items(), again.state_dict().items()):
+        assert k1 == k2 and torch.equal(v1, v2)

@@ -99,7 +99,7 @@ def test_dropout_edges_and_gradient():
 
 
 def test_cpu_dropout_drops_p_and_scales_the_rest():
-    from bertforge.model import dropout
+    from bertforge.ops import dropout
 
     torch.manual_seed(0)
     x = torch.rand(1001, 999) + 0.5  # odd size: the mask takes 32 bits of a 64-bit draw per element

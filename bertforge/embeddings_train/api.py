@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from .. import __version__
-from ..config import BertConfig
+from ..model.config import BertConfig
 from ..errors import BertforgeError
 from ..finetune.api import check_output_dir, make_settings
 from ..io import atomic_directory, atomic_write_text, lock_run_directory

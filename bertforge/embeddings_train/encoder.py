@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..attention import pack
+from ..model.attention import pack
 from ..model import BertModel
 from ..pooling import pool
 

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from .. import __version__
-from ..config import BertConfig
+from ..model.config import BertConfig
 from ..data.corpus import calibration_ids
 from ..errors import BertforgeError
 from ..io import atomic_directory, atomic_write_text

@@ -340,7 +340,7 @@ def finetune_template(model: str | Path, settings: dict[str, Any]) -> FinetuneCo
 
 def _check_model(model: str) -> None:
     """The model's config and tokenizer load (a bad model directory fails before any data is read)."""
-    from ..config import BertConfig
+    from ..model.config import BertConfig
     from ..tokenizer import Tokenizer
 
     BertConfig.from_pretrained(model)

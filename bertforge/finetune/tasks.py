@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ..config import BertConfig
+from ..model.config import BertConfig
 from ..errors import BertforgeError
 from ..model import BertForQuestionAnswering, BertForSequenceClassification, BertForTokenClassification
 from ..qa_spans import NULL_ANSWER_KEY  # config.json: the model was trained to say "no answer"

@@ -27,7 +27,7 @@ from ..checkpoint import load_pretrained
 from ..data.corpus import calibration_ids
 from ..errors import BertforgeError
 from ..model import BertPreTrainedModel
-from ..attention import PackedBatch, pack
+from ..model.attention import PackedBatch, pack
 from ..linear import BACKENDS, linear_backend, onednn_available
 from ..quantize import check_quantize, is_quantized, quantize_model
 from ..system import configure_threads, reuse_freed_memory
@@ -161,7 +161,7 @@ class Pipeline:
         self.progress = progress
         if backend not in BACKENDS:
             raise BertforgeError(f"{self.task}: backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
-        weight = self.model.base_model.embeddings.word_embeddings.weight
+        weight = self.model.input_embeddings()
         if backend == "onednn" and not (weight.device.type == "cpu" and weight.dtype == torch.float32 and onednn_available()):
             raise BertforgeError(
                 f"{self.task}: the oneDNN backend needs float32 weights on CPU and a PyTorch built with oneDNN"

@@ -16,7 +16,7 @@ from torch import Tensor
 from ..errors import BertforgeError
 from ..model import BertForSequenceClassification, BertForTokenClassification, BertPreTrainedModel
 from .base import Feature, Pipeline
-from ..attention import PackedBatch
+from ..model.attention import PackedBatch
 
 SCORE_FUNCTIONS = ("softmax", "sigmoid", "none")
 AGGREGATIONS = ("none", "simple", "first", "average", "max")

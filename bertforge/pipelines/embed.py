@@ -15,7 +15,7 @@ from ..errors import BertforgeError
 from ..model import BertModel
 from ..pooling import POOLINGS, mean_pool, pool, sentence_transformers_settings  # noqa: F401  (importable here too)
 from .base import Feature, Pipeline
-from ..attention import PackedBatch
+from ..model.attention import PackedBatch
 
 
 class EmbedPipeline(Pipeline):

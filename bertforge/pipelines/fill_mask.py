@@ -11,7 +11,7 @@ from torch import Tensor
 from ..errors import BertforgeError
 from ..model import BertForMaskedLM, BertPreTrainedModel
 from .base import Feature, Pipeline
-from ..attention import PackedBatch
+from ..model.attention import PackedBatch
 
 
 class FillMaskPipeline(Pipeline):
@@ -72,7 +72,7 @@ class FillMaskPipeline(Pipeline):
     def head(self, batch: PackedBatch, hidden: Tensor, features: list[Feature]) -> list[tuple[np.ndarray, np.ndarray]]:
         rows = (batch.input_ids == self.mask_id).nonzero().squeeze(1)  # [N] packed positions of the masks
         model: BertForMaskedLM = self.model  # type: ignore[assignment]
-        logits = model.cls.predictions(hidden[rows], model.bert.embeddings.word_embeddings.weight)  # [N, V]
+        logits = model.mlm_logits(hidden[rows])  # [N, V]
         probs = logits.float().softmax(dim=-1)
         if self.target_ids is not None:
             probs = probs[:, self.target_ids]

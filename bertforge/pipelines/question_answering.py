@@ -23,7 +23,7 @@ from ..model import BertForQuestionAnswering, BertPreTrainedModel
 from ..qa_spans import NULL_ANSWER_KEY, Question, check_scoring, decode_spans, encode_qa
 from .base import Feature, Pipeline
 from .classification import _HEADLESS_HINT, _check_architecture
-from ..attention import PackedBatch
+from ..model.attention import PackedBatch
 
 DEFAULT_MAX_LENGTH = 384
 

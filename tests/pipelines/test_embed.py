@@ -9,7 +9,8 @@ import pytest
 import torch
 
 import bertforge
-from bertforge import BertforgeError, attention
+from bertforge import BertforgeError
+from bertforge.model import attention
 from bertforge.pipelines import base as pipeline_base
 from tests.pipelines.pipelines_helpers import LONG, SENTENCES
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 import torch
 from bertforge import cli
-from bertforge.config import BertConfig
+from bertforge.model.config import BertConfig
 from bertforge.errors import BertforgeError
 from bertforge.io import lock_run_directory, run_lock_path
 from bertforge.memory import (

@@ -12,6 +12,11 @@ whole sequences, so each layout says how its rows become [n, nh, L, hd] blocks a
   each run of equal length is one dense attention call without a mask; neighbouring runs may share one padded,
   masked call (`attention_plan`). The pipelines' inference path.
 
+What a block adds to plain softmax(q kᵀ / √hd) attention (rotary positions, a sliding window, relative-position
+score terms, another scale) is a `Scores` value that every layout hands to `attend_scored` with each call's
+[n, nh, L, hd] blocks: positions and windows are counted within each sequence of the call, so every layout gives
+a sequence the same attention.
+
 Shapes: B = batch, S = padded length, T = real tokens, H = hidden, nh = heads, hd = head size (H / nh),
 n = sequences in one attention call, L = their (longest) length.
 """
@@ -20,13 +25,14 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .ops import dropout
+from ..ops import dropout
 
 
 #: Longest sequences that CPU inference attends with two batched matmuls and a softmax instead of SDPA, with one
@@ -74,32 +80,88 @@ def _cpu_vector_floats() -> int:
 
 
 def attend(
-    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, p: float, training: bool, explicit: bool = False
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, p: float, training: bool, explicit: bool = False,
+    scale: float | None = None,
 ) -> tuple[Tensor, Tensor | None]:
-    """softmax(q kᵀ / √hd + mask) v for q, k, v [n, nh, L, hd] → context [n, nh, L, hd] and the probabilities.
+    """softmax(q kᵀ · scale + mask) v for q, k, v [n, nh, L, hd] → context [n, nh, L, hd] and the probabilities;
+    scale 1 / √hd unless given.
 
-    `mask` is additive ([n, 1, 1, L], 0 or the dtype's minimum) or boolean (True = attend), or None.
+    `mask` is additive (0 or the dtype's minimum, any shape that broadcasts to [n, nh, L, L]: [n, 1, 1, L] for
+    padding; score terms add real numbers) or boolean (True = attend), or None.
     `explicit` asks for the maths written out (the probabilities are returned then; SDPA returns None). Dropout
     on CPU always takes the explicit path: SDPA would draw PyTorch's slower mask (see `ops.dropout`). So does
     CPU inference on short sequences, where it is faster (`matmuls_beat_sdpa`); it returns no probabilities then.
     """
     p = p if training else 0.0
+    scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
     if explicit or (p > 0 and q.device.type == "cpu") or matmuls_beat_sdpa(q, training):
         scores = q @ k.transpose(-1, -2)  # [n, nh, L, L]
         if training or (torch.is_grad_enabled() and scores.requires_grad):  # the same maths with or without autograd
-            scores = scores / math.sqrt(q.shape[-1])
+            scores = scores * scale
             if mask is not None:
                 minimum = torch.finfo(scores.dtype).min
                 scores = scores.masked_fill(~mask, minimum) if mask.dtype == torch.bool else scores + mask
             probs = scores.softmax(dim=-1)
         else:  # inference: the new scores are changed in place
-            scores = scores.mul_(1 / math.sqrt(q.shape[-1]))
+            scores = scores.mul_(scale)
             if mask is not None:
                 minimum = torch.finfo(scores.dtype).min
                 scores = scores.masked_fill_(~mask, minimum) if mask.dtype == torch.bool else scores.add_(mask)
             probs = softmax_last(scores)
         return dropout(probs, p, training) @ v, (probs if explicit or p > 0 else None)  # [n, nh, L, hd]
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p), None
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, scale=scale), None
+
+
+@dataclass(frozen=True)
+class Scores:
+    """What one block adds to softmax(q kᵀ / √hd) over all keys: each applies per call, to [n, nh, L, hd] blocks
+    whose positions 0 .. L-1 are positions within each sequence (all of them translation-invariant, so a
+    sequence's attention does not depend on where a layout puts it)."""
+
+    rotary: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]] | None = None  # (q, k) → rotated (q, k)
+    window: int | None = None  # query i attends key j only where |i - j| <= window // 2
+    terms: Callable[[Tensor, Tensor], Tensor] | None = None  # (q, k) → [n, nh, L, L] added to q kᵀ before scaling
+    scale: float | None = None  # None: 1 / √hd
+
+    @property
+    def plain(self) -> bool:
+        return self.rotary is None and self.window is None and self.terms is None and self.scale is None
+
+
+PLAIN = Scores()
+
+
+def window_mask(L: int, window: int, device: torch.device) -> Tensor:
+    """[L, L] bool, True where |i - j| <= window // 2 (a sliding window of `window` + 1 keys around each query)."""
+    pos = torch.arange(L, device=device)
+    return (pos[:, None] - pos[None, :]).abs() <= window // 2
+
+
+def attend_scored(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, p: float, training: bool, explicit: bool, scores: Scores
+) -> tuple[Tensor, Tensor | None]:
+    """`attend` with `scores` applied: q and k rotated, the window's and the terms' masks joined to the padding
+    mask. Joined masks are additive (the dtype's minimum where masked), so a padded query row that the window
+    leaves no real key still gets finite values, as an all-masked row does in `attend`."""
+    if scores.plain:
+        return attend(q, k, v, mask, p, training, explicit)
+    if scores.rotary is not None:
+        q, k = scores.rotary(q, k)
+    scale = 1 / math.sqrt(q.shape[-1]) if scores.scale is None else scores.scale
+    L = q.shape[-2]
+    keep = window_mask(L, scores.window, q.device) if scores.window is not None else None  # [L, L]
+    if mask is not None:
+        real = mask if mask.dtype == torch.bool else mask == 0  # [n, 1, 1, L]
+        keep = real if keep is None else keep & real  # [n, 1, L, L]
+    bias = scores.terms(q, k) * scale if scores.terms is not None else None  # [n, nh, L, L]
+    if bias is None and keep is not None and mask is None:  # a window alone: every row keeps its diagonal
+        joined: Tensor | None = keep
+    elif keep is None:
+        joined = bias
+    else:
+        base = bias if bias is not None else torch.zeros(keep.shape, dtype=q.dtype, device=q.device)
+        joined = base.masked_fill(~keep, torch.finfo(q.dtype).min)
+    return attend(q, k, v, joined, p, training, explicit, scale)
 
 
 def split_heads(qkv: Tensor, n: int, L: int, nh: int) -> tuple[Tensor, Tensor, Tensor]:
@@ -140,10 +202,11 @@ class Padded:
 
     mask: Tensor | None = None
 
-    def attend(self, qkv: Tensor, nh: int, p: float, training: bool, explicit: bool) -> tuple[Tensor, Tensor | None]:
+    def attend(self, qkv: Tensor, nh: int, p: float, training: bool, explicit: bool,
+               scores: Scores = PLAIN) -> tuple[Tensor, Tensor | None]:
         """qkv [B, S, 3H] → context [B, S, H], probabilities [B, nh, S, S] when `explicit`."""
         B, S = qkv.shape[:2]
-        ctx, probs = attend(*split_heads(qkv, B, S, nh), self.mask, p, training, explicit)
+        ctx, probs = attend_scored(*split_heads(qkv, B, S, nh), self.mask, p, training, explicit, scores)
         return merge_heads(ctx), probs
 
 
@@ -173,9 +236,10 @@ class Unpadded(Padded):
         full = x.new_zeros(self.batch * self.seq, x.shape[-1]).index_copy(0, self.index, x)
         return full.view(self.batch, self.seq, -1)
 
-    def attend(self, qkv: Tensor, nh: int, p: float, training: bool, explicit: bool) -> tuple[Tensor, Tensor | None]:
+    def attend(self, qkv: Tensor, nh: int, p: float, training: bool, explicit: bool,
+               scores: Scores = PLAIN) -> tuple[Tensor, Tensor | None]:
         """qkv [T, 3H] → context [T, H]: zeros at padding (masked keys; their query rows are dropped)."""
-        ctx, probs = super().attend(self.pad(qkv), nh, p, training, explicit)  # [B, S, H]
+        ctx, probs = super().attend(self.pad(qkv), nh, p, training, explicit, scores)  # [B, S, H]
         return self.unpad(ctx), probs
 
 
@@ -297,19 +361,22 @@ class Packed:
                      merge_short: bool = False) -> "Packed":
         return cls(attention_plan(lengths, max_padding, merge_short))
 
-    def attend(self, qkv: Tensor, nh: int, p: float, training: bool, explicit: bool) -> tuple[Tensor, None]:
-        """qkv [T, 3H] → context [T, H], attending only within each sequence."""
+    def attend(self, qkv: Tensor, nh: int, p: float, training: bool, explicit: bool,
+               scores: Scores = PLAIN) -> tuple[Tensor, None]:
+        """qkv [T, 3H] → context [T, H], attending only within each sequence (a run of equal length needs no
+        padding mask; `scores` may still add a window's)."""
         if explicit:
             raise ValueError("the packed layout returns no attention probabilities: run the padded model for them")
         outs = []
         for b in self.plan:
             n, L = b.count, b.length
             if b.mask is None:  # one run of equal length: a dense block, no mask, no copy
-                ctx, _ = attend(*split_heads(qkv[b.start : b.start + n * L], n, L, nh), None, p, training)
+                ctx, _ = attend_scored(*split_heads(qkv[b.start : b.start + n * L], n, L, nh), None, p, training,
+                                       False, scores)
                 outs.append(merge_heads(ctx).view(n * L, -1))  # [n*L, H]
             else:  # several runs padded to the longest: one call, padded keys masked out
                 padded = qkv.index_select(0, b.gather)  # [n*L, 3H]; padding rows repeat a real row
-                ctx, _ = attend(*split_heads(padded, n, L, nh), b.mask, p, training)
+                ctx, _ = attend_scored(*split_heads(padded, n, L, nh), b.mask, p, training, False, scores)
                 outs.append(merge_heads(ctx).view(n * L, -1).index_select(0, b.scatter))  # [real, H]
         return (outs[0] if len(outs) == 1 else torch.cat(outs)), None
 

@@ -9,8 +9,8 @@ import torch
 
 import bertforge
 from bertforge import BertConfig, BertforgeError
-from bertforge.attention import pack
-from bertforge.families import FAMILIES
+from bertforge.model.attention import pack
+from bertforge.model.families import FAMILIES
 from bertforge.model import BertForNextSentencePrediction, BertForPreTraining
 
 transformers = pytest.importorskip("transformers")
@@ -147,18 +147,6 @@ def test_family_parts_are_what_the_family_declares():
     assert roberta.position_offset == 2 and roberta.type_vocab_size == 1
     bert = BertConfig.preset("tiny")
     assert bert.model_type == "bert" and bert.position_offset == 0
-
-
-def test_roberta_positions_skip_padding():
-    """RoBERTa counts positions from pad_token_id + 1 over the real tokens; padding keeps pad_token_id."""
-    config = BertConfig.preset("roberta-tiny", vocab_size=50)
-    model = bertforge.AutoModel.from_config(config).eval()
-    ids = torch.tensor([[0, 7, 8, 2, 1, 1]])
-    from bertforge.model import padded_position_ids
-
-    assert padded_position_ids(ids, 1).tolist() == [[2, 3, 4, 5, 1, 1]]
-    with pytest.raises(ValueError, match="max_position_embeddings"):
-        model(torch.full((1, 513), 5))  # 513 tokens need positions up to 514: one more than the table holds
 
 
 @pytest.mark.parametrize("model_type", ["roberta", "distilbert"])

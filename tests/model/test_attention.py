@@ -1,4 +1,4 @@
-"""`bertforge.attention`: the one attention function and the three layouts (padded, unpadded, packed) give the same
+"""`bertforge.model.attention`: the one attention function and the three layouts (padded, unpadded, packed) give the same
 results for the real tokens of every sequence."""
 
 from __future__ import annotations
@@ -7,8 +7,9 @@ import pytest
 import torch
 
 import bertforge
-from bertforge import BertConfig, attention
-from bertforge.attention import Padded, Unpadded, attend, attention_plan, extended_attention_mask, length_groups, pack
+from bertforge import BertConfig
+from bertforge.model import attention
+from bertforge.model.attention import Padded, Unpadded, attend, attention_plan, extended_attention_mask, length_groups, pack
 from bertforge.linear import linear_backend
 
 SDPA_ONLY = {"one thread": 0, "threads": 0}  # MATMUL_ATTENTION_MAX_LENGTH with no sequence short enough for matmuls

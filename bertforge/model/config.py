@@ -9,10 +9,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import BertforgeError
+from ..errors import BertforgeError
+from ..io import atomic_write_text
+from ..ops import ACTIVATIONS  # the activations the model implements, by their Hugging Face names
 from .families import FAMILIES, Family, family
-from .io import atomic_write_text
-from .ops import ACTIVATIONS  # the activations the model implements, by their Hugging Face names
+from .spec import EncoderSpec
 
 CONFIG_NAME = "config.json"
 
@@ -141,6 +142,11 @@ class BertConfig:
     def family(self) -> Family:
         """What this model's family changes in the encoder (`bertforge.families`)."""
         return family(self.model_type)
+
+    @property
+    def spec(self) -> EncoderSpec:
+        """The parts of the encoder this config describes (`bertforge.model.spec`), as its family reads them."""
+        return self.family.spec(self)
 
     @property
     def embedding_dim(self) -> int:

@@ -1,4 +1,4 @@
-"""`bertforge.config`: `BertConfig`'s presets, its validation naming the bad field, and config.json both ways."""
+"""`bertforge.model.config`: `BertConfig`'s presets, its validation naming the bad field, and config.json both ways."""
 
 import pytest
 

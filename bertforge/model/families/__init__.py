@@ -1,0 +1,30 @@
+"""The BERT family: one module per member (`bert`, `roberta`, `distilbert`, `albert`), each a `Family` value
+(`family.py`) holding what the member changes — its parts of the encoder (`Family.spec`), its `config.json`
+spelling, its presets, its checkpoint adapter — and `FAMILIES`, the registry `model_type` is looked up in.
+Adding a member is a module here, its line in `FAMILIES`, its tokenizer kind and its tests."""
+
+from __future__ import annotations
+
+from ...errors import BertforgeError
+from .albert import ALBERT
+from .bert import BERT
+from .distilbert import DISTILBERT
+from .family import INTERNAL_PREFIX, Family
+from .roberta import ROBERTA, XLM_ROBERTA
+
+FAMILIES: dict[str, Family] = {f.model_type: f for f in (BERT, ROBERTA, XLM_ROBERTA, DISTILBERT, ALBERT)}
+
+
+def family(model_type: str | None, source: str = "config") -> Family:
+    """The `Family` of a config's `model_type` (None: BERT), or an error naming the supported ones."""
+    if model_type is None:
+        return BERT
+    try:
+        return FAMILIES[model_type]
+    except (KeyError, TypeError):
+        raise BertforgeError(
+            f"{source}: model_type {model_type!r} is not supported; supported: {', '.join(FAMILIES)}"
+        ) from None
+
+
+__all__ = ["ALBERT", "BERT", "DISTILBERT", "FAMILIES", "Family", "INTERNAL_PREFIX", "ROBERTA", "XLM_ROBERTA", "family"]

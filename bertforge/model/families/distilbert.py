@@ -1,0 +1,53 @@
+"""DistilBERT (Sanh et al., 2019): no token types, no pooler, a first-token sequence head with ReLU, its own
+parameter names; MLM only."""
+
+from __future__ import annotations
+
+from .family import INTERNAL_LAYER, Family
+
+_DISTIL_LAYER = "bert.transformer.layer.{n}."
+DISTILBERT = Family(
+    model_type="distilbert",
+    name="DistilBERT",
+    class_prefix="DistilBert",
+    prefix="distilbert",
+    body=("embeddings", "transformer"),
+    pooler=False,
+    sequence_head="first-token",
+    sequence_head_act="relu",
+    dropout_before_head_dense=False,
+    sentence_head=None,
+    config_keys=dict(
+        dim="hidden_size",
+        n_layers="num_hidden_layers",
+        n_heads="num_attention_heads",
+        hidden_dim="intermediate_size",
+        activation="hidden_act",
+        dropout="hidden_dropout_prob",
+        attention_dropout="attention_probs_dropout_prob",
+        seq_classif_dropout="classifier_dropout",
+    ),
+    defaults=dict(
+        vocab_size=30522, hidden_size=768, num_hidden_layers=6, num_attention_heads=12, intermediate_size=3072,
+        hidden_act="gelu", hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1, classifier_dropout=0.2,
+        type_vocab_size=0, layer_norm_eps=1e-12,
+    ),
+    unused=("type_vocab_size", "layer_norm_eps", "embedding_size", "num_hidden_groups"),
+    keys=(
+        (_DISTIL_LAYER + "attention.q_lin.", INTERNAL_LAYER + "attention.self.query."),
+        (_DISTIL_LAYER + "attention.k_lin.", INTERNAL_LAYER + "attention.self.key."),
+        (_DISTIL_LAYER + "attention.v_lin.", INTERNAL_LAYER + "attention.self.value."),
+        (_DISTIL_LAYER + "attention.out_lin.", INTERNAL_LAYER + "attention.output.dense."),
+        (_DISTIL_LAYER + "sa_layer_norm.", INTERNAL_LAYER + "attention.output.LayerNorm."),
+        (_DISTIL_LAYER + "ffn.lin1.", INTERNAL_LAYER + "intermediate.dense."),
+        (_DISTIL_LAYER + "ffn.lin2.", INTERNAL_LAYER + "output.dense."),
+        (_DISTIL_LAYER + "output_layer_norm.", INTERNAL_LAYER + "output.LayerNorm."),
+        ("vocab_transform.", "cls.predictions.transform.dense."),
+        ("vocab_layer_norm.", "cls.predictions.transform.LayerNorm."),
+        ("vocab_projector.bias", "cls.predictions.bias"),
+        ("pre_classifier.", "classifier.dense."),
+        ("classifier.", "classifier.out_proj."),  # the sequence head's; a token classifier keeps `classifier.`
+    ),
+    dropped=(r"^vocab_projector\.weight$",),
+    preset=dict(type_vocab_size=0, classifier_dropout=0.2),
+)

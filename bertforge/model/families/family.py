@@ -1,0 +1,135 @@
+"""`Family`: what one member of the family changes, declared as data.
+
+bertforge has one encoder (`bertforge.model.encoder`) assembled from the parts an `EncoderSpec` names. A `Family`
+holds, for one member: how its config reads into that spec (`read_spec`: positions, norms, feed-forward, attention
+kinds, ...), the shape of its heads, its `config.json` field names and defaults, its presets and recipe, and its
+checkpoint adapter — a table translating its Hugging Face parameter names to the encoder's own (BERT's) names, plus
+functions for what a table of names cannot say (`unfuse` splits a fused tensor of a file into the encoder's
+parameters, `fuse` joins them back when saving). Adding a member is a module in this package with its `Family`
+value, plus a part in `bertforge.model` only where it truly needs one.
+
+Key tables: `(hf, internal)` pairs of key prefixes, `{n}` standing for a layer number. Reading a checkpoint, a key
+first has the family's prefix (`roberta.`, `albert.`, ...) replaced by `bert.`, then the first rule whose `hf` side
+matches it and whose result is a parameter of the model being loaded renames it (so DistilBERT's `classifier.` can
+be the sequence head's output layer or the token classifier, whichever the model has). Saving runs the same table
+the other way. Keys matched by no rule keep their name.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+from torch import Tensor
+
+from ...errors import BertforgeError
+from ..spec import EncoderSpec
+
+INTERNAL_PREFIX = "bert"  # the encoder's attribute in every head class, so `bert.` in internal parameter names
+INTERNAL_LAYER = "bert.encoder.layer.{n}."  # the internal names of block n's parameters start so
+
+
+@dataclass(frozen=True)
+class Family:
+    model_type: str  # "model_type" in config.json
+    name: str  # as messages and the README name it
+    class_prefix: str  # of its `transformers` classes: "Roberta" + "ForMaskedLM"
+    prefix: str  # its base model's attribute in `transformers`' head classes: "roberta.encoder.layer.0..."
+    body: tuple[str, ...] = ("embeddings", "encoder", "pooler")  # first key segments of a bare base model's file
+    # parts of the encoder
+    positions_after_padding: bool = False  # RoBERTa: position ids count from pad_token_id + 1, padding keeps pad_token_id
+    pooler: bool = True  # a tanh dense layer on the first token in the base model
+    sequence_head: str = "pooler"  # "pooler": dropout → linear on the pooled output; "first-token": an MLP on token 0
+    sequence_head_act: str = "tanh"  # the first-token head's hidden activation (RoBERTa tanh, DistilBERT relu)
+    dropout_before_head_dense: bool = True  # RoBERTa drops out token 0 before the head's dense layer, DistilBERT not
+    mlm_head_act: str | None = None  # the MLM transform's activation; None: the config's hidden_act
+    sentence_head: str | None = "NSP"  # the pretraining sentence objective ("NSP", "SOP") or None: MLM only
+    # config.json
+    config_keys: dict[str, str] = field(default_factory=dict)  # its field name -> the internal (BertConfig) name
+    defaults: dict[str, Any] = field(default_factory=dict)  # `transformers`' defaults for fields a file may omit
+    unused: tuple[str, ...] = ()  # internal fields the family does not have (not written to its config.json)
+    # parameter names
+    keys: tuple[tuple[str, str], ...] = ()  # (hf, internal) key prefixes, {n} = a layer number
+    dropped: tuple[str, ...] = ()  # regexes of file keys that are not parameters here (tied decoders)
+    unfuse: Callable[[dict[str, Tensor]], dict[str, Tensor]] | None = None  # a file's tensors, fused ones split
+    fuse: Callable[[dict[str, Tensor]], dict[str, Tensor]] | None = None  # the inverse, on the file's names
+    preset: dict[str, Any] = field(default_factory=dict)  # what `--config FAMILY-SIZE` sets besides the size
+    recipe: dict[str, Any] = field(default_factory=dict)  # pretraining settings "auto" means: masking, adam_beta2
+    read_spec: Callable[["Family", Any], EncoderSpec] | None = None  # config → parts; None: `bert_spec`
+
+    def spec(self, config: Any) -> EncoderSpec:
+        """The encoder a `BertConfig` of this family describes."""
+        return (self.read_spec or bert_spec)(self, config)
+
+    def file_state(self, state: dict[str, Tensor]) -> dict[str, Tensor]:
+        """A checkpoint's tensors with fused ones split (`unfuse`), before the key table renames them."""
+        return self.unfuse(state) if self.unfuse is not None else state
+
+    def saved_state(self, state: dict[str, Tensor]) -> dict[str, Tensor]:
+        """Tensors under the family's file names, with what it fuses joined (`fuse`), as they are written."""
+        return self.fuse(state) if self.fuse is not None else state
+
+    def architecture(self, internal: str) -> str:
+        """`transformers`' class name for an internal class name: BertForMaskedLM -> RobertaForMaskedLM."""
+        return self.class_prefix + internal.removeprefix("Bert") if internal.startswith("Bert") else internal
+
+    def internal_architecture(self, name: str) -> str:
+        """The inverse of `architecture`: RobertaForMaskedLM -> BertForMaskedLM."""
+        return "Bert" + name.removeprefix(self.class_prefix) if name.startswith(self.class_prefix) else name
+
+    @cached_property
+    def _rules(self) -> tuple[list[tuple[re.Pattern[str], str]], list[tuple[re.Pattern[str], str]]]:
+        def compile_rule(src: str, dst: str) -> tuple[re.Pattern[str], str]:
+            pattern = "^" + re.escape(src).replace(r"\{n\}", r"(?P<n>\d+)")
+            return re.compile(pattern), dst.replace("{n}", r"\g<n>")
+
+        load = [compile_rule(hf, internal) for hf, internal in self.keys]
+        save = [compile_rule(internal, hf) for hf, internal in self.keys]
+        return load, save
+
+    def to_internal(self, key: str, own: dict[str, Any] | None = None) -> str | None:
+        """A file key (legacy renames already applied) -> the internal name with the `bert.` prefix; None: not a
+        parameter. `own`: the model's parameter names (with `bert.`), to choose between rules that both match."""
+        if any(re.search(pattern, key) for pattern in self.dropped):
+            return None
+        if key.startswith(self.prefix + "."):
+            key = INTERNAL_PREFIX + key[len(self.prefix) :]
+        elif key.split(".", 1)[0] in self.body:
+            key = f"{INTERNAL_PREFIX}.{key}"
+        for pattern, repl in self._rules[0]:
+            if pattern.match(key):
+                new = pattern.sub(repl, key, count=1)
+                if own is None or new in own:
+                    return new
+        return key
+
+    def to_hf(self, key: str) -> str:
+        """An internal name (with the `bert.` prefix) -> the family's file key (with its prefix)."""
+        for pattern, repl in self._rules[1]:
+            if pattern.match(key):
+                key = pattern.sub(repl, key, count=1)
+                break
+        if key.startswith(INTERNAL_PREFIX + "."):
+            key = self.prefix + key[len(INTERNAL_PREFIX) :]
+        return key
+
+
+def bert_spec(family: Family, config: Any) -> EncoderSpec:
+    """BERT's encoder (post-LN, learned positions, a dense feed-forward, biases everywhere) with the member's
+    positions and pooler, and ALBERT's factorised embeddings and shared layers where the config has them."""
+    return EncoderSpec(
+        vocab_size=config.vocab_size, hidden_size=config.hidden_size, num_layers=config.num_hidden_layers,
+        num_heads=config.num_attention_heads, intermediate_size=config.intermediate_size,
+        activation=config.hidden_act, max_positions=config.max_position_embeddings,
+        embedding_size=config.embedding_size, type_vocab_size=config.type_vocab_size,
+        pad_token_id=config.pad_token_id, positions="after-padding" if family.positions_after_padding else "absolute",
+        norm_eps=config.layer_norm_eps, layer_groups=config.num_hidden_groups,
+        hidden_dropout=config.hidden_dropout_prob, attention_dropout=config.attention_probs_dropout_prob,
+        pooler=family.pooler, init_std=config.initializer_range,
+    )
+
+
+__all__ = ["INTERNAL_LAYER", "INTERNAL_PREFIX", "Family", "bert_spec"]

@@ -1,0 +1,398 @@
+"""The models: the encoder (`BertModel`) and one class per task, each the encoder plus a head, with
+`transformers`' keywords and outputs. Which parts the encoder has is the config's spec (`BertConfig.spec`, from
+its family); these classes are the same for every family (`save_pretrained` writes the family's class names).
+
+Shapes: B = batch, S = sequence length, H = hidden size, V = vocabulary, N = labelled (masked) positions.
+
+The module tree mirrors `transformers`' BERT so that BERT's `state_dict()` keys are the ecosystem's names as they
+are (`bert.encoder.layer.0.attention.self.query.weight`, ...); every other family's adapter translates its names
+to these and back (`bertforge.families`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterator
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .config import BertConfig
+from ..constants import IGNORE_INDEX
+from ..errors import BertforgeError
+from ..ops import dropout
+from .attention import Packed, PackedBatch, Padded, Unpadded, extended_attention_mask, static_graph
+from .encoder import BertAttention, BertEmbeddings, BertEncoder, BertLayer, BertPooler
+from .heads import BertPreTrainingHeads, FirstTokenHead, masked_lm, require_sentence_head
+from .outputs import (BaseModelOutput, MaskedLMOutput, ModelOutput, PreTrainingOutput, QuestionAnsweringOutput,
+                      SequenceClassifierOutput)
+from .parts import Dense, LayerNorm
+from .spec import EncoderSpec
+
+
+class BertPreTrainedModel(nn.Module):
+    """Shared init, loading and saving, and what code outside the model may ask of it (its blocks, its input
+    embeddings, the depth of each parameter) instead of naming its submodules."""
+
+    config: BertConfig
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__()
+        config.validate()
+        self.config = config
+
+    def init_weights(self, only: Collection[str] | None = None) -> None:
+        """The spec's init rule: "normal" (BERT's, as `transformers` does it): N(0, σ²) for matrices and
+        embeddings (a truncated normal, BERT's TensorFlow init, gave fine-tuning heads 0.6 F1 points less on
+        CoNLL-2003 over 3 seeds); "scaled-truncated" (ModernBERT's): cut off at ±2σ, and the blocks' output
+        projections at σ / √(2L). LayerNorm 1/0, biases 0, padding row 0 either way.
+
+        `only`: the parameter names to initialise (the loader initialises just what a checkpoint lacks)."""
+        spec = self.base_model.spec
+        pad = spec.pad_token_id
+        word = self.base_model.embeddings.word_embeddings
+        for prefix, module in self.named_modules():
+            for name, param in module.named_parameters(recurse=False):
+                if only is not None and (f"{prefix}.{name}" if prefix else name) not in only:
+                    continue
+                with torch.no_grad():
+                    if isinstance(module, LayerNorm):
+                        param.fill_(1.0 if name == "weight" else 0.0)
+                    elif name == "bias":  # dense layers' and the MLM decoder's
+                        param.zero_()
+                    else:  # dense and embedding matrices
+                        init_matrix(param, spec.init, spec.init_std, getattr(module, "role", "in"), spec.num_layers)
+                        if module is word and pad is not None:
+                            param[pad].zero_()
+
+    @property
+    def base_model(self) -> "BertModel":
+        return getattr(self, "bert", self)  # type: ignore[return-value]
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    def blocks(self) -> list[BertLayer]:
+        """The encoder's layers, each once (what FSDP wraps, int8 quantises and a student copies)."""
+        return list(self.base_model.encoder.blocks())
+
+    def input_embeddings(self) -> Tensor:
+        """The word-embedding matrix [V, E] (tied to the MLM decoder)."""
+        return self.base_model.embeddings.word_embeddings.weight
+
+    def parameter_depths(self) -> tuple[int, dict[int, int]]:
+        """L, the number of blocks, and the depth of each encoder parameter, by `id`: 0 for the embeddings (ALBERT's
+        E -> H projection and DeBERTa's relative table included), i for the layer block i runs (a layer shared by
+        several blocks takes the topmost one's). Parameters not listed (final norm, pooler, heads) sit above."""
+        bert = self.base_model
+        encoder = bert.encoder
+        depth = {id(p): 0 for p in bert.embeddings.parameters()}
+        for part in (encoder.embedding_projection, encoder.rel_embeddings, encoder.LayerNorm):
+            if part is not None:
+                depth.update((id(p), 0) for p in part.parameters())
+        for block, index in enumerate(encoder.schedule, start=1):  # a later (higher) block overwrites a shared layer's
+            depth.update((id(p), block) for p in encoder.layer[index].parameters())
+        return len(encoder.schedule), depth
+
+    def set_attn_implementation(self, backend: str) -> None:
+        self.config.attn_implementation = backend
+        self.config.validate()
+        for module in self.modules():
+            if isinstance(module, BertAttention):
+                module.backend = backend
+
+    def gradient_checkpointing_enable(self) -> None:
+        self.base_model.encoder.gradient_checkpointing = True
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
+                position_ids: Tensor | None = None, labels: Tensor | None = None, output_attentions: bool = False,
+                output_hidden_states: bool = False, **targets: Any) -> ModelOutput:
+        """Every head's forward, with Hugging Face's keywords: the encoder, then the head (`head`). `targets`
+        are the head's other inputs (`next_sentence_label`, `start_positions` / `end_positions`, `sparse_mlm`);
+        the encoder skips padding when the head reads no padded position (`skips_padding`)."""
+        out = self.bert(
+            input_ids, attention_mask, token_type_ids, position_ids, output_attentions, output_hidden_states,
+            unpad=self.skips_padding(labels, **targets),
+        )
+        return self.head(out, labels, **targets)
+
+    def skips_padding(self, labels: Tensor | None, **targets: Any) -> bool:
+        """Whether the head reads no padded position of the encoder's output (then the encoder runs unpadded)."""
+        return False
+
+    def head(self, out: BaseModelOutput, labels: Tensor | None, **targets: Any) -> ModelOutput:
+        raise NotImplementedError(f"{type(self).__name__} has no task head")
+
+    @classmethod
+    def from_pretrained(cls, path: Any, **overrides: Any) -> Any:
+        from ..checkpoint import load_pretrained
+
+        return load_pretrained(cls, path, **overrides)
+
+    def save_pretrained(self, path: Any) -> None:
+        from ..checkpoint import save_pretrained
+
+        save_pretrained(self, path)
+
+
+def init_matrix(param: Tensor, rule: str, std: float, role: str, layers: int) -> None:
+    """Draw a dense or embedding matrix by `rule` (see `BertPreTrainedModel.init_weights`); `role` is its
+    `Dense.role` ("in", "out" or "head"; embeddings "in")."""
+    if rule == "normal":
+        nn.init.normal_(param, std=std)
+        return
+    if role == "out":
+        std = std / (2.0 * layers) ** 0.5
+    nn.init.trunc_normal_(param, std=std, a=-2 * std, b=2 * std)
+
+
+class BertModel(BertPreTrainedModel):
+    def __init__(self, config: BertConfig, add_pooling_layer: bool = True, *, initialize: bool = True,
+                 spec: EncoderSpec | None = None) -> None:
+        """`spec`: the encoder's parts, if not the ones the config's family reads (an encoder no family has)."""
+        super().__init__(config)
+        spec = spec or config.spec
+        self.spec = spec
+        self.embeddings = BertEmbeddings(spec)
+        self.encoder = BertEncoder(spec, config.attn_implementation)
+        self.pooler = BertPooler(spec) if add_pooling_layer and spec.pooler else None
+        if initialize:  # a head class initialises the whole tree once, body included
+            self.init_weights()
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor | None = None,
+        token_type_ids: Tensor | None = None,
+        position_ids: Tensor | None = None,
+        output_attentions: bool = False,
+        output_hidden_states: bool = False,
+        *,
+        unpad: bool = False,
+    ) -> BaseModelOutput:
+        """`unpad=True` runs the encoder on the real tokens only (see `Unpadded`) when the batch has padding and no
+        per-layer outputs are asked for. The real positions are the same either way; padding positions of
+        `last_hidden_state` are then zeros instead of values nobody should use. The heads whose outputs never
+        read padding positions (sparse MLM, NSP, sequence classification) turn it on."""
+        x = self.embeddings(input_ids, token_type_ids, position_ids, attention_mask)  # [B, S, E]
+        mask = extended_attention_mask(attention_mask, x.dtype)  # [B, 1, 1, S] or None
+        if unpad and mask is not None and not (output_attentions or output_hidden_states or static_graph()):
+            layout = Unpadded.from_mask(attention_mask, mask)  # type: ignore[arg-type]
+            x, _, _ = self.encoder(layout.unpad(x), layout)  # [T, H]
+            x, hidden, attentions = layout.pad(x), None, None  # [B, S, H]
+        else:
+            x, hidden, attentions = self.encoder(x, Padded(mask), output_attentions, output_hidden_states)
+        pooled = self.pooler(x[:, 0]) if self.pooler is not None else None
+        return BaseModelOutput(x, pooled, hidden, attentions)
+
+    def forward_packed(self, batch: PackedBatch, max_padding: float = 0.0, depth: int | None = None) -> Tensor:
+        """Last hidden states [T, H] of a `PackedBatch` (sequences end to end, no padding: the inference path of
+        the pipelines). `max_padding`: see `bertforge.model.attention.attention_plan`. Apply the pooler to
+        `hidden[batch.starts]` for each sequence's pooled output. `depth`: the hidden states after that many
+        blocks instead (`hidden_states[depth]` of `forward`), the blocks above it not run."""
+        offset = self.config.position_offset  # RoBERTa counts from pad_token_id + 1
+        positions = batch.position_ids + offset if offset else batch.position_ids
+        x = self.embeddings(batch.input_ids, batch.token_type_ids, positions)  # [T, E]
+        layout = Packed.from_lengths(batch.lengths, max_padding, merge_short=self.training)  # training: SDPA for all
+        x, _, _ = self.encoder(x, layout, depth=depth)
+        return x
+
+    def pool(self, first: Tensor) -> Tensor:
+        """Each sequence's first hidden state [B, H] → the pooled output (the family's pooler, if it has one)."""
+        return self.pooler(first) if self.pooler is not None else first
+
+
+class BertForPreTraining(BertPreTrainedModel):
+    """The MLM head and the sentence head on the pooled output (BERT: next-sentence prediction; ALBERT:
+    sentence-order prediction, the same head); loss = MLM loss + sentence loss."""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__(config)
+        require_sentence_head(config, type(self).__name__, ("NSP", "SOP"))
+        self.bert = BertModel(config, initialize=False)
+        self.cls = BertPreTrainingHeads(config)
+        self.init_weights()
+
+    def skips_padding(self, labels: Tensor | None, sparse_mlm: bool = True, **targets: Any) -> bool:
+        return labels is not None and sparse_mlm  # then only labelled positions and [CLS] are read
+
+    def mlm_head(self) -> nn.Module:
+        """The MLM head (transform and decoder bias; the decoder's weight is the word embeddings)."""
+        return self.cls.predictions
+
+    def mlm_logits(self, hidden: Tensor) -> Tensor:
+        """Vocabulary logits [..., V] of final hidden states [..., H]."""
+        return self.cls.predictions(hidden, self.input_embeddings())
+
+    def head(  # type: ignore[override]
+        self,
+        out: BaseModelOutput,
+        labels: Tensor | None,
+        next_sentence_label: Tensor | None = None,
+        sparse_mlm: bool = True,
+    ) -> PreTrainingOutput:
+        word = self.bert.embeddings.word_embeddings.weight
+        logits, mlm_loss = masked_lm(self.cls.predictions, word, out.last_hidden_state, labels, sparse_mlm)
+        nsp_logits = self.cls.seq_relationship(out.pooler_output)  # [B, 2]
+        nsp_loss = None
+        if next_sentence_label is not None:
+            nsp_loss = F.cross_entropy(nsp_logits.float(), next_sentence_label.reshape(-1), ignore_index=IGNORE_INDEX)
+        losses = [x for x in (mlm_loss, nsp_loss) if x is not None]
+        loss = sum(losses) if losses else None
+        return PreTrainingOutput(
+            loss, mlm_loss, nsp_loss, logits, nsp_logits, out.hidden_states, out.attentions  # type: ignore[arg-type]
+        )
+
+
+class BertForMaskedLM(BertPreTrainedModel):
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__(config)
+        self.bert = BertModel(config, add_pooling_layer=False, initialize=False)
+        self.cls = BertPreTrainingHeads(config, nsp=False)
+        self.init_weights()
+
+    skips_padding = BertForPreTraining.skips_padding  # only labelled positions are read
+    mlm_head = BertForPreTraining.mlm_head
+    mlm_logits = BertForPreTraining.mlm_logits
+
+    def head(  # type: ignore[override]
+        self, out: BaseModelOutput, labels: Tensor | None, sparse_mlm: bool = True
+    ) -> MaskedLMOutput:
+        word = self.bert.embeddings.word_embeddings.weight
+        logits, loss = masked_lm(self.cls.predictions, word, out.last_hidden_state, labels, sparse_mlm)
+        return MaskedLMOutput(loss, logits, out.hidden_states, out.attentions)
+
+
+class BertForNextSentencePrediction(BertPreTrainedModel):
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__(config)
+        require_sentence_head(config, type(self).__name__, ("NSP",))
+        self.bert = BertModel(config, initialize=False)
+        self.cls = BertPreTrainingHeads(config, mlm=False)
+        self.init_weights()
+
+    def skips_padding(self, labels: Tensor | None, **targets: Any) -> bool:
+        return True  # only [CLS] is read
+
+    def head(self, out: BaseModelOutput, labels: Tensor | None) -> SequenceClassifierOutput:  # type: ignore[override]
+        logits = self.cls.seq_relationship(out.pooler_output)  # [B, 2]
+        loss = F.cross_entropy(logits.float(), labels.reshape(-1)) if labels is not None else None
+        return SequenceClassifierOutput(loss, logits, out.hidden_states, out.attentions)
+
+
+class _ClassifierMixin:
+    def _dropout_p(self) -> float:
+        config: BertConfig = self.config  # type: ignore[attr-defined]
+        return config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
+
+
+class BertForSequenceClassification(_ClassifierMixin, BertPreTrainedModel):
+    """Pooled [CLS] → dropout → linear (BERT, ALBERT), or the `FirstTokenHead` (RoBERTa, DistilBERT). Loss: MSE
+    when num_labels == 1 (regression), BCE for multi-label (float labels of shape [B, num_labels]), cross-entropy
+    otherwise — or as `config.problem_type` says."""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__(config)
+        pooled = config.family.sequence_head == "pooler"
+        self.bert = BertModel(config, add_pooling_layer=pooled, initialize=False)
+        self.classifier: nn.Module = Dense(config.hidden_size, config.num_labels) if pooled else FirstTokenHead(
+            config, self._dropout_p()
+        )
+        self.init_weights()
+
+    def classify(self, pooled: Tensor) -> Tensor:
+        """Logits [B, num_labels] from `BertModel.pool` of each sequence's first hidden state."""
+        if isinstance(self.classifier, FirstTokenHead):
+            return self.classifier(pooled)
+        return self.classifier(dropout(pooled, self._dropout_p(), self.training))
+
+    def problem_type(self, labels: Tensor) -> str:
+        if self.config.problem_type:
+            return self.config.problem_type
+        if self.config.num_labels == 1:
+            return "regression"
+        if labels.dtype in (torch.long, torch.int) and labels.dim() == 1:
+            return "single_label_classification"
+        return "multi_label_classification"
+
+    skips_padding = BertForNextSentencePrediction.skips_padding  # only [CLS] is read
+
+    def head(self, out: BaseModelOutput, labels: Tensor | None) -> SequenceClassifierOutput:  # type: ignore[override]
+        pooled = out.pooler_output if out.pooler_output is not None else out.last_hidden_state[:, 0]
+        logits = self.classify(pooled)  # [B, num_labels]
+        loss = None
+        if labels is not None:
+            kind = self.problem_type(labels)
+            if kind == "regression":
+                loss = F.mse_loss(logits.float().reshape(labels.shape), labels.float())
+            elif kind == "single_label_classification":
+                loss = F.cross_entropy(logits.float(), labels.reshape(-1), ignore_index=IGNORE_INDEX)
+            else:
+                loss = F.binary_cross_entropy_with_logits(logits.float(), labels.float())
+        return SequenceClassifierOutput(loss, logits, out.hidden_states, out.attentions)
+
+
+class BertForTokenClassification(_ClassifierMixin, BertPreTrainedModel):
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__(config)
+        self.bert = BertModel(config, add_pooling_layer=False, initialize=False)
+        self.classifier = Dense(config.hidden_size, config.num_labels)
+        self.init_weights()
+
+    def skips_padding(self, labels: Tensor | None, **targets: Any) -> bool:
+        return labels is not None  # with labels (training, evaluation), padding is never read
+
+    def head(self, out: BaseModelOutput, labels: Tensor | None) -> SequenceClassifierOutput:  # type: ignore[override]
+        logits = self.classifier(dropout(out.last_hidden_state, self._dropout_p(), self.training))  # [B, S, L]
+        loss = None
+        if labels is not None:
+            loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=IGNORE_INDEX)
+        return SequenceClassifierOutput(loss, logits, out.hidden_states, out.attentions)
+
+
+class BertForQuestionAnswering(BertPreTrainedModel):
+    """Span extraction: a linear layer gives start and end logits per token."""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__(config)
+        if config.num_labels != 2:
+            raise BertforgeError(f"BertForQuestionAnswering needs num_labels == 2 (start, end), got {config.num_labels}")
+        self.bert = BertModel(config, add_pooling_layer=False, initialize=False)
+        self.qa_outputs = Dense(config.hidden_size, 2)
+        self.init_weights()
+
+    def head(  # type: ignore[override]
+        self,
+        out: BaseModelOutput,
+        labels: None,
+        start_positions: Tensor | None = None,
+        end_positions: Tensor | None = None,
+    ) -> QuestionAnsweringOutput:
+        if labels is not None:
+            raise BertforgeError("BertForQuestionAnswering takes start_positions and end_positions, not labels")
+        start_logits, end_logits = self.qa_outputs(out.last_hidden_state).float().unbind(-1)  # [B, S] each
+        loss = None
+        if start_positions is not None and end_positions is not None:
+            seq_len = start_logits.shape[1]  # positions outside the sequence are ignored, as in transformers
+            start = start_positions.reshape(-1).clamp(0, seq_len)
+            end = end_positions.reshape(-1).clamp(0, seq_len)
+            loss = (
+                F.cross_entropy(start_logits, start, ignore_index=seq_len)
+                + F.cross_entropy(end_logits, end, ignore_index=seq_len)
+            ) / 2
+        return QuestionAnsweringOutput(loss, start_logits, end_logits, out.hidden_states, out.attentions)
+
+
+MODEL_CLASSES: dict[str, type[BertPreTrainedModel]] = {
+    cls.__name__: cls
+    for cls in (
+        BertModel,
+        BertForPreTraining,
+        BertForMaskedLM,
+        BertForNextSentencePrediction,
+        BertForSequenceClassification,
+        BertForTokenClassification,
+        BertForQuestionAnswering,
+    )
+}

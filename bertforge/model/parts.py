@@ -1,0 +1,158 @@
+"""The small parts an encoder is assembled from: dense layers, norms, embedding tables, rotary positions and
+relative-position score terms. Parameters are named `weight` / `bias` like the checkpoints.
+
+Shapes: n = sequences in one attention call, nh = heads, L = their length, hd = head size, H = hidden size.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..linear import linear
+from ..ops import activation_fn, dropout
+from .spec import EncoderSpec, RelativeAttention
+
+#: What a dense layer's weight is for, which an init rule may treat differently: "in" (into a block's attention
+#: or feed-forward), "out" (a block's output projections, the residual branch), "head" (task heads).
+INIT_ROLES = ("in", "out", "head")
+
+
+class Dense(nn.Module):
+    """y = act(x Wᵀ + b) (+ a residual), parameters named `weight` [out, in] and `bias` [out] like the checkpoints.
+
+    `act` is a `hidden_act` name or None, resolved once here; the matrix multiply is `bertforge.linear.linear`
+    (`F.linear`, or oneDNN's kernels on CPU, which fuse the activation or the residual add at inference).
+    `role` (of `INIT_ROLES`) tells the init rule what the weight is for."""
+
+    def __init__(self, n_in: int, n_out: int, bias: bool = True, act: str | None = None, role: str = "in") -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(n_out, n_in))
+        self.bias = nn.Parameter(torch.zeros(n_out)) if bias else None
+        self.act = act
+        self.role = role
+        if act is not None:
+            activation_fn(act)  # an unknown name fails at construction, not at the first batch
+
+    def forward(self, x: Tensor, residual: Tensor | None = None) -> Tensor:
+        return linear(x, self.weight, self.bias, act=self.act, residual=residual)
+
+
+class LayerNorm(nn.Module):
+    def __init__(self, size: int, eps: float, bias: bool = True) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(size))
+        self.bias = nn.Parameter(torch.zeros(size)) if bias else None
+        self.eps = eps
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.layer_norm(x, self.weight.shape, self.weight, self.bias, self.eps)
+
+
+class Embedding(nn.Module):
+    def __init__(self, num: int, dim: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(num, dim))
+
+    def forward(self, ids: Tensor) -> Tensor:
+        return F.embedding(ids, self.weight)
+
+
+def norm(spec: EncoderSpec, size: int | None = None) -> LayerNorm:
+    """A LayerNorm as the spec makes them (its epsilon, with or without a bias)."""
+    return LayerNorm(size or spec.hidden_size, spec.norm_eps, bias=spec.norm_bias)
+
+
+# ---------------------------------------------------------------------------------------------------- rotary
+class Rotary:
+    """Rotary positions (RoFormer; the NeoX layout: the two halves of each head rotate together), base θ.
+
+    q and k [n, nh, L, hd] are rotated by their position 0 .. L-1 in the call, in float32. Their product then
+    depends only on i - j, so a sequence gets the same scores wherever a layout puts it (alone, padded on
+    either side, or in a packed run)."""
+
+    def __init__(self, theta: float, head_dim: int) -> None:
+        self.theta = theta
+        self.inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim)  # [hd/2]
+
+    def __call__(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+        L = q.shape[-2]
+        angles = torch.outer(torch.arange(L, device=q.device, dtype=torch.float32), self.inv_freq.to(q.device))
+        angles = torch.cat([angles, angles], dim=-1)  # [L, hd]
+        cos, sin = angles.cos(), angles.sin()
+        return rotate(q, cos, sin), rotate(k, cos, sin)
+
+
+def rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """x · cos + rotate_half(x) · sin, computed in float32, in x's dtype."""
+    x32 = x.float()
+    first, second = x32.chunk(2, dim=-1)
+    return (x32 * cos + torch.cat([-second, first], dim=-1) * sin).to(x.dtype)
+
+
+# ---------------------------------------------------------------------------------------------------- relative
+def relative_positions(L: int, relative: RelativeAttention, device: torch.device | None = None) -> Tensor:
+    """[L, L] row index into the relative table for query i and key j: bucket(i - j) + span, clipped to the table.
+
+    bucket(r) = r while |r| < mid = buckets / 2, else sign(r) · (⌈ln(|r| / mid) / ln((P - 1) / mid) · (mid - 1)⌉
+    + mid) with P = max_distance (DeBERTa-v2's log buckets; buckets 0: r itself)."""
+    pos = torch.arange(L, device=device)
+    r = pos[:, None] - pos[None, :]  # [L, L]
+    if relative.buckets > 0 and relative.max_distance > 0:
+        mid = relative.buckets // 2
+        magnitude = torch.where((r < mid) & (r > -mid), torch.full_like(r, mid - 1), r.abs()).float()  # float32, as transformers computes it
+        log = torch.ceil(torch.log(magnitude / mid) / math.log((relative.max_distance - 1) / mid) * (mid - 1)) + mid
+        r = torch.where(magnitude <= mid, r.float(), log * torch.sign(r)).long()
+    span = relative.span
+    return (r + span).clamp(0, 2 * span - 1)
+
+
+class RelativeTerms(nn.Module):
+    """The per-block side of `RelativeAttention`: projects the (normalised) relative table with the block's
+    query/key projections (`share_key`) or its own `pos_key_proj` / `pos_query_proj`, and returns the function
+    that adds the score terms to q kᵀ. One gather per term for all heads."""
+
+    def __init__(self, spec: EncoderSpec) -> None:
+        super().__init__()
+        assert spec.relative is not None
+        self.relative = spec.relative
+        self.heads = spec.num_heads
+        self.dropout = spec.hidden_dropout
+        h = spec.hidden_size
+        separate = not spec.relative.share_key
+        self.pos_key_proj = Dense(h, h) if separate and "c2p" in spec.relative.terms else None
+        self.pos_query_proj = Dense(h, h) if separate and "p2c" in spec.relative.terms else None
+
+    def scorer(self, table: Tensor, query: Dense, key: Dense) -> Callable[[Tensor, Tensor], Tensor]:
+        """`table` [2·span, H]: the encoder's relative embeddings → (q, k [n, nh, L, hd]) ↦ terms [n, nh, L, L]."""
+        table = dropout(table, self.dropout, self.training)
+        key_proj = self.pos_key_proj or key
+        query_proj = self.pos_query_proj or query
+        terms = self.relative.terms
+
+        def split(x: Tensor) -> Tensor:  # [2·span, H] → [nh, 2·span, hd]
+            return x.view(x.shape[0], self.heads, -1).transpose(0, 1)
+
+        pos_key = split(key_proj(table)) if "c2p" in terms else None
+        pos_query = split(query_proj(table)) if "p2c" in terms else None
+
+        def score_terms(q: Tensor, k: Tensor) -> Tensor:
+            n, nh, L, _ = q.shape
+            index = relative_positions(L, self.relative, q.device)  # [L, L]
+            out = None
+            if pos_key is not None:  # c2p[i, j] = q_i · Kr[δ(i, j)]
+                out = torch.gather(q @ pos_key.transpose(-1, -2), -1, index.expand(n, nh, L, L))
+            if pos_query is not None:  # p2c[i, j] = k_j · Qr[δ(i, j)]
+                p2c = torch.gather(k @ pos_query.transpose(-1, -2), -1, index.T.expand(n, nh, L, L)).transpose(-1, -2)
+                out = p2c if out is None else out + p2c
+            return out  # type: ignore[return-value]
+
+        return score_terms
+
+
+__all__ = ["Dense", "Embedding", "INIT_ROLES", "LayerNorm", "RelativeTerms", "Rotary", "norm", "relative_positions",
+           "rotate"]

@@ -1,0 +1,127 @@
+"""The architecture of an encoder as data: which parts it is assembled from.
+
+Every member of the family is the same skeleton — embeddings → blocks (attention, feed-forward) → optional final
+norm → a head — and differs only in the choices below. A family module (`bertforge.families`) reads its
+`config.json` into an `EncoderSpec`; `bertforge.model.encoder` assembles the parts the spec names. A spec no
+family uses (pre-LN + rotary + a gated feed-forward + a window, say) builds and runs just the same.
+
+Shapes: H = hidden size, E = embedding width, I = feed-forward inner width, L = layers (blocks).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import BertforgeError
+
+POSITION_KINDS = ("absolute", "after-padding", "none")
+NORM_PLACEMENTS = ("post", "pre")
+FFN_KINDS = ("dense", "gated")
+INIT_RULES = ("normal", "scaled-truncated")
+SCORE_TERMS = ("c2p", "p2c")
+
+
+@dataclass(frozen=True)
+class LayerAttention:
+    """What one block's attention adds to softmax(q kᵀ / √d) v over every key of its sequence."""
+
+    window: int | None = None  # sliding window: query i attends key j only where |i - j| <= window // 2
+    rope_theta: float | None = None  # rotary positions (NeoX layout) with this base; None: none
+
+
+@dataclass(frozen=True)
+class RelativeAttention:
+    """DeBERTa's disentangled relative-position score terms, from one table shared by every block.
+
+    Relative distance r = i - j, kept as it is while |r| < buckets / 2 and log-bucketed beyond, up to
+    `max_distance`; `terms`: content→position (c2p: the query against the key's relative embedding) and
+    position→content (p2c: the key against the query's). `share_key`: the block's own query and key projections
+    (their biases included) project the relative embeddings; otherwise separate position projections do."""
+
+    buckets: int = 256  # position_buckets; 0: distances clipped to ±max_distance, no log buckets
+    max_distance: int = 512  # max_relative_positions
+    terms: tuple[str, ...] = ("c2p", "p2c")
+    share_key: bool = True
+    norm: bool = True  # the table goes through the encoder's LayerNorm before use (norm_rel_ebd)
+
+    @property
+    def span(self) -> int:
+        """Distances -span .. span - 1 index the table's 2 · span rows."""
+        return self.buckets if self.buckets > 0 else self.max_distance
+
+
+@dataclass(frozen=True)
+class EncoderSpec:
+    vocab_size: int
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    intermediate_size: int
+    activation: str  # of the feed-forward layer (the gate's, for a gated one)
+    max_positions: int  # the position table's rows (the longest sequence for rotary and relative positions)
+    embedding_size: int | None = None  # E < H: embeddings projected to H before the blocks (ALBERT)
+    type_vocab_size: int = 2  # 0: no token-type embeddings
+    pad_token_id: int | None = 0
+    positions: str = "absolute"  # learned table counted from 0, from pad_token_id + 1 (RoBERTa), or none
+    embedding_norm: bool = True  # a LayerNorm on the summed embeddings
+    zero_padding_embeddings: bool = False  # embeddings multiplied by the attention mask (DeBERTa)
+    norm: str = "post"  # post-LN: x = LN(x + f(x)); pre-LN: x = x + f(LN(x))
+    first_attention_norm: bool = True  # pre-LN: whether block 0's attention has a norm (ModernBERT: none)
+    final_norm: bool = False  # a LayerNorm after the last block (pre-LN encoders)
+    norm_bias: bool = True
+    norm_eps: float = 1e-12
+    ffn: str = "dense"  # dense: act(x W1) W2; gated: (act(a) · g) W2 with (a, g) = x W1 split in halves
+    attention_bias: bool = True  # biases of the query/key/value and attention output projections
+    mlp_bias: bool = True  # biases of the feed-forward layers
+    layers: tuple[LayerAttention, ...] = ()  # one per block; () = every block global, no rotary
+    relative: RelativeAttention | None = None
+    layer_groups: int | None = None  # the L blocks share this many layers' weights (ALBERT); None: no sharing
+    hidden_dropout: float = 0.1
+    attention_dropout: float = 0.1
+    pooler: bool = True
+    init: str = "normal"  # normal: N(0, σ²) everywhere; scaled-truncated: ±2σ cutoff, outputs σ / √(2L)
+    init_std: float = 0.02
+
+    def __post_init__(self) -> None:
+        for name, value, choices in (("positions", self.positions, POSITION_KINDS), ("norm", self.norm, NORM_PLACEMENTS),
+                                     ("ffn", self.ffn, FFN_KINDS), ("init", self.init, INIT_RULES)):
+            if value not in choices:
+                raise BertforgeError(f"encoder spec: {name} {value!r} is not one of {', '.join(choices)}")
+        if self.layers and len(self.layers) != self.num_layers:
+            raise BertforgeError(f"encoder spec: {len(self.layers)} layer attentions for {self.num_layers} layers")
+        for i, layer in enumerate(self.layers):
+            if layer.window is not None and layer.window < 1:
+                raise BertforgeError(f"encoder spec: layer {i}'s window must be at least 1, got {layer.window}")
+            if layer.rope_theta is not None and layer.rope_theta <= 0:
+                raise BertforgeError(f"encoder spec: layer {i}'s rope_theta must be positive, got {layer.rope_theta}")
+            if layer.rope_theta is not None and self.head_dim % 2:
+                raise BertforgeError(f"encoder spec: rotary positions need an even head size, got {self.head_dim}")
+        if self.relative is not None:
+            unknown = sorted(set(self.relative.terms) - set(SCORE_TERMS))
+            if unknown or not self.relative.terms:
+                raise BertforgeError(f"encoder spec: relative terms {list(self.relative.terms)}; choose from "
+                                     f"{', '.join(SCORE_TERMS)}")
+            if self.relative.span < 1:
+                raise BertforgeError("encoder spec: relative attention needs position_buckets or max_relative_positions")
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_heads
+
+    @property
+    def embedding_dim(self) -> int:
+        return self.embedding_size or self.hidden_size
+
+    def layer(self, i: int) -> LayerAttention:
+        """Block i's attention kind."""
+        return self.layers[i] if self.layers else LayerAttention()
+
+    @property
+    def schedule(self) -> list[int]:
+        """The layer (weights) each block runs: block i runs layer i · G // L with G layer groups (ALBERT)."""
+        groups = self.layer_groups or self.num_layers
+        return [i * groups // self.num_layers for i in range(self.num_layers)]
+
+
+__all__ = ["EncoderSpec", "FFN_KINDS", "INIT_RULES", "LayerAttention", "NORM_PLACEMENTS", "POSITION_KINDS",
+           "RelativeAttention", "SCORE_TERMS"]
