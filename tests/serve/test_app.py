@@ -1,8 +1,13 @@
-"""Tests of `bertforge.serve.app`: the settings of a serving process."""
+"""Tests of `bertforge.serve.app`: the settings of a serving process, and the factory uvicorn's worker processes
+import."""
 
 from __future__ import annotations
 
+import inspect
+import re
 import sys
+
+import pytest
 
 from bertforge.serve import ServeConfig
 
@@ -25,3 +30,11 @@ def test_a_serving_process_hands_over_the_gil_sooner_and_keeps_freed_memory(monk
         sys.setswitchinterval(before)
     assert calls == [None]
 
+
+def test_the_worker_processes_factory_string_names_app_from_environment():
+    """`run_server --workers N` hands uvicorn an import string; each worker process imports the factory by it."""
+    importer = pytest.importorskip("uvicorn.importer", reason="needs uvicorn: pip install -e '.[serve,test]'")
+    from bertforge.serve import app
+
+    (target,) = re.findall(r'uvicorn\.run\("([^"]+)"', inspect.getsource(app.run_server))
+    assert importer.import_from_string(target) is app.app_from_environment
