@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import bertforge
-from tests.test_serve import LONG, SENTENCES, TIMEOUT, free_port, save_models
+from tests.serve.serve_helpers import LONG, SENTENCES, TIMEOUT, free_port, save_models
 
 httpx = pytest.importorskip("httpx", reason="needs httpx: pip install -e '.[test]'")
 uvicorn = pytest.importorskip("uvicorn", reason="needs uvicorn: pip install -e '.[serve,test]'")
@@ -23,7 +23,7 @@ uvicorn = pytest.importorskip("uvicorn", reason="needs uvicorn: pip install -e '
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory) -> dict[str, Path]:
-    """The tiny embedding and classification models of `tests/test_serve.py`."""
+    """The tiny embedding and classification models of the serve tests (`tests/serve/serve_helpers.py`)."""
     return save_models(tmp_path_factory.mktemp("serve_models"))
 
 

@@ -1,0 +1,52 @@
+"""`bertforge serve`: a model behind HTTP, on uvicorn + Starlette.
+
+Endpoints (JSON in, JSON out):
+
+* text-embeddings-inference's API: `POST /embed`, `POST /predict` (classification models), `POST /rerank`
+  (cross-encoders: a sequence-classification model scoring (query, text) pairs), `GET /info`;
+* OpenAI's embeddings API: `POST /v1/embeddings` (`encoding_format` "float" or "base64", `dimensions`), so the
+  `openai` client works unchanged with `base_url="http://HOST:PORT/v1"`;
+* `GET /health`, `GET /metrics` (Prometheus text format).
+
+Dynamic batching: a request is validated and tokenized on the event loop, once, into the pipeline's features (their
+lengths size the batches), then queued. One worker thread takes the oldest waiting request and every later one of
+the same kind that still fits under `max_batch_tokens`, runs their features as one `run_features` call of the
+pipeline (which sorts by length and packs without padding; no tokenizing), and hands each request its rows, all of
+a batch's answers in one wake-up of the event loop. While one batch computes, the next one gathers: with one client
+there is no waiting at all, with many the batches grow by themselves. Vectors are written to JSON with 9 significant
+digits, which read back as the same float32 (17-digit float64 text was among the largest costs of a response).
+
+Back-pressure: at most `max_queue` requests wait; one more gets 503 at once (with `Retry-After`). Bodies over
+`max_body_bytes`, more than `max_client_batch_size` inputs and (without `truncate`) inputs longer than the model
+takes get 413; malformed bodies 400 and wrong fields 422, always with a JSON error. A failing batch is retried one
+request at a time, so one bad request cannot fail the others; whatever fails gets a 500 JSON error and the server
+goes on serving.
+
+SIGTERM: uvicorn stops accepting, lets in-flight requests finish, the worker drains its queue, exit status 0.
+Several processes: `--workers N` runs uvicorn's process supervisor with `app_from_environment` as an import-string
+factory; the options travel in the environment variable `BERTFORGE_SERVE_CONFIG` (JSON).
+
+Modules: `config` (ServeConfig), `errors` (ApiError and its JSON shapes), `metrics` (Prometheus counters and the
+middleware), `batcher` (the queue and its worker thread), `engine` (the model's pipelines), `requests` (reading and
+checking bodies), `responses` (JSON and float32 vectors), `handlers` (one per route), `app` (the Starlette app and
+the uvicorn process).
+"""
+
+from __future__ import annotations
+
+from .app import SWITCH_INTERVAL, app_from_environment, create_app, run_server
+from .batcher import Batcher, Job
+from .config import ENV_CONFIG, TASKS, ServeConfig
+from .engine import Engine, detect_task
+from .errors import ApiError, Overloaded
+from .handlers import LARGE_BODY, endpoint
+from .metrics import ROUTES, Histogram, Metrics, MetricsMiddleware
+from .requests import read_json
+from .responses import _json_floats, finite_rows, json_bytes, json_response, vectors_json  # _json_floats: for its test
+
+__all__ = [
+    "ENV_CONFIG", "LARGE_BODY", "ROUTES", "SWITCH_INTERVAL", "TASKS",
+    "ApiError", "Batcher", "Engine", "Histogram", "Job", "Metrics", "MetricsMiddleware", "Overloaded", "ServeConfig",
+    "app_from_environment", "create_app", "detect_task", "endpoint", "finite_rows", "json_bytes", "json_response",
+    "read_json", "run_server", "vectors_json",
+]

@@ -1,0 +1,45 @@
+"""The server's options: `ServeConfig` (the command line's options, JSON in $BERTFORGE_SERVE_CONFIG for the
+worker processes of `--workers N`)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+
+from ..errors import BertforgeError
+
+ENV_CONFIG = "BERTFORGE_SERVE_CONFIG"
+TASKS = ("auto", "embed", "classify")
+
+
+@dataclass
+class ServeConfig:
+    """What the server serves and its limits (the command line's options)."""
+
+    model: str
+    task: str = "auto"  # "embed", "classify" (predict + rerank), or "auto": from the checkpoint's architecture
+    model_name: str | None = None  # reported by /info and /v1/embeddings; default: the directory's name
+    max_batch_tokens: int = 4096  # real tokens per forward pass (requests are grouped up to this)
+    max_queue: int = 512  # requests waiting for the model; one more gets 503
+    max_client_batch_size: int = 256  # inputs in one request; more gets 413
+    max_body_bytes: int = 2_000_000  # request body size; more gets 413
+    auto_truncate: bool = False  # the default of a request's "truncate" (and the only setting for /v1/embeddings)
+    max_length: int | None = None  # the model's limit by default (sentence-transformers' max_seq_length for embed)
+    pooling: str | None = None  # embed: "mean" or "cls"; default: what the model directory declares
+    num_threads: int | None = None  # PyTorch threads
+    quantize: str | None = None  # "int8": int8 dense layers (CPU); None: float32
+
+    def __post_init__(self) -> None:
+        if self.task not in TASKS:
+            raise BertforgeError(f"serve: task must be one of {', '.join(TASKS)}, got {self.task!r}")
+        for name in ("max_batch_tokens", "max_queue", "max_client_batch_size", "max_body_bytes"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise BertforgeError(f"serve: {name} must be a positive integer, got {value!r}")
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> ServeConfig:
+        return cls(**json.loads(text))

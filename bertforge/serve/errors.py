@@ -1,0 +1,29 @@
+"""The errors a request is answered with, and their JSON shape: text-embeddings-inference's, or OpenAI's under
+/v1/ (which its client reads)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class ApiError(Exception):
+    """A request the server answers with `status` and a JSON error naming the problem."""
+
+    def __init__(self, status: int, message: str, kind: str = "Validation") -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.kind = kind
+
+
+class Overloaded(ApiError):
+    def __init__(self, message: str) -> None:
+        super().__init__(503, message, "Overloaded")
+
+
+def _error_body(path: str, err: ApiError) -> dict[str, Any]:
+    if path.startswith("/v1/"):  # OpenAI's error shape, which its client reads
+        kind = {400: "invalid_request_error", 413: "invalid_request_error", 422: "invalid_request_error",
+                503: "server_error", 500: "server_error"}.get(err.status, "invalid_request_error")
+        return {"error": {"message": err.message, "type": kind, "param": None, "code": None}}
+    return {"error": err.message, "error_type": err.kind}

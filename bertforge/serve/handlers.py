@@ -1,0 +1,179 @@
+"""The endpoints: one handler per route, `handler(request, engine)`, and `endpoint`, which turns each into a
+Starlette endpoint answering errors as JSON."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from .engine import Engine
+from .errors import ApiError, _error_body
+from .requests import _flag, _json_type, _predict_items, _texts, read_json
+from .responses import finite_rows, json_bytes, json_response, vectors_json
+
+log = logging.getLogger("bertforge")
+
+#: Bodies larger than this are tokenized in a thread, so that one huge request does not stall the event loop.
+LARGE_BODY = 64 * 1024
+
+
+def endpoint(handler: Callable[[Any, Engine], Any]) -> Callable[[Any], Any]:
+    """A Starlette endpoint from `handler(request, engine)`: ApiError → its status, anything else → 500; JSON."""
+
+    async def run(request: Any) -> Any:
+        engine: Engine = request.app.state.engine
+        try:
+            return await handler(request, engine)
+        except ApiError as err:
+            headers = {"Retry-After": "1"} if err.status == 503 else None
+            return json_response(_error_body(request.url.path, err), err.status, headers)
+        except asyncio.CancelledError:
+            raise
+        except Exception as err:
+            log.exception("serve: %s failed", request.url.path)
+            error = ApiError(500, f"internal error: {type(err).__name__}: {err}"[:500], "Backend")
+            return json_response(_error_body(request.url.path, error), 500)
+
+    return run
+
+
+async def _compute(engine: Engine, request: Any, kind: str, items: list[Any], truncate: bool) -> tuple[list[Any], int]:
+    """Tokenize a request's inputs (in a thread for a large body), queue them, wait: their results and tokens."""
+    if int(request.headers.get("content-length") or 0) > LARGE_BODY:
+        from starlette.concurrency import run_in_threadpool
+
+        features, tokens = await run_in_threadpool(engine.tokenize, kind, items, truncate)
+    else:
+        features, tokens = engine.tokenize(kind, items, truncate)
+    return await engine.batcher.submit(kind, items, features, tokens), tokens
+
+
+def _need(engine: Engine, task: str, path: str) -> None:
+    if engine.task != task:
+        what = "an embedding" if engine.task == "embed" else "a sequence-classification"
+        need = "an embedding model" if task == "embed" else "a sequence-classification model (--task classify)"
+        raise ApiError(400, f"{path} needs {need}; this server has {what} model ({engine.model_name})", "Model")
+
+
+async def handle_embed(request: Any, engine: Engine) -> Any:
+    body = await read_json(request, engine.config.max_body_bytes)
+    _need(engine, "embed", "/embed")
+    texts, _ = _texts(body.get("inputs"), "inputs", engine.config.max_client_batch_size)
+    normalize = _flag(body, "normalize", True)
+    truncate = _flag(body, "truncate", engine.config.auto_truncate)
+    results, _ = await _compute(engine, request, "embed", texts, truncate)
+    rows = np.stack(results)
+    if normalize:
+        rows = _normalize(rows)
+    from starlette.responses import Response
+
+    return Response(vectors_json(rows), media_type="application/json")
+
+
+def _normalize(rows: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(rows, axis=1, keepdims=True)
+    return rows / np.maximum(norms, 1e-12)  # as torch.nn.functional.normalize
+
+
+async def handle_openai_embeddings(request: Any, engine: Engine) -> Any:
+    body = await read_json(request, engine.config.max_body_bytes)
+    _need(engine, "embed", "/v1/embeddings")
+    value = body.get("input")
+    if isinstance(value, list) and value and all(isinstance(x, int) or isinstance(x, list) for x in value):
+        raise ApiError(422, '"input" as token ids is not supported: send text')
+    texts, _ = _texts(value, "input", engine.config.max_client_batch_size)
+    if "model" in body and not isinstance(body["model"], str):
+        raise ApiError(422, f'"model" must be a string, got {_json_type(body["model"])}')
+    encoding = body.get("encoding_format") or "float"
+    if encoding not in ("float", "base64"):
+        raise ApiError(422, f'"encoding_format" must be "float" or "base64", got {encoding!r:.40}')
+    dimensions = body.get("dimensions")
+    if dimensions is not None and (not isinstance(dimensions, int) or isinstance(dimensions, bool)
+                                   or not 1 <= dimensions <= engine.hidden_size):
+        raise ApiError(422, f'"dimensions" must be an integer in 1..{engine.hidden_size}, got {dimensions!r:.40}')
+    results, total = await _compute(engine, request, "embed", texts, engine.config.auto_truncate)
+    rows = np.stack(results)
+    if dimensions is not None:
+        rows = rows[:, :dimensions]  # Matryoshka: the leading dimensions
+    if engine.default_normalize:
+        rows = _normalize(rows)
+    rows = finite_rows(rows)
+    if encoding == "base64":
+        vectors: Any = [base64.b64encode(row.astype("<f4").tobytes()).decode("ascii") for row in rows]
+    else:
+        vectors = rows  # each row a float32 array, written by `json_bytes`
+    from starlette.responses import Response
+
+    return Response(json_bytes({
+        "object": "list",
+        "data": [{"object": "embedding", "embedding": v, "index": i} for i, v in enumerate(vectors)],
+        "model": engine.model_name,
+        "usage": {"prompt_tokens": total, "total_tokens": total},
+    }), media_type="application/json")
+
+
+async def handle_predict(request: Any, engine: Engine) -> Any:
+    body = await read_json(request, engine.config.max_body_bytes)
+    _need(engine, "classify", "/predict")
+    items, single = _predict_items(body.get("inputs"), engine.config.max_client_batch_size)
+    raw = _flag(body, "raw_scores", False)
+    truncate = _flag(body, "truncate", engine.config.auto_truncate)
+    results, _ = await _compute(engine, request, "classify_raw" if raw else "classify", items, truncate)
+    return json_response(results[0] if single else list(results))
+
+
+async def handle_rerank(request: Any, engine: Engine) -> Any:
+    body = await read_json(request, engine.config.max_body_bytes)
+    _need(engine, "classify", "/rerank")
+    query = body.get("query")
+    if not isinstance(query, str):
+        raise ApiError(422, f'"query" must be a string, got {_json_type(query)}')
+    texts, _ = _texts(body.get("texts"), "texts", engine.config.max_client_batch_size)
+    raw = _flag(body, "raw_scores", False)
+    return_text = _flag(body, "return_text", False)
+    truncate = _flag(body, "truncate", engine.config.auto_truncate)
+    kind = "rerank_raw" if raw else "rerank"
+    scores, _ = await _compute(engine, request, kind, [(query, text) for text in texts], truncate)
+    ranked = engine.pipelines[kind].ranking(scores, texts, return_documents=return_text)
+    for entry in ranked:  # TEI's name for sentence-transformers' corpus_id
+        entry["index"] = entry.pop("corpus_id")
+    return json_response(ranked)
+
+
+async def handle_info(request: Any, engine: Engine) -> Any:
+    info: dict[str, Any] = {
+        "model_id": engine.model_name,
+        "model_type": engine.task,
+        "max_input_length": engine.max_length,
+        "max_batch_tokens": engine.config.max_batch_tokens,
+        "max_client_batch_size": engine.config.max_client_batch_size,
+        "max_queue": engine.config.max_queue,
+        "auto_truncate": engine.config.auto_truncate,
+        "hidden_size": engine.hidden_size,
+        "quantize": engine.config.quantize,
+    }
+    if engine.task == "embed":
+        info["normalize_default"] = engine.default_normalize
+    else:
+        info["labels"] = [engine.id2label[i] for i in range(len(engine.id2label))]
+        info["score_function"] = engine.function
+    return json_response(info)
+
+
+async def handle_health(request: Any, engine: Engine) -> Any:
+    if not engine.batcher.alive or engine.batcher.closing:
+        raise ApiError(503, "the model worker is not running", "Unhealthy")
+    return json_response({"status": "ok", "model": engine.model_name, "task": engine.task,
+                          "queue_depth": engine.batcher.depth()})
+
+
+async def handle_metrics(request: Any, engine: Engine) -> Any:
+    from starlette.responses import Response
+
+    text = engine.metrics.render(engine.batcher.depth(), engine.config.max_queue, engine.batcher.in_flight)
+    return Response(text, media_type="text/plain; version=0.0.4; charset=utf-8")

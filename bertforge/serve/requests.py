@@ -1,0 +1,87 @@
+"""Reading a request: its body as a JSON object within the size limit, and the checks of its fields (each wrong
+one a 4xx `ApiError` naming it)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from .errors import ApiError
+
+
+async def read_json(request: Any, limit: int) -> dict[str, Any]:
+    """The request's body as a JSON object; 413 past `limit` bytes, 400 if it is not JSON, 422 if not an object."""
+    length = request.headers.get("content-length")
+    if length is not None and (not length.isdigit() or int(length) > limit):
+        raise ApiError(413, f"the body is larger than {limit} bytes", "Payload")
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise ApiError(413, f"the body is larger than {limit} bytes", "Payload")
+    try:
+        data = json.loads(bytes(body))
+    except (ValueError, RecursionError) as err:  # UnicodeDecodeError is a ValueError
+        raise ApiError(400, f"the body is not valid JSON ({str(err)[:200]})") from None
+    if not isinstance(data, dict):
+        raise ApiError(422, f"the body must be a JSON object, got {_json_type(data)}")
+    return data
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    return {bool: "a boolean", int: "a number", float: "a number", str: "a string", list: "an array",
+            dict: "an object"}.get(type(value), type(value).__name__)
+
+
+def _flag(body: dict[str, Any], name: str, default: bool) -> bool:
+    value = body.get(name, default)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise ApiError(422, f'"{name}" must be true or false, got {_json_type(value)}')
+    return value
+
+
+def _texts(value: Any, name: str, limit: int) -> tuple[list[str], bool]:
+    """A string or a non-empty array of strings → (texts, whether it was one string)."""
+    if isinstance(value, str):
+        return [value], True
+    if value is None:
+        raise ApiError(422, f'missing "{name}": a string or an array of strings')
+    if not isinstance(value, list):
+        raise ApiError(422, f'"{name}" must be a string or an array of strings, got {_json_type(value)}')
+    if not value:
+        raise ApiError(422, f'"{name}" is an empty array')
+    if len(value) > limit:
+        raise ApiError(413, f'"{name}" has {len(value)} inputs, more than this server takes in one request '
+                            f"({limit}); split it", "Payload")
+    for i, text in enumerate(value):
+        if not isinstance(text, str):
+            raise ApiError(422, f'"{name}"[{i}] must be a string, got {_json_type(text)}')
+    return value, False
+
+
+def _predict_items(value: Any, limit: int) -> tuple[list[Any], bool]:
+    """"inputs" of /predict: a string, or an array of strings and [text, text_pair] arrays."""
+    if isinstance(value, str):
+        return [value], True
+    if value is None:
+        raise ApiError(422, 'missing "inputs": a string, or an array of strings and [text, text_pair] pairs')
+    if not isinstance(value, list):
+        raise ApiError(422, f'"inputs" must be a string or an array, got {_json_type(value)}')
+    if not value:
+        raise ApiError(422, '"inputs" is an empty array')
+    if len(value) > limit:
+        raise ApiError(413, f'"inputs" has {len(value)} inputs, more than this server takes in one request ({limit})',
+                       "Payload")
+    items: list[Any] = []
+    for i, item in enumerate(value):
+        if isinstance(item, str):
+            items.append(item)
+        elif isinstance(item, list) and len(item) == 2 and all(isinstance(x, str) for x in item):
+            items.append((item[0], item[1]))
+        else:
+            raise ApiError(422, f'"inputs"[{i}] must be a string or a [text, text_pair] array of two strings')
+    return items, False

@@ -1,0 +1,57 @@
+"""Tests of `bertforge.serve.requests`: malformed bodies and wrong fields get a 4xx JSON error naming the
+problem, and do not hurt the server."""
+
+from __future__ import annotations
+
+import pytest
+
+httpx = pytest.importorskip("httpx", reason="needs httpx: pip install -e '.[test]'")
+uvicorn = pytest.importorskip("uvicorn", reason="needs uvicorn: pip install -e '.[serve,test]'")
+
+
+BAD = [
+    ("/embed", b"not json", 400, "not valid JSON"),
+    ("/embed", b'{"inputs": ["a"', 400, "not valid JSON"),
+    ("/embed", b"\xff\xfe\x00garbage", 400, "not valid JSON"),
+    ("/embed", b"[1, 2]", 422, "JSON object"),
+    ("/embed", b"{}", 422, 'missing "inputs"'),
+    ("/embed", b'{"inputs": 3}', 422, "a string or an array"),
+    ("/embed", b'{"inputs": []}', 422, "empty array"),
+    ("/embed", b'{"inputs": ["a", null]}', 422, '"inputs"[1] must be a string'),
+    ("/embed", b'{"inputs": "a", "normalize": "yes"}', 422, '"normalize" must be true or false'),
+    ("/embed", b'{"inputs": ["a", "b", "c", "d", "e", "f", "g", "h", "i"]}', 413, "more than this server takes"),
+    ("/embed", b'{"inputs": "' + b"a " * 3000 + b'"}', 413, "larger than 4096 bytes"),
+    ("/embed", b"[" * 2000 + b"]" * 2000, 400, "not valid JSON"),  # too deep for the parser: still a 4xx
+    ("/v1/embeddings", b'{"input": [[1, 2, 3]]}', 422, "token ids"),
+    ("/v1/embeddings", b'{"input": "a", "encoding_format": "int8"}', 422, "encoding_format"),
+    ("/v1/embeddings", b'{"input": "a", "dimensions": 33}', 422, "dimensions"),
+    ("/v1/embeddings", b'{"input": "a", "model": 7}', 422, '"model" must be a string'),
+    ("/predict", b'{"inputs": "a"}', 400, "sequence-classification model"),
+    ("/nowhere", b"{}", 404, "Not Found"),
+]
+
+
+@pytest.mark.parametrize("path,body,status,message", BAD, ids=[f"{p} {s} {m}" for p, _, s, m in BAD])
+def test_bad_requests_get_4xx_json(embed_server, path, body, status, message):
+    r = embed_server.client.post(path, content=body)
+    assert r.status_code == status
+    error = r.json()["error"]
+    error = error["message"] if path.startswith("/v1/") else error  # OpenAI's error shape there
+    assert message in error
+
+
+def test_bad_requests_do_not_hurt_the_server(embed_server):
+    for path, body, _, _ in BAD:
+        embed_server.client.post(path, content=body)
+    assert embed_server.client.get("/embed").status_code == 405
+    assert embed_server.client.post("/embed", json={"inputs": "still here"}).status_code == 200
+    assert embed_server.client.get("/health").json()["status"] == "ok"
+
+
+def test_predict_bad_inputs(classify_server):
+    for body, message in [({"inputs": [["a", "b", "c"]]}, "[text, text_pair]"), ({"inputs": [["a", 1]]}, "[text, text_pair]"),
+                          ({"query": 1, "texts": ["a"]}, '"query" must be a string'),
+                          ({"query": "q", "texts": []}, "empty array")]:
+        path = "/rerank" if "query" in body else "/predict"
+        r = classify_server.client.post(path, json=body)
+        assert r.status_code == 422 and message in r.json()["error"], r.text
