@@ -1,0 +1,77 @@
+"""What users do wrong with the commands' files and settings (the issue "Reliability III"): an output that would
+replace the command's own input or a file of the model, a tokenizer written over a model's vocabulary, a resumed
+fine-tuning run whose data changed, labels that are numbers but one, embeddings trained on batches with no negative,
+inputs no writer could encode, and limits named wrongly. Each ends in one error line naming the input and the real
+limit (non-zero exit, nothing written), or a loud warning where the run is still useful.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.reliability.rel_helpers import one_torch_thread
+from tests.reliability.test_rel_cli import assert_one_line_error, invoke
+
+
+def write(path: Path, content: str) -> Path:
+    path.write_text(content, encoding="utf-8")
+    return path
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+# ---------------------------------------------------------------------------------------------------- outputs
+
+
+def test_predict_refuses_to_write_over_its_input_or_into_the_model(tmp_path, capsys, model_dirs):
+    classifier = model_dirs["classifier"]
+    data = write(tmp_path / "in.jsonl", "".join(json.dumps({"text": t}) + "\n" for t in ("river stone", "light")))
+    before, model_before = data.read_bytes(), tree(classifier)
+    base = ["predict", "--task", "classification", "--model", str(classifier), "--input", str(data), "--no-progress"]
+    rc, _, err = invoke([*base, "--output", str(data)], capsys)
+    assert_one_line_error("predict", rc, err, f"--output {data}", "is the input file")
+    alias = tmp_path / "sub" / ".." / "in.jsonl"  # the same file, spelled otherwise
+    (tmp_path / "sub").mkdir()
+    rc, _, err = invoke([*base, "--output", str(alias)], capsys)
+    assert_one_line_error("predict", rc, err, "is the input file")
+    assert data.read_bytes() == before
+    rc, _, err = invoke([*base, "--output", str(classifier / "config.json")], capsys)
+    assert_one_line_error("predict", rc, err, "config.json", f"inside the model directory {classifier}")
+    assert tree(classifier) == model_before
+    with one_torch_thread():
+        rc, _, err = invoke([*base, "--output", str(tmp_path / "predictions.jsonl")], capsys)
+    assert rc == 0, err
+
+
+def test_embed_export_and_attention_refuse_an_output_inside_the_model(tmp_path, capsys, model_dirs):
+    """The same check (one helper) guards every command that writes a file beside a model it reads."""
+    model = model_dirs["pretrained"]
+    before = tree(model)
+    texts = write(tmp_path / "t.txt", "river stone\n")
+    cases = {
+        "embed": ["--input", str(texts), "--output", str(model / "vectors.npy")],
+        "export-onnx": ["--out", str(model / "model.onnx")],
+        "attention": ["--text", "river stone", "--out", str(model / "attention.png")],
+    }
+    for command, args in cases.items():
+        rc, _, err = invoke([command, "--model", str(model), *args], capsys)
+        assert_one_line_error(command, rc, err, "inside the model directory")
+    assert tree(model) == before
+
+
+def test_predict_writes_a_lone_surrogate_of_its_json_input(tmp_path, capsys, model_dirs):
+    """"\\ud800" is valid JSON but no UTF-8: the predictions are written, the text escaped so that it reads back."""
+    data = write(tmp_path / "in.jsonl", '{"text": "river \\ud800 stone"}\n{"text": "caf\\u00e9 light"}\n')
+    output = tmp_path / "out.jsonl"
+    with one_torch_thread():
+        rc, _, err = invoke(["predict", "--task", "classification", "--model", str(model_dirs["classifier"]),
+                             "--input", str(data), "--output", str(output), "--no-progress"], capsys)
+    assert rc == 0, err
+    rows = [json.loads(line) for line in output.read_text(encoding="utf-8").splitlines()]
+    assert [r["text"] for r in rows] == ["river \ud800 stone", "café light"]
+    assert "café" in output.read_text(encoding="utf-8")  # only the record that needs it is escaped
