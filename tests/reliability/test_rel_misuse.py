@@ -75,3 +75,20 @@ def test_predict_writes_a_lone_surrogate_of_its_json_input(tmp_path, capsys, mod
     rows = [json.loads(line) for line in output.read_text(encoding="utf-8").splitlines()]
     assert [r["text"] for r in rows] == ["river \ud800 stone", "café light"]
     assert "café" in output.read_text(encoding="utf-8")  # only the record that needs it is escaped
+
+
+def test_train_tokenizer_refuses_a_model_directory_without_overwrite(tmp_path, capsys, model_dirs):
+    import shutil
+
+    model = Path(shutil.copytree(model_dirs["pretrained"], tmp_path / "model"))
+    before = tree(model)
+    argv = ["train-tokenizer", "--corpus", str(model_dirs["corpus"]), "--vocab-size", "60", "--out", str(model)]
+    rc, _, err = invoke(argv, capsys)
+    assert_one_line_error("train-tokenizer", rc, err, f"--out {model} holds a model", "config.json",
+                          "model.safetensors", "--overwrite")
+    assert tree(model) == before
+    rc, _, err = invoke([*argv, "--overwrite"], capsys)
+    assert rc == 0, err
+    assert (model / "vocab.txt").read_bytes() != before["vocab.txt"]
+    rc, _, err = invoke([*argv[:-1], str(tmp_path / "fresh")], capsys)  # a new directory needs no --overwrite
+    assert rc == 0, err
