@@ -128,6 +128,29 @@ def _label_key(value: Any) -> str:
     return text
 
 
+def check_numeric_labels(examples: list[TextExample], path: Path) -> None:
+    """Labels that are mostly numbers are numbers: a non-number among them ("n/a", an empty cell read as text, or a
+    number that is not finite: "nan", "inf") is refused naming its line, rather than turning every label into a
+    class name (or regression into classification)."""
+    odd = [e for e in examples if _number(e.label) is None]
+    if not odd or len(odd) * 2 >= len(examples):
+        return
+    first = odd[0]
+    what = "not a finite number" if _is_float(first.label) else "not a number"
+    raise BertforgeError(
+        f"{path}:{first.line}: label {first.label!r} is {what}, but {len(examples) - len(odd)} of the "
+        f"{len(examples)} labels are numbers ({len(odd)} are not); fix or drop such rows"
+    )
+
+
+def _is_float(value: Any) -> bool:
+    try:
+        float(value)
+    except (TypeError, ValueError):
+        return False
+    return not isinstance(value, bool)
+
+
 class Classification(Task):
     """Sentence or sentence-pair classification; regression when the training labels are written as floats."""
 
@@ -145,6 +168,7 @@ class Classification(Task):
 
     def label_overrides(self, examples: list[TextExample], path: Path) -> dict[str, Any]:
         values = [e.label for e in examples]
+        check_numeric_labels(examples, path)
         numeric = all(_number(v) is not None for v in values)
         if numeric and any(_written_as_float(v) for v in values):
             return {"num_labels": 1, "problem_type": "regression", "id2label": {0: "LABEL_0"}, "label2id": {"LABEL_0": 0}}

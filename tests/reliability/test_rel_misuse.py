@@ -92,3 +92,46 @@ def test_train_tokenizer_refuses_a_model_directory_without_overwrite(tmp_path, c
     assert (model / "vocab.txt").read_bytes() != before["vocab.txt"]
     rc, _, err = invoke([*argv[:-1], str(tmp_path / "fresh")], capsys)  # a new directory needs no --overwrite
     assert rc == 0, err
+
+
+# ---------------------------------------------------------------------------------------------------- labels
+
+WORDS6 = ["river stone", "light garden", "window morning", "letter winter", "castle forest", "ship market"]
+
+
+def labelled_tsv(path: Path, labels: list[str]) -> Path:
+    return write(path, "sentence\tlabel\n" + "".join(f"{WORDS6[i % 6]} {i}\t{y}\n" for i, y in enumerate(labels)))
+
+
+@pytest.mark.parametrize("odd", ["nan", "inf", "n/a", "-"])
+@pytest.mark.parametrize("numbers", [["0", "1"], ["0.25", "3.5", "1.0"]], ids=["classes", "regression"])
+def test_numeric_labels_with_one_non_number_are_refused_naming_its_line(tmp_path, odd, numbers):
+    from bertforge.errors import BertforgeError
+    from bertforge.finetune.config import DataOptions
+    from bertforge.finetune.tasks import get_task
+
+    labels = [numbers[i % len(numbers)] for i in range(20)]
+    labels[13] = odd
+    path = labelled_tsv(tmp_path / "train.tsv", labels)
+    task = get_task("classification")
+    examples, _ = task.read(path, DataOptions(), labelled=True)
+    with pytest.raises(BertforgeError) as err:
+        task.label_overrides(examples, path)
+    message = str(err.value)
+    assert message.startswith(f"{path}:15: label {odd!r} is not a") and "19 of the 20 labels are numbers" in message
+    # words are class names, and a few numbers among them are too
+    labels = ["neg", "pos"] * 9 + ["0", "1"]
+    examples, _ = task.read(labelled_tsv(tmp_path / "words.tsv", labels), DataOptions(), labelled=True)
+    assert task.label_overrides(examples, path)["id2label"] == {0: "0", 1: "1", 2: "neg", 3: "pos"}
+
+
+def test_cli_finetune_refuses_numeric_labels_with_a_nan(tmp_path, capsys, model_dirs):
+    labels = ["0", "1"] * 10
+    labels[6] = "nan"
+    train = labelled_tsv(tmp_path / "train.tsv", labels)
+    dev = labelled_tsv(tmp_path / "dev.tsv", ["0", "1"] * 3)
+    out = tmp_path / "run"
+    rc, _, err = invoke(["finetune", "--task", "classification", "--model", str(model_dirs["pretrained"]), "--train",
+                         str(train), "--dev", str(dev), "--out", str(out), "--epochs", "1", "--no-progress"], capsys)
+    assert_one_line_error("finetune", rc, err, f"{train}:8: label 'nan' is not a finite number")
+    assert not out.exists()
