@@ -203,8 +203,10 @@ class Classification(Task):
             if number is None:
                 raise BertforgeError(f"{path}:{example.line}: label {example.label!r} is not a number (the model does regression)")
             return number
-        label2id = config.label2id or {}
+        label2id = config.label2id or {f"LABEL_{i}": i for i in range(config.num_labels)}
         key = _label_key(example.label)
+        if key not in label2id and key.isdigit() and set(label2id) == {f"LABEL_{i}" for i in range(len(label2id))}:
+            key = f"LABEL_{key}"  # transformers' default names: label i is LABEL_i
         if key not in label2id:
             known = ", ".join(sorted(label2id))
             raise BertforgeError(f"{path}:{example.line}: label {example.label!r} was not seen in training (known: {known})")

@@ -135,3 +135,28 @@ def test_cli_finetune_refuses_numeric_labels_with_a_nan(tmp_path, capsys, model_
                          str(train), "--dev", str(dev), "--out", str(out), "--epochs", "1", "--no-progress"], capsys)
     assert_one_line_error("finetune", rc, err, f"{train}:8: label 'nan' is not a finite number")
     assert not out.exists()
+
+
+def test_evaluate_maps_integer_labels_onto_transformers_default_label_names(tmp_path, capsys, model_dirs):
+    """A model whose labels are LABEL_0..LABEL_{n-1} (what transformers writes when given no names) scores a file
+    labelled 0..n-1; a label beyond them is still refused, naming the known ones."""
+    import torch
+
+    from bertforge import BertConfig, BertForSequenceClassification
+    from bertforge.tokenizer import Tokenizer
+    from tests.reliability.rel_helpers import TINY_CONFIG
+
+    torch.manual_seed(0)
+    config = BertConfig(**TINY_CONFIG, id2label={0: "LABEL_0", 1: "LABEL_1"},
+                        architectures=["BertForSequenceClassification"])
+    model = tmp_path / "model"
+    BertForSequenceClassification(config).save_pretrained(model)
+    Tokenizer.from_pretrained(model_dirs["classifier"]).save_pretrained(model)
+    base = ["evaluate", "--task", "classification", "--model", str(model), "--no-progress", "--data"]
+    with one_torch_thread():
+        rc, out, err = invoke([*base, str(labelled_tsv(tmp_path / "d.tsv", ["0", "1"] * 4))], capsys)
+        assert rc == 0, err
+        assert 0 <= json.loads(out)["accuracy"] <= 1
+        bad = labelled_tsv(tmp_path / "bad.tsv", ["0", "1", "2"])
+        rc, _, err = invoke([*base, str(bad)], capsys)
+    assert_one_line_error("evaluate", rc, err, f"{bad}:4: label '2' was not seen in training", "LABEL_0, LABEL_1")
