@@ -86,11 +86,7 @@ class Task(ABC):
     def max_length(self, opts: DataOptions, config: BertConfig) -> int:
         """`--max-length`, or the task's default capped at the model's positions."""
         length = opts.max_length or min(self.default_max_length, config.max_sequence_length)
-        if length > config.max_sequence_length:
-            raise BertforgeError(
-                f"--max-length {length} exceeds the longest sequence the model takes ({config.max_sequence_length}, "
-                f"from its max_position_embeddings {config.max_position_embeddings})"
-            )
+        config.check_sequence_length(length, "--max-length")
         return length
 
 

@@ -160,3 +160,22 @@ def test_evaluate_maps_integer_labels_onto_transformers_default_label_names(tmp_
         bad = labelled_tsv(tmp_path / "bad.tsv", ["0", "1", "2"])
         rc, _, err = invoke([*base, str(bad)], capsys)
     assert_one_line_error("evaluate", rc, err, f"{bad}:4: label '2' was not seen in training", "LABEL_0, LABEL_1")
+
+
+# ---------------------------------------------------------------------------------------------------- limits
+
+
+def test_pretrain_names_a_roberta_checkpoints_real_sequence_limit(tmp_path, capsys, model_dirs):
+    """RoBERTa's positions start after the padding id: 128 positions hold sequences of 126 tokens, as finetune,
+    embed and serve say."""
+    from bertforge import BertConfig, BertForMaskedLM
+    from tests.reliability.rel_helpers import TINY_CONFIG
+
+    config = BertConfig(**{**TINY_CONFIG, "max_position_embeddings": 128}, model_type="roberta", pad_token_id=1)
+    assert config.max_sequence_length == 126
+    BertForMaskedLM(config).save_pretrained(tmp_path / "roberta")
+    rc, _, err = invoke(["pretrain", "--init-from", str(tmp_path / "roberta"), "--corpus", str(model_dirs["corpus"]),
+                         "--out", str(tmp_path / "run"), "--seq-len", "127", "--max-steps", "1"], capsys)
+    assert_one_line_error("pretrain", rc, err, "--seq-len 127 exceeds the longest sequence the model takes (126",
+                          "max_position_embeddings 128")
+    assert not (tmp_path / "run").exists()
