@@ -329,15 +329,33 @@ class CorpusReader:
                 return sentences, self.line_no
 
     def _end_of_pass(self) -> None:
-        kept = self.rank_docs
+        kept, total = self.rank_docs, self.doc_index
         if kept < self.min_docs:
             where = ", ".join(map(str, self.files[:3])) + (" ..." if len(self.files) > 3 else "")
             who = f" for rank {self.rank} of {self.world_size}" if self.world_size > 1 else ""
-            if kept == 0:
+            if total == 0:
                 raise BertforgeError(f"corpus {where} has no text{who}: every file is empty or blank")
+
+            def docs(n: int) -> str:
+                return f"{n} document{'s' if n != 1 else ''}"
+
+            # what took the others: the held-out split, the sharding between ranks
+            takers = []
+            if kept < total and self.split is not None:
+                fraction = self.split.fraction
+                takers.append(f"the others fall outside the held-out fraction (--eval-fraction {fraction:g})"
+                              if self.split.held_out else f"--eval-fraction {fraction:g} holds out the others")
+            if kept < total and self.world_size > 1:
+                takers.append(f"the others go to the other ranks of {self.world_size}")
+            why = f" ({'; '.join(takers)})" if takers else ""
+            if kept == 0:
+                hint = " (a blank line ends a document: a corpus without blank lines is one)" if total == 1 else ""
+                raise BertforgeError(f"corpus {where} has no document left to read{who}: 0 of its {docs(total)}{why}"
+                                     f"{hint}")
+            have = docs(kept) if kept == total else f"{kept} of its {docs(total)}"
             raise BertforgeError(
-                f"corpus {where} has only {kept} document{'s' if kept != 1 else ''}{who}; next-sentence "
-                f"prediction needs at least {self.min_docs} (separate documents with a blank line, or turn NSP off)"
+                f"corpus {where} has only {have}{who}{why}; next-sentence prediction needs at least "
+                f"{self.min_docs} (separate documents with a blank line, or turn NSP off)"
             )
         if self.docs_per_epoch is None:
             self.docs_per_epoch = kept

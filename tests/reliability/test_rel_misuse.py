@@ -179,3 +179,20 @@ def test_pretrain_names_a_roberta_checkpoints_real_sequence_limit(tmp_path, caps
     assert_one_line_error("pretrain", rc, err, "--seq-len 127 exceeds the longest sequence the model takes (126",
                           "max_position_embeddings 128")
     assert not (tmp_path / "run").exists()
+
+
+def test_pretrain_eval_fraction_leaving_nothing_to_train_on_says_so(tmp_path, capsys, model_dirs):
+    """A 200-line corpus without blank lines is one document: --eval-fraction 0.99 holds it out, and the error says
+    that (not "no text")."""
+    from tests.reliability.rel_helpers import make_run_inputs
+
+    _, tok, config = make_run_inputs(tmp_path / "inputs")
+    lines = model_dirs["corpus"].read_text().split()
+    corpus = write(tmp_path / "lines.txt", "".join(" ".join(lines[i : i + 6]) + "\n" for i in range(0, 1200, 6)))
+    assert len(corpus.read_text().splitlines()) == 200
+    base = ["pretrain", "--corpus", str(corpus), "--tokenizer", str(tok), "--config", str(config), "--seq-len", "32",
+            "--batch-size", "4", "--max-steps", "1", "--no-nsp"]
+    rc, _, err = invoke([*base, "--out", str(tmp_path / "run"), "--eval-fraction", "0.99"], capsys)
+    line = assert_one_line_error("pretrain", rc, err, f"corpus {corpus} has no document left to read: 0 of its 1 "
+                                 "document (--eval-fraction 0.99 holds out the others)", "without blank lines")
+    assert "has no text" not in line and not (tmp_path / "run").exists()
