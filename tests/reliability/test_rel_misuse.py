@@ -196,3 +196,28 @@ def test_pretrain_eval_fraction_leaving_nothing_to_train_on_says_so(tmp_path, ca
     line = assert_one_line_error("pretrain", rc, err, f"corpus {corpus} has no document left to read: 0 of its 1 "
                                  "document (--eval-fraction 0.99 holds out the others)", "without blank lines")
     assert "has no text" not in line and not (tmp_path / "run").exists()
+
+
+def test_a_sentence_transformers_max_seq_length_beyond_the_positions_is_capped(tmp_path, capsys, caplog, model_dirs):
+    """sentence_bert_config.json asking for 512 tokens of a 64-position model: capped at 64 (as
+    sentence-transformers does) when the user gave no length, with a warning; an explicit --max-length is checked."""
+    import shutil
+
+    from bertforge.pooling import write_sentence_transformers_files
+    from bertforge.pipelines import pipeline
+    from tests.reliability.rel_helpers import TINY_CONFIG
+
+    model = Path(shutil.copytree(model_dirs["pretrained"], tmp_path / "st"))
+    write_sentence_transformers_files(model, TINY_CONFIG["hidden_size"], "mean", True, 512)
+    texts = write(tmp_path / "t.txt", "river stone\nlight garden window\n")
+    with one_torch_thread():
+        assert pipeline("embed", model=model).max_length == TINY_CONFIG["max_position_embeddings"]
+        rc, _, err = invoke(["embed", "--model", str(model), "--input", str(texts), "--output", str(tmp_path / "e.npy")],
+                            capsys)
+        assert rc == 0, err
+        assert "max_seq_length 512 is beyond this model's 64 positions" in caplog.text
+        rc, _, err = invoke(["embed", "--model", str(model), "--input", str(texts), "--output", str(tmp_path / "f.npy"),
+                             "--max-length", "512"], capsys)
+    assert_one_line_error("embed", rc, err, "max_length must be an integer in 3..64", "got 512")
+    write_sentence_transformers_files(model, TINY_CONFIG["hidden_size"], "mean", True, 16)
+    assert pipeline("embed", model=model).max_length == 16  # a length within the limit is kept
