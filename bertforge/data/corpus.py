@@ -57,6 +57,7 @@ from typing import Any, BinaryIO
 
 from bertforge.errors import BertforgeError
 from bertforge.io import check_text, json_object
+from bertforge.state import DataChanged, check_same_files, files_fingerprint
 
 CORPUS_SUFFIXES = (".txt", ".gz", ".jsonl")
 DEFAULT_CORPUS = Path(__file__).with_name("default_corpus.txt.gz")
@@ -425,29 +426,12 @@ class CorpusReader:
 
     def _fingerprint(self) -> list[list[Any]]:
         """(file name, size) of every file: resuming checks the corpus is the same, wherever it now lives."""
-        out = []
-        for path in self.files:
-            try:
-                size = path.stat().st_size
-            except OSError:
-                size = -1
-            out.append([path.name, size])
-        return out
+        return files_fingerprint(self.files)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        then, now = [list(f) for f in state["files"]], self._fingerprint()
-        if then != now:
-            diff = next(
-                (i for i, (a, b) in enumerate(zip(then, now, strict=False)) if a != b), min(len(then), len(now))
-            )
-            was = then[diff] if diff < len(then) else "nothing"
-            is_ = now[diff] if diff < len(now) else "nothing"
-            raise BertforgeError(
-                f"cannot resume: the corpus differs from the checkpoint's ({len(then)} files then, {len(now)} now; "
-                f"file {diff + 1} was {was} (name, bytes), is {is_})"
-            )
+        check_same_files(state["files"], self._fingerprint(), "corpus")
         if list(state["shard"]) != [self.rank, self.world_size, self.shard_by]:
-            raise BertforgeError(
+            raise DataChanged(
                 f"cannot resume: checkpoint was rank/world_size/shard_by {state['shard']}, now "
                 f"{[self.rank, self.world_size, self.shard_by]}"
             )

@@ -29,6 +29,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 
 from .features import Feature, collate, inference_batches, training_batches
 from ..optim import make_optimizer, parameter_groups, warmup_decay  # noqa: F401  (parameter_groups: importable here too)
+from ..state import check_same_files, files_fingerprint
 from ..training_checkpoint import Loaded, TrainingCheckpoints, number_list
 from ..training_log import MetricsLog, Panel, plot_curves
 from ..train import TrainStep, autocast as train_autocast, labelled_count, pick_precision
@@ -261,6 +262,8 @@ class Finetuning:
         """Save a checkpoint at each epoch's end, where early stopping ends the run and (`save_every` > 0) every
         `save_every` optimizer steps; `resume()` continues from the newest one."""
         self.checkpoints, self.save_every = checkpoints, save_every
+        # the files the run reads, as they are now: a checkpoint records them, a resume refuses other ones
+        self.data_files = files_fingerprint([self.cfg.train, self.cfg.dev], digest=True)
 
     def save_checkpoint(self) -> None:
         """The run as it stands (nothing without checkpoints): the data position, the losses not logged yet, the
@@ -272,7 +275,7 @@ class Finetuning:
         evaluations = [[e.step, e.epoch, e.metrics] for e in self.result.evaluations]
         record = {"evaluations": evaluations, "best": None if best is None else self.result.evaluations.index(best),
                   "best_weights": self.best_state if best is not None and best.step != step else None}
-        data = {"epoch": self.epoch, "position": self.position, "generator": self.epoch_start}
+        data = {"epoch": self.epoch, "position": self.position, "generator": self.epoch_start, "files": self.data_files}
         counters = {"losses": self.losses, "since_best": self.since_best, "stopped_early": self.result.stopped_early}
         self.checkpoints.save(data, counters, {"evaluation": record})
 
@@ -282,6 +285,8 @@ class Finetuning:
         if not (isinstance(data, dict) and all(type(data.get(k)) is int and data[k] >= 0 for k in ("epoch", "position"))
                 and isinstance(data.get("generator"), torch.Tensor)):
             raise ValueError(f"{loaded.path}: the data position is not an epoch, a step and a generator state")
+        if "files" in data:  # (checkpoints of earlier versions did not record them)
+            check_same_files(data["files"], self.data_files, "training or dev data (--train, --dev)")
         if not (number_list(trainer.get("losses")) and type(trainer.get("since_best")) is int
                 and isinstance(trainer.get("stopped_early"), bool)):
             raise ValueError(f"{loaded.path}: expected losses, since_best and stopped_early in trainer_state.json")

@@ -221,3 +221,21 @@ def test_a_sentence_transformers_max_seq_length_beyond_the_positions_is_capped(t
     assert_one_line_error("embed", rc, err, "max_length must be an integer in 3..64", "got 512")
     write_sentence_transformers_files(model, TINY_CONFIG["hidden_size"], "mean", True, 16)
     assert pipeline("embed", model=model).max_length == 16  # a length within the limit is kept
+
+
+def test_pretrain_resume_on_a_changed_corpus_is_one_line(tmp_path, capsys):
+    """A changed corpus is not a damaged checkpoint: no "trying the previous one" warnings, one line naming it."""
+    from tests.reliability.rel_helpers import make_run_inputs
+
+    corpus, tok, config = make_run_inputs(tmp_path / "inputs")
+    out = tmp_path / "run"
+    base = ["pretrain", "--corpus", str(corpus), "--tokenizer", str(tok), "--config", str(config), "--seq-len", "32",
+            "--batch-size", "4", "--max-steps", "2", "--save-every", "1", "--out", str(out), "--no-progress"]
+    with one_torch_thread():
+        rc, _, err = invoke(base, capsys)
+    assert rc == 0, err
+    with open(corpus, "a", encoding="utf-8") as fh:
+        fh.write("\nriver stone light garden .\n")
+    rc, _, err = invoke([*base, "--resume", "--max-steps", "3"], capsys)
+    assert_one_line_error("pretrain", rc, err, "cannot resume: the corpus differs from the checkpoint's",
+                          f"was {corpus.name} (")
