@@ -71,29 +71,47 @@ def encode_pairs(tokenizer: Any, data: PairData, max_length: int, labels: list[f
 def distinct_batches(order: Sequence[int], keys: Sequence[set[int]], batch_size: int) -> list[list[int]]:
     """Batches of the examples in `order` in which no text occurs twice (sentence-transformers' "no duplicates"
     sampling): an in-batch negative equal to an anchor's positive would be a false negative. An example that would
-    repeat a text waits for the next batch; batches keep the order otherwise."""
+    repeat a text waits for the next batch; batches keep the order otherwise.
+
+    That is: each batch takes, in order, the examples not taken yet that fit it (the batches sentence-transformers'
+    `NoDuplicatesBatchSampler` makes), which is the same as putting each example, in order, into the first batch
+    that is not full and holds none of its texts. Done that way, with the full batches skipped (`open_from`) and
+    for each text the first open batch that may lack it (`frontier`: every open batch before it holds the text),
+    the cost grows with the rows (20,000 rows of 10 distinct anchors, batches of 32: 5.8 s before, see
+    tests/embeddings_train/test_trainer.py)."""
     batches: list[list[int]] = []
-    pending: list[int] = []
-    position = 0
-    while pending or position < len(order):
-        batch: list[int] = []
-        seen: set[int] = set()
-        waiting: list[int] = []
+    seen: list[set[int]] = []  # the texts of each batch
+    after: list[int] = []  # after[b] == b while batch b is open; a full batch points further on
+    frontier: dict[int, int] = {}
 
-        def offer(example: int) -> None:
-            if len(batch) < batch_size and seen.isdisjoint(keys[example]):
-                batch.append(example)
-                seen.update(keys[example])
-            else:
-                waiting.append(example)
+    def open_from(b: int) -> int:
+        """The first open batch at or after b (len(batches): a new one)."""
+        root = b
+        while root < len(after) and after[root] != root:
+            root = after[root]
+        while b < len(after) and after[b] != b:  # path compression
+            after[b], b = root, after[b]
+        return root
 
-        for example in pending:
-            offer(example)
-        while len(batch) < batch_size and position < len(order):
-            offer(order[position])
-            position += 1
-        pending = waiting
-        batches.append(batch)
+    def first_without(b: int, texts: set[int]) -> int:
+        b = open_from(b)
+        while b < len(batches) and not seen[b].isdisjoint(texts):
+            b = open_from(b + 1)
+        return b
+
+    for example in order:
+        texts = keys[example]
+        b = first_without(max((frontier.get(t, 0) for t in texts), default=0), texts)
+        if b == len(batches):
+            batches.append([])
+            seen.append(set())
+            after.append(b)
+        batches[b].append(example)
+        seen[b].update(texts)
+        if len(batches[b]) == batch_size:
+            after[b] = b + 1
+        for t in texts:
+            frontier[t] = first_without(frontier.get(t, 0), {t})
     return batches
 
 
