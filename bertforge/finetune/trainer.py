@@ -135,9 +135,8 @@ class Finetuning:
         self.model, self.features, self.evaluate, self.cfg = model, train_features, evaluate, cfg
         self.main_metric, self.lower_is_better, self.pad_token_id, self.device = main_metric, lower_is_better, pad_token_id, device
         self.generator = torch.Generator().manual_seed(cfg.seed)
-        batches_per_epoch = math.ceil(len(train_features) / cfg.batch_size)
-        steps_per_epoch = math.ceil(batches_per_epoch / cfg.grad_accum)
-        self.total_steps = steps_per_epoch * cfg.epochs
+        epoch_steps = self.plan_steps()
+        self.total_steps = sum(epoch_steps)
         warmup_steps = math.ceil(self.total_steps * cfg.warmup_ratio)
         if cfg.freeze_backbone:
             freeze_backbone(model)  # before the optimizer, which then leaves the frozen weights out
@@ -147,10 +146,11 @@ class Finetuning:
         self.stepper = TrainStep(model, optimizer, scheduler, max_grad_norm=MAX_GRAD_NORM, device=device,
                                  precision=pick_precision(cfg.precision, device), max_skipped_steps=cfg.max_skipped_steps)
         self.train_model = torch.compile(model) if cfg.compile else model  # what training steps call
-        log.info(
-            "fine-tuning on %d features: %d epoch(s) x %d step(s), batch %d x %d accumulated, warm-up %d step(s), on %s",
-            len(train_features), cfg.epochs, steps_per_epoch, cfg.batch_size, cfg.grad_accum, warmup_steps, device,
-        )
+        per_epoch = (f"{epoch_steps[0]} step(s)" if len(set(epoch_steps)) == 1
+                     else f"{min(epoch_steps)}-{max(epoch_steps)} step(s), {self.total_steps} in all")
+        log.info("%s on %d %s: %d epoch(s) x %s, batch %d x %d accumulated, warm-up %d step(s), on %s", self.what,
+                 len(train_features), self.rows, cfg.epochs, per_epoch, cfg.batch_size, cfg.grad_accum, warmup_steps,
+                 device)
         self.result = TrainResult()
         self.best_state: dict[str, torch.Tensor] | None = None
         self.since_best = 0
@@ -163,6 +163,13 @@ class Finetuning:
         self.losses: list[float] = []
         self.checkpoints: TrainingCheckpoints | None = None  # see `enable_checkpoints`
         self.save_every = 0
+
+    what, rows = "fine-tuning", "features"  # the plan line's words
+
+    def plan_steps(self) -> list[int]:
+        """The optimizer steps of each epoch (what the schedule spans), known before the run starts."""
+        batches = math.ceil(len(self.features) / self.cfg.batch_size)
+        return [math.ceil(batches / self.cfg.grad_accum)] * self.cfg.epochs
 
     def epoch_batches(self) -> list[list[int]]:
         """One epoch's batches of example indices, in the order of the run's generator."""

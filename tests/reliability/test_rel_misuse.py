@@ -239,3 +239,55 @@ def test_pretrain_resume_on_a_changed_corpus_is_one_line(tmp_path, capsys):
     rc, _, err = invoke([*base, "--resume", "--max-steps", "3"], capsys)
     assert_one_line_error("pretrain", rc, err, "cannot resume: the corpus differs from the checkpoint's",
                           f"was {corpus.name} (")
+
+
+# ---------------------------------------------------------------------------------------------------- embeddings
+
+PAIRS = [("river stone light", "garden window"), ("morning letter", "winter castle forest"),
+         ("ship market song", "river light"), ("stone garden", "window morning letter"),
+         ("castle winter", "forest ship"), ("market song river", "stone light garden")]
+
+
+def pairs_tsv(path: Path, rows: list[tuple[str, str]], header: str = "anchor\tpositive") -> Path:
+    return write(path, header + "\n" + "".join(f"{a}\t{b}\n" for a, b in rows))
+
+
+@pytest.mark.parametrize("case", ["one pair", "the same pair", "batch size 1"])
+def test_train_embeddings_refuses_batches_without_an_in_batch_negative(tmp_path, capsys, model_dirs, case):
+    rows = {"one pair": PAIRS[:1], "the same pair": PAIRS[:1] * 6, "batch size 1": PAIRS}[case]
+    train = pairs_tsv(tmp_path / "pairs.tsv", rows)
+    out = tmp_path / "out"
+    extra = ["--batch-size", "1"] if case == "batch size 1" else ["--batch-size", "4"]
+    with one_torch_thread():
+        rc, _, err = invoke(["train-embeddings", "--model", str(model_dirs["pretrained"]), "--train", str(train),
+                             "--out", str(out), "--epochs", "1", "--no-progress", *extra], capsys)
+    why = {"one pair": "its only pair", "the same pair": "every pair shares a text", "batch size 1": "--batch-size 1"}
+    assert_one_line_error("train-embeddings", rc, err, "every batch holds one pair", why[case],
+                          "in-batch negatives (--loss mnrl) need at least two distinct pairs per batch")
+    assert not out.exists()
+
+
+def test_train_embeddings_plan_line_counts_the_batches_that_run(tmp_path, capsys, caplog, model_dirs):
+    """12 anchors sharing 2 positives, batches of 4: no batch may hold a positive twice, so an epoch is 6 steps of 2
+    pairs, not 3 of 4; the plan line says 6."""
+    import logging
+
+    rows = [(f"{PAIRS[i % 6][0]} {i}", ("window morning", "forest ship")[i % 2]) for i in range(12)]
+    train = pairs_tsv(tmp_path / "pairs.tsv", rows)
+    with one_torch_thread(), caplog.at_level(logging.INFO, logger="bertforge"):
+        rc, out, err = invoke(["train-embeddings", "--model", str(model_dirs["pretrained"]), "--train", str(train),
+                               "--out", str(tmp_path / "out"), "--epochs", "1", "--batch-size", "4", "--no-progress"],
+                              capsys)
+    assert rc == 0, err
+    plan = [r.getMessage() for r in caplog.records if " epoch(s) x " in r.getMessage()]
+    assert plan == [plan[0]] and "train-embeddings on 12 examples: 1 epoch(s) x 6 step(s)" in plan[0], plan
+    assert json.loads(out)["train_steps"] == 6
+
+
+def test_train_embeddings_reads_a_header_of_other_column_names_as_a_header(tmp_path):
+    from bertforge.embeddings_train.data import read_pairs
+
+    data = read_pairs(pairs_tsv(tmp_path / "en_fr.tsv", PAIRS[:3], header="english\tfrench"))
+    assert len(data) == 3 and data.texts[0][0] == PAIRS[0][0] and data.lines == [2, 3, 4]
+    one_word = read_pairs(pairs_tsv(tmp_path / "words.tsv", [("river", "stone"), ("light", "garden")], header="cat\tdog"))
+    assert len(one_word) == 3  # single words everywhere: no telling a header from a pair, so every row is data
