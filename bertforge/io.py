@@ -43,6 +43,47 @@ def json_object(text: str | bytes, where: str) -> dict[str, Any]:
     return record
 
 
+
+def json_line(record: Any) -> str:
+    """`record` as one line of JSON (and its line end) that can always be written as UTF-8: text as it is, except
+    that a record holding a lone surrogate (valid JSON input such as "\\ud800" reads back as one) is written with
+    every non-ASCII character escaped, so it reads back as the same string instead of failing the write."""
+    line = json.dumps(record, ensure_ascii=False)
+    try:
+        line.encode("utf-8")
+    except UnicodeEncodeError:
+        line = json.dumps(record, ensure_ascii=True)
+    return line + "\n"
+
+
+# ---------------------------------------------------------------------------------------------------- output paths
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    if a.resolve() == b.resolve():
+        return True
+    try:
+        return os.path.samefile(a, b)  # a hard link, or another spelling of a path that exists
+    except OSError:
+        return False
+
+
+def check_output_file(output: str | Path, *, inputs: tuple[str | Path | None, ...] = (),
+                      model: str | Path | None = None, option: str = "--output") -> None:
+    """Refuse an output file that would replace what the command reads: one of its `inputs`, or a file inside the
+    `model` directory (its config.json, its weights). Checked before anything is read, so nothing is written."""
+    out = Path(output)
+    for given in inputs:
+        if given is not None and _same_file(out, Path(given)):
+            raise BertforgeError(f"{option} {out} is the input file {given}: writing it would replace the data it is "
+                                 f"made from; choose another file")
+    if model is not None:
+        directory = Path(model)
+        if directory.is_dir() and (_same_file(out, directory) or out.resolve().is_relative_to(directory.resolve())):
+            raise BertforgeError(f"{option} {out} is inside the model directory {directory}: writing it would damage "
+                                 f"the model; choose a file outside it")
+
+
 # ---------------------------------------------------------------------------------------------------- text or binary
 # Every reader of text (corpora, task files, embed input) calls `check_text` on a file's first bytes before reading
 # it, so that a binary file (a program, an archive, an image, UTF-16 text) is refused instead of being read as

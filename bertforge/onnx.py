@@ -30,7 +30,7 @@ from torch import Tensor, nn
 from .checkpoint import load_pretrained
 from .model.config import BertConfig
 from .errors import BertforgeError
-from .io import atomic_write
+from .io import atomic_write, check_output_file
 from .linear import cpu_has_vnni
 from .model import MODEL_CLASSES, BertModel, BertPreTrainedModel
 
@@ -166,6 +166,7 @@ def export_onnx(
         path = Path(model)
         if not path.is_dir():
             raise BertforgeError(f"{path}: no such model directory")
+        check_output_file(out, model=path, option="--out")
         model = load_for_export(path, head)
     model = model.eval()
     wrapper = ExportWrapper(model)

@@ -271,10 +271,7 @@ class PretrainArgs:
         else:
             raise BertforgeError(f"--config {a.config!r} is neither a preset ({', '.join(PRESETS)}, or FAMILY-SIZE such "
                                  "as roberta-tiny) nor a config.json path")
-        if a.seq_len > config.max_sequence_length:
-            raise BertforgeError(
-                f"--seq-len {a.seq_len} is above the model's max_position_embeddings ({config.max_position_embeddings})"
-            )
+        config.check_sequence_length(a.seq_len, "--seq-len")
         return config
 
 

@@ -7,6 +7,7 @@ into `name.json` (the structure, with tensors replaced by references) and `name.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -83,3 +84,51 @@ def load_state(directory: str | Path, name: str) -> Any:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, SafetensorError, KeyError, TypeError, ValueError,
             RecursionError) as err:
         raise BertforgeError(f"{directory}: state {name!r} is unreadable ({type(err).__name__}: {err})") from None
+
+
+# ---------------------------------------------------------------------------------------------------- input files
+# What a resumable run reads is recorded in its checkpoints and compared when it resumes: a corpus or a training
+# file that changed would make the continuation another run. A file is known by its name (not its directory: a
+# moved run resumes) and size, and, where reading all of it is cheap (fine-tuning's files), a digest of its bytes.
+
+
+class DataChanged(BertforgeError):
+    """A resume refused because the data differs from the checkpoint's (not a damaged checkpoint: an older one
+    would differ alike)."""
+
+
+def files_fingerprint(paths: list[str | Path] | list[Path], digest: bool = False) -> list[list[Any]]:
+    """[name, size] of each file (size -1 when unreadable), with the BLAKE2b digest of its bytes when `digest`."""
+    out: list[list[Any]] = []
+    for path in map(Path, paths):
+        try:
+            entry: list[Any] = [path.name, path.stat().st_size]
+            if digest:
+                entry.append(hashlib.blake2b(path.read_bytes(), digest_size=16).hexdigest())
+        except OSError:
+            entry = [path.name, -1] + (["unreadable"] if digest else [])
+        out.append(entry)
+    return out
+
+
+def check_same_files(then: list[list[Any]], now: list[list[Any]], what: str) -> None:
+    """Refuse to resume when the files recorded in a checkpoint (`then`) and the files now (`now`) differ."""
+    then, now = [list(f) for f in then], [list(f) for f in now]
+    if then == now:
+        return
+
+    def describe(entry: list[Any] | None, other: list[Any] | None) -> str:
+        if entry is None:
+            return "nothing"
+        text = f"{entry[0]} ({entry[1]:,} bytes"
+        if len(entry) > 2 and other is not None and entry[:2] == other[:2]:  # same name and size, other bytes
+            text += f", contents {str(entry[2])[:8]}"
+        return text + ")"
+
+    at = next((i for i, (a, b) in enumerate(zip(then, now, strict=False)) if a != b), min(len(then), len(now)))
+    was, is_ = (then[at] if at < len(then) else None), (now[at] if at < len(now) else None)
+    raise DataChanged(
+        f"cannot resume: the {what} differs from the checkpoint's ({len(then)} file{'s' if len(then) != 1 else ''} "
+        f"then, {len(now)} now; file {at + 1} was {describe(was, is_)}, is {describe(is_, was)}); resume with the data "
+        f"the run started with, or start a new run"
+    )

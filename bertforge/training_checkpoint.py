@@ -45,7 +45,7 @@ from .checkpoint import read_state_dict
 from .errors import BertforgeError
 from .io import atomic_directory
 from .run_dir import list_checkpoints
-from .state import load_state, save_state
+from .state import DataChanged, load_state, save_state
 from .system import Runtime, all_ranks_agree, barrier
 from .train import TrainStep, nonfinite_error
 
@@ -210,11 +210,15 @@ class TrainingCheckpoints:
         falling back would leave the others in a collective)."""
         found = list_checkpoints(self.out)
         for step, path in reversed(found):
-            loaded, error = None, None
+            loaded, error, refusal = None, None, None
             try:
                 loaded = self.read(path, restore)
+            except DataChanged as err:  # not damage: every older checkpoint would differ alike
+                refusal = err
             except Exception as err:  # whatever is wrong with a damaged checkpoint, the previous one may be fine
                 error = f"{type(err).__name__}: {err}"
+            if not all_ranks_agree(self.rt, refusal is None):
+                raise refusal or DataChanged("cannot resume: another rank's data differs from the checkpoint's")
             if all_ranks_agree(self.rt, error is None):
                 try:  # every rank reads the same files, so every rank fails (or not) here alike
                     self.apply_weights(loaded)

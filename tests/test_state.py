@@ -41,3 +41,22 @@ def test_a_state_without_tensors_is_json_alone_and_damage_is_named(tmp_path):
         load_state(tmp_path, "data")
     with pytest.raises(TypeError, match="cannot store a set"):
         save_state(tmp_path, "bad", {"seen": {1, 2}})
+
+
+def test_files_fingerprint_and_check_same_files(tmp_path):
+    from bertforge.state import DataChanged, check_same_files, files_fingerprint
+
+    a = tmp_path / "a.tsv"
+    a.write_text("x\t1\n")
+    then = files_fingerprint([a], digest=True)
+    assert then[0][:2] == ["a.tsv", 4] and len(then[0][2]) == 32
+    assert files_fingerprint([a]) == [["a.tsv", 4]]  # name and size only: a corpus is not read twice
+    moved = tmp_path / "moved"
+    moved.mkdir()
+    (moved / "a.tsv").write_text("x\t1\n")
+    check_same_files(then, files_fingerprint([moved / "a.tsv"], digest=True), "data")  # where it lives is not what it is
+    a.write_text("y\t0\n")  # same size, other bytes
+    with pytest.raises(DataChanged, match=r"the data differs .* was a\.tsv \(4 bytes, contents \w{8}\), is a\.tsv \(4 "):
+        check_same_files(then, files_fingerprint([a], digest=True), "data")
+    with pytest.raises(DataChanged, match=r"1 file then, 0 now; file 1 was a\.tsv \(4 bytes\), is nothing"):
+        check_same_files(then, [], "data")

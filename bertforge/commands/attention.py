@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import BertforgeError
-from ..io import atomic_write
+from ..io import atomic_write, check_output_file
 
 NAME = "attention"
 HELP = "draw a text's attention probabilities (all heads of a layer, or one head) as a grid of heatmaps"
@@ -104,6 +104,7 @@ def run(args: argparse.Namespace) -> int:
     model_dir = Path(args.model)
     if not model_dir.is_dir():
         raise BertforgeError(f"{model_dir}: no such model directory")
+    check_output_file(out, model=model_dir, option="--out")
     if not args.text.strip():
         raise BertforgeError("--text is empty")
     layers, tokens = attention_probabilities(model_dir, args.text, args.text_pair)

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import BertforgeError
-from ..io import atomic_write, check_text
+from ..io import atomic_write, check_output_file, check_text
 from . import add_quantize_argument
 
 NAME = "embed"
@@ -99,6 +99,7 @@ def run(args: argparse.Namespace) -> int:
     output = Path(args.output)
     if output.suffix != ".npy":
         raise BertforgeError(f"{output}: the output file name must end in .npy")
+    check_output_file(output, inputs=(args.input,), model=args.model)
     texts = read_texts(Path(args.input), args.text_key)
     embed = pipeline("embed", model=args.model, pooling=args.pooling, normalize=args.normalize, layer=args.layer,
                      max_length=args.max_length, batch_tokens=args.batch_tokens, num_threads=args.threads,

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import json
+
+from ..io import json_line
 
 NAME = "fill-mask"
 HELP = "predict the tokens hidden behind [MASK] in a text (needs a model with its MLM head)"
@@ -23,7 +24,7 @@ def run(args: argparse.Namespace) -> int:
     for text, result in zip(args.texts, fill(args.texts)):
         per_mask = [result] if result and isinstance(result[0], dict) else result
         if args.json:
-            print(json.dumps({"text": text, "predictions": per_mask}, ensure_ascii=False))
+            print(json_line({"text": text, "predictions": per_mask}), end="")
             continue
         print(text)
         for number, predictions in enumerate(per_mask, start=1):

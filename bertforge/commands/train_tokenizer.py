@@ -4,6 +4,7 @@ Hugging Face layout."""
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 NAME = "train-tokenizer"
 HELP = "train a WordPiece (BERT), byte-level BPE (RoBERTa) or Unigram (ALBERT) vocabulary on a corpus"
@@ -27,11 +28,25 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="read corpus files that look binary (NUL bytes, mostly control characters or invalid UTF-8) "
                         "instead of refusing them; invalid bytes are replaced")
     p.add_argument("--out", required=True, metavar="DIR")
+    p.add_argument("--overwrite", action="store_true",
+                   help="write the tokenizer into an --out that holds a model (its vocabulary is then replaced)")
+
+
+def refuse_model_directory(out: Path, overwrite: bool) -> None:
+    """A directory holding a model (config.json, weights) is refused without --overwrite: a new vocabulary there
+    would silently stop matching the model's embeddings."""
+    from ..checkpoint import PICKLE_WEIGHTS_NAME, WEIGHTS_INDEX_NAME, WEIGHTS_NAME
+    from ..config import CONFIG_NAME
+    from ..errors import BertforgeError
+
+    found = [n for n in (CONFIG_NAME, WEIGHTS_NAME, WEIGHTS_INDEX_NAME, PICKLE_WEIGHTS_NAME) if (out / n).is_file()]
+    if found and not overwrite:
+        raise BertforgeError(f"--out {out} holds a model ({', '.join(found)}): a new vocabulary there would no longer "
+                             f"match its embeddings; choose another directory, or pass --overwrite to replace its "
+                             f"tokenizer anyway")
 
 
 def run(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from ..data import iter_documents
     from ..errors import BertforgeError
     from ..data import take_mb
@@ -42,6 +57,7 @@ def run(args: argparse.Namespace) -> int:
     for path in args.corpus:
         if not Path(path).exists():
             raise BertforgeError(f"corpus path {path} does not exist")
+    refuse_model_directory(Path(args.out), args.overwrite)
     kind = kind_by_name(args.tokenizer_model)
     lowercase = (not args.cased) if kind.case_options else None
     if args.cased and not kind.case_options:

@@ -57,6 +57,7 @@ from typing import Any, BinaryIO
 
 from bertforge.errors import BertforgeError
 from bertforge.io import check_text, json_object
+from bertforge.state import DataChanged, check_same_files, files_fingerprint
 
 CORPUS_SUFFIXES = (".txt", ".gz", ".jsonl")
 DEFAULT_CORPUS = Path(__file__).with_name("default_corpus.txt.gz")
@@ -329,15 +330,33 @@ class CorpusReader:
                 return sentences, self.line_no
 
     def _end_of_pass(self) -> None:
-        kept = self.rank_docs
+        kept, total = self.rank_docs, self.doc_index
         if kept < self.min_docs:
             where = ", ".join(map(str, self.files[:3])) + (" ..." if len(self.files) > 3 else "")
             who = f" for rank {self.rank} of {self.world_size}" if self.world_size > 1 else ""
-            if kept == 0:
+            if total == 0:
                 raise BertforgeError(f"corpus {where} has no text{who}: every file is empty or blank")
+
+            def docs(n: int) -> str:
+                return f"{n} document{'s' if n != 1 else ''}"
+
+            # what took the others: the held-out split, the sharding between ranks
+            takers = []
+            if kept < total and self.split is not None:
+                fraction = self.split.fraction
+                takers.append(f"the others fall outside the held-out fraction (--eval-fraction {fraction:g})"
+                              if self.split.held_out else f"--eval-fraction {fraction:g} holds out the others")
+            if kept < total and self.world_size > 1:
+                takers.append(f"the others go to the other ranks of {self.world_size}")
+            why = f" ({'; '.join(takers)})" if takers else ""
+            if kept == 0:
+                hint = " (a blank line ends a document: a corpus without blank lines is one)" if total == 1 else ""
+                raise BertforgeError(f"corpus {where} has no document left to read{who}: 0 of its {docs(total)}{why}"
+                                     f"{hint}")
+            have = docs(kept) if kept == total else f"{kept} of its {docs(total)}"
             raise BertforgeError(
-                f"corpus {where} has only {kept} document{'s' if kept != 1 else ''}{who}; next-sentence "
-                f"prediction needs at least {self.min_docs} (separate documents with a blank line, or turn NSP off)"
+                f"corpus {where} has only {have}{who}{why}; next-sentence prediction needs at least "
+                f"{self.min_docs} (separate documents with a blank line, or turn NSP off)"
             )
         if self.docs_per_epoch is None:
             self.docs_per_epoch = kept
@@ -407,29 +426,12 @@ class CorpusReader:
 
     def _fingerprint(self) -> list[list[Any]]:
         """(file name, size) of every file: resuming checks the corpus is the same, wherever it now lives."""
-        out = []
-        for path in self.files:
-            try:
-                size = path.stat().st_size
-            except OSError:
-                size = -1
-            out.append([path.name, size])
-        return out
+        return files_fingerprint(self.files)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        then, now = [list(f) for f in state["files"]], self._fingerprint()
-        if then != now:
-            diff = next(
-                (i for i, (a, b) in enumerate(zip(then, now, strict=False)) if a != b), min(len(then), len(now))
-            )
-            was = then[diff] if diff < len(then) else "nothing"
-            is_ = now[diff] if diff < len(now) else "nothing"
-            raise BertforgeError(
-                f"cannot resume: the corpus differs from the checkpoint's ({len(then)} files then, {len(now)} now; "
-                f"file {diff + 1} was {was} (name, bytes), is {is_})"
-            )
+        check_same_files(state["files"], self._fingerprint(), "corpus")
         if list(state["shard"]) != [self.rank, self.world_size, self.shard_by]:
-            raise BertforgeError(
+            raise DataChanged(
                 f"cannot resume: checkpoint was rank/world_size/shard_by {state['shard']}, now "
                 f"{[self.rank, self.world_size, self.shard_by]}"
             )

@@ -111,10 +111,11 @@ def _train(cfg: EmbeddingsConfig, out: Path, device: torch.device) -> dict[str, 
 
 def _max_length(cfg: EmbeddingsConfig, declared: dict[str, Any], config: BertConfig, tokenizer: Any) -> int:
     """Tokens a text may have: --max-length, else the model's max_seq_length, else 128; at most the model's limit."""
-    limit = min(config.max_position_embeddings, tokenizer.model_max_length)
+    limit = min(config.max_sequence_length, tokenizer.model_max_length)
     if cfg.max_length is not None:
+        config.check_sequence_length(cfg.max_length, "--max-length")
         if cfg.max_length > limit:
-            raise BertforgeError(f"--max-length {cfg.max_length} is beyond this model's {limit} positions")
+            raise BertforgeError(f"--max-length {cfg.max_length} is beyond the tokenizer's model_max_length {limit}")
         return cfg.max_length
     return min(declared.get("max_length", DEFAULT_MAX_LENGTH), limit)
 

@@ -6,8 +6,10 @@ second its positive (or, in a scored pair, the other sentence), any further text
 `score`, `label` or `similarity` holds the score of a scored pair.
 
 * CSV/TSV: the first row is a header when every cell of it is a column name of this kind (`anchor`, `positive`,
-  `negative`, `query`, `passage`, `sentence1`, `sentence2`, `score`, ..., optionally numbered: `negative_2`), or
-  when the last column is a number on every other row but not on the first; otherwise every row is data. With three
+  `negative`, `query`, `passage`, `sentence1`, `sentence2`, `score`, ..., optionally numbered: `negative_2`), when
+  the last column is a number on every other row but not on the first, or when its cells are other names (distinct
+  one-word identifiers such as `english`, `src_text`) above rows most of which hold texts of several words;
+  otherwise every row is data. With three
   columns or more, a last column that is a number on every data row is the score.
 * JSONL: one JSON object a line; its keys in order are the columns (the same keys on every line).
 
@@ -34,6 +36,7 @@ SCORE_COLUMNS = ("score", "label", "similarity")
 _COLUMN_NAME = re.compile(
     r"(anchor|positive|negative|query|question|answer|passage|document|doc|pos|neg|text|sentence|premise|"
     r"hypothesis|title|context|score|label|similarity)[_ ]?(\d+|[ab])?", re.IGNORECASE)
+_IDENTIFIER = re.compile(r"[A-Za-z_][\w.-]{0,63}")
 SHAPES = ("pairs", "triplets", "scored")
 
 
@@ -70,7 +73,8 @@ def _table_rows(path: Path, text: str) -> tuple[list[str] | None, list[tuple[int
         raise BertforgeError(str(err).replace(" (--lenient-rows skips malformed rows)", "")) from None
     first = [c.strip() for c in rows[0][1]]
     numeric_last = len(first) > 2 and len(rows) > 1 and all(_number(cells[-1]) is not None for _, cells in rows[1:])
-    if all(_COLUMN_NAME.fullmatch(c) for c in first) or (numeric_last and _number(first[-1]) is None):
+    if (all(_COLUMN_NAME.fullmatch(c) for c in first) or (numeric_last and _number(first[-1]) is None)
+            or _other_names(first, rows[1:])):
         if len(rows) == 1:
             raise BertforgeError(f"{path}: no examples (only a header?)")
         names = [c.lower() for c in first]
@@ -80,6 +84,18 @@ def _table_rows(path: Path, text: str) -> tuple[list[str] | None, list[tuple[int
     if numeric_last:
         return [f"text{i}" for i in range(len(first) - 1)] + ["score"], rows
     return None, rows
+
+
+def _other_names(first: list[str], data: list[tuple[int, list[Any]]]) -> bool:
+    """A first row of column names of another kind (`english`, `src_text`): distinct identifiers, each one word,
+    above rows most of which hold texts of several words."""
+    if not data or len(set(first)) != len(first) or not all(_IDENTIFIER.fullmatch(c) for c in first):
+        return False
+    texts = sum(any(any(ch.isspace() for ch in str(c).strip()) for c in cells) for _, cells in data)
+    if texts * 2 <= len(data):
+        return False
+    log.info("first row read as a header (columns %s; read in order: anchor, positive, ...)", ", ".join(first))
+    return True
 
 
 def _jsonl_rows(path: Path, text: str) -> tuple[list[str], list[tuple[int, list[Any]]]]:

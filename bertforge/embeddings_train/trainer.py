@@ -20,7 +20,6 @@ activations are alive at a time, for one extra forward pass.
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -28,8 +27,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ..errors import BertforgeError
 from ..finetune.trainer import Finetuning
-from ..optim import warmup_decay
 from .data import PairData
 from .encoder import embed_ids, rng_state, set_rng_state
 from .losses import Loss
@@ -71,29 +70,47 @@ def encode_pairs(tokenizer: Any, data: PairData, max_length: int, labels: list[f
 def distinct_batches(order: Sequence[int], keys: Sequence[set[int]], batch_size: int) -> list[list[int]]:
     """Batches of the examples in `order` in which no text occurs twice (sentence-transformers' "no duplicates"
     sampling): an in-batch negative equal to an anchor's positive would be a false negative. An example that would
-    repeat a text waits for the next batch; batches keep the order otherwise."""
+    repeat a text waits for the next batch; batches keep the order otherwise.
+
+    That is: each batch takes, in order, the examples not taken yet that fit it (the batches sentence-transformers'
+    `NoDuplicatesBatchSampler` makes), which is the same as putting each example, in order, into the first batch
+    that is not full and holds none of its texts. Done that way, with the full batches skipped (`open_from`) and
+    for each text the first open batch that may lack it (`frontier`: every open batch before it holds the text),
+    the cost grows with the rows (20,000 rows of 10 distinct anchors, batches of 32: 5.8 s before, see
+    tests/embeddings_train/test_trainer.py)."""
     batches: list[list[int]] = []
-    pending: list[int] = []
-    position = 0
-    while pending or position < len(order):
-        batch: list[int] = []
-        seen: set[int] = set()
-        waiting: list[int] = []
+    seen: list[set[int]] = []  # the texts of each batch
+    after: list[int] = []  # after[b] == b while batch b is open; a full batch points further on
+    frontier: dict[int, int] = {}
 
-        def offer(example: int) -> None:
-            if len(batch) < batch_size and seen.isdisjoint(keys[example]):
-                batch.append(example)
-                seen.update(keys[example])
-            else:
-                waiting.append(example)
+    def open_from(b: int) -> int:
+        """The first open batch at or after b (len(batches): a new one)."""
+        root = b
+        while root < len(after) and after[root] != root:
+            root = after[root]
+        while b < len(after) and after[b] != b:  # path compression
+            after[b], b = root, after[b]
+        return root
 
-        for example in pending:
-            offer(example)
-        while len(batch) < batch_size and position < len(order):
-            offer(order[position])
-            position += 1
-        pending = waiting
-        batches.append(batch)
+    def first_without(b: int, texts: set[int]) -> int:
+        b = open_from(b)
+        while b < len(batches) and not seen[b].isdisjoint(texts):
+            b = open_from(b + 1)
+        return b
+
+    for example in order:
+        texts = keys[example]
+        b = first_without(max((frontier.get(t, 0) for t in texts), default=0), texts)
+        if b == len(batches):
+            batches.append([])
+            seen.append(set())
+            after.append(b)
+        batches[b].append(example)
+        seen[b].update(texts)
+        if len(batches[b]) == batch_size:
+            after[b] = b + 1
+        for t in texts:
+            frontier[t] = first_without(frontier.get(t, 0), {t})
     return batches
 
 
@@ -113,20 +130,35 @@ class TextBatch:
 class EmbeddingTraining(Finetuning):
     """A `Finetuning` run whose examples are `EncodedPairs` and whose loss is one of `losses.make_loss`."""
 
+    what, rows = "train-embeddings", "examples"
+
     def __init__(self, model, data: EncodedPairs, evaluate, cfg, main_metric: str | None, loss: Loss, pooling: str,
                  device: torch.device) -> None:
-        super().__init__(model, data, evaluate, cfg, main_metric or "", False, 0, device)
         self.data, self.loss, self.pooling = data, loss, pooling
         self.in_batch_negatives = data.labels is None
+        super().__init__(model, data, evaluate, cfg, main_metric or "", False, 0, device)
         self.has_dev = main_metric is not None
         self.baseline: dict[str, Any] | None = None  # the dev metrics before training
-        # Batches without repeated texts can be more than len / batch_size (an example waits for a later batch when
-        # its text is taken): every epoch's batches are drawn now, and the schedule spans the steps there really are.
-        self.plan = [self.draw_batches() for _ in range(cfg.epochs)]
-        total = sum(len(batches) for batches in self.plan)
-        if total != self.total_steps:
-            self.total_steps = total
-            self.stepper.scheduler = warmup_decay(self.stepper.optimizer, math.ceil(total * cfg.warmup_ratio), total)
+
+    def plan_steps(self) -> list[int]:
+        """Batches without repeated texts can be more than len / batch_size (an example waits for a later batch when
+        its text is taken): every epoch's batches are drawn now, and the schedule (and the plan line) spans the steps
+        there really are. In-batch negatives need two distinct examples in a batch: pairs that can never be batched
+        so (one pair, pairs all the same, --batch-size 1) are refused, as their loss would be exactly 0."""
+        self.plan = [self.draw_batches() for _ in range(self.cfg.epochs)]
+        sizes = [len(b) for batches in self.plan for b in batches]
+        if self.in_batch_negatives and len(self.data.columns) == 2 and max(sizes) < 2:
+            why = ("--batch-size 1" if self.cfg.batch_size == 1 else
+                   f"{'its only pair' if len(self.data) == 1 else 'every pair shares a text with every other'}")
+            raise BertforgeError(
+                f"train-embeddings: every batch holds one pair ({why}), and in-batch negatives (--loss mnrl) need at "
+                f"least two distinct pairs per batch: the loss would be exactly 0 and nothing learnt; give more "
+                f"distinct pairs, a larger --batch-size, or hard negatives (a third column)"
+            )
+        if self.in_batch_negatives and len(self.data.columns) == 2 and min(sizes) < 2:
+            log.warning("train-embeddings: %d of %d batches hold one pair: with no in-batch negative, their loss is 0 "
+                        "and they teach nothing", sum(size < 2 for size in sizes), len(sizes))
+        return [len(batches) for batches in self.plan]
 
     def epoch_batches(self) -> list[list[int]]:
         return self.plan.pop(0)

@@ -14,7 +14,7 @@ from .. import __version__
 from ..model.config import BertConfig
 from ..data.corpus import calibration_ids
 from ..errors import BertforgeError
-from ..io import atomic_directory, atomic_write_text
+from ..io import atomic_directory, atomic_write_text, check_output_file, json_line
 from ..memory import check_training_fits
 from ..quantize import check_quantize, quantize_model
 from ..run_dir import RunDirectory, RunKind
@@ -167,8 +167,11 @@ def predict(
 
     Classification gives {"label", "score", "probabilities"} (or {"score"} for regression), NER {"tokens", "tags",
     "entities"}, QA {"id", "answer", "start", "end", "score", "null_score"}. With `output`, they are also written
-    there as JSONL, atomically. `quantize="int8"`: int8 dense layers, on the CPU (`bertforge.quantize`).
+    there as JSONL, atomically (never over `input` or a file of `model`). `quantize="int8"`: int8 dense layers, on
+    the CPU (`bertforge.quantize`).
     """
+    if output is not None:
+        check_output_file(output, inputs=(input,), model=model)
     the_task, opts, tokenizer, net, encoded = _prepare(task, model, input, options, labelled=False, quantize=quantize)
     outputs, _ = run_model(
         net, encoded.features, opts.eval_batch_size, tokenizer.pad_token_id, _device(opts), opts.progress,
@@ -176,7 +179,7 @@ def predict(
     )
     records = the_task.records(encoded, outputs, net.config, opts)
     if output is not None:
-        atomic_write_text(output, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+        atomic_write_text(output, "".join(json_line(r) for r in records))
     return records
 
 

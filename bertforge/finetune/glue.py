@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import BertforgeError
-from ..io import atomic_write_text, lock_run_directory
+from ..io import atomic_write_text, json_line, lock_run_directory
 from ..options import option
 from ..system import setup_runtime
 from .api import check_output_dir, evaluate, finetune, make_settings
@@ -236,7 +236,7 @@ def _write_jsonl(task: GlueTask, examples: list[TextExample], path: Path) -> Non
     with open(path, "w", encoding="utf-8") as out:
         for e in examples:
             record = {"text": e.text, "text_pair": e.text_pair, "label": float(e.label) if task.regression else e.label}
-            out.write(json.dumps(record, ensure_ascii=False) + "\n")
+            out.write(json_line(record))
 
 
 # ---------------------------------------------------------------------------------------------------- scores

@@ -86,11 +86,7 @@ class Task(ABC):
     def max_length(self, opts: DataOptions, config: BertConfig) -> int:
         """`--max-length`, or the task's default capped at the model's positions."""
         length = opts.max_length or min(self.default_max_length, config.max_sequence_length)
-        if length > config.max_sequence_length:
-            raise BertforgeError(
-                f"--max-length {length} exceeds the longest sequence the model takes ({config.max_sequence_length}, "
-                f"from its max_position_embeddings {config.max_position_embeddings})"
-            )
+        config.check_sequence_length(length, "--max-length")
         return length
 
 
@@ -128,6 +124,29 @@ def _label_key(value: Any) -> str:
     return text
 
 
+def check_numeric_labels(examples: list[TextExample], path: Path) -> None:
+    """Labels that are mostly numbers are numbers: a non-number among them ("n/a", an empty cell read as text, or a
+    number that is not finite: "nan", "inf") is refused naming its line, rather than turning every label into a
+    class name (or regression into classification)."""
+    odd = [e for e in examples if _number(e.label) is None]
+    if not odd or len(odd) * 2 >= len(examples):
+        return
+    first = odd[0]
+    what = "not a finite number" if _is_float(first.label) else "not a number"
+    raise BertforgeError(
+        f"{path}:{first.line}: label {first.label!r} is {what}, but {len(examples) - len(odd)} of the "
+        f"{len(examples)} labels are numbers ({len(odd)} are not); fix or drop such rows"
+    )
+
+
+def _is_float(value: Any) -> bool:
+    try:
+        float(value)
+    except (TypeError, ValueError):
+        return False
+    return not isinstance(value, bool)
+
+
 class Classification(Task):
     """Sentence or sentence-pair classification; regression when the training labels are written as floats."""
 
@@ -145,6 +164,7 @@ class Classification(Task):
 
     def label_overrides(self, examples: list[TextExample], path: Path) -> dict[str, Any]:
         values = [e.label for e in examples]
+        check_numeric_labels(examples, path)
         numeric = all(_number(v) is not None for v in values)
         if numeric and any(_written_as_float(v) for v in values):
             return {"num_labels": 1, "problem_type": "regression", "id2label": {0: "LABEL_0"}, "label2id": {"LABEL_0": 0}}
@@ -179,8 +199,10 @@ class Classification(Task):
             if number is None:
                 raise BertforgeError(f"{path}:{example.line}: label {example.label!r} is not a number (the model does regression)")
             return number
-        label2id = config.label2id or {}
+        label2id = config.label2id or {f"LABEL_{i}": i for i in range(config.num_labels)}
         key = _label_key(example.label)
+        if key not in label2id and key.isdigit() and set(label2id) == {f"LABEL_{i}" for i in range(len(label2id))}:
+            key = f"LABEL_{key}"  # transformers' default names: label i is LABEL_i
         if key not in label2id:
             known = ", ".join(sorted(label2id))
             raise BertforgeError(f"{path}:{example.line}: label {example.label!r} was not seen in training (known: {known})")

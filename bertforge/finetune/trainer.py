@@ -29,6 +29,7 @@ from tqdm.contrib.logging import logging_redirect_tqdm
 
 from .features import Feature, collate, inference_batches, training_batches
 from ..optim import make_optimizer, parameter_groups, warmup_decay  # noqa: F401  (parameter_groups: importable here too)
+from ..state import check_same_files, files_fingerprint
 from ..training_checkpoint import Loaded, TrainingCheckpoints, number_list
 from ..training_log import MetricsLog, Panel, plot_curves
 from ..train import TrainStep, autocast as train_autocast, labelled_count, pick_precision
@@ -134,9 +135,8 @@ class Finetuning:
         self.model, self.features, self.evaluate, self.cfg = model, train_features, evaluate, cfg
         self.main_metric, self.lower_is_better, self.pad_token_id, self.device = main_metric, lower_is_better, pad_token_id, device
         self.generator = torch.Generator().manual_seed(cfg.seed)
-        batches_per_epoch = math.ceil(len(train_features) / cfg.batch_size)
-        steps_per_epoch = math.ceil(batches_per_epoch / cfg.grad_accum)
-        self.total_steps = steps_per_epoch * cfg.epochs
+        epoch_steps = self.plan_steps()
+        self.total_steps = sum(epoch_steps)
         warmup_steps = math.ceil(self.total_steps * cfg.warmup_ratio)
         if cfg.freeze_backbone:
             freeze_backbone(model)  # before the optimizer, which then leaves the frozen weights out
@@ -146,10 +146,11 @@ class Finetuning:
         self.stepper = TrainStep(model, optimizer, scheduler, max_grad_norm=MAX_GRAD_NORM, device=device,
                                  precision=pick_precision(cfg.precision, device), max_skipped_steps=cfg.max_skipped_steps)
         self.train_model = torch.compile(model) if cfg.compile else model  # what training steps call
-        log.info(
-            "fine-tuning on %d features: %d epoch(s) x %d step(s), batch %d x %d accumulated, warm-up %d step(s), on %s",
-            len(train_features), cfg.epochs, steps_per_epoch, cfg.batch_size, cfg.grad_accum, warmup_steps, device,
-        )
+        per_epoch = (f"{epoch_steps[0]} step(s)" if len(set(epoch_steps)) == 1
+                     else f"{min(epoch_steps)}-{max(epoch_steps)} step(s), {self.total_steps} in all")
+        log.info("%s on %d %s: %d epoch(s) x %s, batch %d x %d accumulated, warm-up %d step(s), on %s", self.what,
+                 len(train_features), self.rows, cfg.epochs, per_epoch, cfg.batch_size, cfg.grad_accum, warmup_steps,
+                 device)
         self.result = TrainResult()
         self.best_state: dict[str, torch.Tensor] | None = None
         self.since_best = 0
@@ -162,6 +163,13 @@ class Finetuning:
         self.losses: list[float] = []
         self.checkpoints: TrainingCheckpoints | None = None  # see `enable_checkpoints`
         self.save_every = 0
+
+    what, rows = "fine-tuning", "features"  # the plan line's words
+
+    def plan_steps(self) -> list[int]:
+        """The optimizer steps of each epoch (what the schedule spans), known before the run starts."""
+        batches = math.ceil(len(self.features) / self.cfg.batch_size)
+        return [math.ceil(batches / self.cfg.grad_accum)] * self.cfg.epochs
 
     def epoch_batches(self) -> list[list[int]]:
         """One epoch's batches of example indices, in the order of the run's generator."""
@@ -261,6 +269,8 @@ class Finetuning:
         """Save a checkpoint at each epoch's end, where early stopping ends the run and (`save_every` > 0) every
         `save_every` optimizer steps; `resume()` continues from the newest one."""
         self.checkpoints, self.save_every = checkpoints, save_every
+        # the files the run reads, as they are now: a checkpoint records them, a resume refuses other ones
+        self.data_files = files_fingerprint([self.cfg.train, self.cfg.dev], digest=True)
 
     def save_checkpoint(self) -> None:
         """The run as it stands (nothing without checkpoints): the data position, the losses not logged yet, the
@@ -272,7 +282,7 @@ class Finetuning:
         evaluations = [[e.step, e.epoch, e.metrics] for e in self.result.evaluations]
         record = {"evaluations": evaluations, "best": None if best is None else self.result.evaluations.index(best),
                   "best_weights": self.best_state if best is not None and best.step != step else None}
-        data = {"epoch": self.epoch, "position": self.position, "generator": self.epoch_start}
+        data = {"epoch": self.epoch, "position": self.position, "generator": self.epoch_start, "files": self.data_files}
         counters = {"losses": self.losses, "since_best": self.since_best, "stopped_early": self.result.stopped_early}
         self.checkpoints.save(data, counters, {"evaluation": record})
 
@@ -282,6 +292,8 @@ class Finetuning:
         if not (isinstance(data, dict) and all(type(data.get(k)) is int and data[k] >= 0 for k in ("epoch", "position"))
                 and isinstance(data.get("generator"), torch.Tensor)):
             raise ValueError(f"{loaded.path}: the data position is not an epoch, a step and a generator state")
+        if "files" in data:  # (checkpoints of earlier versions did not record them)
+            check_same_files(data["files"], self.data_files, "training or dev data (--train, --dev)")
         if not (number_list(trainer.get("losses")) and type(trainer.get("since_best")) is int
                 and isinstance(trainer.get("stopped_early"), bool)):
             raise ValueError(f"{loaded.path}: expected losses, since_best and stopped_early in trainer_state.json")

@@ -157,6 +157,15 @@ class BertConfig:
         """The most tokens one sequence may have: the position table's size, less RoBERTa's offset."""
         return self.max_position_embeddings - self.position_offset
 
+    def check_sequence_length(self, length: int, option: str) -> None:
+        """Refuse `option` asking for sequences of `length` tokens beyond `max_sequence_length`, naming that limit."""
+        if length > self.max_sequence_length:
+            offset = f" less the {self.position_offset} positions its family skips" if self.position_offset else ""
+            raise BertforgeError(
+                f"{option} {length} exceeds the longest sequence the model takes ({self.max_sequence_length}, from "
+                f"its max_position_embeddings {self.max_position_embeddings}{offset})"
+            )
+
     @property
     def position_offset(self) -> int:
         """The first position id (RoBERTa's start after the padding id)."""

@@ -149,10 +149,7 @@ class Pipeline:
         config = self.model.config
         tokenizer.check_fits_model(config.vocab_size, str(self.model_dir) if self.model_dir else "the model")
         limit = min(config.max_sequence_length, tokenizer.model_max_length)
-        if max_length is None:
-            max_length = limit
-        if not isinstance(max_length, int) or isinstance(max_length, bool) or not 2 < max_length <= limit:
-            raise BertforgeError(f"max_length must be an integer in 3..{limit} for this model, got {max_length!r}")
+        max_length = self.check_max_length(limit if max_length is None else max_length, limit)
         if batch_tokens < 1 or batch_size < 1:
             raise BertforgeError(f"batch_tokens and batch_size must be positive, got {batch_tokens} and {batch_size}")
         self.max_length = max_length
@@ -169,6 +166,13 @@ class Pipeline:
         self.backend = backend
 
     # ------------------------------------------------------------------ loading and checks
+
+    @staticmethod
+    def check_max_length(max_length: Any, limit: int) -> int:
+        """`max_length`, an integer in 3..`limit` (the model's and the tokenizer's limit), or a BertforgeError."""
+        if not isinstance(max_length, int) or isinstance(max_length, bool) or not 2 < max_length <= limit:
+            raise BertforgeError(f"max_length must be an integer in 3..{limit} for this model, got {max_length!r}")
+        return max_length
     def load(self, path: Path) -> BertPreTrainedModel:
         """Load `model_class` from `path` and check that the checkpoint has what the task needs."""
         model = load_pretrained(self.model_class, path, quiet=True).eval()  # the heads are checked below

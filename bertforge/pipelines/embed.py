@@ -3,6 +3,7 @@ L2-normalised."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,8 @@ from ..model import BertModel
 from ..pooling import POOLINGS, mean_pool, pool, sentence_transformers_settings  # noqa: F401  (importable here too)
 from .base import Feature, Pipeline
 from ..model.attention import PackedBatch
+
+log = logging.getLogger("bertforge")
 
 
 class EmbedPipeline(Pipeline):
@@ -47,9 +50,15 @@ class EmbedPipeline(Pipeline):
             raise BertforgeError(f"embed: pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
         directory = None if isinstance(model, torch.nn.Module) else Path(model)
         defaults = sentence_transformers_settings(directory if directory is not None and directory.is_dir() else None)
-        if kwargs.get("max_length") is None and "max_length" in defaults:
-            kwargs["max_length"] = defaults["max_length"]
-        super().__init__(model, **kwargs)
+        declared = defaults.get("max_length") if kwargs.get("max_length") is None else None
+        super().__init__(model, **kwargs)  # without max_length: the model's limit
+        if declared is not None:
+            # sentence-transformers' max_seq_length, at most the model's limit (as sentence-transformers caps it)
+            if declared > self.max_length:
+                log.warning("embed: %s: max_seq_length %d is beyond this model's %d positions; using %d", self.model_dir,
+                         declared, self.max_length, self.max_length)
+            else:
+                self.max_length = self.check_max_length(declared, self.max_length)
         self.pooling = pooling if pooling is not None else defaults.get("pooling", "mean")
         self.normalize = bool(normalize if normalize is not None else defaults.get("normalize", False))
         self.hidden_size = self.model.config.hidden_size

@@ -122,7 +122,7 @@ def test_bad_files_are_refused_naming_the_line(tiny, tmp_path, capsys, name, con
     (["--symmetric"], "--symmetric applies to --loss mnrl, not cosent"),
     (["--matryoshka-dims", "64,32"], "--matryoshka-dims 64 is larger than the embedding (32)"),
     (["--matryoshka-dims", "32,x"], "--matryoshka-dims must be integers"),
-    (["--max-length", "999"], "beyond this model's 64 positions"),
+    (["--max-length", "999"], "--max-length 999 exceeds the longest sequence the model takes (64"),
     (["--mini-batch-size", "0"], "mini_batch_size must be an integer >= 1"),
 ])
 def test_bad_settings_are_refused(tiny, tmp_path, capsys, args, message):

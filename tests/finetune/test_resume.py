@@ -192,3 +192,35 @@ def test_a_resumed_run_rewrites_tensorboard_from_its_checkpoint(reference, tiny_
     events = EventAccumulator(str(out / "tensorboard"))
     events.Reload()
     assert [e.step for e in events.Scalars("train/loss")] == [r["step"] for r in rows(out) if r["type"] == "train"]
+
+
+@pytest.mark.parametrize("change", ["fewer rows", "labels flipped", "dev file"])
+def test_a_resume_after_the_data_changed_is_refused_in_one_line(tiny_model, data, tmp_path, monkeypatch, capsys, change):
+    """The checkpoint records the training and dev files (name, size, digest of their bytes): a resume on other
+    data, even of the same size (the labels flipped), is refused naming the file, not continued as if nothing
+    happened."""
+    root = tmp_path / "data"
+    root.mkdir()
+    copy = (Path(shutil.copy(data[0], root / "train.tsv")), Path(shutil.copy(data[1], root / "dev.tsv")))
+    out = tmp_path / "run"
+    run_stopped_after(monkeypatch, 3, tiny_model, copy, out, save_every=2)
+    assert [s for s, _ in list_checkpoints(out)] == [2]
+    if change == "fewer rows":
+        write_sentiment(copy[0], 6)
+    elif change == "labels flipped":
+        text = copy[0].read_text()
+        copy[0].write_text(text.replace("\tpos", "\tPOS").replace("\tneg", "\tpos").replace("\tPOS", "\tneg"))
+        assert len(copy[0].read_text()) == len(text)
+    else:
+        write_sentiment(copy[1], 6)
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    args = ["finetune", "--task", "classification", "--model", str(tiny_model), "--train", str(copy[0]),
+            "--dev", str(copy[1]), "--out", str(out), "--epochs", "2", "--batch-size", "4", "--lr", "1e-3",
+            "--eval-every", "3", "--log-every", "3", "--seed", "3", "--device", "cpu", "--no-progress", "--resume",
+            "--save-every", "2"]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    name = "dev.tsv" if change == "dev file" else "train.tsv"
+    assert len(err.splitlines()) == 1 and "cannot resume: the training or dev data (--train, --dev) differs" in err, err
+    assert f"was {name} (" in err and ("contents" in err) == (change == "labels flipped"), err
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before  # nothing written

@@ -41,3 +41,16 @@ def test_config_round_trip_and_transformers_reads_it(tmp_path):
     assert hf.hidden_size == 256 and hf.id2label == {0: "neg", 1: "pos"}
     with pytest.raises(BertforgeError, match="unknown config preset"):
         BertConfig.preset("gigantic")
+
+
+def test_check_sequence_length_names_the_real_limit():
+    bert = BertConfig(max_position_embeddings=64)
+    bert.check_sequence_length(64, "--max-length")
+    with pytest.raises(BertforgeError, match=r"^--max-length 65 exceeds the longest sequence the model takes \(64, "
+                                             r"from its max_position_embeddings 64\)$"):
+        bert.check_sequence_length(65, "--max-length")
+    roberta = BertConfig(model_type="roberta", max_position_embeddings=128, pad_token_id=1)
+    roberta.check_sequence_length(126, "--seq-len")
+    with pytest.raises(BertforgeError, match=r"--seq-len 127 exceeds .* \(126, from its max_position_embeddings 128 "
+                                             r"less the 2 positions its family skips\)"):
+        roberta.check_sequence_length(127, "--seq-len")

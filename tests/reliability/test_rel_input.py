@@ -20,7 +20,7 @@ from bertforge import BertforgeError
 from bertforge.data import CorpusReader, iter_documents
 from bertforge.finetune.data import read_classification, read_conll, tag_scheme
 from bertforge.io import binary_reason
-from tests.reliability.rel_helpers import TINY_CONFIG, make_corpus, make_model_dir, one_torch_thread, report
+from tests.reliability.rel_helpers import TINY_CONFIG, one_torch_thread, report
 from tests.reliability.test_rel_cli import assert_one_line_error, invoke
 
 SST2 = Path("/work/shared/data/tasks/sst2/train.tsv")
@@ -32,25 +32,6 @@ def write(path: Path, content: str | bytes) -> Path:
     else:
         path.write_text(content, encoding="utf-8")
     return path
-
-
-@pytest.fixture(scope="module")
-def model_dirs(tmp_path_factory) -> dict[str, Path]:
-    """A tiny pretrained model and a tiny classifier (labels neg/pos), both with a tokenizer."""
-    from bertforge import BertConfig, BertForSequenceClassification
-    from bertforge.tokenizer import Tokenizer
-
-    root = tmp_path_factory.mktemp("models")
-    corpus = make_corpus(root / "corpus.txt")
-    tok = Tokenizer.train([str(corpus)], vocab_size=TINY_CONFIG["vocab_size"], show_progress=False)
-    tok.save_pretrained(root / "tok")
-    pretrained = make_model_dir(root / "pretrained", tokenizer_dir=root / "tok")
-    config = BertConfig(**TINY_CONFIG, num_labels=2, id2label={0: "neg", 1: "pos"}, label2id={"neg": 0, "pos": 1},
-                        architectures=["BertForSequenceClassification"])
-    classifier = BertForSequenceClassification(config)
-    classifier.save_pretrained(root / "classifier")
-    tok.save_pretrained(root / "classifier")
-    return {"pretrained": pretrained, "classifier": root / "classifier", "corpus": corpus}
 
 
 # ---------------------------------------------------------------------------------------------------- rows
