@@ -36,7 +36,7 @@ def refuse_model_directory(out: Path, overwrite: bool) -> None:
     """A directory holding a model (config.json, weights) is refused without --overwrite: a new vocabulary there
     would silently stop matching the model's embeddings."""
     from ..checkpoint import PICKLE_WEIGHTS_NAME, WEIGHTS_INDEX_NAME, WEIGHTS_NAME
-    from ..config import CONFIG_NAME
+    from ..model.config import CONFIG_NAME
     from ..errors import BertforgeError
 
     found = [n for n in (CONFIG_NAME, WEIGHTS_NAME, WEIGHTS_INDEX_NAME, PICKLE_WEIGHTS_NAME) if (out / n).is_file()]
