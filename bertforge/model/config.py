@@ -58,7 +58,7 @@ class BertConfig:
     problem_type: str | None = None  # "regression" | "single_label_classification" | "multi_label_classification"
     attn_implementation: str = "sdpa"  # run-time choice, not written to config.json
     architectures: list[str] | None = None  # the internal (Bert*) class names; the family's names in config.json
-    model_type: str = "bert"  # the family (`bertforge.families`): bert, roberta, xlm-roberta, distilbert, albert
+    model_type: str = "bert"  # the family (`bertforge.model.families`): bert, roberta, xlm-roberta, distilbert, ...
     embedding_size: int | None = None  # ALBERT: embeddings of width E, projected to hidden_size; None: E = H
     num_hidden_groups: int | None = None  # ALBERT: layers share weights in this many groups; None: no sharing
     extra: dict[str, Any] = field(default_factory=dict, repr=False)  # unknown config.json keys, kept for saving
@@ -212,7 +212,7 @@ class BertConfig:
         kwargs["model_type"] = member.model_type
         if kwargs.get("architectures") is not None and isinstance(kwargs["architectures"], list):
             kwargs["architectures"] = [member.internal_architecture(str(a)) for a in kwargs["architectures"]]
-        written_by_us = ("position_embedding_type", "tie_word_embeddings", "inner_group_num")
+        written_by_us = {key for f in FAMILIES.values() for key in f.written}
         extra = {k: v for k, v in data.items() if k not in known and k not in written_by_us}
         try:
             return cls(**kwargs, extra=extra)
@@ -260,11 +260,9 @@ class BertConfig:
             if f.name == "classifier_dropout" and value is None and f.name in names:
                 value = self.hidden_dropout_prob  # the family's classes need a number, and this is what None means
             out[names.get(f.name, f.name)] = value
-        out.update(position_embedding_type="absolute", tie_word_embeddings=True)
-        if member.model_type == "albert":
-            out["inner_group_num"] = 1
-        if member.model_type == "distilbert":
-            out.pop("position_embedding_type")
+        out.update(member.written)
+        if member.write_config is not None:
+            out = member.write_config(out, self)
         out.pop("_attn_implementation", None)
         out.pop("attn_implementation", None)
         return dict(sorted(out.items()))

@@ -121,11 +121,12 @@ class BertResidualOutput(nn.Module):
     """The end of both sublayers (`attention.output` and `output`): post-LN LN(residual + dropout(dense(x))), or
     pre-LN residual + dropout(dense(x)) (the norm then sits at the sublayer's entry)."""
 
-    def __init__(self, spec: EncoderSpec, n_in: int, bias: bool) -> None:
+    def __init__(self, spec: EncoderSpec, n_in: int, bias: bool, p: float | None) -> None:
+        """`p`: the dropout on the sublayer's output (None: the spec's hidden dropout)."""
         super().__init__()
         self.dense = Dense(n_in, spec.hidden_size, bias, role="out")
         self.LayerNorm = norm(spec) if spec.norm == "post" else None
-        self.dropout = spec.hidden_dropout
+        self.dropout = spec.hidden_dropout if p is None else p
 
     def forward(self, x: Tensor, residual: Tensor) -> Tensor:
         if self.training or torch.is_grad_enabled():
@@ -144,7 +145,7 @@ class BertAttention(nn.Module):
         self.norm = norm(spec) if pre else None
         self.self = BertSelfAttention(spec)
         self.relative = RelativeTerms(spec) if spec.relative is not None else None
-        self.output = BertResidualOutput(spec, spec.hidden_size, spec.attention_bias)
+        self.output = BertResidualOutput(spec, spec.hidden_size, spec.attention_bias, spec.attention_output_dropout)
         self.num_heads = spec.num_heads
         self.attn_dropout = spec.attention_dropout
         self.backend = backend
@@ -175,6 +176,7 @@ class BertIntermediate(nn.Module):
         width = 2 * spec.intermediate_size if gated else spec.intermediate_size
         self.dense = Dense(spec.hidden_size, width, spec.mlp_bias, act=None if gated else spec.activation)
         self.gate_act = activation_fn(spec.activation) if gated else None
+        self.dropout = spec.ffn_inner_dropout
 
     def forward(self, x: Tensor) -> Tensor:
         h = self.norm(x) if self.norm is not None else x
@@ -182,7 +184,7 @@ class BertIntermediate(nn.Module):
         if self.gate_act is None:
             return h
         a, g = h.chunk(2, dim=-1)
-        return self.gate_act(a) * g  # [..., I]
+        return dropout(self.gate_act(a) * g, self.dropout, self.training)  # [..., I]
 
 
 class BertLayer(nn.Module):
@@ -192,7 +194,7 @@ class BertLayer(nn.Module):
         super().__init__()
         self.attention = BertAttention(spec, index, backend)
         self.intermediate = BertIntermediate(spec)
-        self.output = BertResidualOutput(spec, spec.intermediate_size, spec.mlp_bias)
+        self.output = BertResidualOutput(spec, spec.intermediate_size, spec.mlp_bias, spec.ffn_output_dropout)
 
     def forward(self, x: Tensor, layout: Layout, output_attentions: bool = False, scores: Scores = PLAIN,
                 relative_table: Tensor | None = None) -> tuple[Tensor, Tensor | None]:

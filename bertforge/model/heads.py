@@ -1,5 +1,6 @@
 """The task heads on top of the encoder: the MLM head (transform → tied decoder), the sentence heads, the
-first-token sequence head, and the MLM loss that projects only the labelled positions.
+first-token sequence head, sequence pooling, and the MLM loss that projects only the labelled positions. Their
+shape is the spec's `HeadSpec`.
 
 Shapes: B = batch, S = sequence length, H = hidden size, E = embedding width, V = vocabulary, N = labelled
 (masked) positions in a batch.
@@ -11,46 +12,48 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .config import BertConfig
 from ..constants import IGNORE_INDEX
 from ..errors import BertforgeError
 from ..linear import linear
 from ..ops import dropout
-from .parts import Dense, LayerNorm
+from .config import BertConfig
+from .parts import Dense, norm
+from .spec import EncoderSpec
 
 
 class BertPredictionHeadTransform(nn.Module):
-    """dense (H → E) → activation → LayerNorm: the MLM head's transform, to the width of the word embeddings."""
+    """dense (H → width) → activation → norm: the MLM head's transform, to the width of the word embeddings; and
+    ModernBERT's head before its classifiers (width H)."""
 
-    def __init__(self, config: BertConfig) -> None:
+    def __init__(self, spec: EncoderSpec, width: int, act: str) -> None:
         super().__init__()
-        act = config.family.mlm_head_act or config.hidden_act
-        self.dense = Dense(config.hidden_size, config.embedding_dim, act=act)
-        self.LayerNorm = LayerNorm(config.embedding_dim, config.layer_norm_eps)
+        self.dense = Dense(spec.hidden_size, width, bias=spec.heads.transform_bias, act=act, role="out")
+        self.LayerNorm = norm(spec, width)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.LayerNorm(self.dense(x))
 
 
 class BertLMPredictionHead(nn.Module):
-    """dense → GELU → LayerNorm → decoder whose weight is the word-embedding matrix (tied), plus a bias."""
+    """transform → decoder whose weight is the word-embedding matrix (tied), plus a bias (unless the spec has
+    none)."""
 
-    def __init__(self, config: BertConfig) -> None:
+    def __init__(self, spec: EncoderSpec) -> None:
         super().__init__()
-        self.transform = BertPredictionHeadTransform(config)
-        self.bias = nn.Parameter(torch.zeros(config.vocab_size))
+        self.transform = BertPredictionHeadTransform(spec, spec.embedding_dim, spec.heads.mlm_act)
+        self.bias = nn.Parameter(torch.zeros(spec.vocab_size)) if spec.heads.decoder_bias else None
 
     def forward(self, x: Tensor, word_embeddings: Tensor) -> Tensor:
         return linear(self.transform(x), word_embeddings, self.bias)  # [..., V]
 
 
 class BertPreTrainingHeads(nn.Module):
-    def __init__(self, config: BertConfig, mlm: bool = True, nsp: bool = True) -> None:
+    def __init__(self, spec: EncoderSpec, mlm: bool = True, nsp: bool = True) -> None:
         super().__init__()
         if mlm:
-            self.predictions = BertLMPredictionHead(config)
+            self.predictions = BertLMPredictionHead(spec)
         if nsp:
-            self.seq_relationship = Dense(config.hidden_size, 2)
+            self.seq_relationship = Dense(spec.hidden_size, 2, role="head")
 
 
 def masked_lm(
@@ -85,13 +88,13 @@ class FirstTokenHead(nn.Module):
     """The sequence head of RoBERTa and DistilBERT, on the first token's hidden state (they have no pooler there):
     (dropout →) dense → tanh or ReLU → dropout → out_proj."""
 
-    def __init__(self, config: BertConfig, p: float) -> None:
+    def __init__(self, spec: EncoderSpec, num_labels: int, p: float) -> None:
         super().__init__()
-        h = config.hidden_size
-        self.dense = Dense(h, h, act=config.family.sequence_head_act)
-        self.out_proj = Dense(h, config.num_labels)
+        h = spec.hidden_size
+        self.dense = Dense(h, h, act=spec.heads.sequence_act, role="head")
+        self.out_proj = Dense(h, num_labels, role="final")
         self.p = p
-        self.dropout_first = config.family.dropout_before_head_dense
+        self.dropout_first = spec.heads.dropout_before_dense
 
     def forward(self, first: Tensor) -> Tensor:
         if self.dropout_first:
@@ -99,5 +102,16 @@ class FirstTokenHead(nn.Module):
         return self.out_proj(dropout(self.dense(first), self.p, self.training))
 
 
+def pool(hidden: Tensor, attention_mask: Tensor | None, how: str) -> Tensor:
+    """Each sequence's vector [B, H] of hidden states [B, S, H]: token 0 ("cls"), or the mean of the real tokens
+    ("mean"; all of them without a mask)."""
+    if how == "cls":
+        return hidden[:, 0]
+    if attention_mask is None:
+        return hidden.mean(dim=1)
+    weights = attention_mask.to(hidden.dtype).unsqueeze(-1)  # [B, S, 1]
+    return (hidden * weights).sum(dim=1) / weights.sum(dim=1)
+
+
 __all__ = ["BertLMPredictionHead", "BertPreTrainingHeads", "BertPredictionHeadTransform", "FirstTokenHead", "masked_lm",
-           "require_sentence_head"]
+           "pool", "require_sentence_head"]

@@ -24,7 +24,8 @@ from ..errors import BertforgeError
 from ..ops import dropout
 from .attention import Packed, PackedBatch, Padded, Unpadded, extended_attention_mask, static_graph
 from .encoder import BertAttention, BertEmbeddings, BertEncoder, BertLayer, BertPooler
-from .heads import BertPreTrainingHeads, FirstTokenHead, masked_lm, require_sentence_head
+from .heads import (BertPredictionHeadTransform, BertPreTrainingHeads, FirstTokenHead, masked_lm, pool,
+                    require_sentence_head)
 from .outputs import (BaseModelOutput, MaskedLMOutput, ModelOutput, PreTrainingOutput, QuestionAnsweringOutput,
                       SequenceClassifierOutput)
 from .parts import Dense, LayerNorm
@@ -62,7 +63,7 @@ class BertPreTrainedModel(nn.Module):
                     elif name == "bias":  # dense layers' and the MLM decoder's
                         param.zero_()
                     else:  # dense and embedding matrices
-                        init_matrix(param, spec.init, spec.init_std, getattr(module, "role", "in"), spec.num_layers)
+                        init_matrix(param, spec, getattr(module, "role", "in"))
                         if module is word and pad is not None:
                             param[pad].zero_()
 
@@ -115,13 +116,15 @@ class BertPreTrainedModel(nn.Module):
             input_ids, attention_mask, token_type_ids, position_ids, output_attentions, output_hidden_states,
             unpad=self.skips_padding(labels, **targets),
         )
-        return self.head(out, labels, **targets)
+        return self.head(out, labels, attention_mask=attention_mask, **targets)
 
     def skips_padding(self, labels: Tensor | None, **targets: Any) -> bool:
         """Whether the head reads no padded position of the encoder's output (then the encoder runs unpadded)."""
         return False
 
-    def head(self, out: BaseModelOutput, labels: Tensor | None, **targets: Any) -> ModelOutput:
+    def head(self, out: BaseModelOutput, labels: Tensor | None, attention_mask: Tensor | None = None,
+             **targets: Any) -> ModelOutput:
+        """The head's outputs and loss from the encoder's `out`; `attention_mask` [B, S] for heads that pool."""
         raise NotImplementedError(f"{type(self).__name__} has no task head")
 
     @classmethod
@@ -136,14 +139,18 @@ class BertPreTrainedModel(nn.Module):
         save_pretrained(self, path)
 
 
-def init_matrix(param: Tensor, rule: str, std: float, role: str, layers: int) -> None:
-    """Draw a dense or embedding matrix by `rule` (see `BertPreTrainedModel.init_weights`); `role` is its
-    `Dense.role` ("in", "out" or "head"; embeddings "in")."""
-    if rule == "normal":
+def init_matrix(param: Tensor, spec: EncoderSpec, role: str) -> None:
+    """Draw a dense or embedding matrix by the spec's rule (see `BertPreTrainedModel.init_weights`); `role` is its
+    `Dense.role` (`parts.INIT_ROLES`; embeddings "in"). "scaled-truncated" (ModernBERT's): cut off at ±2σ, the
+    blocks' output projections and head transforms at σ / √(2L), the classifiers at 1 / √H."""
+    std = spec.init_std
+    if spec.init == "normal":
         nn.init.normal_(param, std=std)
         return
     if role == "out":
-        std = std / (2.0 * layers) ** 0.5
+        std = std / (2.0 * spec.num_layers) ** 0.5
+    elif role == "final":
+        std = spec.hidden_size ** -0.5
     nn.init.trunc_normal_(param, std=std, a=-2 * std, b=2 * std)
 
 
@@ -211,7 +218,7 @@ class BertForPreTraining(BertPreTrainedModel):
         super().__init__(config)
         require_sentence_head(config, type(self).__name__, ("NSP", "SOP"))
         self.bert = BertModel(config, initialize=False)
-        self.cls = BertPreTrainingHeads(config)
+        self.cls = BertPreTrainingHeads(self.bert.spec)
         self.init_weights()
 
     def skips_padding(self, labels: Tensor | None, sparse_mlm: bool = True, **targets: Any) -> bool:
@@ -229,11 +236,11 @@ class BertForPreTraining(BertPreTrainedModel):
         self,
         out: BaseModelOutput,
         labels: Tensor | None,
+        attention_mask: Tensor | None = None,
         next_sentence_label: Tensor | None = None,
         sparse_mlm: bool = True,
     ) -> PreTrainingOutput:
-        word = self.bert.embeddings.word_embeddings.weight
-        logits, mlm_loss = masked_lm(self.cls.predictions, word, out.last_hidden_state, labels, sparse_mlm)
+        logits, mlm_loss = masked_lm(self.cls.predictions, self.input_embeddings(), out.last_hidden_state, labels, sparse_mlm)
         nsp_logits = self.cls.seq_relationship(out.pooler_output)  # [B, 2]
         nsp_loss = None
         if next_sentence_label is not None:
@@ -249,7 +256,7 @@ class BertForMaskedLM(BertPreTrainedModel):
     def __init__(self, config: BertConfig) -> None:
         super().__init__(config)
         self.bert = BertModel(config, add_pooling_layer=False, initialize=False)
-        self.cls = BertPreTrainingHeads(config, nsp=False)
+        self.cls = BertPreTrainingHeads(self.bert.spec, nsp=False)
         self.init_weights()
 
     skips_padding = BertForPreTraining.skips_padding  # only labelled positions are read
@@ -257,10 +264,9 @@ class BertForMaskedLM(BertPreTrainedModel):
     mlm_logits = BertForPreTraining.mlm_logits
 
     def head(  # type: ignore[override]
-        self, out: BaseModelOutput, labels: Tensor | None, sparse_mlm: bool = True
+        self, out: BaseModelOutput, labels: Tensor | None, attention_mask: Tensor | None = None, sparse_mlm: bool = True
     ) -> MaskedLMOutput:
-        word = self.bert.embeddings.word_embeddings.weight
-        logits, loss = masked_lm(self.cls.predictions, word, out.last_hidden_state, labels, sparse_mlm)
+        logits, loss = masked_lm(self.cls.predictions, self.input_embeddings(), out.last_hidden_state, labels, sparse_mlm)
         return MaskedLMOutput(loss, logits, out.hidden_states, out.attentions)
 
 
@@ -269,13 +275,14 @@ class BertForNextSentencePrediction(BertPreTrainedModel):
         super().__init__(config)
         require_sentence_head(config, type(self).__name__, ("NSP",))
         self.bert = BertModel(config, initialize=False)
-        self.cls = BertPreTrainingHeads(config, mlm=False)
+        self.cls = BertPreTrainingHeads(self.bert.spec, mlm=False)
         self.init_weights()
 
     def skips_padding(self, labels: Tensor | None, **targets: Any) -> bool:
         return True  # only [CLS] is read
 
-    def head(self, out: BaseModelOutput, labels: Tensor | None) -> SequenceClassifierOutput:  # type: ignore[override]
+    def head(self, out: BaseModelOutput, labels: Tensor | None,  # type: ignore[override]
+             attention_mask: Tensor | None = None) -> SequenceClassifierOutput:
         logits = self.cls.seq_relationship(out.pooler_output)  # [B, 2]
         loss = F.cross_entropy(logits.float(), labels.reshape(-1)) if labels is not None else None
         return SequenceClassifierOutput(loss, logits, out.hidden_states, out.attentions)
@@ -286,26 +293,42 @@ class _ClassifierMixin:
         config: BertConfig = self.config  # type: ignore[attr-defined]
         return config.classifier_dropout if config.classifier_dropout is not None else config.hidden_dropout_prob
 
+    def _transform(self, hidden: Tensor) -> Tensor:
+        """ModernBERT's head transform and dropout before a classifier (`HeadSpec.token_transform`), or the
+        dropout alone."""
+        if self.head_transform is not None:  # type: ignore[attr-defined]
+            hidden = self.head_transform(hidden)  # type: ignore[attr-defined]
+        return dropout(hidden, self._dropout_p(), self.training)  # type: ignore[attr-defined]
+
+    def _head_transform(self) -> BertPredictionHeadTransform | None:
+        spec = self.bert.spec  # type: ignore[attr-defined]
+        wanted = spec.heads.token_transform or spec.heads.sequence == "transform"
+        return BertPredictionHeadTransform(spec, spec.hidden_size, spec.heads.sequence_act) if wanted else None
+
 
 class BertForSequenceClassification(_ClassifierMixin, BertPreTrainedModel):
-    """Pooled [CLS] → dropout → linear (BERT, ALBERT), or the `FirstTokenHead` (RoBERTa, DistilBERT). Loss: MSE
-    when num_labels == 1 (regression), BCE for multi-label (float labels of shape [B, num_labels]), cross-entropy
-    otherwise — or as `config.problem_type` says."""
+    """Pooled [CLS] → dropout → linear (BERT, ALBERT), the `FirstTokenHead` (RoBERTa, DistilBERT), or the
+    sequences pooled as the spec says (token 0 or the mean) → transform → dropout → linear (ModernBERT). Loss:
+    MSE when num_labels == 1 (regression), BCE for multi-label (float labels of shape [B, num_labels]),
+    cross-entropy otherwise — or as `config.problem_type` says."""
 
     def __init__(self, config: BertConfig) -> None:
         super().__init__(config)
-        pooled = config.family.sequence_head == "pooler"
+        pooled = config.spec.heads.sequence == "pooler"
         self.bert = BertModel(config, add_pooling_layer=pooled, initialize=False)
-        self.classifier: nn.Module = Dense(config.hidden_size, config.num_labels) if pooled else FirstTokenHead(
-            config, self._dropout_p()
-        )
+        spec = self.bert.spec
+        self.head_transform = self._head_transform()
+        first_token = spec.heads.sequence == "first-token"
+        self.classifier: nn.Module = FirstTokenHead(spec, config.num_labels, self._dropout_p()) if first_token else (
+            Dense(config.hidden_size, config.num_labels, role="final"))
         self.init_weights()
 
     def classify(self, pooled: Tensor) -> Tensor:
-        """Logits [B, num_labels] from `BertModel.pool` of each sequence's first hidden state."""
+        """Logits [B, num_labels] from each sequence's pooled vector (`BertModel.pool` of its first hidden state,
+        or the pooling the spec names)."""
         if isinstance(self.classifier, FirstTokenHead):
             return self.classifier(pooled)
-        return self.classifier(dropout(pooled, self._dropout_p(), self.training))
+        return self.classifier(self._transform(pooled))
 
     def problem_type(self, labels: Tensor) -> str:
         if self.config.problem_type:
@@ -318,8 +341,10 @@ class BertForSequenceClassification(_ClassifierMixin, BertPreTrainedModel):
 
     skips_padding = BertForNextSentencePrediction.skips_padding  # only [CLS] is read
 
-    def head(self, out: BaseModelOutput, labels: Tensor | None) -> SequenceClassifierOutput:  # type: ignore[override]
-        pooled = out.pooler_output if out.pooler_output is not None else out.last_hidden_state[:, 0]
+    def head(self, out: BaseModelOutput, labels: Tensor | None,  # type: ignore[override]
+             attention_mask: Tensor | None = None) -> SequenceClassifierOutput:
+        pooled = out.pooler_output if out.pooler_output is not None else pool(
+            out.last_hidden_state, attention_mask, self.bert.spec.heads.pooling)
         logits = self.classify(pooled)  # [B, num_labels]
         loss = None
         if labels is not None:
@@ -337,41 +362,47 @@ class BertForTokenClassification(_ClassifierMixin, BertPreTrainedModel):
     def __init__(self, config: BertConfig) -> None:
         super().__init__(config)
         self.bert = BertModel(config, add_pooling_layer=False, initialize=False)
-        self.classifier = Dense(config.hidden_size, config.num_labels)
+        self.head_transform = self._head_transform()
+        self.classifier = Dense(config.hidden_size, config.num_labels, role="final")
         self.init_weights()
 
     def skips_padding(self, labels: Tensor | None, **targets: Any) -> bool:
         return labels is not None  # with labels (training, evaluation), padding is never read
 
-    def head(self, out: BaseModelOutput, labels: Tensor | None) -> SequenceClassifierOutput:  # type: ignore[override]
-        logits = self.classifier(dropout(out.last_hidden_state, self._dropout_p(), self.training))  # [B, S, L]
+    def head(self, out: BaseModelOutput, labels: Tensor | None,  # type: ignore[override]
+             attention_mask: Tensor | None = None) -> SequenceClassifierOutput:
+        logits = self.classifier(self._transform(out.last_hidden_state))  # [B, S, L]
         loss = None
         if labels is not None:
             loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=IGNORE_INDEX)
         return SequenceClassifierOutput(loss, logits, out.hidden_states, out.attentions)
 
 
-class BertForQuestionAnswering(BertPreTrainedModel):
-    """Span extraction: a linear layer gives start and end logits per token."""
+class BertForQuestionAnswering(_ClassifierMixin, BertPreTrainedModel):
+    """Span extraction: a linear layer gives start and end logits per token (after ModernBERT's transform and
+    dropout where the spec has them)."""
 
     def __init__(self, config: BertConfig) -> None:
         super().__init__(config)
         if config.num_labels != 2:
             raise BertforgeError(f"BertForQuestionAnswering needs num_labels == 2 (start, end), got {config.num_labels}")
         self.bert = BertModel(config, add_pooling_layer=False, initialize=False)
-        self.qa_outputs = Dense(config.hidden_size, 2)
+        self.head_transform = self._head_transform()
+        self.qa_outputs = Dense(config.hidden_size, 2, role="final")
         self.init_weights()
 
     def head(  # type: ignore[override]
         self,
         out: BaseModelOutput,
         labels: None,
+        attention_mask: Tensor | None = None,
         start_positions: Tensor | None = None,
         end_positions: Tensor | None = None,
     ) -> QuestionAnsweringOutput:
         if labels is not None:
             raise BertforgeError("BertForQuestionAnswering takes start_positions and end_positions, not labels")
-        start_logits, end_logits = self.qa_outputs(out.last_hidden_state).float().unbind(-1)  # [B, S] each
+        hidden = self._transform(out.last_hidden_state) if self.head_transform is not None else out.last_hidden_state
+        start_logits, end_logits = self.qa_outputs(hidden).float().unbind(-1)  # [B, S] each
         loss = None
         if start_positions is not None and end_positions is not None:
             seq_len = start_logits.shape[1]  # positions outside the sequence are ignored, as in transformers

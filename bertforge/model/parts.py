@@ -18,8 +18,9 @@ from ..ops import activation_fn, dropout
 from .spec import EncoderSpec, RelativeAttention
 
 #: What a dense layer's weight is for, which an init rule may treat differently: "in" (into a block's attention
-#: or feed-forward), "out" (a block's output projections, the residual branch), "head" (task heads).
-INIT_ROLES = ("in", "out", "head")
+#: or feed-forward), "out" (a block's output projections and the heads' transforms), "head" (the pooler and
+#: sentence heads), "final" (the classifiers that give a task's logits).
+INIT_ROLES = ("in", "out", "head", "final")
 
 
 class Dense(nn.Module):
@@ -77,7 +78,8 @@ class Rotary:
 
     def __init__(self, theta: float, head_dim: int) -> None:
         self.theta = theta
-        self.inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim)  # [hd/2]
+        exponents = torch.arange(0, head_dim, 2, dtype=torch.int64, device="cpu").float() / head_dim  # not on meta
+        self.inv_freq = 1.0 / theta**exponents  # [hd/2]
 
     def __call__(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
         L = q.shape[-2]

@@ -17,7 +17,7 @@ from ..errors import BertforgeError
 POSITION_KINDS = ("absolute", "after-padding", "none")
 NORM_PLACEMENTS = ("post", "pre")
 FFN_KINDS = ("dense", "gated")
-INIT_RULES = ("normal", "scaled-truncated")
+INIT_RULES = ("normal", "scaled-truncated")  # see `bertforge.model.models.init_matrix`
 SCORE_TERMS = ("c2p", "p2c")
 
 
@@ -50,6 +50,36 @@ class RelativeAttention:
         return self.buckets if self.buckets > 0 else self.max_distance
 
 
+SEQUENCE_HEADS = ("pooler", "first-token", "transform")
+POOLINGS = ("cls", "mean")
+
+
+@dataclass(frozen=True)
+class HeadSpec:
+    """The shape of the task heads on the encoder.
+
+    MLM: transform (dense → `mlm_act` → norm) → decoder tied to the word embeddings (+ a bias). Sequence head:
+    "pooler": dropout → linear on the pooled first token (BERT, ALBERT); "first-token": (dropout →) dense →
+    `sequence_act` → dropout → out_proj on token 0 (RoBERTa, DistilBERT); "transform": the sequences pooled by
+    `pooling` ("cls": token 0, "mean": the mean of the real tokens) → a transform like the MLM head's → dropout →
+    classifier (ModernBERT), which token classification and QA then also run before theirs (`token_transform`)."""
+
+    mlm_act: str = "gelu"
+    transform_bias: bool = True  # the transforms' dense layers
+    decoder_bias: bool = True
+    sequence: str = "pooler"
+    sequence_act: str = "tanh"
+    dropout_before_dense: bool = True  # "first-token": RoBERTa drops out token 0 before the dense layer
+    pooling: str = "cls"
+    token_transform: bool = False
+
+    def __post_init__(self) -> None:
+        if self.sequence not in SEQUENCE_HEADS:
+            raise BertforgeError(f"encoder spec: sequence head {self.sequence!r} is not one of {', '.join(SEQUENCE_HEADS)}")
+        if self.pooling not in POOLINGS:
+            raise BertforgeError(f"encoder spec: pooling {self.pooling!r} is not one of {', '.join(POOLINGS)}")
+
+
 @dataclass(frozen=True)
 class EncoderSpec:
     vocab_size: int
@@ -76,11 +106,15 @@ class EncoderSpec:
     layers: tuple[LayerAttention, ...] = ()  # one per block; () = every block global, no rotary
     relative: RelativeAttention | None = None
     layer_groups: int | None = None  # the L blocks share this many layers' weights (ALBERT); None: no sharing
-    hidden_dropout: float = 0.1
-    attention_dropout: float = 0.1
+    hidden_dropout: float = 0.1  # on the embeddings and, unless set apart below, on both sublayers' outputs
+    attention_dropout: float = 0.1  # on the attention probabilities
+    attention_output_dropout: float | None = None  # on the attention sublayer's output; None: hidden_dropout
+    ffn_output_dropout: float | None = None  # on the feed-forward sublayer's output; None: hidden_dropout
+    ffn_inner_dropout: float = 0.0  # inside a gated feed-forward, before its output projection (ModernBERT)
     pooler: bool = True
     init: str = "normal"  # normal: N(0, σ²) everywhere; scaled-truncated: ±2σ cutoff, outputs σ / √(2L)
     init_std: float = 0.02
+    heads: HeadSpec = HeadSpec()
 
     def __post_init__(self) -> None:
         for name, value, choices in (("positions", self.positions, POSITION_KINDS), ("norm", self.norm, NORM_PLACEMENTS),
@@ -123,5 +157,5 @@ class EncoderSpec:
         return [i * groups // self.num_layers for i in range(self.num_layers)]
 
 
-__all__ = ["EncoderSpec", "FFN_KINDS", "INIT_RULES", "LayerAttention", "NORM_PLACEMENTS", "POSITION_KINDS",
+__all__ = ["EncoderSpec", "FFN_KINDS", "HeadSpec", "INIT_RULES", "LayerAttention", "POOLINGS", "SEQUENCE_HEADS", "NORM_PLACEMENTS", "POSITION_KINDS",
            "RelativeAttention", "SCORE_TERMS"]

@@ -28,7 +28,7 @@ def test_sparse_masked_lm_projects_only_labelled_rows_with_the_dense_loss():
 
 def test_first_token_head_drops_out_then_dense_activation_dropout_out_proj():
     config = BertConfig.preset("distilbert-tiny", vocab_size=50, num_labels=3)
-    head = FirstTokenHead(config, p=0.0).eval()
+    head = FirstTokenHead(config.spec, 3, p=0.0).eval()
     for p in head.parameters():
         torch.nn.init.normal_(p)
     first = torch.randn(4, 128)

@@ -3,7 +3,7 @@ GELU-tanh, no dropout; MLM with n-gram masking and sentence-order prediction."""
 
 from __future__ import annotations
 
-from .family import INTERNAL_LAYER, Family
+from .family import INTERNAL_LAYER, WRITTEN, Family
 
 _ALBERT_LAYER = "bert.encoder.albert_layer_groups.{n}.albert_layers.0."
 ALBERT = Family(
@@ -18,6 +18,7 @@ ALBERT = Family(
         num_attention_heads=64, intermediate_size=16384, hidden_act="gelu_new", hidden_dropout_prob=0.0,
         attention_probs_dropout_prob=0.0, classifier_dropout=0.1,
     ),
+    written={**WRITTEN, "inner_group_num": 1},
     keys=(
         ("bert.encoder.embedding_hidden_mapping_in.", "bert.encoder.embedding_projection."),
         (_ALBERT_LAYER + "attention.query.", INTERNAL_LAYER + "attention.self.query."),

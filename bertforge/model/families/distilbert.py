@@ -33,6 +33,7 @@ DISTILBERT = Family(
         type_vocab_size=0, layer_norm_eps=1e-12,
     ),
     unused=("type_vocab_size", "layer_norm_eps", "embedding_size", "num_hidden_groups"),
+    written={"tie_word_embeddings": True},
     keys=(
         (_DISTIL_LAYER + "attention.q_lin.", INTERNAL_LAYER + "attention.self.query."),
         (_DISTIL_LAYER + "attention.k_lin.", INTERNAL_LAYER + "attention.self.key."),

@@ -26,10 +26,12 @@ from typing import Any
 from torch import Tensor
 
 from ...errors import BertforgeError
-from ..spec import EncoderSpec
+from ..spec import EncoderSpec, HeadSpec
 
 INTERNAL_PREFIX = "bert"  # the encoder's attribute in every head class, so `bert.` in internal parameter names
 INTERNAL_LAYER = "bert.encoder.layer.{n}."  # the internal names of block n's parameters start so
+#: what a BERT-like config.json says that no config field holds (bertforge has absolute positions and a tied decoder)
+WRITTEN: dict[str, Any] = {"position_embedding_type": "absolute", "tie_word_embeddings": True}
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,8 @@ class Family:
     config_keys: dict[str, str] = field(default_factory=dict)  # its field name -> the internal (BertConfig) name
     defaults: dict[str, Any] = field(default_factory=dict)  # `transformers`' defaults for fields a file may omit
     unused: tuple[str, ...] = ()  # internal fields the family does not have (not written to its config.json)
+    written: dict[str, Any] = field(default_factory=lambda: dict(WRITTEN))  # fixed keys its config.json gets
+    write_config: Callable[[dict[str, Any], Any], dict[str, Any]] | None = None  # completes config.json's dict
     # parameter names
     keys: tuple[tuple[str, str], ...] = ()  # (hf, internal) key prefixes, {n} = a layer number
     dropped: tuple[str, ...] = ()  # regexes of file keys that are not parameters here (tied decoders)
@@ -129,7 +133,9 @@ def bert_spec(family: Family, config: Any) -> EncoderSpec:
         norm_eps=config.layer_norm_eps, layer_groups=config.num_hidden_groups,
         hidden_dropout=config.hidden_dropout_prob, attention_dropout=config.attention_probs_dropout_prob,
         pooler=family.pooler, init_std=config.initializer_range,
+        heads=HeadSpec(mlm_act=family.mlm_head_act or config.hidden_act, sequence=family.sequence_head,
+                       sequence_act=family.sequence_head_act, dropout_before_dense=family.dropout_before_head_dense),
     )
 
 
-__all__ = ["INTERNAL_LAYER", "INTERNAL_PREFIX", "Family", "bert_spec"]
+__all__ = ["INTERNAL_LAYER", "INTERNAL_PREFIX", "WRITTEN", "Family", "bert_spec"]
