@@ -149,6 +149,8 @@ def attend_scored(
         q, k = scores.rotary(q, k)
     scale = 1 / math.sqrt(q.shape[-1]) if scores.scale is None else scores.scale
     L = q.shape[-2]
+    if scores.window is not None and scores.terms is None and not explicit and L >= blockwise_min_length(scores.window):
+        return attend_blocks(q, k, v, mask, p, training, scores.window, scale), None
     keep = window_mask(L, scores.window, q.device) if scores.window is not None else None  # [L, L]
     if mask is not None:
         real = mask if mask.dtype == torch.bool else mask == 0  # [n, 1, 1, L]
@@ -162,6 +164,48 @@ def attend_scored(
         base = bias if bias is not None else torch.zeros(keep.shape, dtype=q.dtype, device=q.device)
         joined = base.masked_fill(~keep, torch.finfo(q.dtype).min)
     return attend(q, k, v, joined, p, training, explicit, scale)
+
+
+#: A sliding window's attention is computed in blocks of queries, each against only the keys its window reaches,
+#: once the sequence is this many times the window (time and memory then grow with L · window, not L²).
+#: Measured (12 heads of 64, window 128, 2 threads, inference, 2026-11-27, a busy machine): blocks / dense time
+#: 0.9-1.6 at L = 512, 0.24 at 1,024, 0.55 at 2,048, 0.18 at 4,096.
+BLOCKWISE_MIN_WINDOWS = 8
+
+
+def blockwise_min_length(window: int) -> int:
+    """The shortest call whose windowed attention `attend_scored` computes in blocks (`attend_blocks`)."""
+    return BLOCKWISE_MIN_WINDOWS * max(window, 16)
+
+
+def attend_blocks(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, p: float, training: bool, window: int,
+                  scale: float) -> Tensor:
+    """Sliding-window attention (|i - j| <= window // 2) of q, k, v [n, nh, L, hd] in blocks of b = window
+    queries: block m's queries [m·b, (m + 1)·b) see keys [m·b - w, (m + 1)·b + w) (w = window // 2), so each
+    block is one [b, b + 2w] call of `attend`, all blocks in one batch. `mask`: the padding mask ([n, 1, 1, L],
+    additive or boolean) or None. Masks are additive: a query row with no key left (padding, the tail past L)
+    stays finite."""
+    n, nh, L, hd = q.shape
+    w, b = window // 2, max(window, 16)
+    blocks = -(-L // b)
+    tail = blocks * b - L
+    real = torch.ones(n, L, dtype=torch.bool, device=q.device) if mask is None else (
+        (mask if mask.dtype == torch.bool else mask == 0).reshape(n, L))
+
+    def windows(x: Tensor) -> Tensor:  # [n, nh, L, hd] → [n · blocks, nh, b + 2w, hd]: each block's keys
+        x = F.pad(x, (0, 0, w, w + tail))  # [n, nh, w + L + w + tail, hd]
+        x = x.unfold(2, b + 2 * w, b)  # [n, nh, blocks, hd, b + 2w]
+        return x.permute(0, 2, 1, 4, 3).reshape(n * blocks, nh, b + 2 * w, hd)
+
+    keys_real = F.pad(real, (w, w + tail)).unfold(1, b + 2 * w, b)  # [n, blocks, b + 2w]
+    row, col = torch.arange(b, device=q.device), torch.arange(b + 2 * w, device=q.device)
+    band = (col[None, :] >= row[:, None]) & (col[None, :] <= row[:, None] + 2 * w)  # [b, b + 2w]: |i - j| <= w
+    keep = band & keys_real[:, :, None, :]  # [n, blocks, b, b + 2w]
+    additive = torch.zeros(keep.shape, dtype=q.dtype, device=q.device).masked_fill_(~keep, torch.finfo(q.dtype).min)
+    queries = F.pad(q, (0, 0, 0, tail)).reshape(n, nh, blocks, b, hd).transpose(1, 2).reshape(n * blocks, nh, b, hd)
+    ctx, _ = attend(queries, windows(k), windows(v), additive.reshape(n * blocks, 1, b, b + 2 * w), p, training,
+                    scale=scale)  # [n · blocks, nh, b, hd]
+    return ctx.reshape(n, blocks, nh, b, hd).transpose(1, 2).reshape(n, nh, blocks * b, hd)[:, :, :L]
 
 
 def split_heads(qkv: Tensor, n: int, L: int, nh: int) -> tuple[Tensor, Tensor, Tensor]:

@@ -219,3 +219,46 @@ def test_relative_embeddings_zero_the_padding_and_an_eager_run_agrees():
     assert torch.allclose(out.last_hidden_state[mask.bool()], sdpa[mask.bool()], atol=1e-5)
     probs = out.attentions[0]  # [B, nh, S, S]
     assert probs[:, :, :, :][mask[:, None, None, :].expand_as(probs) == 0].abs().max() == 0  # padding keys get nothing
+
+
+def test_long_sequences_attend_their_windows_in_blocks_with_the_same_result(monkeypatch):
+    """Past `blockwise_min_length` a window is attended in blocks of queries (time and memory with L · window):
+    the outputs and gradients equal the dense band-masked attention in every layout, padding on either side."""
+    from bertforge.model import attention
+
+    spec = spec_modern(layers=tuple(LayerAttention(window=8, rope_theta=10_000.0) for _ in range(2)), num_layers=2)
+    model = build(spec)
+    lengths = [150, 131, 20]  # two calls past 8 · 16 = 128 tokens, one below
+    g = torch.Generator().manual_seed(3)
+    seqs = [torch.randint(1, V, (n,), generator=g).tolist() for n in lengths]
+    calls = []
+    real_blocks = attention.attend_blocks
+    monkeypatch.setattr(attention, "attend_blocks", lambda *a, **k: calls.append(a[0].shape[-2]) or real_blocks(*a, **k))
+
+    def run(blockwise: bool, layout: str):
+        monkeypatch.setattr(attention, "BLOCKWISE_MIN_WINDOWS", 8 if blockwise else 10**6)
+        model.zero_grad()
+        if layout == "packed":
+            out = model.forward_packed(pack(seqs))
+        else:
+            S = max(lengths)
+            ids = torch.zeros(len(seqs), S, dtype=torch.long)
+            mask = torch.zeros_like(ids)
+            for b, s in enumerate(seqs):
+                cols = slice(0, len(s)) if layout == "right" else slice(S - len(s), S)
+                ids[b, cols], mask[b, cols] = torch.tensor(s), 1
+            hidden = model(ids, mask, unpad=layout == "right").last_hidden_state
+            out = torch.cat([hidden[b][mask[b].bool()] for b in range(len(seqs))])
+        out.square().mean().backward()
+        return out.detach(), [p.grad.clone() for p in model.parameters()]
+
+    for layout in ("right", "left", "packed"):
+        calls.clear()
+        dense_out, dense_grads = run(False, layout)
+        assert calls == []
+        out, grads = run(True, layout)
+        assert calls, layout  # the blocks really ran
+        assert torch.allclose(out, dense_out, atol=2e-5), layout
+        for a, b in zip(grads, dense_grads):
+            assert torch.allclose(a, b, atol=1e-5, rtol=1e-4), layout
+    assert torch.allclose(run(True, "right")[0], run(True, "packed")[0], atol=2e-5)
