@@ -11,8 +11,8 @@ truncation, padding, offsets) is done by a `tokenizers.Tokenizer` (the Rust back
   arguments (`core.py`, with the argument handling and batching in `encoding.py`).
 
 What is particular to a tokenizer family (special tokens, template, model, normalizer and pre-tokenizer) is a
-`TokenizerKind` value (`kinds.py`): `BERT` and `DISTILBERT` (WordPiece), `ROBERTA` (byte-level BPE), `ALBERT` and
-`XLM_ROBERTA` (Unigram); `kind_by_name("roberta")` or `kind_by_name("bpe")` finds one.
+`TokenizerKind` value (`kinds.py`): `BERT` and `DISTILBERT` (WordPiece), `ROBERTA` and `MODERNBERT` (byte-level
+BPE), `ALBERT` and `XLM_ROBERTA` (Unigram); `kind_by_name("roberta")` or `kind_by_name("bpe")` finds one.
 """
 
 from bertforge.tokenizer.core import Tokenizer
@@ -23,6 +23,7 @@ from bertforge.tokenizer.kinds import (
     DEFAULT_SPECIAL_TOKENS,
     DISTILBERT,
     KINDS,
+    MODERNBERT,
     ROBERTA,
     XLM_ROBERTA,
     Normalization,
@@ -30,5 +31,6 @@ from bertforge.tokenizer.kinds import (
     kind_by_name,
 )
 
-__all__ = ["ALBERT", "BERT", "DEFAULT_MODEL_MAX_LENGTH", "DEFAULT_SPECIAL_TOKENS", "DISTILBERT", "KINDS", "ROBERTA",
+__all__ = ["ALBERT", "BERT", "DEFAULT_MODEL_MAX_LENGTH", "DEFAULT_SPECIAL_TOKENS", "DISTILBERT", "KINDS", "MODERNBERT",
+           "ROBERTA",
            "XLM_ROBERTA", "Normalization", "Tokenizer", "TokenizerKind", "kind_by_name"]

@@ -11,12 +11,16 @@ reads everything family-specific from its kind, so a family is a `TokenizerKind`
 | `ROBERTA` | BPE | byte-level (no prefix space), no normalizer | `<s> A </s></s> B </s>` | all 0 |
 | `ALBERT` | Unigram | ALBERT normalizer, whitespace split, Metaspace `▁` | `[CLS] A [SEP] B [SEP]` | 0 … 0 1 … 1 |
 | `XLM_ROBERTA` | Unigram | whitespace split, Metaspace `▁`, no normalizer | `<s> A </s></s> B </s>` | all 0 |
+| `MODERNBERT` | BPE | byte-level (no prefix space), no normalizer | `[CLS] A [SEP] B [SEP]` | 0 … 0 1 … 1 |
 
 (A single segment is the pair template cut after A's closing token: `[CLS] A [SEP]`, `<s> A </s>`.)
 
 Each pipeline is the one the `transformers` class named by `tokenizer_class` builds (5.x rebuilds the normalizer,
 pre-tokenizer and decoder from its own code and `tokenizer_config.json`, reading only the vocabulary, merges,
 added tokens and post-processor from `tokenizer.json`), so both libraries encode a saved tokenizer alike.
+
+ModernBERT's files name no class of their own (`PreTrainedTokenizerFast`, which builds everything from
+`tokenizer.json`); its kind is found by its special tokens (`kind_for_model`).
 
 `kind_by_name` finds a kind by family ("bert", "roberta", ...) or by model ("wordpiece", "bpe", "unigram");
 `kind_for_class` by `tokenizer_class`.
@@ -279,6 +283,34 @@ ROBERTA = TokenizerKind(
 )
 
 
+def _modernbert_config(normalization: Normalization) -> dict[str, Any]:
+    return {"clean_up_tokenization_spaces": True}
+
+
+MODERNBERT = TokenizerKind(
+    name="modernbert",
+    family="ModernBERT",
+    tokenizer_class="PreTrainedTokenizerFast",  # generic: transformers builds it from tokenizer.json alone
+    model_type=BPE,
+    # ModernBERT's roles and spelling, in the order its vocabulary holds them
+    special_tokens={"unk_token": "[UNK]", "cls_token": "[CLS]", "sep_token": "[SEP]", "pad_token": "[PAD]",
+                    "mask_token": "[MASK]"},
+    single="{cls_token} $A {sep_token}",
+    pair="{cls_token} $A {sep_token} $B:1 {sep_token}:1",
+    pipeline=_byte_level_pipeline,
+    decoder=_byte_level_decoder,
+    new_model=_bpe_model,
+    trainer=_bpe_trainer,
+    config=_modernbert_config,
+    is_continuation=_byte_level_continuation,
+    default_normalization=ROBERTA.default_normalization,
+    case_options=False,
+    vocab_files=(),
+    alphabet_size=256,
+    lstrip=("mask_token",),
+)
+
+
 # ---------------------------------------------------------------------- ALBERT, XLM-RoBERTa: Unigram
 
 
@@ -388,14 +420,15 @@ XLM_ROBERTA = TokenizerKind(
 # ---------------------------------------------------------------------- the registry
 
 #: Every kind by its family name.
-KINDS: dict[str, TokenizerKind] = {kind.name: kind for kind in (BERT, DISTILBERT, ROBERTA, ALBERT, XLM_ROBERTA)}
+KINDS: dict[str, TokenizerKind] = {kind.name: kind for kind in (BERT, DISTILBERT, ROBERTA, ALBERT, XLM_ROBERTA,
+                                                                  MODERNBERT)}
 
 #: The kind each model name trains by default (`bertforge train-tokenizer --model`).
 KINDS_BY_MODEL: dict[str, TokenizerKind] = {"wordpiece": BERT, "bpe": ROBERTA, "unigram": ALBERT}
 
 
 def kind_by_name(name: str) -> TokenizerKind:
-    """The kind of a family ("bert", "distilbert", "roberta", "albert", "xlm-roberta") or of a model ("wordpiece",
+    """The kind of a family ("bert", "distilbert", "roberta", "albert", "xlm-roberta", "modernbert") or of a model ("wordpiece",
     "bpe", "unigram": BERT's, RoBERTa's, ALBERT's)."""
     key = name.strip().lower().replace("_", "-")
     kind = KINDS.get(key) or KINDS_BY_MODEL.get(key)
@@ -407,8 +440,8 @@ def kind_by_name(name: str) -> TokenizerKind:
 
 def kind_for_class(tokenizer_class: Any) -> TokenizerKind | None:
     """The kind whose `tokenizer_class` is `tokenizer_class` (with or without "Fast"), or None."""
-    if not isinstance(tokenizer_class, str):
-        return None
+    if not isinstance(tokenizer_class, str) or tokenizer_class == MODERNBERT.tokenizer_class:
+        return None  # the generic class names no kind: the special tokens decide (`kind_for_model`)
     name = tokenizer_class.removesuffix("Fast")
     return next((kind for kind in KINDS.values() if kind.tokenizer_class == name), None)
 

@@ -1,7 +1,7 @@
 """Tests of `bertforge.tokenizer.kinds`: the tokenizer kinds against `transformers` on the same saved files.
 
-The kinds beside BERT's: RoBERTa (byte-level BPE), ALBERT and XLM-RoBERTa (Unigram), DistilBERT (WordPiece under its
-own class), against `transformers` on the same saved files, both ways; and the registry of kinds.
+The kinds beside BERT's: RoBERTa and ModernBERT (byte-level BPE), ALBERT and XLM-RoBERTa (Unigram), DistilBERT
+(WordPiece under its own class), against `transformers` on the same saved files, both ways; and the registry of kinds.
 
 The `tokenizers` trainers are not reproducible run to run, so nothing here expects a fixed vocabulary: each test
 compares bertforge with `transformers` loading the very files bertforge wrote (or the other way round).
@@ -19,18 +19,20 @@ import transformers
 from transformers import AutoTokenizer
 
 from bertforge.errors import BertforgeError
-from bertforge.tokenizer import ALBERT, BERT, DISTILBERT, KINDS, ROBERTA, XLM_ROBERTA, Tokenizer, kind_by_name
+from bertforge.tokenizer import (ALBERT, BERT, DISTILBERT, KINDS, MODERNBERT, ROBERTA, XLM_ROBERTA, Tokenizer,
+                                 kind_by_name)
 from tests.tokenizer.tokenizer_helpers import TRUNCATIONS, assert_same, hard_strings, training_corpus
 
-NEW_KINDS = [ROBERTA, ALBERT, XLM_ROBERTA, DISTILBERT]
+NEW_KINDS = [ROBERTA, ALBERT, XLM_ROBERTA, DISTILBERT, MODERNBERT]
 FILES = {
     "roberta": ["merges.txt", "special_tokens_map.json", "tokenizer.json", "tokenizer_config.json", "vocab.json"],
     "albert": ["special_tokens_map.json", "tokenizer.json", "tokenizer_config.json"],
     "xlm-roberta": ["special_tokens_map.json", "tokenizer.json", "tokenizer_config.json"],
     "distilbert": ["special_tokens_map.json", "tokenizer.json", "tokenizer_config.json", "vocab.txt"],
+    "modernbert": ["special_tokens_map.json", "tokenizer.json", "tokenizer_config.json"],
 }
 HF_CLASS = {"roberta": "RobertaTokenizer", "albert": "AlbertTokenizer", "xlm-roberta": "XLMRobertaTokenizer",
-            "distilbert": "DistilBertTokenizer"}
+            "distilbert": "DistilBertTokenizer", "modernbert": "PreTrainedTokenizerFast"}
 OPTIONS = dict(return_offsets_mapping=True, return_special_tokens_mask=True)
 
 
@@ -74,7 +76,10 @@ def test_saved_files_load_as_the_right_class_and_kind(saved):
     assert sorted(p.name for p in directory.iterdir()) == FILES[kind.name]
     config = json.loads((directory / "tokenizer_config.json").read_text(encoding="utf-8"))
     assert config["tokenizer_class"] == kind.tokenizer_class == HF_CLASS[kind.name]
-    assert type(hf).__name__ == HF_CLASS[kind.name]
+    if kind is MODERNBERT:  # transformers 5 names its generic fast tokenizer TokenizersBackend
+        assert isinstance(hf, transformers.PreTrainedTokenizerFast)
+    else:
+        assert type(hf).__name__ == HF_CLASS[kind.name]
     assert isinstance(tok.backend.model, kind.model_type)
     reloaded = Tokenizer.from_pretrained(directory)
     assert reloaded.kind is kind
@@ -92,7 +97,8 @@ def test_special_tokens_come_first_in_the_kinds_order(saved):
     assert first == {"roberta": ["<s>", "<pad>", "</s>", "<unk>", "<mask>"],
                      "xlm-roberta": ["<s>", "<pad>", "</s>", "<unk>", "<mask>"],
                      "albert": ["<pad>", "<unk>", "[CLS]", "[SEP]", "[MASK]"],
-                     "distilbert": ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]}[tok.kind.name]
+                     "distilbert": ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"],
+                     "modernbert": ["[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]"]}[tok.kind.name]
     if tok.kind is ROBERTA:
         assert tok.pad_token_id == 1 and tok.vocab_size > 261  # roberta-base's padding id; 256 bytes + 5 specials
         assert all(tok.backend.token_to_id(c) is not None for c in ("Ġ", "Ã", "©"))  # the byte alphabet
@@ -217,6 +223,11 @@ def hf_built(tok: Tokenizer, directory: Path):
                                                                          normalized=False)})
     elif tok.kind is DISTILBERT:
         built = cls(vocab=data["model"]["vocab"])
+    elif tok.kind is MODERNBERT:  # its generic class takes a whole `tokenizers` backend, as the Hub's files are
+        import tokenizers
+
+        built = transformers.PreTrainedTokenizerFast(
+            tokenizer_object=tokenizers.Tokenizer.from_str(tok.backend.to_str()), **tok.kind.special_tokens)
     else:
         built = cls(vocab=[tuple(piece) for piece in data["model"]["vocab"]])
     built.save_pretrained(directory)
@@ -267,7 +278,8 @@ def test_pickled_tokenizers_encode_alike(saved, texts):
 
 
 def test_kind_by_name_and_the_registry():
-    assert {name: kind_by_name(name) for name in ("bert", "distilbert", "roberta", "albert", "xlm-roberta")} == KINDS
+    names = ("bert", "distilbert", "roberta", "albert", "xlm-roberta", "modernbert")
+    assert {name: kind_by_name(name) for name in names} == KINDS
     assert kind_by_name("wordpiece") is BERT and kind_by_name("bpe") is ROBERTA and kind_by_name("unigram") is ALBERT
     assert kind_by_name("XLM_RoBERTa") is XLM_ROBERTA
     assert [kind.model_name for kind in (BERT, ROBERTA, ALBERT)] == ["wordpiece", "bpe", "unigram"]
@@ -291,7 +303,7 @@ def test_continuation_mask(saved):
     tok = saved[0]
     flags = tok.continuation_mask()
     assert len(flags) == tok.vocab_size and not any(flags[i] for i in tok.all_special_ids)
-    marker = {"roberta": "Ġ", "albert": "▁", "xlm-roberta": "▁"}.get(tok.kind.name)
+    marker = {"roberta": "Ġ", "modernbert": "Ġ", "albert": "▁", "xlm-roberta": "▁"}.get(tok.kind.name)
     for i, flag in enumerate(flags):
         token = tok.convert_ids_to_tokens(i)
         if i not in tok.all_special_ids:
@@ -310,7 +322,7 @@ def test_an_unsupported_model_is_named_with_the_supported_ones(tmp_path):
         Tokenizer.from_pretrained(tmp_path)
     message = str(error.value)
     assert "\n" not in message and "tokenizer.json: model WordLevel is not a supported tokenizer model" in message
-    assert "WordPiece (BERT, DistilBERT)" in message and "BPE (RoBERTa)" in message
+    assert "WordPiece (BERT, DistilBERT)" in message and "BPE (RoBERTa, ModernBERT)" in message
     assert "Unigram (ALBERT, XLM-RoBERTa)" in message
 
 
