@@ -173,8 +173,8 @@ class BertConfig:
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> "BertConfig":
-        """A named size — tiny, mini, small, medium, base or large (intermediate = 4 x hidden) — for BERT, or
-        FAMILY-SIZE for another member (`roberta-tiny`, `albert-base`, ...), with that family's usual settings."""
+        """A named size — tiny, mini, small, medium, base or large (intermediate = 4 x hidden; a family may say
+        otherwise: ModernBERT's base and large are its own) — for BERT, or FAMILY-SIZE for another member (`roberta-tiny`, `albert-base`, ...), with that family's usual settings."""
         family_name, _, size = name.rpartition("-")
         member = FAMILIES.get(family_name or "bert")
         if size not in PRESETS or member is None:
@@ -184,8 +184,10 @@ class BertConfig:
                 f"({', '.join(f + '-' for f in FAMILIES)})"
             )
         layers, hidden, heads = PRESETS[size]
+        layers, hidden, heads, intermediate = member.sizes.get(
+            size, (layers, hidden, heads, round(member.intermediate_ratio * hidden)))
         kwargs: dict[str, Any] = dict(
-            num_hidden_layers=layers, hidden_size=hidden, num_attention_heads=heads, intermediate_size=4 * hidden,
+            num_hidden_layers=layers, hidden_size=hidden, num_attention_heads=heads, intermediate_size=intermediate,
             model_type=member.model_type, **member.preset,
         )
         if member.model_type == "albert":

@@ -61,6 +61,8 @@ class Family:
     unfuse: Callable[[dict[str, Tensor]], dict[str, Tensor]] | None = None  # a file's tensors, fused ones split
     fuse: Callable[[dict[str, Tensor]], dict[str, Tensor]] | None = None  # the inverse, on the file's names
     preset: dict[str, Any] = field(default_factory=dict)  # what `--config FAMILY-SIZE` sets besides the size
+    sizes: dict[str, tuple[int, int, int, int]] = field(default_factory=dict)  # (layers, hidden, heads, intermediate)
+    intermediate_ratio: float = 4.0  # a preset's feed-forward width over its hidden size
     recipe: dict[str, Any] = field(default_factory=dict)  # pretraining settings "auto" means: masking, adam_beta2
     read_spec: Callable[["Family", Any], EncoderSpec] | None = None  # config → parts; None: `bert_spec`
 

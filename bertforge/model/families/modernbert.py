@@ -191,6 +191,8 @@ MODERNBERT = Family(
     fuse=fuse,
     read_spec=modernbert_spec,
     write_config=write_config,
+    sizes={"base": (22, 768, 12, 1152), "large": (28, 1024, 16, 2624)},  # modernbert-base's and -large's
+    intermediate_ratio=1.5,  # the smaller sizes' (base's ratio); GeGLU's Wi is twice as wide
     preset=dict(type_vocab_size=0, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, classifier_dropout=0.0,
                 layer_norm_eps=1e-5, max_position_embeddings=8192),
 )

@@ -151,3 +151,12 @@ def test_a_config_bertforge_cannot_follow_is_refused_in_one_line(change, message
             "num_attention_heads": 4, "intermediate_size": 40, "pad_token_id": 0, **change}
     with pytest.raises(BertforgeError, match=message):
         bertforge.AutoModel.from_config(BertConfig.from_dict(data))
+
+
+def test_presets_are_modernberts_sizes():
+    base, large = BertConfig.preset("modernbert-base"), BertConfig.preset("modernbert-large")
+    assert (base.num_hidden_layers, base.hidden_size, base.num_attention_heads, base.intermediate_size) == (22, 768, 12, 1152)
+    assert (large.num_hidden_layers, large.hidden_size, large.intermediate_size) == (28, 1024, 2624)
+    tiny = BertConfig.preset("modernbert-tiny", vocab_size=100)
+    assert tiny.intermediate_size == 192 and tiny.spec.ffn == "gated" and tiny.max_position_embeddings == 8192
+    assert [layer.window for layer in base.spec.layers[:4]] == [None, 128, 128, None]
