@@ -22,6 +22,7 @@ from .config import BertConfig
 from ..constants import IGNORE_INDEX
 from ..errors import BertforgeError
 from ..ops import dropout
+from ..pooling import pool as pool_rows
 from .attention import Packed, PackedBatch, Padded, Unpadded, extended_attention_mask, static_graph
 from .encoder import BertAttention, BertEmbeddings, BertEncoder, BertLayer, BertPooler
 from .heads import (BertPredictionHeadTransform, BertPreTrainingHeads, FirstTokenHead, masked_lm, pool,
@@ -329,6 +330,13 @@ class BertForSequenceClassification(_ClassifierMixin, BertPreTrainedModel):
         if isinstance(self.classifier, FirstTokenHead):
             return self.classifier(pooled)
         return self.classifier(self._transform(pooled))
+
+    def pool_packed(self, hidden: Tensor, batch: PackedBatch) -> Tensor:
+        """Each sequence's pooled vector [B, H] from packed last hidden states [T, H] (`BertModel.forward_packed`):
+        the pooler or first token, or the mean where the spec pools so (ModernBERT's `classifier_pooling`)."""
+        if self.bert.spec.heads.sequence == "transform":
+            return pool_rows(hidden, batch.lengths, batch.starts, self.bert.spec.heads.pooling)
+        return self.bert.pool(hidden[batch.starts])
 
     def problem_type(self, labels: Tensor) -> str:
         if self.config.problem_type:

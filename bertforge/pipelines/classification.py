@@ -116,7 +116,7 @@ class TextClassificationPipeline(Pipeline):
 
     def head(self, batch: PackedBatch, hidden: Tensor, features: list[Feature]) -> list[np.ndarray]:
         model: BertForSequenceClassification = self.model  # type: ignore[assignment]
-        pooled = model.bert.pool(hidden[batch.starts])  # [B, H] from each first token ([CLS], <s>)
+        pooled = model.pool_packed(hidden, batch)  # [B, H]: the pooler, each first token, or each mean
         return list(model.classify(pooled).float().numpy())  # [B, num_labels]
 
     def scores(self, logits: np.ndarray) -> np.ndarray:

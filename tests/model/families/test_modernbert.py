@@ -160,3 +160,27 @@ def test_presets_are_modernberts_sizes():
     tiny = BertConfig.preset("modernbert-tiny", vocab_size=100)
     assert tiny.intermediate_size == 192 and tiny.spec.ffn == "gated" and tiny.max_position_embeddings == 8192
     assert [layer.window for layer in base.spec.layers[:4]] == [None, 128, 128, None]
+
+
+@pytest.mark.parametrize("pooling", ["cls", "mean"])
+def test_packed_classification_pools_as_the_config_says(tmp_path, pooling):
+    """The pipelines' packed path: each sequence's mean (or token 0) of packed rows gives the padded logits."""
+    from bertforge.model import pack
+
+    torch.manual_seed(0)
+    transformers.ModernBertForSequenceClassification(hf_config(classifier_pooling=pooling)).save_pretrained(tmp_path)
+    model = bertforge.AutoModelForSequenceClassification.from_pretrained(tmp_path).eval()
+    ids, mask = batch()
+    rows = [row[: int(m.sum())].tolist() for row, m in zip(ids, mask)]
+    order = sorted(range(3), key=lambda i: -len(rows[i]))
+    packed_batch = pack([rows[i] for i in order])
+    with torch.no_grad():
+        logits = model.classify(model.pool_packed(model.bert.forward_packed(packed_batch), packed_batch))
+        assert (logits - model(ids, mask).logits[order]).abs().max() <= 1e-5
+
+
+def test_a_new_model_names_no_special_id_outside_its_vocabulary():
+    written = BertConfig.preset("modernbert-tiny", vocab_size=300).to_dict()
+    assert all(written[name] is None for name in ("bos_token_id", "eos_token_id", "cls_token_id", "sep_token_id"))
+    kept = BertConfig.from_dict({**written, "cls_token_id": 1, "sep_token_id": 2}).to_dict()
+    assert (kept["cls_token_id"], kept["sep_token_id"], kept["bos_token_id"]) == (1, 2, None)
