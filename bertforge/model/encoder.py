@@ -23,7 +23,7 @@ from .spec import EncoderSpec
 
 class BertEmbeddings(nn.Module):
     """Word (+ position) (+ token type) embeddings (→ LayerNorm) → dropout, of width E (H, or ALBERT's smaller E,
-    projected to H by the encoder). Positions are counted from 0, from pad_token_id + 1 with padding kept at
+    projected to H by the encoder; DeBERTa's is projected here, before the norm). Positions are counted from 0, from pad_token_id + 1 with padding kept at
     pad_token_id (RoBERTa), or not embedded at all (rotary and relative positions live in attention)."""
 
     def __init__(self, spec: EncoderSpec) -> None:
@@ -32,7 +32,9 @@ class BertEmbeddings(nn.Module):
         self.word_embeddings = Embedding(spec.vocab_size, e)
         self.position_embeddings = Embedding(spec.max_positions, e) if spec.positions != "none" else None
         self.token_type_embeddings = Embedding(spec.type_vocab_size, e) if spec.type_vocab_size else None
-        self.LayerNorm = norm(spec, e) if spec.embedding_norm else None
+        project_here = e != spec.hidden_size and spec.projection == "before-norm"
+        self.embed_proj = Dense(e, spec.hidden_size, bias=False) if project_here else None  # DeBERTa's E → H
+        self.LayerNorm = norm(spec, spec.hidden_size if project_here else e) if spec.embedding_norm else None
         self.dropout = spec.hidden_dropout
         self.pad_token_id = spec.pad_token_id
         self.positions_after_padding = spec.positions == "after-padding"
@@ -51,6 +53,8 @@ class BertEmbeddings(nn.Module):
                 x = x + self.token_type_embeddings.weight[0]
             else:
                 x = x + self.token_type_embeddings(token_type_ids)
+        if self.embed_proj is not None:
+            x = self.embed_proj(x)  # [..., H]
         if self.LayerNorm is not None:
             x = self.LayerNorm(x)
         if self.zero_padding and attention_mask is not None:
@@ -227,7 +231,7 @@ class BertEncoder(nn.Module):
     def __init__(self, spec: EncoderSpec, backend: str = "sdpa") -> None:
         super().__init__()
         e, h = spec.embedding_dim, spec.hidden_size
-        self.embedding_projection = Dense(e, h) if e != h else None
+        self.embedding_projection = Dense(e, h) if e != h and spec.projection == "after-norm" else None
         self.schedule = spec.schedule  # the layer each block runs
         self.layer = nn.ModuleList(BertLayer(spec, i, backend) for i in range(max(self.schedule) + 1))
         rotaries = {t: Rotary(t, spec.head_dim) for t in {spec.layer(i).rope_theta for i in range(spec.num_layers)}

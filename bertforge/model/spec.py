@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from ..errors import BertforgeError
 
 POSITION_KINDS = ("absolute", "after-padding", "none")
+PROJECTIONS = ("after-norm", "before-norm")
 NORM_PLACEMENTS = ("post", "pre")
 FFN_KINDS = ("dense", "gated")
 INIT_RULES = ("normal", "scaled-truncated")  # see `bertforge.model.models.init_matrix`
@@ -89,7 +90,8 @@ class EncoderSpec:
     intermediate_size: int
     activation: str  # of the feed-forward layer (the gate's, for a gated one)
     max_positions: int  # the position table's rows (the longest sequence for rotary and relative positions)
-    embedding_size: int | None = None  # E < H: embeddings projected to H before the blocks (ALBERT)
+    embedding_size: int | None = None  # E < H: embeddings projected to H (ALBERT, DeBERTa)
+    projection: str = "after-norm"  # E → H: after the embeddings' norm, with a bias (ALBERT); "before-norm": DeBERTa's
     type_vocab_size: int = 2  # 0: no token-type embeddings
     pad_token_id: int | None = 0
     positions: str = "absolute"  # learned table counted from 0, from pad_token_id + 1 (RoBERTa), or none
@@ -118,6 +120,7 @@ class EncoderSpec:
 
     def __post_init__(self) -> None:
         for name, value, choices in (("positions", self.positions, POSITION_KINDS), ("norm", self.norm, NORM_PLACEMENTS),
+                                     ("projection", self.projection, PROJECTIONS),
                                      ("ffn", self.ffn, FFN_KINDS), ("init", self.init, INIT_RULES)):
             if value not in choices:
                 raise BertforgeError(f"encoder spec: {name} {value!r} is not one of {', '.join(choices)}")

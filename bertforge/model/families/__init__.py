@@ -1,4 +1,4 @@
-"""The BERT family: one module per member (`bert`, `roberta`, `distilbert`, `albert`, `modernbert`), each a `Family` value
+"""The BERT family: one module per member (`bert`, `roberta`, `distilbert`, `albert`, `modernbert`, `deberta`), each a `Family` value
 (`family.py`) holding what the member changes — its parts of the encoder (`Family.spec`), its `config.json`
 spelling, its presets, its checkpoint adapter — and `FAMILIES`, the registry `model_type` is looked up in.
 Adding a member is a module here, its line in `FAMILIES`, its tokenizer kind and its tests."""
@@ -8,12 +8,14 @@ from __future__ import annotations
 from ...errors import BertforgeError
 from .albert import ALBERT
 from .bert import BERT
+from .deberta import DEBERTA_V2
 from .distilbert import DISTILBERT
 from .family import INTERNAL_PREFIX, Family
 from .modernbert import MODERNBERT
 from .roberta import ROBERTA, XLM_ROBERTA
 
-FAMILIES: dict[str, Family] = {f.model_type: f for f in (BERT, ROBERTA, XLM_ROBERTA, DISTILBERT, ALBERT, MODERNBERT)}
+FAMILIES: dict[str, Family] = {f.model_type: f for f in (BERT, ROBERTA, XLM_ROBERTA, DISTILBERT, ALBERT, MODERNBERT,
+                                                                  DEBERTA_V2)}
 
 
 def family(model_type: str | None, source: str = "config") -> Family:
@@ -28,5 +30,5 @@ def family(model_type: str | None, source: str = "config") -> Family:
         ) from None
 
 
-__all__ = ["ALBERT", "BERT", "DISTILBERT", "FAMILIES", "Family", "INTERNAL_PREFIX", "MODERNBERT", "ROBERTA", "XLM_ROBERTA",
+__all__ = ["ALBERT", "BERT", "DEBERTA_V2", "DISTILBERT", "FAMILIES", "Family", "INTERNAL_PREFIX", "MODERNBERT", "ROBERTA", "XLM_ROBERTA",
            "family"]

@@ -1,0 +1,127 @@
+"""DeBERTa-v2/v3 against `transformers` itself: relative attention with log buckets in its variants (shared keys or
+separate position projections, c2p and/or p2c, absolute positions at the input or not, E < H projected before the
+norm), both names of the MLM head, and the refusals."""
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+import bertforge
+from bertforge import BertConfig, BertforgeError
+
+transformers = pytest.importorskip("transformers")
+
+TASKS = {
+    "Model": bertforge.AutoModel,
+    "ForMaskedLM": bertforge.AutoModelForMaskedLM,
+    "ForSequenceClassification": bertforge.AutoModelForSequenceClassification,
+    "ForTokenClassification": bertforge.AutoModelForTokenClassification,
+    "ForQuestionAnswering": bertforge.AutoModelForQuestionAnswering,
+}
+V3 = dict(relative_attention=True, position_buckets=8, max_relative_positions=24, pos_att_type=["p2c", "c2p"],
+          norm_rel_ebd="layer_norm", share_att_key=True, position_biased_input=False)
+VARIANTS = {
+    "v3": {},
+    "separate position projections": dict(share_att_key=False),
+    "c2p only, no table norm": dict(pos_att_type=["c2p"], norm_rel_ebd="none"),
+    "p2c string, no buckets": dict(pos_att_type="p2c", position_buckets=-1, max_relative_positions=6),
+    "absolute positions too, token types": dict(position_biased_input=True, type_vocab_size=2),
+    "E < H": dict(embedding_size=16),
+}
+
+
+def hf_config(num_labels=3, **kw):
+    base = dict(vocab_size=99, max_position_embeddings=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                intermediate_size=37, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, layer_norm_eps=1e-7,
+                pad_token_id=0, num_labels=num_labels, **V3)
+    base.update(kw)
+    return transformers.DebertaV2Config(**base)
+
+
+def batch(types: bool = False):
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(5, 99, (3, 14), generator=g)
+    mask = torch.ones_like(ids)
+    mask[1, 10:] = 0
+    mask[2, 4:] = 0
+    extra = {"token_type_ids": (torch.arange(14) >= 7).long().expand(3, 14)} if types else {}
+    return ids.masked_fill(mask == 0, 0), mask, extra
+
+
+def assert_close(ref, ours, mask):
+    for name in ref.keys():
+        if name in ("hidden_states", "attentions", "loss"):
+            continue
+        a, b = ref[name], ours[name]
+        if a.shape[:2] == mask.shape:  # per token: real positions only
+            m = mask.reshape(*mask.shape, *[1] * (a.dim() - 2))
+            a, b = a * m, b * m
+        assert (a - b).abs().max() <= 1e-5, name
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+@pytest.mark.parametrize("task", list(TASKS))
+def test_every_task_class_equals_transformers_and_saves_back(tmp_path, task, variant):
+    torch.manual_seed(0)
+    hf_class = getattr(transformers, "DebertaV2" + task)
+    config = hf_config(2 if task == "ForQuestionAnswering" else 3, **VARIANTS[variant])
+    ref = hf_class(config).eval()
+    ref.save_pretrained(tmp_path / "hf")
+    ours = TASKS[task].from_pretrained(tmp_path / "hf").eval()
+    assert ours.loading_info.missing_keys == [] and ours.loading_info.unexpected_keys == []
+    ids, mask, extra = batch(types=config.type_vocab_size > 0)
+    with torch.no_grad():
+        assert_close(ref(input_ids=ids, attention_mask=mask, **extra), ours(ids, mask, **extra), mask)
+    ours.save_pretrained(tmp_path / "ours")
+    back, info = hf_class.from_pretrained(tmp_path / "ours", output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"], info
+    with torch.no_grad():
+        assert_close(back.eval()(input_ids=ids, attention_mask=mask, **extra), ours(ids, mask, **extra), mask)
+
+
+def test_the_mlm_head_loads_under_microsofts_names_too(tmp_path):
+    """`lm_predictions.lm_head.*` (Microsoft's checkpoints, and transformers with legacy=False) loads as the MLM head;
+    bertforge saves it under `cls.predictions.*` with legacy true, which transformers reads the same."""
+    torch.manual_seed(0)
+    ref = transformers.DebertaV2ForMaskedLM(hf_config()).eval()
+    ref.save_pretrained(tmp_path / "hf")
+    state = load_file(str(tmp_path / "hf" / "model.safetensors"))
+    renamed = {k.replace("cls.predictions.transform.", "lm_predictions.lm_head.")
+               .replace("cls.predictions.bias", "lm_predictions.lm_head.bias"): v
+               for k, v in state.items() if not k.startswith("cls.predictions.decoder")}
+    assert any(k.startswith("lm_predictions.lm_head.") for k in renamed)
+    save_file(renamed, str(tmp_path / "hf" / "model.safetensors"), metadata={"format": "pt"})
+    ours = bertforge.AutoModelForMaskedLM.from_pretrained(tmp_path / "hf").eval()
+    assert ours.loading_info.missing_keys == [] and ours.loading_info.unexpected_keys == []
+    ids, mask, _ = batch()
+    with torch.no_grad():
+        assert_close(ref(input_ids=ids, attention_mask=mask), ours(ids, mask), mask)
+    ours.save_pretrained(tmp_path / "ours")
+    assert any(k.startswith("cls.predictions.transform.") for k in load_file(str(tmp_path / "ours" / "model.safetensors")))
+
+
+def test_a_preset_is_deberta_v3_shaped_and_transformers_loads_it(tmp_path):
+    config = BertConfig.preset("deberta-v2-tiny", vocab_size=99)
+    spec = config.spec
+    assert spec.relative is not None and spec.relative.buckets == 256 and spec.positions == "none"
+    assert spec.relative.terms == ("p2c", "c2p") and spec.relative.share_key and spec.zero_padding_embeddings
+    model = bertforge.AutoModelForMaskedLM.from_config(config).eval()
+    model.save_pretrained(tmp_path)
+    ref, info = transformers.DebertaV2ForMaskedLM.from_pretrained(tmp_path, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"], info
+    ids, mask, _ = batch()
+    with torch.no_grad():
+        assert_close(ref.eval()(input_ids=ids, attention_mask=mask), model(ids, mask), mask)
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(conv_kernel_size=3), "conv_kernel_size 3"),
+    (dict(pos_att_type=["c2p", "p2p"]), "pos_att_type"),
+    (dict(relative_attention=True, pos_att_type=[]), "needs pos_att_type"),
+])
+def test_a_config_bertforge_cannot_follow_is_refused_in_one_line(change, message):
+    data = {"model_type": "deberta-v2", "vocab_size": 50, "hidden_size": 32, "num_hidden_layers": 2,
+            "num_attention_heads": 4, "intermediate_size": 40, "relative_attention": True,
+            "pos_att_type": ["c2p"], **change}
+    with pytest.raises(BertforgeError, match=message):
+        bertforge.AutoModel.from_config(BertConfig.from_dict(data))
