@@ -287,27 +287,18 @@ def _modernbert_config(normalization: Normalization) -> dict[str, Any]:
     return {"clean_up_tokenization_spaces": True}
 
 
-MODERNBERT = TokenizerKind(
+MODERNBERT = dataclasses.replace(  # RoBERTa's byte-level BPE with BERT's template and ModernBERT's special tokens
+    ROBERTA,
     name="modernbert",
     family="ModernBERT",
     tokenizer_class="PreTrainedTokenizerFast",  # generic: transformers builds it from tokenizer.json alone
-    model_type=BPE,
-    # ModernBERT's roles and spelling, in the order its vocabulary holds them
     special_tokens={"unk_token": "[UNK]", "cls_token": "[CLS]", "sep_token": "[SEP]", "pad_token": "[PAD]",
-                    "mask_token": "[MASK]"},
+                    "mask_token": "[MASK]"},  # in the order its vocabulary holds them
     single="{cls_token} $A {sep_token}",
     pair="{cls_token} $A {sep_token} $B:1 {sep_token}:1",
-    pipeline=_byte_level_pipeline,
-    decoder=_byte_level_decoder,
-    new_model=_bpe_model,
-    trainer=_bpe_trainer,
     config=_modernbert_config,
-    is_continuation=_byte_level_continuation,
-    default_normalization=ROBERTA.default_normalization,
-    case_options=False,
     vocab_files=(),
-    alphabet_size=256,
-    lstrip=("mask_token",),
+    processor=None,
 )
 
 
