@@ -32,8 +32,10 @@ from .model.config import BertConfig
 from .errors import BertforgeError
 from .model import BertForMaskedLM, BertPreTrainedModel
 from .options import option
-from .pretrain import PretrainArgs, Pretrainer, pretraining_counts
+from .pretrain import PretrainArgs, Pretrainer
+from .pretrain_objectives import Objective, mlm_stats
 from .pretrain_data import model_inputs
+from .train import TrainStep
 
 log = logging.getLogger("bertforge")
 
@@ -141,32 +143,49 @@ class Distiller(Pretrainer):
                      self.teacher.num_parameters() / 1e6)
         return student
 
-    @staticmethod
-    def loss_counts(batch: dict[str, torch.Tensor]) -> dict[str, int]:
-        counts = pretraining_counts(batch)
+    def build_objective(self) -> Distillation:
+        a = self.args
+        return Distillation(self.teacher, a.temperature, a.alpha_ce, a.alpha_mlm, a.alpha_cos)
+
+
+class Distillation(Objective):
+    """Distillation's objective: the teacher's soft targets at temperature T, the MLM loss and the cosine
+    alignment of the last hidden states, weighted (`--alpha-ce`, `--alpha-mlm`, `--alpha-cos`)."""
+
+    def __init__(self, teacher: BertPreTrainedModel, temperature: float, alpha_ce: float, alpha_mlm: float,
+                 alpha_cos: float) -> None:
+        super().__init__(None)
+        self.teacher, self.temperature = teacher, temperature
+        self.alpha_ce, self.alpha_mlm, self.alpha_cos = alpha_ce, alpha_mlm, alpha_cos
+
+    def counts(self, batch: dict[str, torch.Tensor]) -> dict[str, int]:
+        counts = super().counts(batch)
         return {**counts, "ce": counts["mlm"], "cos": int(batch["attention_mask"].sum())}
 
-    def forward_backward(self, batch: dict[str, torch.Tensor], weights: dict[str, float]) -> dict[str, torch.Tensor]:
-        a = self.args
-        batch = self.on_device(batch)
+    def forward_backward(self, model: torch.nn.Module, stepper: TrainStep, batch: dict[str, torch.Tensor],
+                         weights: dict[str, float]) -> dict[str, torch.Tensor]:
         inputs = model_inputs(batch)
-        with self.stepper.autocast():
+        with stepper.autocast():
             with torch.no_grad():
                 teacher = self.teacher(**inputs, output_hidden_states=True)
-            out = self.train_model(**inputs, output_hidden_states=True)
+            out = model(**inputs, output_hidden_states=True)
         s_logits, t_logits = out.logits.float(), teacher.logits.float()  # [N, V]: the masked positions, same order
-        t = a.temperature
+        t = self.temperature
         ce = (F.kl_div(F.log_softmax(s_logits / t, -1), F.softmax(t_logits / t, -1), reduction="batchmean") * t * t
               if s_logits.shape[0] else s_logits.sum())
         real = batch["attention_mask"].bool()
         cos = (1 - F.cosine_similarity(out.hidden_states[-1][real].float(), teacher.hidden_states[-1][real].float(),
                                        dim=-1)).mean()
-        loss = self.stepper.accumulate({"ce": a.alpha_ce * ce, "mlm": a.alpha_mlm * out.loss, "cos": a.alpha_cos * cos},
-                                       weights)
-        stats = self.mlm_stats(loss, out, batch, weights)
+        loss = stepper.accumulate({"ce": self.alpha_ce * ce, "mlm": self.alpha_mlm * out.loss,
+                                   "cos": self.alpha_cos * cos}, weights)
+        stats = mlm_stats(loss, out.loss, out.logits, batch, weights)
         stats["ce_loss"] = ce.detach() * weights.get("ce", 0.0)
         stats["cos_loss"] = cos.detach() * weights.get("cos", 0.0)
         return stats
+
+    @staticmethod
+    def masked_logits(out: Any) -> torch.Tensor:
+        return out.logits
 
 
 def distill(args: DistillArgs | None = None, **kwargs: Any) -> Path:
@@ -178,4 +197,4 @@ def distill(args: DistillArgs | None = None, **kwargs: Any) -> Path:
     return final
 
 
-__all__ = ["DistillArgs", "Distiller", "distill", "init_from_teacher", "teacher_layers"]
+__all__ = ["DistillArgs", "Distillation", "Distiller", "distill", "init_from_teacher", "teacher_layers"]

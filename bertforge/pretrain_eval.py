@@ -21,11 +21,11 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 
 from .constants import IGNORE_INDEX
 from .errors import BertforgeError
 from .pretrain_data import document_split, model_inputs, pretraining_stream
+from .pretrain_objectives import Objective
 from .system import Runtime
 
 log = logging.getLogger("bertforge")
@@ -61,8 +61,10 @@ class HeldOutEvaluation:
     a checkpoint (`state_dict`), so a resumed run decides as an uninterrupted one."""
 
     def __init__(self, batches: list[dict[str, torch.Tensor]], every: int, patience: int | None, rt: Runtime,
-                 autocast: Callable[[], Any], sharded: bool) -> None:
+                 autocast: Callable[[], Any], sharded: bool,
+                 sums: Callable[[Any, dict[str, torch.Tensor]], torch.Tensor] = Objective.eval_sums) -> None:
         self.batches, self.every, self.patience = batches, every, patience
+        self.sums = sums  # a batch's (MLM loss sum, MLM correct, MLM targets, NSP correct, NSP count): the objective's
         self.rt, self.autocast, self.sharded = rt, autocast, sharded
         self.best_loss: float | None = None
         self.best_step: int | None = None
@@ -86,7 +88,7 @@ class HeldOutEvaluation:
             index = rt.rank + i * rt.world_size
             out, batch = self.forward(model, self.batches[index if index < n else 0])
             if index < n:
-                sums += batch_sums(out, batch)
+                sums += self.sums(out, batch)
         model.train(was_training)
         if rt.distributed:
             sums = sums.to(rt.device)
@@ -124,19 +126,3 @@ class HeldOutEvaluation:
             raise BertforgeError(f"evaluation state {state!r} is not version {STATE_VERSION}")
         self.best_loss, self.best_step = state["best_loss"], state["best_step"]
         self.since_best, self.stopped = int(state["since_best"]), bool(state["stopped"])
-
-
-def batch_sums(out: Any, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-    """(MLM loss sum, MLM correct, MLM targets, NSP correct, NSP count) of one batch, in float64. The model's
-    prediction logits are those of the labelled positions only (sparse MLM), in the order of the labels."""
-    labels = batch["labels"]
-    target = labels[labels != IGNORE_INDEX]
-    logits = out.prediction_logits.float()
-    sums = [F.cross_entropy(logits, target, reduction="sum").item(), (logits.argmax(-1) == target).sum().item(),
-            target.numel(), 0.0, 0.0]
-    if "next_sentence_label" in batch:
-        nsp = batch["next_sentence_label"].reshape(-1)
-        labelled = nsp != IGNORE_INDEX
-        sums[3] = (out.seq_relationship_logits.argmax(-1)[labelled] == nsp[labelled]).sum().item()
-        sums[4] = labelled.sum().item()
-    return torch.tensor(sums, dtype=torch.float64)

@@ -33,7 +33,7 @@ import torch
 import torch.distributed as dist
 
 from .errors import BertforgeError
-from .optim import set_schedule_length
+from .optim import decay_start, set_schedule_length
 from .system import Runtime
 
 log = logging.getLogger("bertforge")
@@ -132,16 +132,43 @@ class RunClock:
         return int(state["max_steps"])
 
 
-def apply_length(args: Any, scheduler: Any, warmup: int, length: int, step: int, is_main: bool) -> int:
-    """Give the run `args` (`PretrainArgs`, after `step` steps) the length `length`: its --max-steps and its schedule
-    `scheduler` (left as it is at the budget's end, `length` <= `step`). A warmup that the first length leaves no
-    room for is cut, with a warning, as for --max-steps. Returns the warmup the run uses from now on."""
-    first, args.max_steps = args.max_steps == PROVISIONAL_STEPS, length
-    if length <= step:
-        return warmup
-    if first:
-        warmup, note = args.warmup()
+class RunLength:
+    """How many optimizer steps the run takes and the warmup of its schedule: the state a time budget changes as
+    the run goes (`RunClock.tick`), never written back into the run's settings. `warmup_for(steps)`: the warmup
+    (and a warning, or None) the settings give a run of `steps` steps; `scheduler`: the schedule to refit, of
+    decay `decay` (with `decay_ratio`); None: no schedule follows the length."""
+
+    def __init__(self, steps: int, warmup_for: Callable[[int], tuple[int, str | None]] | None = None,
+                 scheduler: Any = None, decay: str = "linear", decay_ratio: float = 0.1, is_main: bool = True) -> None:
+        self.steps = steps
+        self.warmup_for, self.scheduler, self.decay, self.decay_ratio = warmup_for, scheduler, decay, decay_ratio
+        self.is_main = is_main
+        self.warmup, note = warmup_for(steps) if warmup_for is not None else (0, None)
         if note and is_main:
             log.warning("%s", note)
-    set_schedule_length(scheduler, warmup, length, args.decay, args.decay_ratio)
-    return warmup
+
+    @property
+    def provisional(self) -> bool:
+        """A budgeted run before its first estimate: its length is not known yet."""
+        return self.steps == PROVISIONAL_STEPS
+
+    def decay_from(self, total: int) -> int:
+        """The first step whose learning rate depends on a run length `total` (`optim.decay_start`)."""
+        return decay_start(self.warmup, total, self.decay, self.decay_ratio)
+
+    def set(self, length: int | None, step: int) -> bool:
+        """Give the run (after `step` steps) the length `length` (None: keep it): its step count and its schedule
+        (left as it is at the budget's end, `length` <= `step`). A warmup that the first length leaves no room for
+        is cut, with a warning, as for --max-steps. True when the length changed."""
+        if length is None or length == self.steps:
+            return False
+        first, self.steps = self.provisional, length
+        if length <= step:
+            return True
+        if first and self.warmup_for is not None:
+            self.warmup, note = self.warmup_for(length)
+            if note and self.is_main:
+                log.warning("%s", note)
+        if self.scheduler is not None:
+            set_schedule_length(self.scheduler, self.warmup, length, self.decay, self.decay_ratio)
+        return True

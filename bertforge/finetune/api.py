@@ -20,7 +20,7 @@ from ..quantize import check_quantize, quantize_model
 from ..run_dir import RunDirectory, RunKind
 from ..train import refuse_nonfinite
 from ..training_checkpoint import TrainingCheckpoints
-from ..training_log import MetricsLog
+from ..train_loop import RunLifecycle, open_metrics
 from .config import DataOptions, FinetuneConfig
 from .tasks import Encoded, Task, get_task, lower_is_better
 from ..system import Runtime, setup_runtime
@@ -63,17 +63,12 @@ def finetune(config: FinetuneConfig | None = None, **settings: Any) -> dict[str,
     rt = setup_runtime(cfg.device, distributed=False)  # before anything is read or written
     cfg = dataclasses.replace(cfg, **{k: str(Path(getattr(cfg, k)).resolve()) for k in ("model", "train", "dev", "out")})
     out = Path(cfg.out)
-    run_dir = RunDirectory(out, cfg.resume, cfg.overwrite, saved_settings(cfg), FINETUNING)
-    try:
-        run_dir.lock_and_check()  # a second run into `out` is refused while this one runs
-        if not (out / RUN_MARKER).is_file():
-            refuse_foreign(out)
-        return _finetune(cfg, out, rt, run_dir)
-    except BaseException:
-        run_dir.abandon()  # a run --overwrite set aside goes back when this one fails before its first checkpoint
-        raise
-    finally:
-        run_dir.close()
+    lifecycle = RunLifecycle(RunDirectory(out, cfg.resume, cfg.overwrite, saved_settings(cfg), FINETUNING), rt)
+    # a failure puts back a run --overwrite set aside (before this one's first checkpoint); the lock goes either way
+    with lifecycle.guarded():
+        # a second run into `out` is refused while this one runs
+        lifecycle.lock(lambda: None if (out / RUN_MARKER).is_file() else refuse_foreign(out))
+        return _finetune(cfg, out, rt, lifecycle)
 
 
 def saved_settings(cfg: FinetuneConfig) -> dict[str, Any]:
@@ -89,7 +84,7 @@ def refuse_foreign(out: Path) -> None:
         raise BertforgeError(f"{out}: --out holds files that are not a bertforge fine-tuning run; choose another directory")
 
 
-def _finetune(cfg: FinetuneConfig, out: Path, rt: Runtime, run_dir: RunDirectory) -> dict[str, Any]:
+def _finetune(cfg: FinetuneConfig, out: Path, rt: Runtime, lifecycle: RunLifecycle) -> dict[str, Any]:
     device = rt.device
     task = get_task(cfg.task)
     opts = cfg.data_options()
@@ -116,13 +111,11 @@ def _finetune(cfg: FinetuneConfig, out: Path, rt: Runtime, run_dir: RunDirectory
     run = Finetuning(model, train_data.features, evaluate_dev, cfg, main_metric, lower_is_better(main_metric),
                      tokenizer.pad_token_id, device)
     run.enable_checkpoints(TrainingCheckpoints(out, rt, run.stepper, cfg.keep_checkpoints, model.config), cfg.save_every)
-    run_dir.prepare()  # the first change to `out`
+    lifecycle.prepare()  # the first change to `out`
     resumed = cfg.resume and run.resume()
-    # rows after the step resumed from are dropped (all of them when no checkpoint was made: -1)
-    metrics = MetricsLog(out / "metrics.jsonl", -1 if cfg.resume and not resumed else run.stepper.step,
-                         out / "tensorboard")
-    result = run_logged(run, metrics, "fine-tuning")
-    run_dir.drop_replaced()  # (done at the first checkpoint already)
+    metrics = open_metrics(out, cfg.resume, resumed, run.stepper.step)
+    result = run_logged(run, metrics, "fine-tuning", lifecycle)
+    lifecycle.checkpointed()  # (done at the first checkpoint already)
     assert result.best is not None  # every run evaluates at least once
     refuse_nonfinite(model.state_dict(), str(out / "model"))
     with atomic_directory(out / "model") as work:
@@ -192,7 +185,7 @@ def _prepare(
     opts.validate()
     if quantize is not None:  # int8 runs on the CPU: refuse another device before anything is loaded
         check_quantize(quantize, opts.device or "cpu", "evaluate/predict")
-        opts.device = "cpu"
+        opts = dataclasses.replace(opts, device="cpu")  # a new value: settings are not changed once validated
     the_task = get_task(task)
     examples, _ = the_task.read(data, opts, labelled=labelled)
     tokenizer = _load_tokenizer(model)

@@ -25,14 +25,15 @@ from typing import Any
 import numpy as np
 import torch
 from tqdm.auto import tqdm
-from tqdm.contrib.logging import logging_redirect_tqdm
 
 from .features import Feature, collate, inference_batches, training_batches
 from ..optim import make_optimizer, parameter_groups, warmup_decay  # noqa: F401  (parameter_groups: importable here too)
 from ..state import check_same_files, files_fingerprint
 from ..training_checkpoint import Loaded, TrainingCheckpoints, number_list
+from ..time_budget import RunLength
 from ..training_log import MetricsLog, Panel, plot_curves
 from ..train import TrainStep, autocast as train_autocast, labelled_count, pick_precision
+from ..train_loop import Cadence, RunLifecycle, TrainLoop, progress_bar
 
 # Former names of `bertforge.optim`'s functions, kept so that existing imports work: the same objects, not copies.
 # `linear_schedule(optimizer, warmup_steps, total_steps)` is `warmup_decay`, whose warm-up is (step + 1) / warmup.
@@ -109,12 +110,13 @@ class TrainResult:
     stopped_early: bool = False
 
 
-def run_logged(run: Finetuning, metrics: MetricsLog, description: str) -> TrainResult:
-    """`run.run()` with its records written to `metrics` (closed at the end) and a progress bar of its steps."""
-    with metrics, logging_redirect_tqdm(), tqdm(
-        total=run.total_steps, initial=run.stepper.step, desc=description, unit="step", disable=_disable(run.cfg.progress)
-    ) as bar:
-        run.record, run.bar = metrics.write, bar
+def run_logged(run: Finetuning, metrics: MetricsLog, description: str,
+               lifecycle: RunLifecycle | None = None) -> TrainResult:
+    """`run.run()` with its records written to `metrics` (closed at the end) and a progress bar of its steps;
+    `lifecycle` (the run directory's) learns of every checkpoint."""
+    with metrics, progress_bar(run.total_steps, run.stepper.step, description, _disable(run.cfg.progress),
+                               redirect_logging=True) as bar:
+        run.record, run.bar, run.lifecycle = metrics.write, bar, lifecycle
         return run.run()
 
 
@@ -156,10 +158,14 @@ class Finetuning:
         self.since_best = 0
         self.record: Callable[[dict[str, Any]], Any] = lambda entry: None
         self.bar: Any = None
+        self.lifecycle: RunLifecycle | None = None
         # the data position: the epoch, the optimizer steps taken in it, and the generator's state before it drew
         # the epoch's batches; the training losses since the last logged row
         self.epoch, self.position = 0, 0
         self.epoch_start = self.generator.get_state()
+        self.groups: list[list[list[int]]] | None = None  # the epoch's steps (batches of indices), once drawn
+        self.batch_count = 0  # the epoch's batches
+        self.last_lr = 0.0
         self.losses: list[float] = []
         self.checkpoints: TrainingCheckpoints | None = None  # see `enable_checkpoints`
         self.save_every = 0
@@ -198,17 +204,12 @@ class Finetuning:
             backbone.encoder.eval()
 
     def run(self) -> TrainResult:
+        """Train every epoch (from where a resumed run left off) on the shared loop; the best weights at the end."""
         started = time.perf_counter()
         self.model.to(self.device)
         self.train_mode()
-        while self.epoch < self.cfg.epochs and not self.result.stopped_early:
-            if self.train_epoch(self.epoch):
-                self.result.stopped_early = True
-            else:
-                stop = self.run_evaluation(self.epoch + 1)  # every epoch ends with an evaluation
-                self.result.stopped_early = stop and self.epoch + 1 < self.cfg.epochs
-                self.epoch, self.position, self.epoch_start = self.epoch + 1, 0, self.generator.get_state()
-            self.save_checkpoint()  # at each epoch's end, and where early stopping ends the run
+        cadence = Cadence(self.cfg.log_every, self.cfg.eval_every, self.save_every)
+        TrainLoop(self, cadence, RunLength(self.total_steps), self.record, self.bar, lifecycle=self.lifecycle).run()
         self.result.steps = self.stepper.step
         self.result.skipped_steps = self.stepper.skipped_steps
         self.result.seconds = time.perf_counter() - started
@@ -216,32 +217,60 @@ class Finetuning:
             self.model.load_state_dict(self.best_state)
         return self.result
 
-    def train_epoch(self, epoch: int) -> bool:
-        """One pass over the data, `grad_accum` batches a step (the last step may take fewer), from the step
-        `self.position` into it (0, or where a resumed run left off). True: stop early."""
-        cfg = self.cfg
-        self.epoch_start = self.generator.get_state()
-        batches = self.epoch_batches()
-        groups = [batches[i : i + cfg.grad_accum] for i in range(0, len(batches), cfg.grad_accum)]
-        for g in range(self.position, len(groups)):
-            micro = [self.make_batch(indices) for indices in groups[g]]
-            outcome = self.stepper.run(micro, self.forward_backward, self.counts)
-            self.losses.append(outcome.totals["loss"].item())
-            self.position = g + 1
-            step, last = self.stepper.step, g + 1 == len(groups)
-            done = epoch + min(len(batches), (g + 1) * cfg.grad_accum) / len(batches)
-            self.bar.update(1)
-            if step % cfg.log_every == 0 or last:
-                mean_loss = sum(self.losses) / len(self.losses)
-                self.bar.set_postfix(loss=f"{mean_loss:.4f}")
-                self.record({"type": "train", "step": step, "epoch": round(done, 4), "loss": mean_loss,
-                             "lr": outcome.lr, "skipped_steps": self.stepper.skipped_steps})
-                self.losses = []
-            if cfg.eval_every and step % cfg.eval_every == 0 and not last and self.run_evaluation(done):
-                return True
-            if self.save_every and step % self.save_every == 0 and not last:  # the epoch's end saves after its evaluation
-                self.save_checkpoint()
-        return False
+    # ------------------------------------------------------------------ what the loop asks (`train_loop.LoopTrainer`)
+    @property
+    def step(self) -> int:
+        return self.stepper.step
+
+    def finished(self) -> bool:
+        return self.epoch >= self.cfg.epochs or self.result.stopped_early
+
+    def train_step(self) -> Any:
+        """The next optimizer step of the epoch: `grad_accum` batches (the epoch's last step may take fewer), the
+        epoch's batches drawn at its first step (its generator state kept: a resumed run draws them again)."""
+        if self.groups is None:
+            self.epoch_start = self.generator.get_state()
+            batches = self.epoch_batches()
+            ga = self.cfg.grad_accum
+            self.batch_count, self.groups = len(batches), [batches[i : i + ga] for i in range(0, len(batches), ga)]
+        micro = [self.make_batch(indices) for indices in self.groups[self.position]]
+        outcome = self.stepper.run(micro, self.forward_backward, self.counts)
+        self.position += 1
+        return outcome
+
+    def record_step(self, outcome: Any) -> None:
+        self.losses.append(outcome.totals["loss"].item())
+        self.last_lr = outcome.lr
+
+    def period_ends(self) -> bool:
+        return self.groups is not None and self.position == len(self.groups)
+
+    def done(self) -> float:
+        """The epochs done, as a fraction (the batches of this epoch taken)."""
+        return self.epoch + min(self.batch_count, self.position * self.cfg.grad_accum) / self.batch_count
+
+    def log_row(self, on_grid: bool, seconds: float) -> dict[str, Any]:
+        mean_loss = sum(self.losses) / len(self.losses)
+        self.losses = []
+        return {"type": "train", "step": self.stepper.step, "epoch": round(self.done(), 4), "loss": mean_loss,
+                "lr": self.last_lr, "skipped_steps": self.stepper.skipped_steps}
+
+    @staticmethod
+    def progress(row: dict[str, Any]) -> dict[str, str]:
+        return {"loss": f"{row['loss']:.4f}"}
+
+    def evaluate_now(self, period_end: bool) -> bool:
+        """Every epoch ends with an evaluation; one inside it (--eval-every) that says stop ends the run there."""
+        stop = self.run_evaluation(self.epoch + 1 if period_end else self.done())
+        if stop and not period_end:
+            self.result.stopped_early = True
+        return stop
+
+    def end_period(self, stop: bool) -> None:
+        """The epoch's end, after its evaluation: stopping before the last epoch is early; the next epoch starts."""
+        self.result.stopped_early = stop and self.epoch + 1 < self.cfg.epochs
+        self.epoch, self.position, self.epoch_start = self.epoch + 1, 0, self.generator.get_state()
+        self.groups = None
 
     def run_evaluation(self, epoch: float) -> bool:
         """Score the model; keep it if best. True when early stopping says to stop."""
