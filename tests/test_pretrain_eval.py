@@ -219,7 +219,7 @@ def test_eval_fraction_run_trains_on_the_rest(corpus_and_tokenizer, tmp_path):
     (dict(eval_fraction=1.5), "--eval-fraction must be in"),
     (dict(eval_fraction=0.1, eval_corpus=["x.txt"]), "--eval-fraction contradicts --eval-corpus"),
     (dict(eval_corpus=["/nonexistent/eval.txt"]), "does not exist"),
-    (dict(eval_fraction=0.001), "--eval-fraction 0.001 holds out: .*no text"),
+    (dict(eval_fraction=0.001), "--eval-fraction 0.001 holds out: .*no document left to read: 0 of its 40"),
     (dict(eval_fraction=0.1, eval_max_instances=0), "--eval-max-instances must be a positive integer"),
 ])
 def test_bad_eval_settings_are_refused_before_anything_is_written(corpus_and_tokenizer, tmp_path, change, message):
