@@ -56,8 +56,8 @@ class BertPreTrainedModel(nn.Module):
         word = self.base_model.embeddings.word_embeddings
         for prefix, module in self.named_modules():
             for name, param in module.named_parameters(recurse=False):
-                if only is not None and (f"{prefix}.{name}" if prefix else name) not in only:
-                    continue
+                if param.is_meta or (only is not None and (f"{prefix}.{name}" if prefix else name) not in only):
+                    continue  # a model built without storage (the loader's, the memory estimate's) has none to fill
                 with torch.no_grad():
                     if isinstance(module, LayerNorm):
                         param.fill_(1.0 if name == "weight" else 0.0)
