@@ -29,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
     """The settings given on the command line over the defaults (the demo's when no --corpus is given, less those
     a given option decides: --init-from's vocabulary, --warmup-ratio's warmup). Options that contradict each other
     are refused in one line, before anything is written."""
-    from ..data.corpus import warn_replaced
+    from ..data.decoding import warn_replaced
     from ..options import given
     from ..pretrain import PretrainArgs, decided_by, pretrain, refuse_contradictions
 
