@@ -6,6 +6,7 @@ The training loop uses :class:`PretrainingStream`; tokenizer training uses :func
 
 from bertforge.constants import IGNORE_INDEX
 from bertforge.data.corpus import DEFAULT_CORPUS, CorpusReader, Document, DocumentSplit, iter_documents, list_corpus_files, take_mb
+from bertforge.data.instance_stream import InstanceStream
 from bertforge.data.instances import (
     IN_ORDER,
     IS_NEXT,
@@ -14,7 +15,6 @@ from bertforge.data.instances import (
     SENTENCE_OBJECTIVES,
     SWAPPED,
     Instance,
-    InstanceStream,
     PairLayout,
     SequencePacker,
     create_nsp_instances,

@@ -6,7 +6,7 @@
     PretrainingStream(...same arguments...).load_state_dict(state)   # continues with the very same batches
 
 Pipeline: :class:`~bertforge.data.corpus.CorpusReader` (this rank's documents, cycling over epochs) ->
-:class:`~bertforge.data.instances.InstanceStream` (BERT NSP pairs, ALBERT SOP pairs or RoBERTa packed sequences,
+:class:`~bertforge.data.instance_stream.InstanceStream` (BERT NSP pairs, ALBERT SOP pairs or RoBERTa packed sequences,
 shuffle buffer) -> :class:`~bertforge.data.masking.MaskingCollator` (pad to the longest in the batch, dynamic
 masking: tokens, whole words or n-grams). Each part's docstring has the details.
 
@@ -25,7 +25,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from bertforge.data.corpus import DEFAULT_CORPUS, CorpusReader, DocumentSplit, PathsLike
-from bertforge.data.instances import Instance, InstanceStream, Tokenize, derive_seed, resolve_sentence_objective
+from bertforge.data.instance_stream import InstanceStream, Tokenize
+from bertforge.data.instances import Instance, derive_seed, resolve_sentence_objective
 from bertforge.data.masking import MaskingCollator
 from bertforge.errors import BertforgeError
 

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import random
 from pathlib import Path
 
 from tests.helpers import SPECIALS
+
+from bertforge.data import PretrainingStream
 
 PAD, UNK, CLS, SEP, MASK = 0, 1, 2, 3, 4
 N_SPECIAL = 5
@@ -76,3 +79,25 @@ class WordVocab:
 
     def special_kwargs(self) -> dict[str, int]:
         return {"cls_id": CLS, "sep_id": SEP, "pad_id": PAD, "mask_id": MASK, "vocab_size": self.size}
+
+
+def make_stream(path, vocab, **kw):
+    return PretrainingStream(path, vocab.tokenize, **vocab.special_kwargs(), **kw)
+
+
+def at_least_half(count: int, n: int) -> bool:
+    """`count` of `n` instances is no lower than 4 sigma under n/2, for an outcome each instance has with
+    probability 1/2 or more: sigma = sqrt(n * 1/2 * 1/2)."""
+    return count >= n / 2 - 4 * math.sqrt(n * 0.25)
+
+
+def take(stream, n):
+    out = []
+    while len(out) < n:
+        out.extend(stream.next_instances())
+    return out[:n]
+
+
+def split_pair(inst):
+    ids = inst.input_ids
+    return ids[1 : inst.num_a - 1], ids[inst.num_a : -1]
