@@ -23,7 +23,8 @@ from bertforge.data.instances import (
     resolve_sentence_objective,
     truncate_pair,
 )
-from bertforge.data.masking import MASKING_KINDS, MaskingCollator, NgramDraw
+from bertforge.data.masking import MASKING_KINDS, MaskingCollator
+from bertforge.data.spans import NgramDraw
 from bertforge.data.static import (
     StaticShardReader,
     index_sentence_objective,

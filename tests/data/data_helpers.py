@@ -10,10 +10,12 @@ from pathlib import Path
 
 from tests.helpers import SPECIALS
 
-from bertforge.data import PretrainingStream
+from bertforge.data import Instance, MaskingCollator, PretrainingStream
 
 PAD, UNK, CLS, SEP, MASK = 0, 1, 2, 3, 4
 N_SPECIAL = 5
+VOCAB = 1000  # the vocabulary size of the masking tests' collators
+SPECIAL = {PAD, CLS, SEP, MASK}
 
 
 def tagged_docs(n_docs: int, *, seed: int = 0, sentences=(1, 8), words=(3, 12), doc_offset: int = 0) -> list[list[str]]:
@@ -101,3 +103,18 @@ def take(stream, n):
 def split_pair(inst):
     ids = inst.input_ids
     return ids[1 : inst.num_a - 1], ids[inst.num_a : -1]
+
+
+def collator(**kw):
+    """A `MaskingCollator` over a vocabulary of `VOCAB` ids with this file's special ids."""
+    return MaskingCollator(cls_id=CLS, sep_id=SEP, pad_id=PAD, mask_id=MASK, vocab_size=VOCAB, **kw)
+
+
+def random_instances(rng, n, lo=6, hi=60):
+    """`n` sentence pairs of random non-special ids, segment A `lo`..`hi` tokens long."""
+    out = []
+    for _ in range(n):
+        a = [rng.randrange(5, VOCAB) for _ in range(rng.randint(lo, hi))]
+        b = [rng.randrange(5, VOCAB) for _ in range(rng.randint(1, 10))]
+        out.append(Instance([CLS, *a, SEP, *b, SEP], len(a) + 2, rng.randint(0, 1)))
+    return out
