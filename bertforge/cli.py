@@ -16,6 +16,7 @@ from typing import NoReturn
 
 from . import __version__
 from .errors import BertforgeError
+from .system import apply_switches, read_switches
 
 # In the order `--help` lists them.
 COMMANDS = [
@@ -110,6 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     logging.getLogger("bertforge").setLevel(logging.INFO)
     try:
+        apply_switches(read_switches())  # BERTFORGE_LINEAR & co for every command, those that set up no runtime too
         rc = int(args.run(args) or 0)
         if int(os.environ.get("WORLD_SIZE", "1")) > 1:
             _end_torchrun_process(rc)

@@ -280,9 +280,7 @@ def test_bad_settings_get_clear_errors(corpus_and_tokenizer, tmp_path, change, m
 
 
 def test_misspelt_linear_backend_is_refused_before_anything_is_written(corpus_and_tokenizer, tmp_path, monkeypatch):
-    import bertforge.linear
-
-    monkeypatch.setattr(bertforge.linear, "_backend", "onednnn")  # what BERTFORGE_LINEAR=onednnn sets at import
+    monkeypatch.setenv("BERTFORGE_LINEAR", "onednnn")  # read by the run's setup_runtime
     with pytest.raises(BertforgeError, match="BERTFORGE_LINEAR must be one of .*'onednnn'"):
         pretrain(args(corpus_and_tokenizer, tmp_path / "run"))
     assert not (tmp_path / "run").exists()

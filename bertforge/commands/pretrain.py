@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 from pathlib import Path
 
 NAME = "pretrain"
@@ -32,13 +31,15 @@ def run(args: argparse.Namespace) -> int:
     from ..data.decoding import warn_replaced
     from ..options import given
     from ..pretrain import PretrainArgs, decided_by, pretrain, refuse_contradictions
+    from ..system import last_runtime
 
     settings = given(args, PretrainArgs)
     refuse_contradictions(set(settings))
     demo = {name: value for name, value in DEMO.items() if name not in decided_by(set(settings))}
     base = PretrainArgs() if args.corpus else PretrainArgs(**demo)
     final = pretrain(dataclasses.replace(base, **settings))
-    if final is not None and os.environ.get("RANK", "0") == "0":  # under torchrun, rank 0 speaks for the run
+    rt = last_runtime()  # the one the run set up
+    if final is not None and (rt is None or rt.is_main):  # under torchrun, rank 0 speaks for the run
         replaced, passes = replaced_bytes(Path(final).parent)
         warn_replaced(replaced, passes=passes)
     return 0
