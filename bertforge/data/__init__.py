@@ -4,13 +4,11 @@ dynamic masking (tokens, whole words, n-grams), static shards.
 The training loop uses :class:`PretrainingStream`; tokenizer training uses :func:`iter_documents`.
 """
 
-from bertforge.constants import IGNORE_INDEX
 from bertforge.data.corpus import DEFAULT_CORPUS, CorpusReader, Document, DocumentSplit, iter_documents, list_corpus_files, take_mb
 from bertforge.data.instance_stream import InstanceStream
 from bertforge.data.instances import (
     IN_ORDER,
     IS_NEXT,
-    NO_LABEL,
     NOT_NEXT,
     SENTENCE_OBJECTIVES,
     SWAPPED,
@@ -35,12 +33,10 @@ from bertforge.data.stream import PretrainingStream
 
 __all__ = [
     "DEFAULT_CORPUS",
-    "IGNORE_INDEX",
     "IN_ORDER",
     "IS_NEXT",
     "MASKING_KINDS",
     "NOT_NEXT",
-    "NO_LABEL",
     "SENTENCE_OBJECTIVES",
     "SWAPPED",
     "CorpusReader",

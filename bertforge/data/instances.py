@@ -50,7 +50,6 @@ IS_NEXT = 0
 NOT_NEXT = 1
 IN_ORDER = 0  # SOP: the two segments in the document's order (transformers' sentence_order_label 0)
 SWAPPED = 1  # SOP: the two segments swapped
-NO_LABEL = IGNORE_INDEX  # the NSP label of an instance without a pair: its old name, kept importable
 
 SENTENCE_OBJECTIVES = ("nsp", "sop")  # or None: MLM only, RoBERTa FULL-SENTENCES packing
 

@@ -11,7 +11,6 @@ from tests.data.data_helpers import CLS, SEP, WordVocab, at_least_half, make_str
 from bertforge.data import (
     IN_ORDER,
     IS_NEXT,
-    NO_LABEL,
     NOT_NEXT,
     SWAPPED,
     CorpusReader,
@@ -24,6 +23,7 @@ from bertforge.data import (
     resolve_sentence_objective,
     truncate_pair,
 )
+from bertforge.constants import IGNORE_INDEX
 from bertforge.errors import BertforgeError
 
 
@@ -168,7 +168,7 @@ def test_no_nsp_packs_full_sequences_across_documents(tmp_path):
     for inst in instances:
         assert len(inst.input_ids) == 16
         assert inst.input_ids[0] == CLS and inst.input_ids[-1] == SEP
-        assert inst.token_type_ids == [0] * 16 and inst.next_sentence_label == NO_LABEL
+        assert inst.token_type_ids == [0] * 16 and inst.next_sentence_label == IGNORE_INDEX
         assert inst.input_ids[1] != SEP  # no separator at a sequence start
         content.extend(inst.input_ids[1:-1])
     doc_tokens = [[t for s in vocab.tokenize(doc) for t in s] for doc in docs]
@@ -215,7 +215,7 @@ class ReferencePacker:
                 content = self.current[: self.capacity]
                 self.current = self.current[self.capacity :]
                 ids = [self.cls_id, *content, self.sep_id]
-                out.append(Instance(ids, len(ids), NO_LABEL))
+                out.append(Instance(ids, len(ids), IGNORE_INDEX))
         return out
 
     def state_dict(self):
