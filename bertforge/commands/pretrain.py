@@ -51,7 +51,8 @@ def replaced_bytes(out: Path) -> tuple[int, int]:
     run's newest checkpoint counts them (or, with static masking, the shards' index); 0 when nothing tells."""
     from ..data.static import INDEX_NAME
     from ..errors import BertforgeError
-    from ..pretrain import STATIC_DIR, list_checkpoints
+    from ..pretrain_data import STATIC_DIR
+    from ..run_dir import list_checkpoints
     from ..state import load_state
 
     total, passes = 0, 1
