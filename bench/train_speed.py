@@ -563,6 +563,9 @@ def main(argv: list[str] | None = None) -> None:
         torch.backends.cudnn.allow_tf32 = False
     if args.threads:
         torch.set_num_threads(args.threads)
+    from bertforge.system import apply_switches, read_switches
+
+    apply_switches(read_switches())  # BERTFORGE_LINEAR=aten: the reference kernels for the whole run
     if args.malloc_reuse:
         from bertforge.system import reuse_freed_memory
 

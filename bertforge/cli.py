@@ -16,6 +16,7 @@ from typing import NoReturn
 
 from . import __version__
 from .errors import BertforgeError
+from .system import apply_switches, read_switches
 
 # In the order `--help` lists them.
 COMMANDS = [
@@ -52,12 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", help="show full tracebacks on errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
-        try:
-            module = importlib.import_module(f".commands.{name}", __package__)
-        except ModuleNotFoundError as err:
-            if err.name == f"{__package__}.commands.{name}":
-                continue  # not built yet
-            raise
+        module = importlib.import_module(f".commands.{name}", __package__)  # a missing one is a bug: it fails
         p = sub.add_parser(module.NAME, help=module.HELP, description=module.HELP)
         p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show full tracebacks on errors")
         module.add_arguments(p)
@@ -110,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     logging.getLogger("bertforge").setLevel(logging.INFO)
     try:
+        apply_switches(read_switches())  # BERTFORGE_LINEAR & co for every command, those that set up no runtime too
         rc = int(args.run(args) or 0)
         if int(os.environ.get("WORLD_SIZE", "1")) > 1:
             _end_torchrun_process(rc)

@@ -8,6 +8,6 @@ from __future__ import annotations
 
 #: The label of a position or sequence that the loss ignores: `ignore_index` of `torch.nn.functional.cross_entropy`,
 #: and the -100 of Hugging Face labels. Masked-LM labels of tokens that were not chosen, the NSP label of an
-#: instance without a sentence pair (`bertforge.data.NO_LABEL` is its old name), token-classification labels of
-#: special tokens and of every sub-word but a word's first, and padding of label arrays.
+#: instance without a sentence pair, token-classification labels of special tokens and of every sub-word but a
+#: word's first, and padding of label arrays.
 IGNORE_INDEX = -100

@@ -11,8 +11,9 @@ only (~1e-6 relative).
 Without autograd (inference), `linear` also fuses what follows the matrix multiply into oneDNN's kernel: the
 activation (`act`: GELU, ReLU) or a residual add (`residual`), which saves a pass over the output.
 
-`set_linear_backend("aten")` (or BERTFORGE_LINEAR=aten in the environment) makes every layer use `F.linear`, the
-reference path; `with linear_backend("aten"):` does it for one block of code in the current thread.
+`set_linear_backend("aten")` makes every layer use `F.linear`, the reference path (`system.setup_runtime` calls it
+for BERTFORGE_LINEAR=aten; this module reads no environment variable); `with linear_backend("aten"):` does it for one
+block of code in the current thread.
 
 int8 (CPU inference): a layer whose weight is an `Int8Weight` (made by `bertforge.quantize`) runs an int8 kernel
 (`int8_kernel`: oneDNN's `qlinear_pointwise` on CPUs with VNNI, else FBGEMM's `quantized.linear_dynamic`): the
@@ -25,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import os
 import threading
 import warnings
 from collections.abc import Iterator
@@ -38,7 +38,7 @@ from .errors import BertforgeError
 from .ops import activation_fn
 
 BACKENDS = ("auto", "aten", "onednn")
-_backend = os.environ.get("BERTFORGE_LINEAR", "auto")  # the process's default
+_backend = "auto"  # the process's backend (`set_linear_backend`)
 _local = threading.local()  # `linear_backend(...)` blocks: a per-thread override
 
 # hidden_act -> oneDNN post-op (name, algorithm) that computes it inside the matrix multiply.
@@ -132,19 +132,9 @@ class _OneDnnLinear(torch.autograd.Function):
         return gx, gw, gb
 
 
-def check_linear_backend() -> None:
-    """Raise BertforgeError when BERTFORGE_LINEAR names no backend, or oneDNN where PyTorch lacks it (training
-    commands call this before they write anything; `set_linear_backend` checks its own argument)."""
-    if _backend not in BACKENDS:
-        raise BertforgeError(f"BERTFORGE_LINEAR must be one of {', '.join(BACKENDS)}, got {_backend!r}")
-    if _backend == "onednn" and not onednn_available():
-        raise BertforgeError("BERTFORGE_LINEAR=onednn, but this PyTorch has no oneDNN linear kernels (mkldnn)")
-
-
 def _use_onednn(x: Tensor, weight: Tensor) -> bool:
     if get_linear_backend() == "aten":
         return False
-    check_linear_backend()
     return (
         type(x) is Tensor  # not a DTensor or other subclass
         and type(weight) in (Tensor, torch.nn.Parameter)
@@ -185,19 +175,27 @@ def cpu_has_vnni() -> bool:
 #: int8 matrix-multiply kernels `Int8Weight` can run: oneDNN's (`torch.ops.onednn.qlinear_pointwise`, what
 #: PyTorch's compiler uses for x86 int8) or FBGEMM's dynamic one (`torch.ops.quantized.linear_dynamic`).
 INT8_KERNELS = ("onednn", "fbgemm")
+_int8_choice = "onednn"  # the first kernel `int8_kernel` tries (`set_int8_kernel`)
+
+
+def set_int8_kernel(kernel: str) -> None:
+    """"onednn" (the default: oneDNN's where it serves, else FBGEMM's) or "fbgemm" (FBGEMM's always)."""
+    global _int8_choice
+    if kernel not in INT8_KERNELS:
+        raise ValueError(f"int8 kernel must be one of {INT8_KERNELS}, got {kernel!r}")
+    _int8_choice = kernel
+    int8_kernel.cache_clear()
 
 
 @functools.cache
 def int8_kernel() -> str | None:
     """The int8 kernel `Int8Weight` uses here: oneDNN's where PyTorch has it and the CPU has VNNI (its kernels
     then sum u8·s8 products in 32 bits; without VNNI, FBGEMM's 7-bit inputs avoid saturating), else FBGEMM's;
-    None when neither computes roughly what `F.linear` does. BERTFORGE_INT8_KERNEL=fbgemm forces FBGEMM's.
+    None when neither computes roughly what `F.linear` does. `set_int8_kernel("fbgemm")` (BERTFORGE_INT8_KERNEL=fbgemm
+    through `system.setup_runtime`) forces FBGEMM's.
     With the same per-token scales, oneDNN's made all-MiniLM-L6-v2's four int8 layers 16 % faster on 3,400 tokens
     (25.2 against 29.9 ms, 2 threads, AMD EPYC with AVX-512 VNNI, 2026-11-27)."""
-    wanted = os.environ.get("BERTFORGE_INT8_KERNEL", "onednn")
-    if wanted not in INT8_KERNELS:
-        raise BertforgeError(f"BERTFORGE_INT8_KERNEL must be one of {', '.join(INT8_KERNELS)}, got {wanted!r}")
-    return next((k for k in INT8_KERNELS[INT8_KERNELS.index(wanted) :] if int8_kernel_works(k)), None)
+    return next((k for k in INT8_KERNELS[INT8_KERNELS.index(_int8_choice) :] if int8_kernel_works(k)), None)
 
 
 def int8_kernel_works(kernel: str) -> bool:

@@ -28,10 +28,10 @@ import torch
 from .auto import AutoModelForPreTraining, AutoModelForSequenceClassification
 from .model.config import BertConfig
 from .errors import BertforgeError
+from .system import SKIP_MEMORY_CHECK, memory_check_skipped
 
 BYTES_PER_PARAMETER = 16  # fp32 weight + gradient + two AdamW moments
 MLM_FRACTION = 0.15
-SKIP_ENV = "BERTFORGE_SKIP_MEMORY_CHECK"  # "1": do not refuse (the estimate can be wrong for an unusual setup)
 MiB = 1 << 20
 GiB = 1 << 30
 
@@ -147,7 +147,7 @@ def _size(n: float) -> str:
 
 def check_fits(estimate: MemoryEstimate, available: int | None, where: str, what: str) -> None:
     """Raise a BertforgeError with the numbers, and the settings that would fit, when `estimate` exceeds `available`."""
-    if available is None or estimate.total <= available or os.environ.get(SKIP_ENV) == "1":
+    if available is None or estimate.total <= available or memory_check_skipped():
         return
     e = estimate
     per_seq = e.per_sequence_checkpointed if e.gradient_checkpointing else e.per_sequence
@@ -170,7 +170,7 @@ def check_fits(estimate: MemoryEstimate, available: int | None, where: str, what
                              f"{fit_ckpt})")
         hints.append("a shorter sequence length or a smaller model")
         hint = "what would fit: " + "; or ".join(hints)
-    raise BertforgeError(f"{parts}; {hint} ({SKIP_ENV}=1 skips this check)")
+    raise BertforgeError(f"{parts}; {hint} ({SKIP_MEMORY_CHECK}=1 skips this check)")
 
 
 def check_training_fits(config: BertConfig, batch_size: int, seq_len: int, device, *, gradient_checkpointing: bool = False,

@@ -158,17 +158,7 @@ def export_onnx(
     Raises BertforgeError when the check fails (the file is not written then).
     """
     out = Path(out)
-    if out.suffix != ".onnx":
-        raise BertforgeError(f"{out}: the output file name must end in .onnx")
-    if quantize is not None:
-        _check_int8_export(quantize)
-    if not isinstance(model, nn.Module):
-        path = Path(model)
-        if not path.is_dir():
-            raise BertforgeError(f"{path}: no such model directory")
-        check_output_file(out, model=path, option="--out")
-        model = load_for_export(path, head)
-    model = model.eval()
+    model = _model_to_export(model, out, head, quantize)
     wrapper = ExportWrapper(model)
     config = model.config
     example = sample_inputs(2, min(16, config.max_sequence_length), config, seed=0)
@@ -206,6 +196,22 @@ def export_onnx(
 
     atomic_write(out, write)
     return report
+
+
+def _model_to_export(model: BertPreTrainedModel | str | Path, out: Path, head: str,
+                     quantize: str | None) -> BertPreTrainedModel:
+    """`model` in eval mode (loaded with `head` when it is a directory), once `out` and `quantize` are checked."""
+    if out.suffix != ".onnx":
+        raise BertforgeError(f"{out}: the output file name must end in .onnx")
+    if quantize is not None:
+        _check_int8_export(quantize)
+    if not isinstance(model, nn.Module):
+        path = Path(model)
+        if not path.is_dir():
+            raise BertforgeError(f"{path}: no such model directory")
+        check_output_file(out, model=path, option="--out")
+        model = load_for_export(path, head)
+    return model.eval()
 
 
 def _check_int8_export(quantize: str) -> None:

@@ -37,7 +37,7 @@ SCORINGS = ("logits", "probabilities")
 
 
 class QAInput(Protocol):
-    """What windowing needs of a question (`bertforge.finetune.data.QAExample` is one)."""
+    """What windowing needs of a question (`bertforge.finetune.squad.QAExample` is one)."""
 
     @property
     def question(self) -> str: ...

@@ -1,5 +1,9 @@
 """Process-wide settings, in one place: `setup_runtime` (device, process group, intra-op threads, the allocator for
-training on CPU, the check of the linear-kernel choice) is what every command calls before it works.
+training on CPU, the switches the environment sets) is what every command calls before it works.
+
+The environment's switches (BERTFORGE_LINEAR, BERTFORGE_INT8_KERNEL, BERTFORGE_SKIP_MEMORY_CHECK) are read here and
+nowhere else (`read_switches`), checked and handed to the modules they steer (`apply_switches`); a library user who
+never calls `setup_runtime` has the defaults (the fastest kernels that compute the same, the memory check on).
 
 glibc's malloc serves every request above 32 MiB (BERT's word-embedding gradient, the vocabulary logits, the
 feed-forward activations of a large batch) with a fresh `mmap` and gives it back with `munmap` when freed. The
@@ -16,8 +20,8 @@ import ctypes
 import logging
 import os
 import sys
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 
 import torch
 import torch.distributed as dist
@@ -86,6 +90,52 @@ def configure_threads(num_threads: int | None) -> None:
         torch.set_num_threads(available_cpus())
 
 
+SKIP_MEMORY_CHECK = "BERTFORGE_SKIP_MEMORY_CHECK"  # "1": do not refuse a run the memory estimate says cannot fit
+
+
+@dataclass(frozen=True)
+class Switches:
+    """The process-wide switches the environment sets (None: not set, the module keeps its own choice)."""
+
+    linear: str | None = None  # BERTFORGE_LINEAR: the dense-layer kernels (`linear.set_linear_backend`)
+    int8_kernel: str | None = None  # BERTFORGE_INT8_KERNEL: the int8 kernel (`linear.set_int8_kernel`)
+    skip_memory_check: bool = False  # BERTFORGE_SKIP_MEMORY_CHECK=1 (`memory.check_fits` asks `memory_check_skipped`)
+
+
+_skip_memory_check = False
+
+
+def read_switches(environ: Mapping[str, str] = os.environ) -> Switches:
+    """The switches `environ` sets, as given (`apply_switches` checks them)."""
+    return Switches(linear=environ.get("BERTFORGE_LINEAR"), int8_kernel=environ.get("BERTFORGE_INT8_KERNEL"),
+                    skip_memory_check=environ.get(SKIP_MEMORY_CHECK) == "1")
+
+
+def apply_switches(switches: Switches) -> None:
+    """Hand each switch to the module it steers; a value that names no choice is a BertforgeError naming the
+    variable, before anything runs."""
+    global _skip_memory_check
+    from .linear import BACKENDS, INT8_KERNELS, onednn_available, set_int8_kernel, set_linear_backend
+
+    if switches.linear is not None:
+        if switches.linear not in BACKENDS:
+            raise BertforgeError(f"BERTFORGE_LINEAR must be one of {', '.join(BACKENDS)}, got {switches.linear!r}")
+        if switches.linear == "onednn" and not onednn_available():
+            raise BertforgeError("BERTFORGE_LINEAR=onednn, but this PyTorch has no oneDNN linear kernels (mkldnn)")
+        set_linear_backend(switches.linear)
+    if switches.int8_kernel is not None:
+        if switches.int8_kernel not in INT8_KERNELS:
+            raise BertforgeError(f"BERTFORGE_INT8_KERNEL must be one of {', '.join(INT8_KERNELS)}, got "
+                                 f"{switches.int8_kernel!r}")
+        set_int8_kernel(switches.int8_kernel)
+    _skip_memory_check = switches.skip_memory_check
+
+
+def memory_check_skipped() -> bool:
+    """Whether BERTFORGE_SKIP_MEMORY_CHECK=1 was set when the switches were last applied (False before)."""
+    return _skip_memory_check
+
+
 @dataclass
 class Runtime:
     """Where this process runs: its rank among `world_size` processes (torchrun's environment) and its device."""
@@ -112,18 +162,22 @@ def setup_runtime(device: str | None = "auto", *, threads: int | None = None, li
     `device`: "auto" (CUDA when there is a GPU), "cpu", "cuda" (this process's local GPU under torchrun) or
     "cuda:N". `threads`: intra-op threads on CPU (default: one per CPU this process may use, or OMP_NUM_THREADS).
     `linear`: the dense-layer kernels, "auto", "onednn" or "aten" (`bertforge.linear`; default BERTFORGE_LINEAR,
-    else auto). `training` on CPU keeps freed memory for reuse unless `malloc` is "default" (`reuse_freed_memory`;
-    default BERTFORGE_MALLOC). `distributed`: join torchrun's process group (gloo on CPU, NCCL on GPU) when
-    WORLD_SIZE > 1. Environment variables are only the defaults of these arguments; a misspelt one fails here.
-    TF32 matrix multiplies are allowed on CUDA."""
-    from .linear import check_linear_backend, set_linear_backend
+    else the current choice, auto unless set); the environment's other switches are applied too (`apply_switches`).
+    `training` on CPU keeps freed memory for reuse unless `malloc` is "default" (`reuse_freed_memory`; default
+    BERTFORGE_MALLOC). `distributed`: join torchrun's process group (gloo on CPU, NCCL on GPU) when WORLD_SIZE > 1.
+    Environment variables are only the defaults of these arguments; a misspelt one fails here. TF32 matrix
+    multiplies are allowed on CUDA. The runtime made is also `last_runtime()`."""
+    global _last_runtime
+    from .linear import set_linear_backend
 
+    switches = read_switches()
     if linear is not None:
         try:
             set_linear_backend(linear)
         except ValueError as err:
             raise BertforgeError(str(err)) from None
-    check_linear_backend()
+        switches = replace(switches, linear=None)  # the argument over the environment
+    apply_switches(switches)
     world = int(os.environ.get("WORLD_SIZE", "1")) if distributed else 1
     rank = int(os.environ.get("RANK", "0")) if distributed else 0
     local = int(os.environ.get("LOCAL_RANK", "0")) if distributed else 0
@@ -147,7 +201,17 @@ def setup_runtime(device: str | None = "auto", *, threads: int | None = None, li
     owns = world > 1 and not dist.is_initialized()
     if owns:
         dist.init_process_group("nccl" if dev.type == "cuda" else "gloo")
-    return Runtime(rank, world, local, dev, owns)
+    _last_runtime = Runtime(rank, world, local, dev, owns)
+    return _last_runtime
+
+
+_last_runtime: Runtime | None = None
+
+
+def last_runtime() -> Runtime | None:
+    """The runtime the latest `setup_runtime` call of this process made (None before one): who this process is, for
+    a caller that did not make it (a command after its library call)."""
+    return _last_runtime
 
 
 def teardown_runtime(rt: Runtime) -> None:

@@ -1,5 +1,4 @@
-"""Each shared constant is defined once (`bertforge.constants`, or the one module it belongs to) and stays
-importable under its old names."""
+"""Each shared constant is defined once (`bertforge.constants`, or the one module it belongs to), under one name."""
 
 import io
 import tokenize
@@ -9,17 +8,18 @@ import bertforge
 from bertforge import constants
 
 
-def test_ignore_index_is_one_constant_under_every_old_name():
-    from bertforge.data import IGNORE_INDEX as data_ignore
-    from bertforge.data import NO_LABEL
-    from bertforge.data.instances import NO_LABEL as instances_no_label
+def test_ignore_index_is_one_constant_under_one_name():
+    import bertforge.data
+    import bertforge.data.instances
     from bertforge.data.masking import IGNORE_INDEX as masking_ignore
     from bertforge.finetune.features import IGNORE_INDEX as features_ignore
     from bertforge.model import IGNORE_INDEX as model_ignore
 
     assert constants.IGNORE_INDEX == -100
-    for value in (data_ignore, NO_LABEL, instances_no_label, masking_ignore, features_ignore, model_ignore):
+    for value in (masking_ignore, features_ignore, model_ignore):  # the modules that use it take it from constants
         assert value is constants.IGNORE_INDEX
+    for module in (bertforge.data, bertforge.data.instances):  # the old name NO_LABEL is gone
+        assert not hasattr(module, "NO_LABEL")
 
 
 def test_no_literal_ignore_index_in_the_package():
@@ -49,11 +49,16 @@ def test_bundled_corpora_are_defined_once():
 
 
 def test_task_lists_are_two_named_things():
-    """Fine-tuning tasks (`--task` of finetune / evaluate / predict) and pipeline tasks are different lists."""
-    from bertforge.finetune import FINETUNE_TASKS, TASKS
+    """Fine-tuning tasks (`--task` of finetune / evaluate / predict) and pipeline tasks are different lists, each
+    under its own name only (the old shared name `TASKS` is gone from both)."""
+    import bertforge.finetune
+    import bertforge.finetune.config
+    import bertforge.pipelines
+    from bertforge.finetune import FINETUNE_TASKS
     from bertforge.finetune.tasks import TASK_CLASSES
     from bertforge.pipelines import PIPELINE_CLASSES
-    from bertforge.pipelines import TASKS as PIPELINE_TASKS_OLD_NAME
 
-    assert TASKS is FINETUNE_TASKS == tuple(TASK_CLASSES) == ("classification", "ner", "qa")
-    assert PIPELINE_TASKS_OLD_NAME is PIPELINE_CLASSES and "question-answering" in PIPELINE_CLASSES
+    assert FINETUNE_TASKS == tuple(TASK_CLASSES) == ("classification", "ner", "qa")
+    assert "question-answering" in PIPELINE_CLASSES
+    for module in (bertforge.finetune, bertforge.finetune.config, bertforge.pipelines):
+        assert not hasattr(module, "TASKS")

@@ -10,7 +10,6 @@ from bertforge import AutoModelForPreTraining, BertConfig, BertForPreTraining, B
 from bertforge.errors import BertforgeError
 from bertforge.memory import (
     BYTES_PER_PARAMETER,
-    SKIP_ENV,
     activation_bytes_per_sequence,
     available_memory,
     check_fits,
@@ -18,6 +17,7 @@ from bertforge.memory import (
     estimate_training_memory,
     parameter_count,
 )
+from bertforge.system import SKIP_MEMORY_CHECK, Switches, apply_switches, read_switches
 from bertforge.model import BertForMaskedLM
 
 FAMILY_PRESETS = ["tiny", "roberta-tiny", "xlm-roberta-tiny", "albert-tiny", "distilbert-tiny"]
@@ -78,14 +78,14 @@ def test_activation_estimate_grows_with_the_sequence_and_checkpointing_saves():
 
 
 def test_check_training_fits_refuses_an_absurd_batch_naming_one_that_fits(monkeypatch):
-    monkeypatch.delenv(SKIP_ENV, raising=False)
+    monkeypatch.delenv(SKIP_MEMORY_CHECK, raising=False)
     config = BertConfig.preset("tiny", vocab_size=1000)
     est = check_training_fits(config, 2, 64, "cpu")  # a tiny run fits on any host
     assert est.batch_size == 2
     with pytest.raises(BertforgeError) as info:
         check_training_fits(config, 10**9, 512, "cpu")
     message = str(info.value)
-    assert "--batch-size" in message and SKIP_ENV in message
+    assert "--batch-size" in message and SKIP_MEMORY_CHECK in message
     fit = int(message.split("--batch-size ")[1].split()[0])
     assert 1 <= fit < 10**9
     # the named batch size does fit: the same numbers, that batch, pass
@@ -96,7 +96,7 @@ def test_check_training_fits_refuses_an_absurd_batch_naming_one_that_fits(monkey
 
 
 def test_check_fits_hints_and_skip(monkeypatch):
-    monkeypatch.delenv(SKIP_ENV, raising=False)
+    monkeypatch.delenv(SKIP_MEMORY_CHECK, raising=False)
     config = BertConfig.preset("tiny", vocab_size=1000)
     est = estimate_training_memory(config, 64, 128)
     room = est.state_bytes + 10 * est.per_sequence  # room for 10 sequences
@@ -106,5 +106,9 @@ def test_check_fits_hints_and_skip(monkeypatch):
         check_fits(est, est.state_bytes // 2, "GPU cuda:0", "pretraining")
     check_fits(est, None, "host", "pretraining")  # unknown memory: no refusal
     check_fits(est, est.total, "host", "pretraining")  # exactly enough
-    monkeypatch.setenv(SKIP_ENV, "1")
-    check_fits(est, 1, "host", "pretraining")
+    monkeypatch.setenv(SKIP_MEMORY_CHECK, "1")
+    try:
+        apply_switches(read_switches())  # what setup_runtime does with the environment
+        check_fits(est, 1, "host", "pretraining")
+    finally:
+        apply_switches(Switches())

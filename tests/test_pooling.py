@@ -11,6 +11,14 @@ import torch
 from bertforge.pooling import mean_pool, pool, sentence_transformers_settings, write_sentence_transformers_files
 
 
+def test_mean_pool_equals_per_sequence_mean():
+    torch.manual_seed(0)
+    lengths = [9, 9, 7, 3, 3, 3, 1]
+    hidden = torch.randn(sum(lengths), 16)
+    expected = torch.stack([part.mean(0) for part in hidden.split(lengths)])
+    assert (mean_pool(hidden, lengths) - expected).abs().max() < 1e-6
+
+
 def test_mean_and_cls_pooling_of_packed_rows():
     hidden = torch.arange(12, dtype=torch.float32).reshape(6, 2)  # sequences of 1, 3 and 2 rows, end to end
     lengths, starts = [1, 3, 2], [0, 1, 4]

@@ -10,7 +10,8 @@ import torch
 from safetensors.torch import load_file
 
 from bertforge import BertforgeError
-from bertforge.pretrain import PretrainArgs, Pretrainer, list_checkpoints, pretrain
+from bertforge.pretrain import PretrainArgs, Pretrainer, pretrain
+from bertforge.run_dir import list_checkpoints
 from tests.helpers import tiny_run_args
 
 # corpus_and_tokenizer, the tiny corpus, tokenizer and config.json: a fixture of tests/conftest.py
@@ -280,9 +281,7 @@ def test_bad_settings_get_clear_errors(corpus_and_tokenizer, tmp_path, change, m
 
 
 def test_misspelt_linear_backend_is_refused_before_anything_is_written(corpus_and_tokenizer, tmp_path, monkeypatch):
-    import bertforge.linear
-
-    monkeypatch.setattr(bertforge.linear, "_backend", "onednnn")  # what BERTFORGE_LINEAR=onednnn sets at import
+    monkeypatch.setenv("BERTFORGE_LINEAR", "onednnn")  # read by the run's setup_runtime
     with pytest.raises(BertforgeError, match="BERTFORGE_LINEAR must be one of .*'onednnn'"):
         pretrain(args(corpus_and_tokenizer, tmp_path / "run"))
     assert not (tmp_path / "run").exists()

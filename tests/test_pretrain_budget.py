@@ -12,7 +12,8 @@ import torch
 import bertforge.time_budget as time_budget
 from bertforge import BertforgeError
 from bertforge.optim import decay_start, schedule_factor
-from bertforge.pretrain import Pretrainer, list_checkpoints, pretrain
+from bertforge.pretrain import Pretrainer, pretrain
+from bertforge.run_dir import list_checkpoints
 from tests.helpers import tiny_run_args
 
 # corpus_and_tokenizer, the tiny corpus, tokenizer and config.json: a fixture of tests/conftest.py

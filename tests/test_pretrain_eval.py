@@ -15,7 +15,8 @@ import torch.nn.functional as F
 from safetensors.torch import load_file
 
 from bertforge import BertforgeError
-from bertforge.pretrain import PretrainArgs, Pretrainer, list_checkpoints, pretrain
+from bertforge.pretrain import PretrainArgs, Pretrainer, pretrain
+from bertforge.run_dir import list_checkpoints
 from bertforge.pretrain_eval import HeldOutEvaluation, build_eval_set
 from tests.helpers import make_corpus, tiny_run_args
 

@@ -13,7 +13,8 @@ import torch
 from safetensors.torch import load_file
 
 from bertforge import BertforgeError
-from bertforge.pretrain import PretrainArgs, Pretrainer, list_checkpoints, pretrain
+from bertforge.pretrain import PretrainArgs, Pretrainer, pretrain
+from bertforge.run_dir import list_checkpoints
 from tests.helpers import TINY_CONFIG, tiny_config
 
 # corpus_and_tokenizer, the tiny corpus, tokenizer and config.json: a fixture of tests/conftest.py

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bertforge.finetune.data import QAExample
+from bertforge.finetune.squad import QAExample
 from bertforge.qa_spans import Window, answer_token_span, decode_spans, encode_qa
 from bertforge.tokenizer import Tokenizer
 

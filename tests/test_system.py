@@ -1,4 +1,5 @@
-"""`reuse_freed_memory`: with it, a training step in steady state takes (almost) no page faults."""
+"""`bertforge.system`: `reuse_freed_memory` (with it, a training step in steady state takes (almost) no page faults),
+`setup_runtime`'s settings and the environment's switches it reads."""
 
 from __future__ import annotations
 
@@ -90,3 +91,37 @@ def test_the_allocator_setting_is_an_argument_too():
     out = subprocess.run([sys.executable, "-c", code_on], env={**environ, "BERTFORGE_MALLOC": "reuse"},
                          capture_output=True, text=True, check=True).stdout.split()
     assert out == ["True"]
+
+
+def test_a_misspelt_environment_backend_is_an_error_that_names_it(monkeypatch):
+    """BERTFORGE_LINEAR is read and checked by the runtime set-up, before anything runs."""
+    from bertforge.errors import BertforgeError
+    from bertforge.linear import get_linear_backend
+    from bertforge.system import setup_runtime
+
+    before = get_linear_backend()
+    monkeypatch.setenv("BERTFORGE_LINEAR", "onednnn")
+    with pytest.raises(BertforgeError, match="BERTFORGE_LINEAR .*'onednnn'"):
+        setup_runtime("cpu", training=False, distributed=False)
+    assert get_linear_backend() == before
+
+
+def test_switches_are_read_by_setup_runtime_not_at_import():
+    """A library user who never sets up a runtime has the defaults; `setup_runtime` applies the environment's
+    switches (the kernels, the memory check) and remembers the runtime it made."""
+    code = ("import bertforge.linear as l, bertforge.system as s; a = (l.get_linear_backend(), l._int8_choice, "
+            "s.memory_check_skipped(), s.last_runtime()); rt = s.setup_runtime('cpu', training=False, "
+            "distributed=False); print(*a, l.get_linear_backend(), l._int8_choice, s.memory_check_skipped(), "
+            "s.last_runtime() is rt, rt.is_main)")
+    env = {**os.environ, "BERTFORGE_LINEAR": "aten", "BERTFORGE_INT8_KERNEL": "fbgemm",
+           "BERTFORGE_SKIP_MEMORY_CHECK": "1"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["auto", "onednn", "False", "None", "aten", "fbgemm", "True", "True", "True"]
+
+
+def test_read_switches_takes_them_as_given():
+    from bertforge.system import Switches, read_switches
+
+    assert read_switches({}) == Switches()
+    assert read_switches({"BERTFORGE_LINEAR": "aten", "BERTFORGE_SKIP_MEMORY_CHECK": "yes"}) == Switches("aten")
+    assert read_switches({"BERTFORGE_SKIP_MEMORY_CHECK": "1"}).skip_memory_check

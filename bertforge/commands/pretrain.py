@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 from pathlib import Path
 
 NAME = "pretrain"
@@ -29,16 +28,18 @@ def run(args: argparse.Namespace) -> int:
     """The settings given on the command line over the defaults (the demo's when no --corpus is given, less those
     a given option decides: --init-from's vocabulary, --warmup-ratio's warmup). Options that contradict each other
     are refused in one line, before anything is written."""
-    from ..data.corpus import warn_replaced
+    from ..data.decoding import warn_replaced
     from ..options import given
     from ..pretrain import PretrainArgs, decided_by, pretrain, refuse_contradictions
+    from ..system import last_runtime
 
     settings = given(args, PretrainArgs)
     refuse_contradictions(set(settings))
     demo = {name: value for name, value in DEMO.items() if name not in decided_by(set(settings))}
     base = PretrainArgs() if args.corpus else PretrainArgs(**demo)
     final = pretrain(dataclasses.replace(base, **settings))
-    if final is not None and os.environ.get("RANK", "0") == "0":  # under torchrun, rank 0 speaks for the run
+    rt = last_runtime()  # the one the run set up
+    if final is not None and (rt is None or rt.is_main):  # under torchrun, rank 0 speaks for the run
         replaced, passes = replaced_bytes(Path(final).parent)
         warn_replaced(replaced, passes=passes)
     return 0
@@ -50,7 +51,8 @@ def replaced_bytes(out: Path) -> tuple[int, int]:
     run's newest checkpoint counts them (or, with static masking, the shards' index); 0 when nothing tells."""
     from ..data.static import INDEX_NAME
     from ..errors import BertforgeError
-    from ..pretrain import STATIC_DIR, list_checkpoints
+    from ..pretrain_data import STATIC_DIR
+    from ..run_dir import list_checkpoints
     from ..state import load_state
 
     total, passes = 0, 1

@@ -4,17 +4,15 @@ dynamic masking (tokens, whole words, n-grams), static shards.
 The training loop uses :class:`PretrainingStream`; tokenizer training uses :func:`iter_documents`.
 """
 
-from bertforge.constants import IGNORE_INDEX
 from bertforge.data.corpus import DEFAULT_CORPUS, CorpusReader, Document, DocumentSplit, iter_documents, list_corpus_files, take_mb
+from bertforge.data.instance_stream import InstanceStream
 from bertforge.data.instances import (
     IN_ORDER,
     IS_NEXT,
-    NO_LABEL,
     NOT_NEXT,
     SENTENCE_OBJECTIVES,
     SWAPPED,
     Instance,
-    InstanceStream,
     PairLayout,
     SequencePacker,
     create_nsp_instances,
@@ -23,7 +21,8 @@ from bertforge.data.instances import (
     resolve_sentence_objective,
     truncate_pair,
 )
-from bertforge.data.masking import MASKING_KINDS, MaskingCollator, NgramDraw
+from bertforge.data.masking import MASKING_KINDS, MaskingCollator
+from bertforge.data.spans import NgramDraw
 from bertforge.data.static import (
     StaticShardReader,
     index_sentence_objective,
@@ -34,12 +33,10 @@ from bertforge.data.stream import PretrainingStream
 
 __all__ = [
     "DEFAULT_CORPUS",
-    "IGNORE_INDEX",
     "IN_ORDER",
     "IS_NEXT",
     "MASKING_KINDS",
     "NOT_NEXT",
-    "NO_LABEL",
     "SENTENCE_OBJECTIVES",
     "SWAPPED",
     "CorpusReader",

@@ -29,14 +29,13 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from bertforge.constants import IGNORE_INDEX
 from bertforge.data.instances import Instance
+from bertforge.data.spans import NgramDraw, NgramSpans
 from bertforge.errors import BertforgeError
 
 
@@ -49,20 +48,6 @@ def _field(item: Any, name: str) -> Any:
 MASKING_KINDS = ("token", "whole_word", "ngram")
 
 
-@dataclass
-class NgramDraw:
-    """One n-gram selection (see :meth:`MaskingCollator.ngram_draw`), all [batch, length]: ``chosen`` the masked
-    positions; ``tile`` the span each candidate position belongs to (-1 elsewhere), spans numbered per row;
-    indexed by span number: ``drawn`` the drawn n, ``units`` the units the span has (less than ``drawn`` where the
-    segment ended), ``taken`` the units of it that were masked (0 for a span not taken)."""
-
-    chosen: torch.Tensor
-    tile: torch.Tensor
-    drawn: torch.Tensor
-    units: torch.Tensor
-    taken: torch.Tensor
-
-
 def resolve_masking(masking: str, whole_word_mask: bool, max_ngram: int) -> str:
     """The masking kind from ``masking`` and the older ``whole_word_mask`` switch (True turns "token" into
     "whole_word"; with "ngram" it asks for n-grams of whole words)."""
@@ -71,6 +56,37 @@ def resolve_masking(masking: str, whole_word_mask: bool, max_ngram: int) -> str:
     if max_ngram < 1:
         raise BertforgeError(f"max_ngram must be at least 1 (got {max_ngram})")
     return "whole_word" if whole_word_mask and masking == "token" else masking
+
+
+def check_rates(mlm_probability: float, mask_token_prob: float, random_token_prob: float) -> None:
+    """Refuse (BertforgeError) a masking rate outside (0, 1], or replacement shares that are negative or add up to
+    more than 1."""
+    if not 0.0 < mlm_probability <= 1.0:
+        raise BertforgeError(f"mlm_probability must be in (0, 1] (got {mlm_probability})")
+    if mask_token_prob < 0 or random_token_prob < 0 or mask_token_prob + random_token_prob > 1.0:
+        raise BertforgeError(
+            f"mask_token_prob + random_token_prob must be within [0, 1] (got {mask_token_prob} + "
+            f"{random_token_prob})"
+        )
+
+
+def special_token_ids(ids: Sequence[int], vocab_size: int) -> list[int]:
+    """The distinct special ids, sorted; BertforgeError for one outside the vocabulary."""
+    special = sorted({int(i) for i in ids})
+    for sid in special:
+        if not 0 <= sid < vocab_size:
+            raise BertforgeError(f"special token id {sid} is outside the vocabulary (size {vocab_size})")
+    return special
+
+
+def random_replacements(special: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """The ids a chosen token may be replaced by at random: every id but the `special` ones."""
+    allowed = torch.ones(vocab_size, dtype=torch.bool)
+    allowed[special] = False
+    pool = allowed.nonzero().squeeze(1)
+    if len(pool) == 0:
+        raise BertforgeError("the vocabulary has no non-special token to use as a random replacement")
+    return pool
 
 
 def continuation_flags(is_continuation: Sequence[bool] | Callable[[int], bool], vocab_size: int) -> torch.Tensor:
@@ -129,20 +145,11 @@ class MaskingCollator:
         seed: int = 0,
         generator: torch.Generator | None = None,
     ) -> None:
-        if not 0.0 < mlm_probability <= 1.0:
-            raise BertforgeError(f"mlm_probability must be in (0, 1] (got {mlm_probability})")
-        if mask_token_prob < 0 or random_token_prob < 0 or mask_token_prob + random_token_prob > 1.0:
-            raise BertforgeError(
-                f"mask_token_prob + random_token_prob must be within [0, 1] (got {mask_token_prob} + "
-                f"{random_token_prob})"
-            )
+        check_rates(mlm_probability, mask_token_prob, random_token_prob)
         masking = resolve_masking(masking, whole_word_mask, max_ngram)
         if max_predictions is not None and max_predictions < 1:
             raise BertforgeError(f"max_predictions must be at least 1 (got {max_predictions})")
-        self.special_ids = sorted({int(cls_id), int(sep_id), int(pad_id), int(mask_id), *map(int, special_ids)})
-        for sid in self.special_ids:
-            if not 0 <= sid < vocab_size:
-                raise BertforgeError(f"special token id {sid} is outside the vocabulary (size {vocab_size})")
+        self.special_ids = special_token_ids((cls_id, sep_id, pad_id, mask_id, *special_ids), vocab_size)
         self.cls_id, self.sep_id, self.pad_id, self.mask_id = cls_id, sep_id, pad_id, mask_id
         self.vocab_size = vocab_size
         self.mlm_probability = mlm_probability
@@ -155,15 +162,8 @@ class MaskingCollator:
         self.masking = masking
         self.max_ngram = max_ngram
         self.whole_word_mask = masking == "whole_word"
-        inverse = 1.0 / torch.arange(1, max_ngram + 1, dtype=torch.float64)
-        # p(n) ∝ 1/n as the upper ends of n = 1 .. max_ngram - 1 on [0, 1): n = 1 + #(ends <= u) for a uniform u
-        self._ngram_ends = (inverse.cumsum(0) / inverse.sum())[:-1].float()
         self._special = torch.tensor(self.special_ids, dtype=torch.long)
-        allowed = torch.ones(vocab_size, dtype=torch.bool)
-        allowed[self._special] = False
-        self._random_pool = allowed.nonzero().squeeze(1)
-        if len(self._random_pool) == 0:
-            raise BertforgeError("the vocabulary has no non-special token to use as a random replacement")
+        self._random_pool = random_replacements(self._special, vocab_size)
         self._continuation: torch.Tensor | None = None
         if masking == "whole_word" or whole_word_mask or (masking == "ngram" and is_continuation is not None):
             if is_continuation is None:
@@ -171,6 +171,7 @@ class MaskingCollator:
                                      "pieces)")
             self._continuation = continuation_flags(is_continuation, vocab_size)
         self.word_units = self._continuation is not None  # whole words (whole_word, or ngram counted in words)
+        self._spans = NgramSpans(max_ngram, self._continuation, vocab_size)
         if generator is None:
             generator = torch.Generator()
             generator.manual_seed(seed)
@@ -267,109 +268,11 @@ class MaskingCollator:
             chosen[torch.tensor(rows), torch.tensor(cols)] = True
         return chosen
 
-    def _units(self, input_ids: torch.Tensor, candidates: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(unit starts, segment starts), [B, L] bool: a unit is a token, or a word when whole words are known (a
-        continuation piece right after a candidate joins its word); a segment is a run of candidates."""
-        prev = F.pad(candidates[:, :-1], (1, 0), value=False)  # the position before is a candidate
-        unit_start = candidates
-        if self._continuation is not None:
-            flat = input_ids.clamp(0, self.vocab_size - 1).reshape(-1)
-            cont = self._continuation.index_select(0, flat).view(input_ids.shape)
-            unit_start = candidates & ~(cont & prev)
-        return unit_start, candidates & ~prev
-
-    def _tiles(self, unit_start: torch.Tensor, seg_start: torch.Tensor) -> torch.Tensor:
-        """Tile every segment from its start with spans of n units, n drawn with p(n) ∝ 1/n. Returns [B, L]: the
-        drawn n of the span starting at each position, 0 where none starts.
-
-        Units are numbered along the row; a segment of units f .. f+U-1 takes its spans' lengths from the draws
-        numbered f, f+1, ... (it needs at most U), so segments never share a draw and one [B, L] draw serves them
-        all: the j-th span of the segment starts at unit f + (d[f] + ... + d[f+j-1]) if that is still inside it."""
-        batch, length = unit_start.shape
-        arange = torch.arange(length + 1)
-        unit = unit_start.cumsum(1) - 1  # unit number per position
-        slot = unit.masked_fill(~unit_start, length)  # where a unit's first position writes (`length`: a dump)
-        first_flag = torch.zeros(batch, length + 1, dtype=torch.bool).scatter_(1, slot, seg_start)
-        first_of = (arange * first_flag).cummax(1).values  # per unit: the first unit of its segment
-        uniform = torch.rand(batch, length + 1, generator=self.generator)
-        drawn = torch.ones(batch, length + 1, dtype=torch.long)
-        for end in self._ngram_ends.tolist():  # n = 1 + #(ends <= u)
-            drawn += uniform >= end
-        before = drawn.cumsum(1) - drawn
-        target = first_of + before - before.gather(1, first_of)  # where the span of draw u starts
-        inside = (target < unit_start.sum(1, keepdim=True)) & (arange < length)
-        target = target.clamp(max=length)
-        inside &= first_of.gather(1, target) == first_of  # still in the same segment
-        span_n = torch.zeros(batch, length + 1, dtype=torch.long).scatter_(1, target.masked_fill(~inside, length),
-                                                                          drawn)
-        return span_n.gather(1, unit.clamp(min=0)).masked_fill_(~unit_start, 0)
-
-    def _choose_ngrams(self, input_ids: torch.Tensor, candidates: torch.Tensor, k: torch.Tensor) -> NgramDraw:
-        batch, length = input_ids.shape
-        if not candidates.any():
-            empty = torch.zeros(batch, length, dtype=torch.long)
-            return NgramDraw(torch.zeros_like(candidates), empty - 1, empty, empty, empty)
-        unit_start, seg_start = self._units(input_ids, candidates)
-        drawn = self._tiles(unit_start, seg_start)
-        tile_start = drawn > 0
-        off = ~candidates
-        tile = (tile_start.cumsum(1) - 1).masked_fill_(off, length)  # span number per row; `length` off candidates
-        unit = (unit_start.cumsum(1) - 1).masked_fill_(off, length)
-        ordinal = candidates.cumsum(1) - 1  # candidate number per row
-        n_spans = tile_start.sum(1, keepdim=True)
-        most = int(n_spans.max())
-        tokens = torch.zeros(batch, length + 1, dtype=torch.long).scatter_add_(1, tile, candidates.long())[:, :most]
-        # the spans in a uniformly random order; `before`: tokens of the spans that come before each one
-        key = torch.rand(batch, most, generator=self.generator)
-        key = key.masked_fill_(torch.arange(most) >= n_spans, 2.0)  # no such span: last
-        order = key.argsort(1)
-        in_order = tokens.gather(1, order)
-        before = torch.zeros(batch, length + 1, dtype=torch.long)
-        before[:, :most].scatter_(1, order, in_order.cumsum(1) - in_order)
-        span_first = torch.zeros(batch, length + 1, dtype=torch.long)
-        span_first.scatter_(1, tile.masked_fill(~tile_start, length), ordinal)
-        unit_last = torch.zeros(batch, length + 1, dtype=torch.long).scatter_reduce_(1, unit, ordinal, "amax")
-        # a token is masked when its whole unit, and every unit before it in its span, fit in the count
-        end_in_span = unit_last.gather(1, unit) - span_first.gather(1, tile) + 1
-        chosen = candidates & (before.gather(1, tile) + end_in_span <= k.unsqueeze(1))
-        if self.word_units:
-            unit_first = torch.zeros_like(unit_last).scatter_(1, unit.masked_fill(~unit_start, length), ordinal)
-            word_len = (unit_last - unit_first + 1).gather(1, unit)  # tokens in the word of each position
-            chosen = self._fill_words(chosen, unit_start, unit, word_len, k)
-
-        def per_span(values: torch.Tensor) -> torch.Tensor:
-            out = torch.zeros(batch, length + 1, dtype=torch.long)
-            return out.scatter_add_(1, tile, values.long().masked_fill(off, 0))[:, :length]
-
-        return NgramDraw(chosen, tile.masked_fill(off, -1), per_span(drawn), per_span(unit_start),
-                         per_span(unit_start & chosen))
-
-    def _fill_words(
-        self,
-        chosen: torch.Tensor,
-        unit_start: torch.Tensor,
-        unit: torch.Tensor,
-        word_len: torch.Tensor,
-        k: torch.Tensor,
-    ) -> torch.Tensor:
-        """BERT's rule for the words the spans left: while a sequence is short of its count, add a random whole
-        word that still fits (one per sequence per round; a round per token missing at most)."""
-        rest = k - chosen.sum(1)
-        while True:
-            fits = unit_start & ~chosen & (word_len <= rest.unsqueeze(1))
-            has = fits.any(1)
-            if not has.any():
-                return chosen
-            key = torch.rand(chosen.shape, generator=self.generator).masked_fill_(~fits, -1.0)
-            pick = key.argmax(1, keepdim=True)
-            chosen = chosen | ((unit == unit.gather(1, pick)) & has.unsqueeze(1))
-            rest = rest - word_len.gather(1, pick).squeeze(1) * has
-
     def ngram_draw(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> NgramDraw:
         """The n-gram selection :meth:`mask` would make next (it advances the generator the same way), with its
         spans: for inspection and tests."""
         candidates = self._candidates(input_ids, attention_mask)
-        return self._choose_ngrams(input_ids, candidates, self._counts(candidates))
+        return self._spans.choose(input_ids, candidates, self._counts(candidates), self.generator)
 
     def _candidates(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
         candidates = ~torch.isin(input_ids, self._special)
@@ -384,7 +287,7 @@ class MaskingCollator:
         candidates = self._candidates(input_ids, attention_mask)
         k = self._counts(candidates)
         if self.masking == "ngram":
-            chosen = self._choose_ngrams(input_ids, candidates, k).chosen
+            chosen = self._spans.choose(input_ids, candidates, k, self.generator).chosen
         elif self.masking == "whole_word":
             chosen = self._choose_words(input_ids, candidates, k)
         else:

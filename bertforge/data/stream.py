@@ -6,7 +6,7 @@
     PretrainingStream(...same arguments...).load_state_dict(state)   # continues with the very same batches
 
 Pipeline: :class:`~bertforge.data.corpus.CorpusReader` (this rank's documents, cycling over epochs) ->
-:class:`~bertforge.data.instances.InstanceStream` (BERT NSP pairs, ALBERT SOP pairs or RoBERTa packed sequences,
+:class:`~bertforge.data.instance_stream.InstanceStream` (BERT NSP pairs, ALBERT SOP pairs or RoBERTa packed sequences,
 shuffle buffer) -> :class:`~bertforge.data.masking.MaskingCollator` (pad to the longest in the batch, dynamic
 masking: tokens, whole words or n-grams). Each part's docstring has the details.
 
@@ -25,7 +25,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from bertforge.data.corpus import DEFAULT_CORPUS, CorpusReader, DocumentSplit, PathsLike
-from bertforge.data.instances import Instance, InstanceStream, Tokenize, derive_seed, resolve_sentence_objective
+from bertforge.data.instance_stream import InstanceStream, Tokenize
+from bertforge.data.instances import Instance, derive_seed, resolve_sentence_objective
 from bertforge.data.masking import MaskingCollator
 from bertforge.errors import BertforgeError
 
@@ -72,17 +73,15 @@ class PretrainingStream:
     ) -> None:
         if batch_size < 1:
             raise BertforgeError(f"batch_size must be at least 1 (got {batch_size})")
-        if paths is None:
-            paths = DEFAULT_CORPUS
         objective = resolve_sentence_objective(nsp, sentence_objective)
-        nsp = objective == "nsp"
+        self.nsp = nsp = objective == "nsp"
         self.batch_size = batch_size
         self.sentence_objective = objective
-        self.nsp = nsp
         self.max_seq_length = max_seq_length
         self.seed, self.rank, self.world_size = seed, rank, world_size
-        self.reader = CorpusReader(paths, text_field=text_field, rank=rank, world_size=world_size, shard_by=shard_by,
-                                   min_docs=2 if nsp else 1, allow_binary=allow_binary, split=split)
+        self.reader = CorpusReader(DEFAULT_CORPUS if paths is None else paths, text_field=text_field, rank=rank,
+                                   world_size=world_size, shard_by=shard_by, min_docs=2 if nsp else 1,
+                                   allow_binary=allow_binary, split=split)
         self.instances = InstanceStream(
             self.reader, tokenize, cls_id=cls_id, sep_id=sep_id, max_seq_length=max_seq_length,
             sentence_objective=objective, short_seq_prob=short_seq_prob, seed=seed, rank=rank,
@@ -95,16 +94,20 @@ class PretrainingStream:
             masking=masking, max_ngram=max_ngram, is_continuation=is_continuation, special_ids=special_ids,
             pad_to_multiple_of=pad_to_multiple_of, nsp=objective is not None, seed=derive_seed(seed, rank, "masking"),
         )
-        masking = self.collator.masking
         self.batches = 0
-        # what a saved state must agree with to be resumed here
-        self._config = dict(nsp=nsp, sentence_objective=objective, max_seq_length=max_seq_length, seed=seed,
-                            rank=rank, world_size=world_size, shard_by=shard_by,
-                            whole_word_mask=masking == "whole_word", masking=masking,
-                            max_ngram=max_ngram if masking == "ngram" else None,
-                            mask_units="word" if self.collator.word_units else "token",
-                            mlm_probability=mlm_probability, short_seq_prob=short_seq_prob, vocab_size=vocab_size,
-                            split=None if split is None else [split.fraction, split.held_out])
+        self._config = self._resume_settings()
+
+    def _resume_settings(self) -> dict[str, Any]:
+        """What a saved state must agree with to be resumed here, read off the reader, instances and collator."""
+        masking, split = self.collator.masking, self.reader.split
+        return dict(nsp=self.nsp, sentence_objective=self.sentence_objective, max_seq_length=self.max_seq_length,
+                    seed=self.seed, rank=self.rank, world_size=self.world_size, shard_by=self.reader.shard_by,
+                    whole_word_mask=masking == "whole_word", masking=masking,
+                    max_ngram=self.collator.max_ngram if masking == "ngram" else None,
+                    mask_units="word" if self.collator.word_units else "token",
+                    mlm_probability=self.collator.mlm_probability,
+                    short_seq_prob=self.instances.pair_layout.short_seq_prob, vocab_size=self.collator.vocab_size,
+                    split=None if split is None else [split.fraction, split.held_out])
 
     def __iter__(self) -> PretrainingStream:
         return self

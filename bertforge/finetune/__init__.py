@@ -10,6 +10,6 @@ The same as `bertforge finetune|evaluate|predict` on the command line.
 """
 
 from .api import evaluate, finetune, load_finetuned, predict
-from .config import FINETUNE_TASKS, TASKS, DataOptions, FinetuneConfig
+from .config import FINETUNE_TASKS, DataOptions, FinetuneConfig
 
-__all__ = ["FINETUNE_TASKS", "TASKS", "DataOptions", "FinetuneConfig", "evaluate", "finetune", "load_finetuned", "predict"]
+__all__ = ["FINETUNE_TASKS", "DataOptions", "FinetuneConfig", "evaluate", "finetune", "load_finetuned", "predict"]

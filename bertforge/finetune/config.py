@@ -18,7 +18,6 @@ from ..options import option
 from ..train import PRECISION_HELP, PRECISIONS, check_precision
 
 FINETUNE_TASKS = ("classification", "ner", "qa")  # `--task` of finetune / evaluate / predict
-TASKS = FINETUNE_TASKS  # the old name (not `bertforge.pipelines.PIPELINE_CLASSES`), kept importable
 
 
 @dataclass(kw_only=True)

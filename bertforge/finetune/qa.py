@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..qa_spans import Window, answer_token_span, decode_spans, encode_qa
-from .data import QAExample
+from .squad import QAExample
 
 __all__ = ["Answer", "Window", "answer_token_span", "best_answers", "encode_qa"]
 

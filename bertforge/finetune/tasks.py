@@ -21,7 +21,8 @@ from ..model import BertForQuestionAnswering, BertForSequenceClassification, Ber
 from ..qa_spans import NULL_ANSWER_KEY  # config.json: the model was trained to say "no answer"
 from . import metrics as M
 from .config import DataOptions
-from .data import QAExample, TaggedSentence, TextExample, read_classification, read_conll, read_squad, read_token_inputs
+from .data import TaggedSentence, TextExample, read_classification, read_conll, read_token_inputs
+from .squad import QAExample, read_squad
 from .features import Feature, encode_classification, encode_tagged
 from .qa import Answer, Window, best_answers, encode_qa
 

@@ -35,7 +35,6 @@ MODULES = {
     "question-answering": "question_answering",
     "rerank": "rerank",
 }
-TASKS = PIPELINE_CLASSES  # the old name (not `bertforge.finetune.FINETUNE_TASKS`), kept importable
 ALIASES = {
     "feature-extraction": "embed",
     "sentence-embedding": "embed",
@@ -69,4 +68,4 @@ def pipeline(task: str, model: Any, **kwargs: Any) -> Pipeline:
     return pipeline_class(task)(model, **kwargs)
 
 
-__all__ = ["ALIASES", "PIPELINE_CLASSES", "TASKS", "Pipeline", "pipeline", "pipeline_class"]
+__all__ = ["ALIASES", "PIPELINE_CLASSES", "Pipeline", "pipeline", "pipeline_class"]

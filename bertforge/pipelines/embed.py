@@ -14,7 +14,7 @@ from torch import Tensor
 
 from ..errors import BertforgeError
 from ..model import BertModel
-from ..pooling import POOLINGS, mean_pool, pool, sentence_transformers_settings  # noqa: F401  (importable here too)
+from ..pooling import POOLINGS, pool, sentence_transformers_settings
 from .base import Feature, Pipeline
 from ..model.attention import PackedBatch
 

@@ -76,7 +76,7 @@ def create_app(config: ServeConfig | None = None, *, engine: Engine | None = Non
 
 
 def _tune_serving_process() -> None:
-    """Two process-wide settings of a serving process.
+    """The process-wide settings of a serving process: two of its own, and the environment's switches.
 
     The GIL: the model thread gives up the GIL in every torch op and needs it back after each; while the event loop
     runs Python (parsing requests, writing answers) it would wait up to the switch interval every time, with the
@@ -86,10 +86,11 @@ def _tune_serving_process() -> None:
     Memory: glibc keeps freed memory for reuse (`system.reuse_freed_memory`, as the embed, predict and evaluate
     commands do), so a forward's large tensors are not fresh pages each time (int8 layers: 1.36x against 1.80x
     float32's speed without and with it, all-MiniLM-L6-v2, 2026-11-25)."""
-    from ..system import reuse_freed_memory
+    from ..system import apply_switches, read_switches, reuse_freed_memory
 
     sys.setswitchinterval(SWITCH_INTERVAL)
     reuse_freed_memory()
+    apply_switches(read_switches())  # a worker process starts with the defaults: BERTFORGE_LINEAR & co again
 
 
 def app_from_environment() -> Any:

@@ -56,7 +56,7 @@ class Engine:
     def _load(self, model_dir: Path) -> None:
         """Load the pipelines and warm them up, in the batcher's thread (see the class docstring)."""
         from ..pipelines import pipeline
-        from ..pipelines.embed import sentence_transformers_settings
+        from ..pooling import sentence_transformers_settings
 
         config = self.config
         common = dict(max_length=config.max_length, batch_tokens=config.max_batch_tokens,

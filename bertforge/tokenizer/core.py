@@ -3,8 +3,8 @@
 All the actual tokenization (normalization, pre-tokenization, WordPiece / BPE / Unigram, special-token templates,
 truncation, padding, offsets) is done by a `tokenizers.Tokenizer` (the Rust backend, exposed as
 `Tokenizer.backend`). The class ties together what lives beside it: the family-specific parts (`kinds.py`: special
-tokens, template, model and pipeline), the tokenizer files (`files.py`) and the `__call__` argument handling and
-batching (`encoding.py`).
+tokens, template, model and pipeline), the vocabulary and special tokens it inherits (`vocabulary.py`), the
+tokenizer files (`files.py`) and the `__call__` argument handling and batching (`encoding.py`).
 
 The backend's truncation and padding settings are changed for each call, so every call that encodes holds a lock;
 one `Tokenizer` can be shared between threads.
@@ -35,19 +35,7 @@ from bertforge.tokenizer.files import (
     write_pretrained,
 )
 from bertforge.tokenizer.kinds import BERT, Normalization, TokenizerKind, kind_by_name
-
-
-def _role_token(role: str) -> property:
-    return property(lambda self: self._special_tokens.get(role), doc=f"The {role.replace('_', ' ')} (None if the "
-                                                                         f"kind has none).")
-
-
-def _role_id(role: str) -> property:
-    def get(self: Tokenizer) -> int | None:
-        token = self._special_tokens.get(role)
-        return None if token is None else self._backend.token_to_id(token)
-
-    return property(get, doc=f"The id of {role} (None if the kind has none).")
+from bertforge.tokenizer.vocabulary import Vocabulary, special_added_tokens
 
 
 def _model_vocab_size(directory: Path) -> int | None:
@@ -60,7 +48,7 @@ def _model_vocab_size(directory: Path) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
-class Tokenizer:
+class Tokenizer(Vocabulary):
     """A tokenizer whose encodings match those of `transformers.AutoTokenizer` on the same files.
 
     Build one with `Tokenizer.from_pretrained(dir)` or `Tokenizer.train(...)`; the constructor wraps an existing
@@ -98,20 +86,13 @@ class Tokenizer:
         if not isinstance(backend.model, kind.model_type):
             raise BertforgeError(f"{source}: model is {type(backend.model).__name__}, {kind.a_tokenizer} needs "
                                  f"{kind.model_type.__name__}")
-        self._kind = kind
-        self._special_tokens = {**kind.special_tokens, **(special_tokens or {})}
-        for role, token in self._special_tokens.items():
-            if backend.token_to_id(token) is None:
-                raise BertforgeError(f"{source}: vocabulary lacks the required special token {token} ({role} of "
-                                     f"{kind.a_tokenizer})")
-        backend.add_special_tokens(_special_added_tokens(backend, self._special_tokens, kind))
+        super().__init__(backend, special_tokens, kind, source)
         if backend.post_processor is None:
             backend.post_processor = kind.post_processor(backend, self._special_tokens)
         if backend.decoder is None:
             backend.decoder = kind.decoder()
         backend.no_truncation()
         backend.no_padding()
-        self._backend = backend
         self._normalization = kind.default_normalization if normalization is None else normalization
         self.model_max_length = model_max_length
         self.clean_up_tokenization_spaces = clean_up_tokenization_spaces
@@ -150,15 +131,6 @@ class Tokenizer:
             tokenizer.check_fits_model(model_vocab, str(Path(path)))
         return tokenizer
 
-    def check_fits_model(self, vocab_size: int, source: str) -> None:
-        """Refuse a tokenizer whose ids run past a model's vocabulary (`vocab_size` rows of word embeddings): they
-        belong to different models. A larger model vocabulary (embeddings padded to a round number) is fine."""
-        if self.vocab_size > vocab_size:
-            raise BertforgeError(
-                f"{source}: the tokenizer has {self.vocab_size:,} tokens but the model's vocab_size is {vocab_size:,}; "
-                "ids past it have no embedding (are the tokenizer and the model from the same checkpoint?)"
-            )
-
     @classmethod
     def train(
         cls,
@@ -194,20 +166,8 @@ class Tokenizer:
         """
         kind = kind_by_name(kind) if isinstance(kind, str) else kind
         normalization = _training_normalization(kind, lowercase, strip_accents)
-        specials = list(dict.fromkeys(kind.special_tokens.values()))
-        if vocab_size <= len(specials) + kind.alphabet_size:
-            beside = f"the {len(specials)} special tokens" + (f" and the {kind.alphabet_size} bytes"
-                                                              if kind.alphabet_size else "")
-            raise BertforgeError(f"vocab_size={vocab_size} leaves no room beside {beside}")
-        texts, described = training_texts(files_or_iterator)
-        unk_token = kind.special_tokens["unk_token"]
-        backend = kind.pipeline(kind.new_model(None, unk_token), normalization)
-        trainer = kind.trainer(vocab_size=vocab_size, min_frequency=min_frequency, show_progress=show_progress,
-                               special_tokens=_special_added_tokens(backend, kind.special_tokens, kind),
-                               limit_alphabet=limit_alphabet, unk_token=unk_token)
-        backend.train_from_iterator(texts, trainer)
-        if backend.get_vocab_size() <= len(specials) + kind.alphabet_size:
-            raise BertforgeError(f"{described}: no text to train on (the input is empty or only whitespace)")
+        backend = _train_backend(files_or_iterator, kind, normalization, vocab_size=vocab_size,
+                                 min_frequency=min_frequency, limit_alphabet=limit_alphabet, show_progress=show_progress)
         return cls(backend, normalization=normalization,
                    clean_up_tokenization_spaces=kind.clean_up_tokenization_spaces, kind=kind)
 
@@ -276,19 +236,7 @@ class Tokenizer:
         """
         strategies = encoding.resolve_strategies(truncation, padding, max_length, self.model_max_length)
         batched, inputs = encoding.batch_inputs(text, text_pair, is_split_into_words)
-
-        def encode(value: list[Any]) -> list[tokenizers.Encoding]:
-            return self._backend.encode_batch(value, add_special_tokens=add_special_tokens,
-                                              is_pretokenized=is_split_into_words)
-
-        with self._lock:
-            encoding.configure(self._backend, strategies, self.pad_token_id, self.pad_token)
-            try:
-                encodings = retry_without_surrogates(encode, inputs)  # (lone surrogates: encoded as U+FFFD)
-            except Exception as error:  # the backend raises plain Exceptions, e.g. "Truncation error: ..."
-                raise BertforgeError(f"cannot encode the input: {error}") from error
-            finally:
-                encoding.configure(self._backend, encoding.NO_TRUNCATION_OR_PADDING, self.pad_token_id, self.pad_token)
+        encodings = self._encode(inputs, strategies, add_special_tokens, is_split_into_words)
         return encoding.outputs(
             encodings,
             batched=batched,
@@ -297,6 +245,23 @@ class Tokenizer:
             return_special_tokens_mask=return_special_tokens_mask,
             return_word_ids=return_word_ids,
         )
+
+    def _encode(self, inputs: list[Any], strategies: encoding.Strategies, add_special_tokens: bool,
+                is_pretokenized: bool) -> list[tokenizers.Encoding]:
+        """The backend's encodings of `inputs`, its truncation and padding set to `strategies` for this call only."""
+
+        def encode(value: list[Any]) -> list[tokenizers.Encoding]:
+            return self._backend.encode_batch(value, add_special_tokens=add_special_tokens,
+                                              is_pretokenized=is_pretokenized)
+
+        with self._lock:
+            encoding.configure(self._backend, strategies, self.pad_token_id, self.pad_token)
+            try:
+                return retry_without_surrogates(encode, inputs)  # (lone surrogates: encoded as U+FFFD)
+            except Exception as error:  # the backend raises plain Exceptions, e.g. "Truncation error: ..."
+                raise BertforgeError(f"cannot encode the input: {error}") from error
+            finally:
+                encoding.configure(self._backend, encoding.NO_TRUNCATION_OR_PADDING, self.pad_token_id, self.pad_token)
 
     def encode_ids(self, texts: list[str]) -> list[list[int]]:
         """Token ids of each text, without special tokens, truncation or padding (the fast path for pretraining).
@@ -314,29 +279,6 @@ class Tokenizer:
         """`texts` with overlong runs of ASCII letters and digits cut where that cannot change the ids (see
         `encoding.shorten_long_runs`)."""
         return encoding.shorten_long_runs(self._backend, texts)
-
-    def build_inputs(self, ids_a: Sequence[int], ids_b: Sequence[int] | None = None) -> tuple[list[int], list[int]]:
-        """(input_ids, token_type_ids) of one segment of token ids, or of a pair, with this kind's special tokens
-        laid out as its template says (what `__call__` adds): [CLS] A [SEP] B [SEP] with types 0 … 0 1 … 1 for
-        BERT and ALBERT, <s> A </s></s> B </s> all of type 0 for RoBERTa and XLM-RoBERTa."""
-        ids: list[int] = []
-        types: list[int] = []
-        for piece, type_id in self._kind.pieces(pair=ids_b is not None):
-            run = ids_a if piece == "A" else ids_b if piece == "B" else [self._role_ids[piece]]
-            ids += run
-            types += [type_id] * len(run)
-        return ids, types
-
-    def num_special_tokens_to_add(self, pair: bool = False) -> int:
-        """How many special tokens the template adds to one segment (or to a pair): 2 (3), or 2 (4) for RoBERTa."""
-        return sum(not piece.is_segment for piece in self._kind.pieces(pair))
-
-    def continuation_mask(self) -> list[bool]:
-        """For each id, whether its token continues the word before it ("##ing" in WordPiece; a byte-level or
-        Unigram token not starting with "Ġ" or "▁"), for whole-word masking; False for special tokens."""
-        special = set(self.all_special_ids)
-        return [i not in special and self._kind.is_continuation(self._backend.id_to_token(i))
-                for i in range(self.vocab_size)]
 
     def tokenize(self, text: str) -> list[str]:
         """The tokens of `text`, without special tokens."""
@@ -360,39 +302,6 @@ class Tokenizer:
         text = self._backend.decode(list(ids), skip_special_tokens=skip_special_tokens)
         return encoding.clean_up_tokenization(text) if self.clean_up_tokenization_spaces else text
 
-    # ------------------------------------------------------------------ vocabulary
-
-    @property
-    def backend(self) -> tokenizers.Tokenizer:
-        """The `tokenizers.Tokenizer` doing the work."""
-        return self._backend
-
-    @property
-    def vocab_size(self) -> int:
-        """The number of tokens, special tokens included."""
-        return self._backend.get_vocab_size(with_added_tokens=True)
-
-    def __len__(self) -> int:
-        return self.vocab_size
-
-    def get_vocab(self) -> dict[str, int]:
-        """Token -> id for every token, special tokens included."""
-        return self._backend.get_vocab(with_added_tokens=True)
-
-    def convert_tokens_to_ids(self, tokens: str | Iterable[str]) -> int | list[int]:
-        """The id of a token (or of each token); unknown tokens give the [UNK] id."""
-        if isinstance(tokens, str):
-            token_id = self._backend.token_to_id(tokens)
-            return self.unk_token_id if token_id is None else token_id
-        return [self.convert_tokens_to_ids(token) for token in tokens]
-
-    def convert_ids_to_tokens(self, ids: int | Iterable[int], skip_special_tokens: bool = False) -> str | list[str]:
-        """The token of an id (or of each id), optionally dropping special tokens from a list."""
-        if isinstance(ids, int):
-            return self._backend.id_to_token(ids)
-        special_ids = set(self.all_special_ids) if skip_special_tokens else set()
-        return [self._backend.id_to_token(int(i)) for i in ids if int(i) not in special_ids]
-
     @property
     def model_max_length(self) -> int:
         """The longest input the model takes; the default `max_length` for truncation and max_length padding."""
@@ -410,36 +319,9 @@ class Tokenizer:
         return self._normalization.do_lower_case
 
     @property
-    def kind(self) -> TokenizerKind:
-        """The tokenizer family: special tokens, template, model and pipeline."""
-        return self._kind
-
-    @property
     def normalization(self) -> Normalization:
         """The normalizer settings (lowercasing, accent stripping, Chinese characters)."""
         return self._normalization
-
-    @property
-    def special_tokens(self) -> dict[str, str]:
-        """Role ("pad_token", ...) -> token, as written to special_tokens_map.json."""
-        return dict(self._special_tokens)
-
-    @property
-    def all_special_ids(self) -> list[int]:
-        """The ids of the special tokens (each once)."""
-        return list(dict.fromkeys(self._role_ids.values()))
-
-    @property
-    def _role_ids(self) -> dict[str, int]:
-        """Role -> id of the special tokens (the kind's roles: RoBERTa's bos_token is its cls_token, ...)."""
-        return {role: self._backend.token_to_id(token) for role, token in self._special_tokens.items()}
-
-    pad_token, unk_token, cls_token, sep_token, mask_token, bos_token, eos_token = (
-        _role_token(role) for role in ("pad_token", "unk_token", "cls_token", "sep_token", "mask_token",
-                                       "bos_token", "eos_token"))
-    pad_token_id, unk_token_id, cls_token_id, sep_token_id, mask_token_id, bos_token_id, eos_token_id = (
-        _role_id(role) for role in ("pad_token", "unk_token", "cls_token", "sep_token", "mask_token",
-                                    "bos_token", "eos_token"))
 
     # ------------------------------------------------------------------ internals
 
@@ -455,21 +337,6 @@ class Tokenizer:
     def __repr__(self) -> str:
         return (f"Tokenizer(kind={self._kind.name}, vocab_size={self.vocab_size}, "
                 f"do_lower_case={self.do_lower_case}, model_max_length={self.model_max_length})")
-
-
-def _special_added_tokens(backend: tokenizers.Tokenizer, special_tokens: dict[str, str],
-                          kind: TokenizerKind) -> list[AddedToken]:
-    """The special tokens as special, unnormalized added tokens: one the backend already has keeps its stripping
-    of spaces (roberta-base's <mask> strips those before it), a new one strips them as `kind.lstrip` says."""
-    existing = {token.content: token for token in backend.get_added_tokens_decoder().values()}
-    lstrip = {special_tokens[role] for role in kind.lstrip if role in special_tokens}
-    result = []
-    for token in dict.fromkeys(special_tokens.values()):
-        old = existing.get(token)
-        flags = (dict(lstrip=old.lstrip, rstrip=old.rstrip, single_word=old.single_word) if old is not None
-                 else dict(lstrip=token in lstrip))
-        result.append(AddedToken(token, special=True, normalized=False, **flags))
-    return result
 
 
 def _added_token_dict(token: AddedToken) -> dict[str, Any]:
@@ -488,3 +355,33 @@ def _training_normalization(kind: TokenizerKind, lowercase: bool | None, strip_a
         return default
     return default._replace(do_lower_case=default.do_lower_case if lowercase is None else lowercase,
                             strip_accents=strip_accents)
+
+
+def _train_backend(
+    files_or_iterator: str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | Iterable[str],
+    kind: TokenizerKind,
+    normalization: Normalization,
+    *,
+    vocab_size: int,
+    min_frequency: int,
+    limit_alphabet: int,
+    show_progress: bool,
+) -> tokenizers.Tokenizer:
+    """A backend with `kind`'s pipeline and a vocabulary trained on the text (`Tokenizer.train`'s arguments); its
+    special tokens come first. BertforgeError when `vocab_size` leaves no room beside them (and the bytes of a
+    byte-level kind), or when the input holds no text."""
+    specials = list(dict.fromkeys(kind.special_tokens.values()))
+    if vocab_size <= len(specials) + kind.alphabet_size:
+        beside = f"the {len(specials)} special tokens" + (f" and the {kind.alphabet_size} bytes"
+                                                          if kind.alphabet_size else "")
+        raise BertforgeError(f"vocab_size={vocab_size} leaves no room beside {beside}")
+    texts, described = training_texts(files_or_iterator)
+    unk_token = kind.special_tokens["unk_token"]
+    backend = kind.pipeline(kind.new_model(None, unk_token), normalization)
+    trainer = kind.trainer(vocab_size=vocab_size, min_frequency=min_frequency, show_progress=show_progress,
+                           special_tokens=special_added_tokens(backend, kind.special_tokens, kind),
+                           limit_alphabet=limit_alphabet, unk_token=unk_token)
+    backend.train_from_iterator(texts, trainer)
+    if backend.get_vocab_size() <= len(specials) + kind.alphabet_size:
+        raise BertforgeError(f"{described}: no text to train on (the input is empty or only whitespace)")
+    return backend

@@ -24,7 +24,8 @@ import torch
 
 from bertforge import BertConfig, data
 from bertforge.cli import main
-from bertforge.pretrain import PretrainArgs, Pretrainer, list_checkpoints
+from bertforge.pretrain import PretrainArgs, Pretrainer
+from bertforge.run_dir import list_checkpoints
 from bertforge.tokenizer import Tokenizer
 from tests.helpers import TINY_CONFIG, make_corpus
 from tests.test_pretrain_budget import use_fake_time

@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import random
 from pathlib import Path
 
 from tests.helpers import SPECIALS
 
+from bertforge.data import Instance, MaskingCollator, PretrainingStream
+
 PAD, UNK, CLS, SEP, MASK = 0, 1, 2, 3, 4
 N_SPECIAL = 5
+VOCAB = 1000  # the vocabulary size of the masking tests' collators
+SPECIAL = {PAD, CLS, SEP, MASK}
 
 
 def tagged_docs(n_docs: int, *, seed: int = 0, sentences=(1, 8), words=(3, 12), doc_offset: int = 0) -> list[list[str]]:
@@ -76,3 +81,40 @@ class WordVocab:
 
     def special_kwargs(self) -> dict[str, int]:
         return {"cls_id": CLS, "sep_id": SEP, "pad_id": PAD, "mask_id": MASK, "vocab_size": self.size}
+
+
+def make_stream(path, vocab, **kw):
+    return PretrainingStream(path, vocab.tokenize, **vocab.special_kwargs(), **kw)
+
+
+def at_least_half(count: int, n: int) -> bool:
+    """`count` of `n` instances is no lower than 4 sigma under n/2, for an outcome each instance has with
+    probability 1/2 or more: sigma = sqrt(n * 1/2 * 1/2)."""
+    return count >= n / 2 - 4 * math.sqrt(n * 0.25)
+
+
+def take(stream, n):
+    out = []
+    while len(out) < n:
+        out.extend(stream.next_instances())
+    return out[:n]
+
+
+def split_pair(inst):
+    ids = inst.input_ids
+    return ids[1 : inst.num_a - 1], ids[inst.num_a : -1]
+
+
+def collator(**kw):
+    """A `MaskingCollator` over a vocabulary of `VOCAB` ids with this file's special ids."""
+    return MaskingCollator(cls_id=CLS, sep_id=SEP, pad_id=PAD, mask_id=MASK, vocab_size=VOCAB, **kw)
+
+
+def random_instances(rng, n, lo=6, hi=60):
+    """`n` sentence pairs of random non-special ids, segment A `lo`..`hi` tokens long."""
+    out = []
+    for _ in range(n):
+        a = [rng.randrange(5, VOCAB) for _ in range(rng.randint(lo, hi))]
+        b = [rng.randrange(5, VOCAB) for _ in range(rng.randint(1, 10))]
+        out.append(Instance([CLS, *a, SEP, *b, SEP], len(a) + 2, rng.randint(0, 1)))
+    return out

@@ -93,7 +93,7 @@ def test_question_answering_windows_use_the_family_template(tmp_path, family_mod
     run(capsys, "finetune", "--task", "qa", "--model", str(model), "--train", str(data), "--dev", str(data),
         "--out", str(out), "--max-length", "96", "--doc-stride", "16", *FAST)
     tokenizer = Tokenizer.from_pretrained(out / "model")
-    from bertforge.finetune.data import QAExample
+    from bertforge.finetune.squad import QAExample
     from bertforge.qa_spans import encode_qa
 
     features, _ = encode_qa(tokenizer, [QAExample("q1", "where does john live ?", "john lives in paris .")],

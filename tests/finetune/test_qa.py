@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from bertforge.finetune.data import QAExample
+from bertforge.finetune.squad import QAExample
 from bertforge.finetune.qa import Window, best_answers
 
 

@@ -11,7 +11,7 @@ import torch
 
 from bertforge import AutoModelForSequenceClassification, BertConfig, BertForSequenceClassification
 from bertforge.finetune import finetune, trainer
-from bertforge.finetune.trainer import linear_schedule, parameter_groups
+from bertforge.optim import parameter_groups, warmup_decay
 
 from .conftest import write_sentiment
 
@@ -22,7 +22,7 @@ BACKBONE = ("bert.embeddings.", "bert.encoder.")
 def lrs(warmup: int, total: int, steps: int) -> list[float]:
     """The learning rate in force at steps 0..steps (after that many scheduler steps)."""
     optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=BASE_LR)
-    scheduler = linear_schedule(optimizer, warmup, total)
+    scheduler = warmup_decay(optimizer, warmup, total)
     seen = [optimizer.param_groups[0]["lr"]]
     for _ in range(steps):
         optimizer.step()

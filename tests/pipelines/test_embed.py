@@ -17,16 +17,6 @@ from tests.pipelines.pipelines_helpers import LONG, SENTENCES
 transformers = pytest.importorskip("transformers", reason="needs transformers: pip install -e '.[test]'")
 
 
-def test_mean_pool_equals_per_sequence_mean():
-    from bertforge.pipelines.embed import mean_pool
-
-    torch.manual_seed(0)
-    lengths = [9, 9, 7, 3, 3, 3, 1]
-    hidden = torch.randn(sum(lengths), 16)
-    expected = torch.stack([part.mean(0) for part in hidden.split(lengths)])
-    assert (mean_pool(hidden, lengths) - expected).abs().max() < 1e-6
-
-
 def test_embed_equals_sentence_transformers(embed, minilm_dir, caplog, monkeypatch):
     st = pytest.importorskip("sentence_transformers")
     texts = SENTENCES + [LONG]

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from tests.reliability import rel_helpers
-from tests.reliability.rel_helpers import TINY_CONFIG, make_corpus, make_model_dir
+from tests.helpers import TINY_CONFIG, make_corpus
+from tests.reliability.rel_helpers import make_model_dir
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):

@@ -24,8 +24,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-# The tiny corpus, tokenizer and config are shared with the other test directories; named here as before.
-from tests.helpers import TINY_CONFIG, WORDS, make_corpus, make_run_inputs  # noqa: F401
+from tests.helpers import TINY_CONFIG
 
 
 def make_model_dir(root: Path, tokenizer_dir: Path | None = None, seed: int = 0) -> Path:

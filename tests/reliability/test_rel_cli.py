@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from bertforge import cli
-from tests.reliability.rel_helpers import bertforge_cmd, make_model_dir, make_run_inputs, one_torch_thread, report, subprocess_env
+from tests.helpers import make_run_inputs
+from tests.reliability.rel_helpers import bertforge_cmd, make_model_dir, one_torch_thread, report, subprocess_env
 
 # Options whose value is a model or tokenizer directory, an input file, or an output path, by `dest`.
 MODEL_DESTS = {"model", "model_dir", "tokenizer", "checkpoint", "pretrained", "teacher"}

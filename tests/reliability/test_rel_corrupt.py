@@ -32,8 +32,8 @@ from bertforge.checkpoint import read_state_dict
 from bertforge.model import MODEL_CLASSES
 from bertforge.pretrain import PretrainArgs, Pretrainer, pretrain
 from bertforge.tokenizer import Tokenizer
-from tests.reliability.rel_helpers import TINY_CONFIG, make_model_dir, make_run_inputs, one_torch_thread, report, tensors_differ
-from tests.helpers import SPECIALS, tiny_run_args, write_vocab
+from tests.helpers import SPECIALS, TINY_CONFIG, make_run_inputs, tiny_run_args, write_vocab
+from tests.reliability.rel_helpers import make_model_dir, one_torch_thread, report, tensors_differ
 
 
 @pytest.fixture(scope="module")

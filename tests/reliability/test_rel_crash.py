@@ -20,7 +20,8 @@ import pytest
 from bertforge import BertForPreTraining
 from bertforge.checkpoint import load_pretrained
 from bertforge.state import load_state
-from tests.reliability.rel_helpers import Reference, Subject, bertforge_cmd, kill_campaign, make_run_inputs, run_reference
+from tests.helpers import make_run_inputs
+from tests.reliability.rel_helpers import Reference, Subject, bertforge_cmd, kill_campaign, run_reference
 
 STEPS, SAVE_EVERY = 20, 2
 

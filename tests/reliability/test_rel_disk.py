@@ -26,10 +26,11 @@ import torch
 
 from bertforge import BertConfig, BertForPreTraining, BertforgeError
 from bertforge import io as bf_io
-from bertforge.pretrain import PretrainArgs, Pretrainer, list_checkpoints
+from bertforge.pretrain import PretrainArgs, Pretrainer
+from bertforge.run_dir import list_checkpoints
 from bertforge.state import load_state
-from tests.reliability.rel_helpers import TINY_CONFIG, make_run_inputs, one_torch_thread, report, stray_temporaries, tensors_differ
-from tests.helpers import tiny_run_args
+from tests.helpers import TINY_CONFIG, make_run_inputs, tiny_run_args
+from tests.reliability.rel_helpers import one_torch_thread, report, stray_temporaries, tensors_differ
 
 resource = pytest.importorskip("resource")
 

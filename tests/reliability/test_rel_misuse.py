@@ -144,7 +144,7 @@ def test_evaluate_maps_integer_labels_onto_transformers_default_label_names(tmp_
 
     from bertforge import BertConfig, BertForSequenceClassification
     from bertforge.tokenizer import Tokenizer
-    from tests.reliability.rel_helpers import TINY_CONFIG
+    from tests.helpers import TINY_CONFIG
 
     torch.manual_seed(0)
     config = BertConfig(**TINY_CONFIG, id2label={0: "LABEL_0", 1: "LABEL_1"},
@@ -169,7 +169,7 @@ def test_pretrain_names_a_roberta_checkpoints_real_sequence_limit(tmp_path, caps
     """RoBERTa's positions start after the padding id: 128 positions hold sequences of 126 tokens, as finetune,
     embed and serve say."""
     from bertforge import BertConfig, BertForMaskedLM
-    from tests.reliability.rel_helpers import TINY_CONFIG
+    from tests.helpers import TINY_CONFIG
 
     config = BertConfig(**{**TINY_CONFIG, "max_position_embeddings": 128}, model_type="roberta", pad_token_id=1)
     assert config.max_sequence_length == 126
@@ -184,7 +184,7 @@ def test_pretrain_names_a_roberta_checkpoints_real_sequence_limit(tmp_path, caps
 def test_pretrain_eval_fraction_leaving_nothing_to_train_on_says_so(tmp_path, capsys, model_dirs):
     """A 200-line corpus without blank lines is one document: --eval-fraction 0.99 holds it out, and the error says
     that (not "no text")."""
-    from tests.reliability.rel_helpers import make_run_inputs
+    from tests.helpers import make_run_inputs
 
     _, tok, config = make_run_inputs(tmp_path / "inputs")
     lines = model_dirs["corpus"].read_text().split()
@@ -205,7 +205,7 @@ def test_a_sentence_transformers_max_seq_length_beyond_the_positions_is_capped(t
 
     from bertforge.pooling import write_sentence_transformers_files
     from bertforge.pipelines import pipeline
-    from tests.reliability.rel_helpers import TINY_CONFIG
+    from tests.helpers import TINY_CONFIG
 
     model = Path(shutil.copytree(model_dirs["pretrained"], tmp_path / "st"))
     write_sentence_transformers_files(model, TINY_CONFIG["hidden_size"], "mean", True, 512)
@@ -225,7 +225,7 @@ def test_a_sentence_transformers_max_seq_length_beyond_the_positions_is_capped(t
 
 def test_pretrain_resume_on_a_changed_corpus_is_one_line(tmp_path, capsys):
     """A changed corpus is not a damaged checkpoint: no "trying the previous one" warnings, one line naming it."""
-    from tests.reliability.rel_helpers import make_run_inputs
+    from tests.helpers import make_run_inputs
 
     corpus, tok, config = make_run_inputs(tmp_path / "inputs")
     out = tmp_path / "run"

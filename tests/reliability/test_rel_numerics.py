@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 from bertforge.pretrain import PretrainArgs, Pretrainer
-from tests.reliability.rel_helpers import make_run_inputs, one_torch_thread, report, tensors_differ
-from tests.helpers import tiny_run_args
+from tests.helpers import make_run_inputs, tiny_run_args
+from tests.reliability.rel_helpers import one_torch_thread, report, tensors_differ
 
 
 @pytest.fixture(scope="module")

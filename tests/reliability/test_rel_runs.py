@@ -34,19 +34,12 @@ from bertforge.memory import (
     estimate_training_memory,
     parameter_count,
 )
-from bertforge.pretrain import PretrainArgs, Pretrainer, list_checkpoints
+from bertforge.pretrain import PretrainArgs, Pretrainer
+from bertforge.run_dir import list_checkpoints
 from bertforge.train import TrainStep
 from bertforge.training_log import MetricsLog
-from tests.reliability.rel_helpers import (
-    TINY_CONFIG,
-    WORDS,
-    bertforge_cmd,
-    make_corpus,
-    make_run_inputs,
-    one_torch_thread,
-    report,
-    subprocess_env,
-)
+from tests.helpers import TINY_CONFIG, WORDS, make_corpus, make_run_inputs
+from tests.reliability.rel_helpers import bertforge_cmd, one_torch_thread, report, subprocess_env
 
 
 @pytest.fixture(scope="module")
