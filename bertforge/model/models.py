@@ -377,9 +377,13 @@ class BertForTokenClassification(_ClassifierMixin, BertPreTrainedModel):
     def skips_padding(self, labels: Tensor | None, **targets: Any) -> bool:
         return labels is not None  # with labels (training, evaluation), padding is never read
 
+    def token_logits(self, hidden: Tensor) -> Tensor:
+        """Label logits [..., num_labels] of final hidden states [..., H] (the pipelines' packed rows too)."""
+        return self.classifier(self._transform(hidden))
+
     def head(self, out: BaseModelOutput, labels: Tensor | None,  # type: ignore[override]
              attention_mask: Tensor | None = None) -> SequenceClassifierOutput:
-        logits = self.classifier(self._transform(out.last_hidden_state))  # [B, S, L]
+        logits = self.token_logits(out.last_hidden_state)  # [B, S, L]
         loss = None
         if labels is not None:
             loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=IGNORE_INDEX)
@@ -399,6 +403,12 @@ class BertForQuestionAnswering(_ClassifierMixin, BertPreTrainedModel):
         self.qa_outputs = Dense(config.hidden_size, 2, role="final")
         self.init_weights()
 
+    def span_logits(self, hidden: Tensor) -> Tensor:
+        """Start and end logits [..., 2] of final hidden states [..., H] (the pipelines' packed rows too)."""
+        if self.head_transform is not None:
+            hidden = self._transform(hidden)
+        return self.qa_outputs(hidden)
+
     def head(  # type: ignore[override]
         self,
         out: BaseModelOutput,
@@ -409,8 +419,7 @@ class BertForQuestionAnswering(_ClassifierMixin, BertPreTrainedModel):
     ) -> QuestionAnsweringOutput:
         if labels is not None:
             raise BertforgeError("BertForQuestionAnswering takes start_positions and end_positions, not labels")
-        hidden = self._transform(out.last_hidden_state) if self.head_transform is not None else out.last_hidden_state
-        start_logits, end_logits = self.qa_outputs(hidden).float().unbind(-1)  # [B, S] each
+        start_logits, end_logits = self.span_logits(out.last_hidden_state).float().unbind(-1)  # [B, S] each
         loss = None
         if start_positions is not None and end_positions is not None:
             seq_len = start_logits.shape[1]  # positions outside the sequence are ignored, as in transformers

@@ -184,7 +184,7 @@ class TokenClassificationPipeline(Pipeline):
 
     def head(self, batch: PackedBatch, hidden: Tensor, features: list[Feature]) -> list[np.ndarray]:
         model: BertForTokenClassification = self.model  # type: ignore[assignment]
-        probs = model.classifier(hidden).float().softmax(dim=-1)  # [T, num_labels]
+        probs = model.token_logits(hidden).float().softmax(dim=-1)  # [T, num_labels]
         return list(torch.split(probs, batch.lengths))  # per sequence [len, num_labels]
 
     def postprocess(self, item: str, outputs: list[Tensor], features: list[Feature]) -> list[dict[str, Any]]:
@@ -196,6 +196,8 @@ class TokenClassificationPipeline(Pipeline):
             if is_special:
                 continue
             piece = self.tokenizer.convert_ids_to_tokens(token_id)
+            while start < end and item[start].isspace():  # byte-level pieces without trimmed offsets (ModernBERT's)
+                start += 1  # carry the space before the word
             original = item[start:end]
             # a word piece: "##ing" (WordPiece), a byte-level or Unigram piece not opening with "Ġ" / "▁"
             continues = self.tokenizer.kind.is_continuation(piece)

@@ -18,10 +18,10 @@ from .conftest import NER_SENTENCES, NEGATIVE, POSITIVE, write_conll, write_sent
 transformers = pytest.importorskip("transformers")
 
 FAST = ["--epochs", "1", "--batch-size", "8", "--lr", "1e-3", "--no-progress"]
-PREFIX = {"roberta": "Roberta", "albert": "Albert", "distilbert": "DistilBert"}
+PREFIX = {"roberta": "Roberta", "albert": "Albert", "distilbert": "DistilBert", "modernbert": "ModernBert"}
 
 
-@pytest.fixture(scope="module", params=["roberta", "albert", "distilbert"])
+@pytest.fixture(scope="module", params=["roberta", "albert", "distilbert", "modernbert"])
 def family_model(request, tmp_path_factory) -> tuple[str, Path]:
     """A tiny random model of the family with its own kind of tokenizer, trained on the tests' words."""
     family = request.param
