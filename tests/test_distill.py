@@ -91,3 +91,61 @@ def test_teachers_that_cannot_be_distilled_are_refused(tmp_path, inputs, capsys)
         DistillArgs(corpus=[str(corpus)]).validate()
     with pytest.raises(BertforgeError, match="--student-layers 9 is more"):
         DistillArgs(teacher=str(teacher), corpus=[str(corpus)], student_layers=9).model_config()
+
+
+@pytest.mark.parametrize("temperature", [1.0, 3.0])
+def test_the_three_losses_equal_their_formulas_written_out(temperature):
+    """`Distillation.forward_backward` hands the step α_ce · T² · KL(softmax(t/T) ‖ softmax(s/T)) averaged over the
+    masked positions, α_mlm · the student's MLM loss and α_cos · (1 - cos) of the last hidden states averaged over
+    the real tokens; here each is computed by hand in float64 from stand-in models' outputs."""
+    import contextlib
+    from types import SimpleNamespace
+
+    from bertforge.distill import Distillation
+
+    g = torch.Generator().manual_seed(0)
+    n_masked, vocab, hidden = 5, 11, 6
+    labels = torch.full((2, 4), -100)
+    labels[0, :3], labels[1, 1:3] = torch.tensor([3, 7, 1]), torch.tensor([2, 9])
+    mask = torch.tensor([[1, 1, 1, 1], [1, 1, 1, 0]])
+    batch = {"input_ids": torch.zeros(2, 4, dtype=torch.long), "attention_mask": mask,
+             "token_type_ids": torch.zeros(2, 4, dtype=torch.long), "labels": labels}
+    s_logits, t_logits = torch.randn(n_masked, vocab, generator=g) * 3, torch.randn(n_masked, vocab, generator=g) * 3
+    s_hidden, t_hidden = torch.randn(2, 4, hidden, generator=g), torch.randn(2, 4, hidden, generator=g)
+    mlm = torch.tensor(2.5)
+
+    class StandIn(torch.nn.Module):
+        def __init__(self, logits, hidden_state, loss=None):
+            super().__init__()
+            self.out = SimpleNamespace(logits=logits, hidden_states=(hidden_state * 0, hidden_state), loss=loss)
+
+        def forward(self, **inputs):
+            assert inputs["output_hidden_states"] and torch.equal(inputs["labels"], labels)
+            return self.out
+
+    class Stepper:
+        autocast = staticmethod(contextlib.nullcontext)
+
+        def accumulate(self, losses, weights):
+            self.losses = losses
+            return sum(losses.values()).detach()
+
+    stepper = Stepper()
+    objective = Distillation(StandIn(t_logits, t_hidden), temperature, alpha_ce=5.0, alpha_mlm=2.0, alpha_cos=0.5)
+    objective.forward_backward(StandIn(s_logits, s_hidden, mlm), stepper, batch, {"ce": 1.0, "mlm": 1.0, "cos": 1.0})
+
+    T = temperature
+    def log_softmax(z):
+        z = z.double() / T
+        return z - torch.log(torch.exp(z - z.amax(-1, keepdim=True)).sum(-1, keepdim=True)) - z.amax(-1, keepdim=True)
+
+    p_teacher = torch.exp(log_softmax(t_logits))
+    kl = (p_teacher * (log_softmax(t_logits) - log_softmax(s_logits))).sum(-1).mean()  # per masked position
+    real = mask.bool()
+    a, b = s_hidden[real].double(), t_hidden[real].double()
+    cos = (1 - (a * b).sum(-1) / (a.norm(dim=-1) * b.norm(dim=-1))).mean()
+    got = {k: float(v) for k, v in stepper.losses.items()}
+    assert got["ce"] == pytest.approx(5.0 * T * T * float(kl), rel=1e-5)
+    assert got["mlm"] == pytest.approx(2.0 * 2.5, rel=1e-6)
+    assert got["cos"] == pytest.approx(0.5 * float(cos), rel=1e-5)
+    assert objective.counts(batch) == {"mlm": 5, "ce": 5, "cos": 7}

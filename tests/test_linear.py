@@ -26,7 +26,32 @@ from bertforge.linear import (
 )
 
 needs_onednn = pytest.mark.skipif(not onednn_available(), reason="this PyTorch has no oneDNN linear kernels")
-needs_int8 = pytest.mark.skipif(not int8_available(), reason="this PyTorch has no dynamic int8 linear kernels")
+
+
+def cpu_flags() -> set[str]:
+    """The CPU's flags as the kernel reports them (empty where there is no /proc/cpuinfo)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            return next((set(line.split(":", 1)[1].split()) for line in fh if line.startswith("flags")), set())
+    except OSError:
+        return set()
+
+
+def expected_int8_kernels() -> list[str]:
+    """The int8 kernels this CPU and this PyTorch build should run, from the CPU's flags and PyTorch's list of
+    quantized engines, never from `bertforge.linear`'s own probe (a broken kernel would then drop out of the tests
+    instead of failing them): oneDNN's with VNNI (AVX-512 VNNI or AVX-VNNI), FBGEMM's with AVX2."""
+    flags, engines = cpu_flags(), set(torch.backends.quantized.supported_engines)
+    kernels = []
+    if {"avx512_vnni", "avx_vnni"} & flags and "onednn" in engines and torch.backends.mkldnn.is_available():
+        kernels.append("onednn")
+    if "avx2" in flags and "fbgemm" in engines:
+        kernels.append("fbgemm")
+    return kernels
+
+
+KERNELS = expected_int8_kernels()
+needs_int8 = pytest.mark.skipif(not KERNELS, reason="this CPU or PyTorch has no int8 kernel bertforge runs")
 
 
 def grads_of(fn, *tensors):
@@ -120,7 +145,50 @@ def test_pretraining_step_same_loss_and_gradients_with_either_backend():
 
 
 # ---------------------------------------------------------------------------------------------- the int8 kernel
-KERNELS = [k for k in INT8_KERNELS if int8_kernel_works(k)]
+@needs_int8
+def test_every_int8_kernel_the_cpu_supports_passes_the_probe_and_the_preferred_one_is_in_use():
+    """The probe (`int8_kernel_works`) must accept each kernel the CPU supports (a probe failing on a broken kernel
+    would otherwise fall back silently), and oneDNN's, where the CPU has VNNI, is the one layers use."""
+    import bertforge.linear as module
+
+    assert set(KERNELS) <= set(INT8_KERNELS)
+    for kernel in KERNELS:
+        assert int8_kernel_works(kernel), f"the CPU supports the {kernel} int8 kernel but the probe rejects it"
+    preferred = KERNELS[0]  # onednn where the CPU has VNNI, else fbgemm
+    module.set_int8_kernel("onednn")  # the default choice
+    assert module.int8_kernel() == preferred and Int8Weight(torch.randn(8, 16)).kernel == preferred
+    assert int8_available()
+
+
+def skewed_rows(g: torch.Generator) -> torch.Tensor:
+    """[6, 48] rows whose largest magnitude is not their maximum: asymmetric, negative-dominated, all negative, all
+    positive, a negative outlier, an ordinary one."""
+    x = torch.randn(6, 48, generator=g)
+    x[0] = x[0].abs() * -3 + 0.5  # mostly negative, a small positive maximum
+    x[1] = -x[1].abs() - 0.1  # all negative: the maximum is below zero
+    x[2] = x[2].abs() * 2 + 1  # all positive, far from zero
+    x[3, 5] = -40.0  # one large negative value
+    x[4] = x[4] * 0.5 - 2.0  # shifted down
+    return x
+
+
+@needs_int8
+@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("act,with_bias,with_residual", [(None, True, False), ("gelu", True, False), (None, False, True)])
+def test_int8_linear_on_asymmetric_and_negative_dominated_rows(kernel, act, with_bias, with_residual):
+    """Each row is scaled by its largest magnitude: with a maximum-only scale, the rows here would be clipped (the
+    all-negative one entirely)."""
+    g = torch.Generator().manual_seed(4)
+    x = skewed_rows(g)
+    w, b, r = torch.randn(40, 48, generator=g), torch.randn(40, generator=g), torch.randn(6, 40, generator=g)
+    bias, residual = (b if with_bias else None), (r if with_residual else None)
+    want = F.linear(x.double(), w.double(), None if bias is None else bias.double())
+    want = want if act is None else F.gelu(want)
+    want = (want if residual is None else want + residual.double()).float()
+    with torch.inference_mode():
+        got = linear(x.clone(), Int8Weight(w, bias, kernel=kernel), act=act, residual=residual)
+    per_row = (got - want).abs().amax(-1) / (want - (0 if residual is None else residual)).abs().amax(-1)
+    assert per_row.max() < 0.03, per_row
 
 
 @needs_int8

@@ -253,3 +253,49 @@ def test_two_ddp_processes_report_the_eval_loss_of_one(corpus_and_tokenizer, eva
     pretrain(eval_args(corpus_and_tokenizer, single, eval_text, batch_size=2, max_steps=2, eval_max_instances=10,
                        device="cpu"))
     assert_same_evaluation(two, rows(single, "eval")[0])
+
+
+@pytest.mark.parametrize("objective", ["nsp", "mlm"])
+def test_the_eval_fraction_set_reads_no_training_document(corpus_and_tokenizer, tmp_path, objective):
+    """Every document is one word repeated, so each token of a sequence names its document: the documents the
+    held-out set's sequences come from (read back from its batches, masked tokens from their labels) and those the
+    training stream's sequences come from are disjoint, and both are non-empty."""
+    from bertforge.pretrain_data import pretraining_stream
+    from bertforge.tokenizer import Tokenizer
+    from tests.helpers import WORDS
+
+    tok = Tokenizer.from_pretrained(corpus_and_tokenizer[1])
+    word_of = {}
+    for word in WORDS:
+        ids = tok.encode_ids([word])[0]
+        if len(ids) == 1:
+            word_of[ids[0]] = word
+    words = sorted(word_of.values())
+    assert len(words) >= 12
+    corpus = tmp_path / "one-word-documents.txt"
+    corpus.write_text("\n\n".join("\n".join(" ".join([w] * (4 + (i + j) % 5)) + " ." for j in range(4))
+                                  for i, w in enumerate(words)) + "\n", encoding="utf-8")
+    args = eval_args(corpus_and_tokenizer, tmp_path / "run", corpus=[str(corpus)], eval_fraction=0.4,
+                     eval_max_instances=200, objective=objective, eval_every=None)
+    specials = {tok.cls_token_id, tok.sep_token_id, tok.pad_token_id}
+
+    def documents(ids) -> set[str]:
+        found = {word_of.get(int(t)) for t in ids if int(t) not in specials}
+        found.discard(None)  # the "." of every sentence
+        return found
+
+    held = set()
+    for batch in build_eval_set(args, [str(corpus)], tok):
+        original = torch.where(batch["labels"] != -100, batch["labels"], batch["input_ids"])
+        for row in original:
+            held |= documents(row)
+    stream = pretraining_stream(args, [str(corpus)], tok, 0, 1, args.batch_size, max_epochs=1)
+    try:
+        trained = set()
+        for instance in stream.next_instances(10_000):
+            trained |= documents(instance.input_ids)
+    finally:
+        stream.close()
+    assert held and trained
+    assert not held & trained, f"held-out set built from training documents: {sorted(held & trained)}"
+    assert held | trained <= set(words)

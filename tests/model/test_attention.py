@@ -170,3 +170,171 @@ def test_forward_packed_merges_short_runs_in_training_only(monkeypatch):
         model.eval().forward_packed(batch, 0.5)
         model.train().forward_packed(batch, 0.5)
     assert [len(plan) for plan in plans] == [3, 1]  # runs 4 | 3, 3 | 2 apart; then one call: 12 real of 16 places
+
+
+# ------------------------------------------------------------------ every path against the maths written out
+# q and k of std 1 and a head size of 16: the scale (1/4) changes the scores by several units, so a wrong scale,
+# a scale applied twice or not at all, moves the result far beyond float rounding (with a model's 0.02-std weights
+# it would not). Each test forces its path (and checks it was taken) instead of asking the code which it takes.
+
+
+def reference_attention(q, k, v, keep=None, scale=None, drop=None):
+    """softmax(q kᵀ · scale, masked where `keep` is False) [· drop] v, in float64; scale 1/√hd unless given."""
+    q, k, v = q.double(), k.double(), v.double()
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    scores = (q @ k.transpose(-1, -2)) * scale
+    if keep is not None:
+        scores = scores.masked_fill(~keep, float("-inf"))
+    probs = torch.exp(scores - scores.amax(-1, keepdim=True))
+    probs = probs / probs.sum(-1, keepdim=True)
+    if drop is not None:
+        probs = probs * drop.double()
+    return (probs @ v).float()
+
+
+def qkv_std1(n=3, nh=2, L=7, hd=16, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return tuple(torch.randn(n, nh, L, hd, generator=g) for _ in range(3))
+
+
+def padding(n, L):
+    """[n, L] bool keep-mask: row 1 right-padded, row 2 left-padded, each row with at least one real key."""
+    keep = torch.ones(n, L, dtype=torch.bool)
+    keep[1, L - L // 3 :] = False
+    keep[2 % n, : L // 2] = False
+    return keep
+
+
+def no_sdpa(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("SDPA was called on a path that must not use it")
+
+    monkeypatch.setattr(attention.F, "scaled_dot_product_attention", refuse)
+
+
+@pytest.mark.parametrize("scale", [None, 0.7])
+@pytest.mark.parametrize("masked", [False, True])
+def test_sdpa_path_equals_the_reference_maths(scale, masked, monkeypatch):
+    monkeypatch.setattr(attention, "MATMUL_ATTENTION_MAX_LENGTH", SDPA_ONLY)
+    calls = []
+    real_sdpa = attention.F.scaled_dot_product_attention
+    monkeypatch.setattr(attention.F, "scaled_dot_product_attention", lambda *a, **k: calls.append(1) or real_sdpa(*a, **k))
+    q, k, v = qkv_std1(L=40)
+    keep = padding(3, 40)[:, None, None, :] if masked else None
+    additive = extended_attention_mask(padding(3, 40).long(), torch.float32) if masked else None
+    with torch.inference_mode():
+        ctx, probs = attend(q, k, v, additive, 0.0, False, scale=scale)
+    assert calls and probs is None
+    torch.testing.assert_close(ctx, reference_attention(q, k, v, keep, scale), atol=2e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("length", [5, 20])  # 5: rows shorter than a vector register (the in-place softmax)
+@pytest.mark.parametrize("scale", [None, 0.7])
+def test_inference_matmul_path_for_short_sequences_equals_the_reference_maths(length, scale, monkeypatch):
+    no_sdpa(monkeypatch)
+    q, k, v = qkv_std1(L=length, seed=1)
+    keep = padding(3, length)[:, None, None, :]
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)  # MATMUL_ATTENTION_MAX_LENGTH["threads"]: 20 is short enough
+        for mask in (None, keep, extended_attention_mask(keep[:, 0, 0].long(), torch.float32)):
+            with torch.inference_mode():
+                ctx, probs = attend(q.clone(), k, v, mask, 0.0, False, scale=scale)
+            assert probs is None
+            want = reference_attention(q, k, v, None if mask is None else keep, scale)
+            torch.testing.assert_close(ctx, want, atol=2e-5, rtol=1e-4)
+    finally:
+        torch.set_num_threads(threads)
+
+
+@pytest.mark.parametrize("grad", [False, True])
+@pytest.mark.parametrize("scale", [None, 0.7])
+def test_cpu_training_path_with_attention_dropout_equals_the_reference_maths(grad, scale, monkeypatch):
+    """Training with p > 0 on CPU takes the explicit matmuls. `ops.dropout` as attention uses it is replaced by a
+    fixed mask (kept with 1/(1-p), dropped with 0) drawn here; the reference applies the same mask."""
+    no_sdpa(monkeypatch)
+    p = 0.25
+    q, k, v = qkv_std1(L=9, seed=2)
+    g = torch.Generator().manual_seed(5)
+    drop = (torch.rand(3, 2, 9, 9, generator=g) >= p).float() / (1 - p)
+    seen = []
+
+    def fixed_dropout(x, rate, training):
+        assert rate == p and training and x.shape == drop.shape
+        seen.append(1)
+        return x * drop
+
+    monkeypatch.setattr(attention, "dropout", fixed_dropout)
+    keep = padding(3, 9)[:, None, None, :]
+    additive = extended_attention_mask(keep[:, 0, 0].long(), torch.float32)
+    leaves = [t.clone().requires_grad_(grad) for t in (q, k, v)]
+    ctx, probs = attend(*leaves, additive, p, True, scale=scale)
+    assert seen and probs is not None
+    want = reference_attention(q, k, v, keep, scale, drop)
+    torch.testing.assert_close(ctx.detach(), want, atol=2e-5, rtol=1e-4)
+    eye = torch.eye(9).expand(3, 2, 9, 9)  # v = I: the reference returns its probabilities (before dropout)
+    torch.testing.assert_close(probs.detach(), reference_attention(q, k, eye, keep, scale), atol=2e-6, rtol=1e-4)
+    if grad:  # and the gradient is that of the reference maths
+        ctx.sum().backward()
+        ref = [t.double().clone().requires_grad_() for t in (q, k, v)]
+        s = (ref[0] @ ref[1].transpose(-1, -2)) * (16 ** -0.5 if scale is None else scale)
+        s = s.masked_fill(~keep, float("-inf"))
+        (s.softmax(-1) * drop.double() @ ref[2]).sum().backward()
+        for got, want_t in zip(leaves, ref):
+            torch.testing.assert_close(got.grad, want_t.grad.float(), atol=1e-4, rtol=1e-4)
+
+
+def test_a_model_trained_with_attention_dropout_computes_what_eval_computes_when_dropout_keeps_everything(monkeypatch):
+    """End to end: a BertModel in training mode with attention dropout (the CPU explicit path), dropout made the
+    identity in attention only, equals the same model in eval mode attended by SDPA, weights of std 1 (at 0.02 the
+    attention scale barely moves the scores)."""
+    monkeypatch.setattr(attention, "MATMUL_ATTENTION_MAX_LENGTH", SDPA_ONLY)
+    monkeypatch.setattr(attention, "dropout", lambda x, p, training: x)
+    config = BertConfig(vocab_size=50, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                        intermediate_size=64, max_position_embeddings=16, hidden_dropout_prob=0.0,
+                        attention_probs_dropout_prob=0.3)
+    torch.manual_seed(0)
+    model = bertforge.BertModel(config)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if param.dim() == 2:
+                param.normal_(0.0, 1.0 if "attention.self" in name else 0.2)
+    ids = torch.randint(1, 50, (3, 12))
+    mask = torch.ones_like(ids)
+    mask[1, 8:] = 0
+    want = model.eval()(ids, mask).last_hidden_state
+    got = model.train()(ids, mask).last_hidden_state
+    real = mask.bool()
+    assert (got[real] - want[real]).abs().max() < 1e-4
+    with torch.no_grad():  # and the scale matters here: half of it changes the output by far more than that
+        half = attention.attend(*qkv_std1(L=12), None, 0.0, False, scale=0.125)[0]
+        assert (half - attention.attend(*qkv_std1(L=12), None, 0.0, False)[0]).abs().max() > 0.1
+
+
+@pytest.mark.parametrize("scale", [None, 0.7])
+@pytest.mark.parametrize("training", [False, True])
+def test_blockwise_sliding_window_equals_the_reference_maths(scale, training, monkeypatch):
+    """A window of 4 (|i - j| <= 2) over 128 positions: `attend_scored` attends it in blocks (`attend_blocks`), which
+    must equal dense masked attention written out, padding included."""
+    from bertforge.model.attention import Scores, attend_scored
+
+    calls = []
+    real_blocks = attention.attend_blocks
+    monkeypatch.setattr(attention, "attend_blocks", lambda *a, **k: calls.append(1) or real_blocks(*a, **k))
+    if training:  # the training path with dropout, dropout made the identity
+        monkeypatch.setattr(attention, "dropout", lambda x, p, training: x)
+    L, window = 128, 4
+    q, k, v = qkv_std1(n=2, L=L, seed=3)
+    keep = torch.ones(2, L, dtype=torch.bool)
+    keep[1, 100:] = False  # right padding
+    pos = torch.arange(L)
+    band = (pos[:, None] - pos[None, :]).abs() <= window // 2  # [L, L]
+    for mask in (None, extended_attention_mask(keep.long(), torch.float32)):
+        ctx, _ = attend_scored(q, k, v, mask, 0.1 if training else 0.0, training, False, Scores(window=window, scale=scale))
+        full = band if mask is None else band & keep[:, None, None, :]
+        want = reference_attention(q, k, v, full, scale)
+        rows = slice(None) if mask is None else keep  # padded query rows are not compared
+        got_rows = ctx if mask is None else ctx.transpose(1, 2)[rows]
+        want_rows = want if mask is None else want.transpose(1, 2)[rows]
+        torch.testing.assert_close(got_rows, want_rows, atol=2e-5, rtol=1e-4)
+    assert len(calls) == 2
