@@ -9,15 +9,10 @@ from safetensors.torch import load_file, save_file
 import bertforge
 from bertforge import BertConfig, BertforgeError
 
+from tests.model.families.families_helpers import TASKS, assert_close
+
 transformers = pytest.importorskip("transformers")
 
-TASKS = {
-    "Model": bertforge.AutoModel,
-    "ForMaskedLM": bertforge.AutoModelForMaskedLM,
-    "ForSequenceClassification": bertforge.AutoModelForSequenceClassification,
-    "ForTokenClassification": bertforge.AutoModelForTokenClassification,
-    "ForQuestionAnswering": bertforge.AutoModelForQuestionAnswering,
-}
 V3 = dict(relative_attention=True, position_buckets=8, max_relative_positions=24, pos_att_type=["p2c", "c2p"],
           norm_rel_ebd="layer_norm", share_att_key=True, position_biased_input=False)
 VARIANTS = {
@@ -47,16 +42,6 @@ def batch(types: bool = False):
     extra = {"token_type_ids": (torch.arange(14) >= 7).long().expand(3, 14)} if types else {}
     return ids.masked_fill(mask == 0, 0), mask, extra
 
-
-def assert_close(ref, ours, mask):
-    for name in ref.keys():
-        if name in ("hidden_states", "attentions", "loss"):
-            continue
-        a, b = ref[name], ours[name]
-        if a.shape[:2] == mask.shape:  # per token: real positions only
-            m = mask.reshape(*mask.shape, *[1] * (a.dim() - 2))
-            a, b = a * m, b * m
-        assert (a - b).abs().max() <= 1e-5, name
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS))

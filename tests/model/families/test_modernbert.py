@@ -11,15 +11,10 @@ import bertforge
 from bertforge import BertConfig, BertforgeError
 from bertforge.model.families.modernbert import GLOBAL, LOCAL
 
+from tests.model.families.families_helpers import TASKS, assert_close
+
 transformers = pytest.importorskip("transformers")
 
-TASKS = {
-    "Model": bertforge.AutoModel,
-    "ForMaskedLM": bertforge.AutoModelForMaskedLM,
-    "ForSequenceClassification": bertforge.AutoModelForSequenceClassification,
-    "ForTokenClassification": bertforge.AutoModelForTokenClassification,
-    "ForQuestionAnswering": bertforge.AutoModelForQuestionAnswering,
-}
 VARIANTS = {
     "defaults": {},
     "biases, mean pooling, no decoder bias": dict(attention_bias=True, mlp_bias=True, norm_bias=True,
@@ -45,16 +40,6 @@ def batch():
     mask[2, 3:] = 0
     return ids.masked_fill(mask == 0, 0), mask
 
-
-def assert_close(ref, ours, mask):
-    for name in ref.keys():
-        if name in ("hidden_states", "attentions", "loss"):
-            continue
-        a, b = ref[name], ours[name]
-        if a.shape[:2] == mask.shape:  # per token: real positions only
-            m = mask.reshape(*mask.shape, *[1] * (a.dim() - 2))
-            a, b = a * m, b * m
-        assert (a - b).abs().max() <= 1e-5, name
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS))
