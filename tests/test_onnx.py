@@ -76,6 +76,16 @@ FAMILY_CONFIGS = {
     "Albert": lambda: transformers.AlbertConfig(vocab_size=120, embedding_size=16, hidden_size=32, num_hidden_layers=3,
                                                 num_attention_heads=4, intermediate_size=48,
                                                 max_position_embeddings=80, num_labels=3),
+    "ModernBert": lambda: transformers.ModernBertConfig(vocab_size=120, hidden_size=32, num_hidden_layers=3,
+                                                        num_attention_heads=4, intermediate_size=48, local_attention=4,
+                                                        max_position_embeddings=80, pad_token_id=0, bos_token_id=1,
+                                                        eos_token_id=2, cls_token_id=1, sep_token_id=2, num_labels=3),
+    "DebertaV2": lambda: transformers.DebertaV2Config(vocab_size=120, hidden_size=32, num_hidden_layers=2,
+                                                      num_attention_heads=4, intermediate_size=48,
+                                                      max_position_embeddings=80, relative_attention=True,
+                                                      position_buckets=8, pos_att_type=["p2c", "c2p"],
+                                                      norm_rel_ebd="layer_norm", position_biased_input=False,
+                                                      num_labels=3),
 }
 
 
