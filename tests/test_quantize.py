@@ -211,3 +211,21 @@ def test_a_model_object_is_copied_not_changed(tiny):
     assert is_quantized(pipe.model) and not is_quantized(model)
     with pytest.raises(BertforgeError, match="quantize must be one of int8"):
         bertforge.pipeline("embed", model=tiny["embed"], quantize="fp8")
+
+
+@pytest.mark.parametrize("preset, float_parts", [("modernbert-tiny", set()), ("deberta-v2-tiny", {"attention_in"})])
+def test_every_family_quantises_by_its_blocks_parts(preset, float_parts):
+    """ModernBERT's bias-free fused projections and gated feed-forward become int8 like BERT's; DeBERTa's query/key
+    projections also project the relative table, so they stay float32. The result stays close to float32."""
+    torch.manual_seed(0)
+    model = bertforge.AutoModel.from_config(bertforge.BertConfig.preset(preset, vocab_size=200)).eval()
+    ids = torch.randint(5, 200, (3, 40))
+    with torch.inference_mode():
+        want = model(ids).last_hidden_state
+        quantize_model(model, "int8", calibration=[row.tolist() for row in ids])
+        got = model(ids).last_hidden_state
+    for block in model.blocks():
+        parts = block.dense_parts()
+        assert set(PARTS) - set(parts) == float_parts
+        assert all(isinstance(m, (Int8Dense, Int8SelfAttention)) for m in parts.values())
+    assert F.cosine_similarity(got, want, dim=-1).min() > 0.99
