@@ -166,8 +166,7 @@ def channel_maxima(model: BertPreTrainedModel, calibration: Sequence[Sequence[in
     was_training = model.training
     try:
         model.eval()
-        config = model.config  # within the position table, also with RoBERTa's offset of pad_token_id + 1
-        limit = config.max_position_embeddings - 2 - (config.pad_token_id or 0)
+        limit = model.config.max_sequence_length - 2  # within the positions (RoBERTa's offset counted), with room
         by_length: dict[int, list[Sequence[int]]] = {}
         for ids in calibration:
             by_length.setdefault(min(len(ids), limit), []).append(list(ids)[:limit])

@@ -16,7 +16,8 @@ import bertforge
 from bertforge import BertForSequenceClassification, BertModel, BertforgeError
 from bertforge.linear import int8_available
 from bertforge.model import BertSelfAttention, Dense
-from bertforge.quantize import PARTS, Int8Dense, Int8SelfAttention, check_quantize, is_quantized, quantize_model
+from bertforge.quantize import (PARTS, Int8Dense, Int8SelfAttention, channel_maxima, check_quantize, is_quantized,
+                                 quantize_model)
 from tests.helpers import SPECIALS, WORDS, tiny_config, write_uncased_tokenizer
 
 pytestmark = pytest.mark.skipif(not int8_available(), reason="this PyTorch has no dynamic int8 linear kernels")
@@ -229,3 +230,12 @@ def test_every_family_quantises_by_its_blocks_parts(preset, float_parts):
         assert set(PARTS) - set(parts) == float_parts
         assert all(isinstance(m, (Int8Dense, Int8SelfAttention)) for m in parts.values())
     assert F.cosine_similarity(got, want, dim=-1).min() > 0.99
+
+
+def test_calibration_limits_lengths_by_the_positions_not_the_padding_id():
+    """ModernBERT's padding id (50283) is far above its 8,192 positions and offsets none of them: calibration
+    still reads every sentence (the limit was once max positions - 2 - the padding id, negative here)."""
+    config = bertforge.BertConfig.preset("modernbert-tiny", vocab_size=50368, pad_token_id=50283)
+    model = bertforge.AutoModel.from_config(config).eval()
+    maxima = channel_maxima(model, [[1, 5, 6, 7, 2], [1, 8, 9, 2]])
+    assert len(maxima) == 2 * config.num_hidden_layers and all(m.numel() == 128 for m in maxima.values())
