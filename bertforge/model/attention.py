@@ -131,6 +131,11 @@ class Scores:
 PLAIN = Scores()
 
 
+def real_keys(mask: Tensor) -> Tensor:
+    """A padding mask (boolean, True = attend, or additive, 0 = attend) as booleans, in its own shape."""
+    return mask if mask.dtype == torch.bool else mask == 0
+
+
 def window_mask(L: int, window: int, device: torch.device) -> Tensor:
     """[L, L] bool, True where |i - j| <= window // 2 (a sliding window of `window` + 1 keys around each query)."""
     pos = torch.arange(L, device=device)
@@ -153,7 +158,7 @@ def attend_scored(
         return attend_blocks(q, k, v, mask, p, training, scores.window, scale), None
     keep = window_mask(L, scores.window, q.device) if scores.window is not None else None  # [L, L]
     if mask is not None:
-        real = mask if mask.dtype == torch.bool else mask == 0  # [n, 1, 1, L]
+        real = real_keys(mask)  # [n, 1, 1, L]
         keep = real if keep is None else keep & real  # [n, 1, L, L]
     bias = scores.terms(q, k) * scale if scores.terms is not None else None  # [n, nh, L, L]
     if bias is None and keep is not None and mask is None:  # a window alone: every row keeps its diagonal
@@ -189,8 +194,7 @@ def attend_blocks(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, p: float
     w, b = window // 2, max(window, 16)
     blocks = -(-L // b)
     tail = blocks * b - L
-    real = torch.ones(n, L, dtype=torch.bool, device=q.device) if mask is None else (
-        (mask if mask.dtype == torch.bool else mask == 0).reshape(n, L))
+    real = torch.ones(n, L, dtype=torch.bool, device=q.device) if mask is None else real_keys(mask).reshape(n, L)
 
     def windows(x: Tensor) -> Tensor:  # [n, nh, L, hd] → [n · blocks, nh, b + 2w, hd]: each block's keys
         x = F.pad(x, (0, 0, w, w + tail))  # [n, nh, w + L + w + tail, hd]

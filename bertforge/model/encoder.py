@@ -23,8 +23,9 @@ from .spec import EncoderSpec
 
 class BertEmbeddings(nn.Module):
     """Word (+ position) (+ token type) embeddings (→ LayerNorm) → dropout, of width E (H, or ALBERT's smaller E,
-    projected to H by the encoder; DeBERTa's is projected here, before the norm). Positions are counted from 0, from pad_token_id + 1 with padding kept at
-    pad_token_id (RoBERTa), or not embedded at all (rotary and relative positions live in attention)."""
+    projected to H by the encoder; DeBERTa's is projected here, before the norm). Positions are counted from 0,
+    from pad_token_id + 1 with padding kept at pad_token_id (RoBERTa), or not embedded at all (rotary and relative
+    positions live in attention)."""
 
     def __init__(self, spec: EncoderSpec) -> None:
         super().__init__()
@@ -36,7 +37,7 @@ class BertEmbeddings(nn.Module):
         self.embed_proj = Dense(e, spec.hidden_size, bias=False) if project_here else None  # DeBERTa's E → H
         self.LayerNorm = norm(spec, spec.hidden_size if project_here else e) if spec.embedding_norm else None
         self.dropout = spec.hidden_dropout
-        self.pad_token_id = spec.pad_token_id
+        self.pad_token_id = spec.pad_token_id or 0
         self.positions_after_padding = spec.positions == "after-padding"
         self.zero_padding = spec.zero_padding_embeddings
 
@@ -66,11 +67,11 @@ class BertEmbeddings(nn.Module):
         assert table is not None
         limit = table.weight.shape[0]
         if position_ids is None and self.positions_after_padding:
-            position_ids = padded_position_ids(input_ids, self.pad_token_id or 0)  # [B, S]
-            if input_ids.shape[-1] + (self.pad_token_id or 0) >= limit:
+            position_ids = padded_position_ids(input_ids, self.pad_token_id)  # [B, S]
+            if input_ids.shape[-1] + self.pad_token_id >= limit:
                 raise ValueError(
                     f"sequence length {input_ids.shape[-1]} exceeds max_position_embeddings={limit} less the "
-                    f"{(self.pad_token_id or 0) + 1} positions before the first token"
+                    f"{self.pad_token_id + 1} positions before the first token"
                 )
         if position_ids is None:
             seq_len = input_ids.shape[-1]

@@ -102,9 +102,10 @@ class FirstTokenHead(nn.Module):
         return self.out_proj(dropout(self.dense(first), self.p, self.training))
 
 
-def pool(hidden: Tensor, attention_mask: Tensor | None, how: str) -> Tensor:
-    """Each sequence's vector [B, H] of hidden states [B, S, H]: token 0 ("cls"), or the mean of the real tokens
-    ("mean"; all of them without a mask)."""
+def pool_padded(hidden: Tensor, attention_mask: Tensor | None, how: str) -> Tensor:
+    """Each sequence's vector [B, H] of padded hidden states [B, S, H]: position 0 ("cls", as `transformers`
+    takes it, padding or not), or the mean of the real tokens ("mean"; all of them without a mask). Packed rows:
+    `bertforge.pooling.pool`."""
     if how == "cls":
         return hidden[:, 0]
     if attention_mask is None:
@@ -114,4 +115,4 @@ def pool(hidden: Tensor, attention_mask: Tensor | None, how: str) -> Tensor:
 
 
 __all__ = ["BertLMPredictionHead", "BertPreTrainingHeads", "BertPredictionHeadTransform", "FirstTokenHead", "masked_lm",
-           "pool", "require_sentence_head"]
+           "pool_padded", "require_sentence_head"]

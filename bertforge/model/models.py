@@ -22,10 +22,10 @@ from .config import BertConfig
 from ..constants import IGNORE_INDEX
 from ..errors import BertforgeError
 from ..ops import dropout
-from ..pooling import pool as pool_rows
+from ..pooling import pool
 from .attention import Packed, PackedBatch, Padded, Unpadded, extended_attention_mask, static_graph
 from .encoder import BertAttention, BertEmbeddings, BertEncoder, BertLayer, BertPooler
-from .heads import (BertPredictionHeadTransform, BertPreTrainingHeads, FirstTokenHead, masked_lm, pool,
+from .heads import (BertPredictionHeadTransform, BertPreTrainingHeads, FirstTokenHead, masked_lm, pool_padded,
                     require_sentence_head)
 from .outputs import (BaseModelOutput, MaskedLMOutput, ModelOutput, PreTrainingOutput, QuestionAnsweringOutput,
                       SequenceClassifierOutput)
@@ -199,8 +199,9 @@ class BertModel(BertPreTrainedModel):
         the pipelines). `max_padding`: see `bertforge.model.attention.attention_plan`. Apply the pooler to
         `hidden[batch.starts]` for each sequence's pooled output. `depth`: the hidden states after that many
         blocks instead (`hidden_states[depth]` of `forward`), the blocks above it not run."""
-        offset = self.config.position_offset  # RoBERTa counts from pad_token_id + 1
-        positions = batch.position_ids + offset if offset else batch.position_ids
+        positions = batch.position_ids
+        if self.spec.positions == "after-padding":  # RoBERTa counts from pad_token_id + 1
+            positions = positions + (self.spec.pad_token_id or 0) + 1
         x = self.embeddings(batch.input_ids, batch.token_type_ids, positions)  # [T, E]
         layout = Packed.from_lengths(batch.lengths, max_padding, merge_short=self.training)  # training: SDPA for all
         x, _, _ = self.encoder(x, layout, depth=depth)
@@ -335,7 +336,7 @@ class BertForSequenceClassification(_ClassifierMixin, BertPreTrainedModel):
         """Each sequence's pooled vector [B, H] from packed last hidden states [T, H] (`BertModel.forward_packed`):
         the pooler or first token, or the mean where the spec pools so (ModernBERT's `classifier_pooling`)."""
         if self.bert.spec.heads.sequence == "transform":
-            return pool_rows(hidden, batch.lengths, batch.starts, self.bert.spec.heads.pooling)
+            return pool(hidden, batch.lengths, batch.starts, self.bert.spec.heads.pooling)
         return self.bert.pool(hidden[batch.starts])
 
     def problem_type(self, labels: Tensor) -> str:
@@ -351,7 +352,7 @@ class BertForSequenceClassification(_ClassifierMixin, BertPreTrainedModel):
 
     def head(self, out: BaseModelOutput, labels: Tensor | None,  # type: ignore[override]
              attention_mask: Tensor | None = None) -> SequenceClassifierOutput:
-        pooled = out.pooler_output if out.pooler_output is not None else pool(
+        pooled = out.pooler_output if out.pooler_output is not None else pool_padded(
             out.last_hidden_state, attention_mask, self.bert.spec.heads.pooling)
         logits = self.classify(pooled)  # [B, num_labels]
         loss = None

@@ -98,9 +98,6 @@ DEBERTA_V2 = Family(
     class_prefix="DebertaV2",
     prefix="deberta",
     body=("embeddings", "encoder"),
-    pooler=False,
-    sequence_head="first-token",
-    sequence_head_act="gelu",
     sentence_head=None,
     config_keys=dict(cls_dropout="classifier_dropout"),
     defaults=dict(  # `transformers.DebertaV2Config`'s

@@ -41,7 +41,7 @@ class Family:
     class_prefix: str  # of its `transformers` classes: "Roberta" + "ForMaskedLM"
     prefix: str  # its base model's attribute in `transformers`' head classes: "roberta.encoder.layer.0..."
     body: tuple[str, ...] = ("embeddings", "encoder", "pooler")  # first key segments of a bare base model's file
-    # parts of the encoder
+    # parts of the encoder, as `bert_spec` reads them (a family with its own `read_spec` decides them there)
     positions_after_padding: bool = False  # RoBERTa: position ids count from pad_token_id + 1, padding keeps pad_token_id
     pooler: bool = True  # a tanh dense layer on the first token in the base model
     sequence_head: str = "pooler"  # "pooler": dropout → linear on the pooled output; "first-token": an MLP on token 0

@@ -158,8 +158,6 @@ MODERNBERT = Family(
     class_prefix="ModernBert",
     prefix="model",
     body=("embeddings", "layers", "final_norm"),
-    pooler=False,
-    sequence_head="transform",
     sentence_head=None,
     config_keys=dict(hidden_activation="hidden_act", norm_eps="layer_norm_eps",
                      embedding_dropout="hidden_dropout_prob", attention_dropout="attention_probs_dropout_prob"),
