@@ -169,3 +169,13 @@ def test_a_new_model_names_no_special_id_outside_its_vocabulary():
     assert all(written[name] is None for name in ("bos_token_id", "eos_token_id", "cls_token_id", "sep_token_id"))
     kept = BertConfig.from_dict({**written, "cls_token_id": 1, "sep_token_id": 2}).to_dict()
     assert (kept["cls_token_id"], kept["sep_token_id"], kept["bos_token_id"]) == (1, 2, None)
+
+
+def test_a_checkpoint_whose_parts_cannot_be_followed_is_refused_naming_its_file(tmp_path):
+    config = BertConfig.preset("modernbert-tiny", vocab_size=50)
+    bertforge.AutoModel.from_config(config).save_pretrained(tmp_path)
+    data = json.loads((tmp_path / "config.json").read_text())
+    data["rope_parameters"]["sliding_attention"]["rope_type"] = "yarn"
+    (tmp_path / "config.json").write_text(json.dumps(data))
+    with pytest.raises(BertforgeError, match=r"config\.json: config field 'rope_parameters': rope_type 'yarn'"):
+        bertforge.AutoModel.from_pretrained(tmp_path)
