@@ -173,8 +173,9 @@ def attend_scored(
 
 #: A sliding window's attention is computed in blocks of queries, each against only the keys its window reaches,
 #: once the sequence is this many times the window (time and memory then grow with L · window, not L²).
-#: Measured (12 heads of 64, window 128, 2 threads, inference, 2026-11-27, a busy machine): blocks / dense time
-#: 0.9-1.6 at L = 512, 0.24 at 1,024, 0.55 at 2,048, 0.18 at 4,096.
+#: Measured (12 heads of 64, window 128, 2 threads, inference, 2026-11-27, a quiet machine, two runs): blocks /
+#: dense time 0.84 0.75 at L = 512, 0.46 0.41 at 1,024, 0.20 0.23 at 2,048, 0.12 0.14 at 4,096 (8 windows is the
+#: cautious side: smaller windows than 128 were not measured).
 BLOCKWISE_MIN_WINDOWS = 8
 
 
