@@ -82,6 +82,48 @@ class Lamb(torch.optim.Optimizer):
         return loss
 
 
+class StableAdamW(torch.optim.Optimizer):
+    """AdamW with per-tensor update clipping (Wortsman et al., 2023; ModernBERT's optimizer): each tensor's step
+    size is lr / max(1, RMS), RMS = sqrt(mean(g² / max(v̂, eps²))) of this step's gradient g over its bias-corrected
+    second-moment estimate v̂ (this step's included), so that a gradient far above what v̂ expects (a spike after a
+    quiet stretch) cannot make a huge update; decoupled weight decay uses the same clipped rate. Otherwise the
+    update is AdamW's: p ← p·(1 - η·wd) - η · m̂ / (sqrt(v̂) + eps)."""
+
+    def __init__(self, params: Iterable, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-6, weight_decay: float = 0.0):
+        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
+
+    @torch.no_grad()
+    def step(self, closure=None):  # type: ignore[override]
+        loss = closure() if closure is not None else None
+        for group in self.param_groups:
+            beta1, beta2 = group["betas"]
+            eps = group["eps"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = self.state[p]
+                if not state:
+                    state["step"] = torch.zeros((), dtype=torch.float32)
+                    state["exp_avg"] = torch.zeros_like(p, dtype=torch.float32)
+                    state["exp_avg_sq"] = torch.zeros_like(p, dtype=torch.float32)
+                state["step"] += 1
+                t = state["step"].item()
+                grad, m, v = p.grad.float(), state["exp_avg"], state["exp_avg_sq"]
+                m.lerp_(grad, 1 - beta1)
+                v.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+                v_hat = v / (1 - beta2**t)
+                rms = (grad.square() / v_hat.clamp(min=eps * eps)).mean().sqrt()
+                rate = group["lr"] / max(1.0, rms.item())
+                update = (m / (1 - beta1**t)) / (v_hat.sqrt() + eps)
+                if group["weight_decay"]:
+                    p.mul_(1 - rate * group["weight_decay"])
+                p.add_(update.to(p.dtype), alpha=-rate)
+        return loss
+
+
+OPTIMIZERS = ("adamw", "stable-adamw", "lamb")  # `make_optimizer`'s names
+
+
 def fused_adamw_supported(params: list[Tensor]) -> bool:
     """Whether PyTorch's fused AdamW kernel takes these parameters: plain (not sharded) floating-point tensors on
     CPU or CUDA. It is the same update as the for-loop one, in one pass over memory: on 2 CPU cores it steps
@@ -103,7 +145,7 @@ def make_optimizer(
     model: nn.Module, name: str, lr: float, weight_decay: float, fused: bool | None = None, eps: float = BERT_EPS,
     betas: tuple[float, float] = BETAS, layer_lr_decay: float = 1.0,
 ) -> torch.optim.Optimizer:
-    """AdamW or LAMB over `parameter_groups` (`betas`, by default (0.9, 0.999); epsilon `eps`): the one optimizer
+    """AdamW, StableAdamW or LAMB (`OPTIMIZERS`) over `parameter_groups` (`betas`, by default (0.9, 0.999); epsilon `eps`): the one optimizer
     construction of every trainer. `fused=None`: PyTorch's fused AdamW kernel wherever it applies (see
     `fused_adamw_supported`). `layer_lr_decay` < 1: the groups of `layer_decay_groups` instead (a model with a
     `base_model` encoder)."""
@@ -119,12 +161,15 @@ def make_optimizer(
         if fused:
             kwargs["fused"] = True
         return torch.optim.AdamW(groups, **kwargs)
+    if name == "stable-adamw":
+        return StableAdamW(groups, lr=lr, betas=betas, eps=eps)
     if name == "lamb":
         return Lamb(groups, lr=lr, betas=betas, eps=eps)
-    raise BertforgeError(f"unknown optimizer {name!r}; choose adamw or lamb")
+    raise BertforgeError(f"unknown optimizer {name!r}; choose {', '.join(OPTIMIZERS)}")
 
 
-DECAYS = ("linear", "cosine", "constant", "wsd")
+DECAYS = ("linear", "cosine", "constant", "wsd", "wsd-sqrt")
+STABLE_DECAYS = ("wsd", "wsd-sqrt")  # warmup-stable-decay: the peak until the last `decay_ratio` of the run
 
 
 def warmup_decay(optimizer: torch.optim.Optimizer, warmup_steps: int, total_steps: int, decay: str = "linear",
@@ -135,7 +180,8 @@ def warmup_decay(optimizer: torch.optim.Optimizer, warmup_steps: int, total_step
 
     linear / cosine: from the peak at step w down to 0 at `total_steps`. constant: the peak to the end (and
     beyond). wsd (warmup-stable-decay): the peak until the last `decay_ratio` of the run (round(decay_ratio x
-    total_steps) steps, at most what the warmup leaves), then linearly to 0 at `total_steps`."""
+    total_steps) steps, at most what the warmup leaves), then linearly to 0 at `total_steps`; wsd-sqrt: the same with
+    ModernBERT's 1 - sqrt(progress) decay (it leaves the peak faster and ends lower sooner)."""
     return LambdaLR(optimizer, schedule_factor(warmup_steps, total_steps, decay, decay_ratio))
 
 
@@ -144,7 +190,7 @@ def decay_start(warmup_steps: int, total_steps: int, decay: str = "linear", deca
     constant): before it, a run may still change its length without changing any learning rate."""
     if decay == "constant":
         return total_steps
-    if decay == "wsd":
+    if decay in STABLE_DECAYS:
         return max(warmup_steps, total_steps - round(decay_ratio * total_steps))
     return warmup_steps
 
@@ -168,6 +214,8 @@ def schedule_factor(warmup_steps: int, total_steps: int, decay: str = "linear",
         progress = min(1.0, (step - decay_from) / max(1, total_steps - decay_from))
         if decay == "cosine":
             return 0.5 * (1.0 + math.cos(math.pi * progress))
+        if decay == "wsd-sqrt":
+            return 1.0 - math.sqrt(progress)
         return 1.0 - progress  # linear, and the decay of wsd
 
     return factor

@@ -12,7 +12,7 @@ from typing import Any
 
 from .errors import BertforgeError
 from .model.config import BertConfig, PRESETS
-from .optim import DECAYS
+from .optim import DECAYS, OPTIMIZERS, STABLE_DECAYS
 from .options import option
 from .time_budget import PROVISIONAL_STEPS
 from .train import MAX_SKIPPED_STEPS, PRECISION_HELP, PRECISIONS
@@ -64,9 +64,12 @@ class PretrainArgs:
     warmup_ratio: float | None = option(None, "warmup over this fraction of --max-steps (instead of --warmup-steps)",
                                         metavar="R")
     decay: str = option("linear", "learning-rate decay after warmup; wsd: warmup-stable-decay, the peak until the "
-                        "last --decay-ratio of the run, then linear to 0", choices=DECAYS)
-    decay_ratio: float = option(0.1, "with --decay wsd: the final fraction of --max-steps that decays to 0", metavar="R")
-    optimizer: str = option("adamw", "the optimizer; LAMB for very large batches", choices=("adamw", "lamb"))
+                        "last --decay-ratio of the run, then linear to 0; wsd-sqrt: the same decaying as "
+                        "1 - sqrt(progress) (ModernBERT's)", choices=DECAYS)
+    decay_ratio: float = option(0.1, "with --decay wsd or wsd-sqrt: the final fraction of --max-steps that decays "
+                                "to 0", metavar="R")
+    optimizer: str = option("adamw", "the optimizer; stable-adamw: AdamW with per-tensor update clipping "
+                            "(ModernBERT's); lamb for very large batches", choices=OPTIMIZERS)
     weight_decay: float = option(0.01, "decoupled weight decay of matrices and embeddings")
     max_grad_norm: float = 1.0
     max_skipped_steps: int = option(MAX_SKIPPED_STEPS, "stop with an error after N steps in a row with a non-finite "
@@ -159,8 +162,8 @@ class PretrainArgs:
             raise BertforgeError(f"--warmup-ratio must be in [0, 1), got {a.warmup_ratio}")
         if not 0 < a.decay_ratio <= 1:
             raise BertforgeError(f"--decay-ratio must be in (0, 1], got {a.decay_ratio}")
-        if a.decay != "wsd" and "decay_ratio" in a.chosen():
-            raise BertforgeError(f"--decay-ratio applies to --decay wsd only, not --decay {a.decay}")
+        if a.decay not in STABLE_DECAYS and "decay_ratio" in a.chosen():
+            raise BertforgeError(f"--decay-ratio applies to --decay wsd or wsd-sqrt only, not --decay {a.decay}")
 
     def validate_evaluation(self) -> None:
         a = self

@@ -63,7 +63,7 @@ def test_wsd_run_keeps_the_peak_then_decays_over_the_last_fraction(corpus_and_to
 @pytest.mark.parametrize("change, message", [
     (dict(warmup_ratio=0.1, warmup_steps=50), "--warmup-ratio contradicts --warmup-steps"),
     (dict(warmup_ratio=1.0), "--warmup-ratio must be in"),
-    (dict(decay_ratio=0.3), "--decay-ratio applies to --decay wsd only"),
+    (dict(decay_ratio=0.3), "--decay-ratio applies to --decay wsd or wsd-sqrt only"),
     (dict(decay="wsd", decay_ratio=0.0), "--decay-ratio must be in"),
 ])
 def test_bad_schedule_settings_are_refused(corpus_and_tokenizer, tmp_path, change, message):
