@@ -8,6 +8,7 @@ whole sequences, so each layout says how its rows become [n, nh, L, hd] blocks a
 * `Padded`: rows are [B, S, ·] with an additive [B, 1, 1, S] mask for the padding (the Hugging Face layout);
 * `Unpadded`: rows are the T real tokens of a padded batch, [T, ·] (T = Σ lengths): dense layers skip padding;
   attention scatters q, k, v back to [B, S] for one masked call (training with sparse MLM, NSP, classification);
+  or, for rows that pack several documents (`document_layout`), to [documents, longest document];
 * `Packed`: sequences laid end to end, [T, ·], sorted by non-increasing length, with no [B, S] layout at all:
   each run of equal length is one dense attention call without a mask; neighbouring runs may share one padded,
   masked call (`attention_plan`). The pipelines' inference path.
@@ -290,6 +291,26 @@ class Unpadded(Padded):
         """qkv [T, 3H] → context [T, H]: zeros at padding (masked keys; their query rows are dropped)."""
         ctx, probs = super().attend(self.pad(qkv), nh, p, training, explicit, scores)  # [B, S, H]
         return self.unpad(ctx), probs
+
+
+def document_layout(real: Tensor, document_ids: Tensor, dtype: torch.dtype) -> tuple[Unpadded, Tensor]:
+    """Rows that pack several documents, as an `Unpadded` layout whose sequences are the documents: attention,
+    rotary positions and windows then stay within each document. `real` [T]: the flat positions b * S + s of the
+    real tokens (`Unpadded.index`), in row order; `document_ids` [B, S]: side by side, the tokens of a row with one
+    id are one document (a new row is always a new document). Returns the layout over [documents, longest] (its
+    rows the T real tokens, in `real`'s order) and each token's position within its document [T]."""
+    S = document_ids.shape[1]
+    row, doc = real // S, document_ids.reshape(-1).index_select(0, real)
+    first = torch.ones_like(real, dtype=torch.bool)
+    first[1:] = (row[1:] != row[:-1]) | (doc[1:] != doc[:-1])
+    t = torch.arange(real.numel(), device=real.device)
+    positions = t - torch.where(first, t, torch.zeros_like(t)).cummax(0).values  # [T]
+    number = first.cumsum(0) - 1  # [T]: each token's document
+    lengths = torch.bincount(number)  # [n]
+    n, L = lengths.numel(), int(lengths.max())
+    keep = torch.arange(L, device=real.device) < lengths[:, None]  # [n, L]
+    mask = None if bool(keep.all()) else (~keep)[:, None, None, :].to(dtype) * torch.finfo(dtype).min
+    return Unpadded(mask, number * L + positions, n, L), positions
 
 
 # ---------------------------------------------------------------------------------------------------- packed

@@ -23,7 +23,8 @@ from ..constants import IGNORE_INDEX
 from ..errors import BertforgeError
 from ..ops import dropout
 from ..pooling import pool
-from .attention import Packed, PackedBatch, Padded, Unpadded, extended_attention_mask, static_graph
+from .attention import (Packed, PackedBatch, Padded, Unpadded, document_layout, extended_attention_mask,
+                        static_graph)
 from .encoder import BertAttention, BertEmbeddings, BertEncoder, BertLayer, BertPooler
 from .heads import (BertPredictionHeadTransform, BertPreTrainingHeads, FirstTokenHead, masked_lm, pool_padded,
                     require_sentence_head)
@@ -109,13 +110,14 @@ class BertPreTrainedModel(nn.Module):
 
     def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None, token_type_ids: Tensor | None = None,
                 position_ids: Tensor | None = None, labels: Tensor | None = None, output_attentions: bool = False,
-                output_hidden_states: bool = False, **targets: Any) -> ModelOutput:
+                output_hidden_states: bool = False, document_ids: Tensor | None = None, **targets: Any) -> ModelOutput:
         """Every head's forward, with Hugging Face's keywords: the encoder, then the head (`head`). `targets`
         are the head's other inputs (`next_sentence_label`, `start_positions` / `end_positions`, `sparse_mlm`);
-        the encoder skips padding when the head reads no padded position (`skips_padding`)."""
+        the encoder skips padding when the head reads no padded position (`skips_padding`). `document_ids`: rows
+        that pack several documents (see `BertModel.forward`)."""
         out = self.bert(
             input_ids, attention_mask, token_type_ids, position_ids, output_attentions, output_hidden_states,
-            unpad=self.skips_padding(labels, **targets),
+            unpad=self.skips_padding(labels, **targets), document_ids=document_ids,
         )
         return self.head(out, labels, attention_mask=attention_mask, **targets)
 
@@ -178,11 +180,19 @@ class BertModel(BertPreTrainedModel):
         output_hidden_states: bool = False,
         *,
         unpad: bool = False,
+        document_ids: Tensor | None = None,
     ) -> BaseModelOutput:
         """`unpad=True` runs the encoder on the real tokens only (see `Unpadded`) when the batch has padding and no
         per-layer outputs are asked for. The real positions are the same either way; padding positions of
         `last_hidden_state` are then zeros instead of values nobody should use. The heads whose outputs never
-        read padding positions (sparse MLM, NSP, sequence classification) turn it on."""
+        read padding positions (sparse MLM, NSP, sequence classification) turn it on. `document_ids` [B, S]: rows
+        that pack several documents (`forward_documents`)."""
+        if document_ids is not None:
+            if output_attentions or output_hidden_states or position_ids is not None:
+                raise BertforgeError("document_ids (rows packing several documents) gives no per-layer outputs and "
+                                     "counts positions itself: leave out output_attentions, output_hidden_states "
+                                     "and position_ids")
+            return self.forward_documents(input_ids, attention_mask, token_type_ids, document_ids)
         x = self.embeddings(input_ids, token_type_ids, position_ids, attention_mask)  # [B, S, E]
         mask = extended_attention_mask(attention_mask, x.dtype)  # [B, 1, 1, S] or None
         if unpad and mask is not None and not (output_attentions or output_hidden_states or static_graph()):
@@ -193,6 +203,28 @@ class BertModel(BertPreTrainedModel):
             x, hidden, attentions = self.encoder(x, Padded(mask), output_attentions, output_hidden_states)
         pooled = self.pooler(x[:, 0]) if self.pooler is not None else None
         return BaseModelOutput(x, pooled, hidden, attentions)
+
+    def forward_documents(self, input_ids: Tensor, attention_mask: Tensor | None, token_type_ids: Tensor | None,
+                          document_ids: Tensor) -> BaseModelOutput:
+        """Rows [B, S] that pack several documents (`document_ids` [B, S]: the tokens of a row with one id, side
+        by side, are one document), each attending only within itself, its positions (a position table's, rotary
+        ones, windows) counted from its own start: every token gets what the document alone would give it. The
+        encoder runs on the real tokens ([T, H], `attention.document_layout`); padding rows come back as zeros and
+        the pooled output is each row's first token's."""
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        rows = Unpadded.from_mask(attention_mask, None)  # [B, S] ↔ [T]
+        layout, positions = document_layout(rows.index, document_ids, self.embeddings.word_embeddings.weight.dtype)
+        position_ids = None
+        if self.spec.positions != "none":  # a table: each document counts from 0 (RoBERTa from the padding id + 1)
+            offset = (self.spec.pad_token_id or 0) + 1 if self.spec.positions == "after-padding" else 0
+            position_ids = positions + offset
+        types = rows.unpad(token_type_ids[..., None]).squeeze(1) if token_type_ids is not None else None
+        x = self.embeddings(rows.unpad(input_ids[..., None]).squeeze(1), types, position_ids)  # [T, E]
+        x, _, _ = self.encoder(x, layout)  # [T, H]
+        x = rows.pad(x)  # [B, S, H]
+        pooled = self.pooler(x[:, 0]) if self.pooler is not None else None
+        return BaseModelOutput(x, pooled, None, None)
 
     def forward_packed(self, batch: PackedBatch, max_padding: float = 0.0, depth: int | None = None) -> Tensor:
         """Last hidden states [T, H] of a `PackedBatch` (sequences end to end, no padding: the inference path of
