@@ -29,8 +29,9 @@ CONTRADICTIONS = (
 )
 
 # the pretraining recipe of a family that says nothing else (`Family.recipe` overrides it: RoBERTa's beta2, ALBERT's
-# n-gram masking)
-RECIPE_DEFAULTS: dict[str, Any] = {"masking": "token", "adam_beta2": 0.999}
+# n-gram masking, ModernBERT's 30 % masking, document packing and warmup-stable-decay)
+RECIPE_DEFAULTS: dict[str, Any] = {"masking": "token", "adam_beta2": 0.999, "mlm_probability": 0.15,
+                                   "decay": "linear", "packing": "stream"}
 
 @dataclass
 class PretrainArgs:
@@ -57,15 +58,20 @@ class PretrainArgs:
                                        "to the budget (see bertforge/time_budget.py)", metavar="M")
     batch_size: int = option(32, "sequences per micro-batch per process")
     grad_accum: int = option(1, "micro-batches per optimizer step")
-    seq_len: int = option(128, "tokens per sequence")
+    seq_len: int = option(128, "tokens per sequence; a model with rotary positions (ModernBERT) takes longer ones "
+                          "than its max_position_embeddings, which becomes --seq-len (context extension)")
+    global_rope_theta: float | None = option(None, "the rotary θ of the global-attention layers (context extension: "
+                                             "ModernBERT trains at 1,024 with 10,000, then continues at 8,192 with "
+                                             "160,000); for models with rotary positions only", metavar="THETA")
     lr: float = option(1e-4, "peak learning rate")
     warmup_steps: int = option(WARMUP_STEPS, "linear warmup steps; one at or beyond --max-steps is cut to "
                                "a tenth of --max-steps, with a warning")
     warmup_ratio: float | None = option(None, "warmup over this fraction of --max-steps (instead of --warmup-steps)",
                                         metavar="R")
-    decay: str = option("linear", "learning-rate decay after warmup; wsd: warmup-stable-decay, the peak until the "
+    decay: str = option("auto", "learning-rate decay after warmup: auto (the family's recipe: ModernBERT wsd-sqrt, "
+                        "else linear), linear, cosine, constant; wsd: warmup-stable-decay, the peak until the "
                         "last --decay-ratio of the run, then linear to 0; wsd-sqrt: the same decaying as "
-                        "1 - sqrt(progress) (ModernBERT's)", choices=DECAYS)
+                        "1 - sqrt(progress)", choices=("auto", *DECAYS))
     decay_ratio: float = option(0.1, "with --decay wsd or wsd-sqrt: the final fraction of --max-steps that decays "
                                 "to 0", metavar="R")
     optimizer: str = option("adamw", "the optimizer; stable-adamw: AdamW with per-tensor update clipping "
@@ -86,7 +92,12 @@ class PretrainArgs:
                           "words", choices=("auto", "token", "ngram"))
     adam_beta2: float | None = option(None, "AdamW's beta2; default: the family's recipe (RoBERTa 0.98, else 0.999)")
     whole_word_mask: bool = option(False, "mask whole words rather than word pieces")
-    mlm_probability: float = option(0.15, "share of tokens masked for the MLM loss")
+    mlm_probability: float | None = option(None, "share of tokens masked for the MLM loss; default: the family's "
+                                           "recipe (ModernBERT 0.3, else 0.15)")
+    packing: str = option("auto", "how MLM-only rows are filled: auto (the family's recipe: ModernBERT documents, "
+                          "else stream), stream (RoBERTa's: text end to end, rows crossing documents), documents "
+                          "(each document [CLS] … [SEP], packed end to end, attending only within itself)",
+                          choices=("auto", "stream", "documents"))
     static_masking: bool = option(False, "mask once, as the original BERT did: write the masked data to "
                                   "OUT/static_shards first, then train from it")
     dupe_factor: int = option(10, "with --static-masking: how many different ways each instance is masked "
@@ -132,9 +143,11 @@ class PretrainArgs:
                 raise BertforgeError(f"--{name.replace('_', '-')} must be a positive number of minutes, got {value!r}")
         if a.seq_len < 8:
             raise BertforgeError(f"--seq-len {a.seq_len} is too short for [CLS] A [SEP] B [SEP]; use at least 8")
+        if a.global_rope_theta is not None and not (a.global_rope_theta > 0 and math.isfinite(a.global_rope_theta)):
+            raise BertforgeError(f"--global-rope-theta must be a positive number, got {a.global_rope_theta}")
         if not (a.lr > 0 and math.isfinite(a.lr)):
             raise BertforgeError(f"--lr must be a positive number, got {a.lr}")
-        if not 0 < a.mlm_probability < 1:
+        if a.mlm_probability is not None and not 0 < a.mlm_probability < 1:
             raise BertforgeError(f"--mlm-probability must be in (0, 1), got {a.mlm_probability}")
         if a.resume and a.overwrite:
             raise BertforgeError("--resume and --overwrite contradict each other; choose one")
@@ -162,7 +175,7 @@ class PretrainArgs:
             raise BertforgeError(f"--warmup-ratio must be in [0, 1), got {a.warmup_ratio}")
         if not 0 < a.decay_ratio <= 1:
             raise BertforgeError(f"--decay-ratio must be in (0, 1], got {a.decay_ratio}")
-        if a.decay not in STABLE_DECAYS and "decay_ratio" in a.chosen():
+        if a.decay not in (*STABLE_DECAYS, "auto") and "decay_ratio" in a.chosen():
             raise BertforgeError(f"--decay-ratio applies to --decay wsd or wsd-sqrt only, not --decay {a.decay}")
 
     def validate_evaluation(self) -> None:
@@ -199,8 +212,8 @@ class PretrainArgs:
         return PROVISIONAL_STEPS if self.max_minutes is not None else self.max_steps
 
     def for_family(self, config: BertConfig) -> PretrainArgs:
-        """These settings with the family's recipe filled in for "auto" (objective, masking, AdamW's beta2) and
-        `nsp` following the objective; a setting the family contradicts is refused (RoBERTa has no sentence
+        """These settings with the family's recipe filled in for "auto" (objective, masking and its rate, AdamW's
+        beta2, the decay, the packing of MLM-only rows) and `nsp` following the objective; a setting the family contradicts is refused (RoBERTa has no sentence
         objective, ALBERT's is sentence order)."""
         a, member = self, config.family
         recipe = {**RECIPE_DEFAULTS, **member.recipe}
@@ -218,7 +231,17 @@ class PretrainArgs:
                                  "sentence order (--objective sop)")
         masking = recipe["masking"] if a.masking == "auto" else a.masking
         beta2 = recipe["adam_beta2"] if a.adam_beta2 is None else a.adam_beta2
-        return dataclasses.replace(a, objective=objective, nsp=objective == "nsp", masking=masking, adam_beta2=beta2)
+        rate = recipe["mlm_probability"] if a.mlm_probability is None else a.mlm_probability
+        decay = recipe["decay"] if a.decay == "auto" else a.decay
+        packing = (recipe["packing"] if objective == "mlm" else "stream") if a.packing == "auto" else a.packing
+        if decay not in STABLE_DECAYS and "decay_ratio" in a.chosen():
+            raise BertforgeError(f"--decay-ratio applies to --decay wsd or wsd-sqrt only, not {member.name}'s "
+                                 f"--decay {decay}")
+        if packing == "documents" and (objective != "mlm" or a.static_masking):
+            raise BertforgeError(f"--packing documents needs MLM alone and dynamic masking, not --objective "
+                                 f"{objective}{' with --static-masking' if a.static_masking else ''}")
+        return dataclasses.replace(a, objective=objective, nsp=objective == "nsp", masking=masking, adam_beta2=beta2,
+                                   mlm_probability=rate, decay=decay, packing=packing)
 
     @property
     def vocabulary_source(self) -> str | None:
@@ -233,6 +256,16 @@ class PretrainArgs:
         if self.objective == "auto":
             return "nsp" if self.nsp else None
         return None if self.objective == "mlm" else self.objective
+
+    @property
+    def masking_rate(self) -> float:
+        """The share of tokens masked (unresolved None reads as the default recipe's)."""
+        return RECIPE_DEFAULTS["mlm_probability"] if self.mlm_probability is None else self.mlm_probability
+
+    @property
+    def packing_kind(self) -> str:
+        """How MLM-only rows are filled: "stream" or "documents" ("auto" unresolved reads as the default's)."""
+        return RECIPE_DEFAULTS["packing"] if self.packing == "auto" else self.packing
 
     @property
     def masking_kind(self) -> str:
@@ -252,8 +285,25 @@ class PretrainArgs:
         else:
             raise BertforgeError(f"--config {a.config!r} is neither a preset ({', '.join(PRESETS)}, or FAMILY-SIZE such "
                                  "as roberta-tiny) nor a config.json path")
+        changes = a.context_overrides(config)
+        if changes:
+            config = BertConfig.from_dict({**config.to_dict(), **changes}, source=a.init_from or a.config)
         config.check_sequence_length(a.seq_len, "--seq-len")
         return config
+
+    def context_overrides(self, config: BertConfig) -> dict[str, Any]:
+        """The config.json keys this run changes in `config` (the checkpoint's, a preset's or a file's): the global
+        rotary θ (--global-rope-theta), and for rotary positions, which have no table to outgrow,
+        max_position_embeddings raised to --seq-len. `load_pretrained` applies the same to --init-from."""
+        a, family, changes = self, config.family, {}
+        if a.global_rope_theta is not None:
+            if family.global_theta_keys is None:
+                model = f"--init-from {a.init_from}" if a.init_from else f"--config {a.config}"
+                raise BertforgeError(f"--global-rope-theta: {model} ({family.name}) has no rotary positions")
+            changes.update(family.global_theta_keys(config, a.global_rope_theta))
+        if family.global_theta_keys is not None and a.seq_len > config.max_position_embeddings:
+            changes["max_position_embeddings"] = a.seq_len
+        return changes
 
 
 def refuse_contradictions(chosen: set[str]) -> None:

@@ -47,23 +47,26 @@ def pretraining_stream(args: Any, corpus: list[str], tokenizer: Any, rank: int, 
         sentence_objective=a.sentence_objective,
         masking=a.masking_kind,
         whole_word_mask=a.whole_word_mask,
-        mlm_probability=a.mlm_probability,
+        mlm_probability=a.masking_rate,
         seed=a.seed,
         rank=rank,
         world_size=world_size,
         text_field=a.text_field,
         allow_binary=a.allow_binary,
         split=document_split(a),
+        packing=a.packing_kind,
     )
     return PretrainingStream(corpus, tok.encode_ids, **{**settings, **overrides})
 
 
 def model_inputs(batch: dict[str, Any]) -> dict[str, Any]:
     """A pretraining batch as the model's keyword arguments: the sentence label only where the objective has one
-    (a BertForMaskedLM, the model of an MLM-only family, takes none)."""
+    (a BertForMaskedLM, the model of an MLM-only family, takes none); the documents of packed rows where the
+    batch has them."""
     inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids", "labels")}
-    if "next_sentence_label" in batch:
-        inputs["next_sentence_label"] = batch["next_sentence_label"]
+    for optional in ("next_sentence_label", "document_ids"):
+        if optional in batch:
+            inputs[optional] = batch[optional]
     return inputs
 
 

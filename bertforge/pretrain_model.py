@@ -77,8 +77,9 @@ def initial_model(config: BertConfig, args: PretrainArgs, resuming: bool, is_mai
     weights again."""
     torch.manual_seed(args.seed)  # the same weights on every rank (FSDP shards them as they are)
     cls = AutoModelForPreTraining.model_class(config)  # MLM + the family's sentence head, or MLM alone
-    if args.init_from is not None and not resuming:
-        return load_pretrained(cls, args.init_from, quiet=not is_main)
+    if args.init_from is not None and not resuming:  # with the run's changes to its config (context extension)
+        changes = args.context_overrides(BertConfig.from_pretrained(args.init_from))
+        return load_pretrained(cls, args.init_from, quiet=not is_main, **changes)
     return cls(config)
 
 

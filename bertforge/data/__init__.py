@@ -1,5 +1,5 @@
 """Streaming pretraining data: corpus reading, BERT (NSP) / ALBERT (SOP) / RoBERTa (packing) instance creation,
-dynamic masking (tokens, whole words, n-grams), static shards.
+dynamic masking (tokens, whole words, n-grams), ModernBERT's document packing, static shards.
 
 The training loop uses :class:`PretrainingStream`; tokenizer training uses :func:`iter_documents`.
 """
@@ -12,6 +12,7 @@ from bertforge.data.instances import (
     NOT_NEXT,
     SENTENCE_OBJECTIVES,
     SWAPPED,
+    DocumentPacker,
     Instance,
     PairLayout,
     SequencePacker,
@@ -41,6 +42,7 @@ __all__ = [
     "SWAPPED",
     "CorpusReader",
     "Document",
+    "DocumentPacker",
     "DocumentSplit",
     "Instance",
     "InstanceStream",

@@ -31,6 +31,7 @@ import numpy as np
 
 from bertforge.data.corpus import CorpusReader, Document
 from bertforge.data.instances import (
+    DocumentPacker,
     Instance,
     PairLayout,
     SequencePacker,
@@ -42,6 +43,9 @@ from bertforge.data.instances import (
 from bertforge.errors import BertforgeError
 
 Tokenize = Callable[[list[str]], Sequence[Sequence[int]]]
+#: how MLM-only rows are filled: "stream" (RoBERTa's FULL-SENTENCES, `SequencePacker`) or "documents" (ModernBERT's,
+#: `DocumentPacker`: each document its own [CLS] … [SEP], attended within itself)
+PACKINGS = ("stream", "documents")
 
 
 # ---------------------------------------------------------------------------------------------- (de)serialising
@@ -105,8 +109,12 @@ class InstanceStream:
         doc_buffer: int = 1000,
         doc_buffer_tokens: int = 4_000_000,
         max_epochs: int | None = None,
+        packing: str = "stream",
     ) -> None:
         objective = resolve_sentence_objective(nsp, sentence_objective)
+        if packing not in PACKINGS or (packing == "documents" and objective is not None):
+            raise BertforgeError(f"packing {packing!r}: choose {' or '.join(PACKINGS)}; documents only without a "
+                                 f"sentence objective (not {objective!r})")
         nsp = objective == "nsp"
         min_len = 3 if objective is None else 5
         if max_seq_length < min_len:
@@ -131,7 +139,9 @@ class InstanceStream:
 
         self.window: deque[_WindowDoc] = deque()
         self.window_tokens = 0
-        self.packer = SequencePacker(max_seq_length, cls_id, sep_id)
+        self.packing = packing
+        self.packer: SequencePacker | DocumentPacker = (DocumentPacker if packing == "documents" else SequencePacker)(
+            max_seq_length, cls_id, sep_id)
         self.pending: deque[Instance] = deque()
         self.buffer: list[Instance] = []
         self.shuffle_epoch = 0

@@ -33,6 +33,11 @@ No-NSP mode (RoBERTa FULL-SENTENCES): the sentences are laid end to end in one t
 ``[SEP]`` between documents, and cut into sequences of exactly ``max_seq_length`` (``[CLS]`` + content + ``[SEP]``),
 so sequences cross document boundaries; a sentence that does not fit continues in the next sequence; token types
 are all 0 and the NSP label is -100.
+
+Document packing (ModernBERT, ``packing="documents"``, :class:`DocumentPacker`): each document is its own
+``[CLS] … [SEP]``, laid end to end in rows of at most ``max_seq_length``; a document longer than what the row has left
+is cut there and goes on, as another ``[CLS] … [SEP]`` piece, in the next row. Every ``[CLS]`` starts a piece, so
+the collator reads the pieces' boundaries off the ids and the model attends within each piece only.
 """
 
 from __future__ import annotations
@@ -289,3 +294,43 @@ class SequencePacker:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.current = [int(t) for t in state["current"]]
         self.seen_document = bool(state["seen_document"])
+
+
+class DocumentPacker:
+    """ModernBERT's packing: each document ``[CLS] … [SEP]``, end to end, in rows of at most ``max_seq_length``
+    tokens. A document that does not fit in what the row has left is cut there (when at least ``min_piece`` content
+    tokens fit, else the row is closed as it is) and goes on as a new ``[CLS] … [SEP]`` piece in the next row; a
+    row is emitted once it is full. Rows are as long as they can be; only a row closed early is shorter."""
+
+    def __init__(self, max_seq_length: int, cls_id: int, sep_id: int, min_piece: int = 16) -> None:
+        self.max_seq_length = max_seq_length
+        self.cls_id, self.sep_id = cls_id, sep_id
+        self.min_piece = min_piece
+        self.current: list[int] = []  # the row being filled: whole pieces, [CLS] … [SEP] each
+
+    def add_document(self, sentences: Sequence[Sequence[int]]) -> list[Instance]:
+        tokens = _join(sentences)
+        out: list[Instance] = []
+        start = 0
+        while start < len(tokens):
+            room = self.max_seq_length - len(self.current) - 2  # content tokens the row still takes
+            rest = len(tokens) - start
+            if room < 1 or (room < rest and room < self.min_piece and self.current):
+                out.append(self._close())  # too little room for a useful piece: the document starts a new row
+                continue
+            piece = tokens[start : start + room]
+            self.current += [self.cls_id, *piece, self.sep_id]
+            start += len(piece)
+        if len(self.current) > self.max_seq_length - 3:  # no room for another piece with content
+            out.append(self._close())
+        return out
+
+    def _close(self) -> Instance:
+        ids, self.current = self.current, []
+        return Instance(ids, len(ids), IGNORE_INDEX)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"current": list(self.current)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.current = [int(t) for t in state["current"]]

@@ -119,7 +119,9 @@ class MaskingCollator:
     the older ``whole_word_mask=True`` means "whole_word" with "token", and word units with "ngram".
     ``pad_to``: None pads to the longest sequence of the batch, an int to that fixed length;
     ``pad_to_multiple_of`` rounds the padded length up. ``nsp``: whether to return ``next_sentence_label``
-    (None: when the instances carry one).
+    (None: when the instances carry one). ``documents``: the rows pack documents, each a ``[CLS] … [SEP]`` piece
+    (:class:`~bertforge.data.instances.DocumentPacker`): the batch gets ``document_ids`` [B, S], each token's
+    piece (its count of ``[CLS]`` so far), which the model attends within.
     """
 
     def __init__(
@@ -144,6 +146,7 @@ class MaskingCollator:
         nsp: bool | None = None,
         seed: int = 0,
         generator: torch.Generator | None = None,
+        documents: bool = False,
     ) -> None:
         check_rates(mlm_probability, mask_token_prob, random_token_prob)
         masking = resolve_masking(masking, whole_word_mask, max_ngram)
@@ -159,6 +162,7 @@ class MaskingCollator:
         self.pad_to = pad_to
         self.pad_to_multiple_of = pad_to_multiple_of
         self.nsp = nsp
+        self.documents = documents
         self.masking = masking
         self.max_ngram = max_ngram
         self.whole_word_mask = masking == "whole_word"
@@ -206,6 +210,8 @@ class MaskingCollator:
             label = _field(inst, "next_sentence_label")
             labels_nsp.append(IGNORE_INDEX if label is None else int(label))
         out = {"input_ids": input_ids, "token_type_ids": token_type_ids, "attention_mask": attention_mask}
+        if self.documents:
+            out["document_ids"] = (input_ids == self.cls_id).cumsum(dim=1)
         nsp = self.nsp if self.nsp is not None else any(label != IGNORE_INDEX for label in labels_nsp)
         if nsp:
             out["next_sentence_label"] = torch.tensor(labels_nsp, dtype=torch.long)

@@ -10,7 +10,8 @@ Pipeline: :class:`~bertforge.data.corpus.CorpusReader` (this rank's documents, c
 shuffle buffer) -> :class:`~bertforge.data.masking.MaskingCollator` (pad to the longest in the batch, dynamic
 masking: tokens, whole words or n-grams). Each part's docstring has the details.
 
-The recipes: BERT ``sentence_objective="nsp"`` (the default); RoBERTa ``sentence_objective=None``; ALBERT
+The recipes: BERT ``sentence_objective="nsp"`` (the default); RoBERTa ``sentence_objective=None``; ModernBERT
+``sentence_objective=None, packing="documents"`` (batches then carry ``document_ids``); ALBERT
 ``sentence_objective="sop", masking="ngram"`` (``max_ngram=3``). With "nsp" or "sop" the batches have
 ``next_sentence_label`` (for SOP: 0 in order, 1 swapped). ``nsp=True/False`` is the older spelling of "nsp"/None
 and ``whole_word_mask=True`` of ``masking="whole_word"`` (with "ngram": n-grams of whole words).
@@ -70,6 +71,7 @@ class PretrainingStream:
         max_epochs: int | None = None,
         allow_binary: bool = False,
         split: DocumentSplit | None = None,
+        packing: str = "stream",
     ) -> None:
         if batch_size < 1:
             raise BertforgeError(f"batch_size must be at least 1 (got {batch_size})")
@@ -86,13 +88,14 @@ class PretrainingStream:
             self.reader, tokenize, cls_id=cls_id, sep_id=sep_id, max_seq_length=max_seq_length,
             sentence_objective=objective, short_seq_prob=short_seq_prob, seed=seed, rank=rank,
             shuffle_buffer=shuffle_buffer, doc_buffer=doc_buffer, doc_buffer_tokens=doc_buffer_tokens,
-            max_epochs=max_epochs,
+            max_epochs=max_epochs, packing=packing,
         )
         self.collator = MaskingCollator(
             cls_id=cls_id, sep_id=sep_id, pad_id=pad_id, mask_id=mask_id, vocab_size=vocab_size,
             mlm_probability=mlm_probability, max_predictions=max_predictions, whole_word_mask=whole_word_mask,
             masking=masking, max_ngram=max_ngram, is_continuation=is_continuation, special_ids=special_ids,
             pad_to_multiple_of=pad_to_multiple_of, nsp=objective is not None, seed=derive_seed(seed, rank, "masking"),
+            documents=packing == "documents",
         )
         self.batches = 0
         self._config = self._resume_settings()
@@ -107,7 +110,7 @@ class PretrainingStream:
                     mask_units="word" if self.collator.word_units else "token",
                     mlm_probability=self.collator.mlm_probability,
                     short_seq_prob=self.instances.pair_layout.short_seq_prob, vocab_size=self.collator.vocab_size,
-                    split=None if split is None else [split.fraction, split.held_out])
+                    split=None if split is None else [split.fraction, split.held_out], packing=self.instances.packing)
 
     def __iter__(self) -> PretrainingStream:
         return self
@@ -165,6 +168,7 @@ class PretrainingStream:
         # states written before SOP and n-gram masking existed say only nsp and whole_word_mask
         config.setdefault("sentence_objective", "nsp" if config.get("nsp") else None)
         config.setdefault("masking", "whole_word" if config.get("whole_word_mask") else "token")
+        config.setdefault("packing", "stream")  # states written before document packing existed
         for key, value in config.items():
             if self._config.get(key) != value:
                 raise BertforgeError(

@@ -110,7 +110,7 @@ def test_pretrain_with_no_arguments_is_the_documented_demo(monkeypatch):
         "tiny", 8000, 2500, 32, 32, 2e-3, "runs/demo")
     tiny_preset = BertConfig.preset("tiny")
     assert (tiny_preset.num_hidden_layers, tiny_preset.hidden_size) == (2, 128)
-    assert s.nsp and s.lowercase and s.demo and s.mlm_probability == 0.15 and not s.whole_word_mask
+    assert s.nsp and s.lowercase and s.demo and s.mlm_probability is None and not s.whole_word_mask  # recipe: 0.15
     assert (s.precision, s.compile, s.gradient_checkpointing, s.resume, s.overwrite) == ("auto", False, False, False, False)
 
 

@@ -69,6 +69,14 @@ def rope_thetas(config: Any) -> dict[str, float]:
     return thetas
 
 
+def global_theta_keys(config: Any, theta: float) -> dict[str, Any]:
+    """config.json keys that give the global layers' rotary θ `theta` (context extension: ModernBERT trains at 1,024
+    tokens with θ 10,000, then continues at 8,192 with 160,000), in both spellings; the local layers keep theirs."""
+    thetas = {**rope_thetas(config), GLOBAL: float(theta)}
+    return {"global_rope_theta": float(theta),
+            "rope_parameters": {kind: {"rope_type": "default", "rope_theta": value} for kind, value in thetas.items()}}
+
+
 def modernbert_spec(family: Family, config: Any) -> EncoderSpec:
     window = part(config, "local_attention")
     if isinstance(window, bool) or not isinstance(window, int) or window < 2:
@@ -192,10 +200,14 @@ MODERNBERT = Family(
     fuse=fuse,
     read_spec=modernbert_spec,
     write_config=write_config,
+    global_theta_keys=global_theta_keys,
     sizes={"base": (22, 768, 12, 1152), "large": (28, 1024, 16, 2624)},  # modernbert-base's and -large's
     intermediate_ratio=1.5,  # the smaller sizes' (base's ratio); GeGLU's Wi is twice as wide
+    # ModernBERT's pretraining (Warner et al., 2024): 30 % masking, documents packed and attended within themselves,
+    # warmup-stable-decay with a 1 - sqrt decay, AdamW's beta2 0.98
+    recipe=dict(mlm_probability=0.3, packing="documents", decay="wsd-sqrt", adam_beta2=0.98),
     preset=dict(type_vocab_size=0, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, classifier_dropout=0.0,
                 layer_norm_eps=1e-5, max_position_embeddings=8192),
 )
 
-__all__ = ["MODERNBERT", "fuse", "layer_types", "modernbert_spec", "rope_thetas", "unfuse", "write_config"]
+__all__ = ["MODERNBERT", "fuse", "global_theta_keys", "layer_types", "modernbert_spec", "rope_thetas", "unfuse", "write_config"]
