@@ -86,6 +86,8 @@ class Pretrainer:
 
             self.tokenizer = Tokenizer.from_pretrained(self.out / "tokenizer")  # every rank reads what rank 0 saved
         self.config = run_model_config(base_config, self.tokenizer, args)  # the vocabulary the model is trained with
+        # the exported tokenizer's limit is the model's (8,192 after ModernBERT's context extension, not 512)
+        self.tokenizer.model_max_length = self.config.max_sequence_length
         resuming = args.resume and bool(list_checkpoints(self.out))  # then resume() brings the weights
         self.model = self.build_model(resuming).to(self.rt.device)
         if args.gradient_checkpointing:

@@ -111,6 +111,7 @@ def test_init_from_continues_at_a_longer_context_with_the_global_theta_raised(tm
     assert config["max_position_embeddings"] == 64 and config["global_rope_theta"] == 10000.0
     config = assert_transformers_loads_it(second, corpus)
     assert config["max_position_embeddings"] == 128
+    assert json.loads((second / "tokenizer_config.json").read_text())["model_max_length"] == 128
     assert rope_thetas(BertConfig.from_pretrained(second)) == {GLOBAL: 160000.0, LOCAL: 10000.0}
     assert transformers.AutoConfig.from_pretrained(second).rope_parameters[GLOBAL]["rope_theta"] == 160000.0
     rows = [json.loads(line) for line in (tmp_path / "long" / "metrics.jsonl").read_text().splitlines()]
