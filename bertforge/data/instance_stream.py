@@ -40,7 +40,7 @@ from bertforge.data.instances import (
     derive_seed,
     resolve_sentence_objective,
 )
-from bertforge.errors import BertforgeError
+from bertforge.core.errors import BertforgeError
 
 Tokenize = Callable[[list[str]], Sequence[Sequence[int]]]
 #: how MLM-only rows are filled: "stream" (RoBERTa's FULL-SENTENCES, `SequencePacker`) or "documents" (ModernBERT's,

@@ -9,9 +9,9 @@ import pytest
 import torch
 from tests.data.data_helpers import CLS, SEP, WordVocab, make_stream, tagged_docs, write_txt
 
-from bertforge.constants import IGNORE_INDEX
-from bertforge.data import DocumentPacker
-from bertforge.errors import BertforgeError
+from bertforge.core.constants import IGNORE_INDEX
+from bertforge.data.instances import DocumentPacker
+from bertforge.core.errors import BertforgeError
 
 
 def pieces(ids: list[int]) -> list[list[int]]:
