@@ -113,11 +113,11 @@ class StableAdamW(torch.optim.Optimizer):
                 v.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
                 v_hat = v / (1 - beta2**t)
                 rms = (grad.square() / v_hat.clamp(min=eps * eps)).mean().sqrt()
-                rate = group["lr"] / max(1.0, rms.item())
+                rate = group["lr"] / rms.clamp(min=1.0)  # a tensor: no device sync per parameter
                 update = (m / (1 - beta1**t)) / (v_hat.sqrt() + eps)
                 if group["weight_decay"]:
-                    p.mul_(1 - rate * group["weight_decay"])
-                p.add_(update.to(p.dtype), alpha=-rate)
+                    p.mul_((1 - rate * group["weight_decay"]).to(p.dtype))
+                p.sub_((update * rate).to(p.dtype))
         return loss
 
 
