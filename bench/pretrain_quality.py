@@ -78,7 +78,7 @@ def corpus_files() -> tuple[list[str], list[str]]:
 
 def run_args(a: argparse.Namespace, **settings):
     """`PretrainArgs` of the data side of the run (sequence length, MLM alone), for the tokenizer and the data."""
-    from bertforge.pretrain.trainer import PretrainArgs
+    from bertforge.pretrain.args import PretrainArgs
 
     base = dict(seq_len=a.seq_len, batch_size=a.batch_size, objective="mlm", nsp=False, vocab_size=a.vocab_size,
                 progress=False, demo=False)
