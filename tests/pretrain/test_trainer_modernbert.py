@@ -128,3 +128,29 @@ def test_modernbert_learns_and_init_from_continues_where_it_ended(tmp_path, corp
     assert start[-1] < start[0] - 0.5, start  # it learns
     assert more[0] < start[0] - 0.5, (start, more)
     assert_transformers_loads_it(second, corpus)
+
+
+def test_init_from_continues_a_checkpoint_transformers_wrote(tmp_path, corpus):
+    """A ModernBertForMaskedLM saved by transformers itself (its config.json spelling, its weight names, fused Wqkv)
+    beside a ModernBERT tokenizer: --init-from loads every weight of it (no head newly initialised), trains at its
+    θ, and what comes out loads back in transformers."""
+    from bertforge.tokenizer import Tokenizer, kind_by_name
+
+    tokenizer = Tokenizer.train(str(corpus), vocab_size=300, kind=kind_by_name("modernbert"), show_progress=False)
+    source = tmp_path / "hf"
+    hf_config = transformers.ModernBertConfig(
+        vocab_size=tokenizer.vocab_size, hidden_size=32, intermediate_size=48, num_hidden_layers=3,
+        num_attention_heads=2, max_position_embeddings=64, local_attention=8, global_attn_every_n_layers=3,
+        pad_token_id=tokenizer.pad_token_id, cls_token_id=tokenizer.cls_token_id, sep_token_id=tokenizer.sep_token_id)
+    torch.manual_seed(0)
+    transformers.ModernBertForMaskedLM(hf_config).save_pretrained(source)
+    tokenizer.save_pretrained(source)
+    out = pretrain(PretrainArgs(init_from=str(source), corpus=[str(corpus)], out=str(tmp_path / "run"), seq_len=64,
+                                batch_size=4, max_steps=2, warmup_steps=1, log_every=1, progress=False, demo=False))
+    config = assert_transformers_loads_it(out, corpus)
+    assert (config["num_hidden_layers"], config["local_attention"], config["max_position_embeddings"]) == (3, 8, 64)
+    before = transformers.ModernBertForMaskedLM.from_pretrained(source).state_dict()
+    after = transformers.ModernBertForMaskedLM.from_pretrained(out).state_dict()
+    assert before.keys() == after.keys()
+    changed = [k for k in before if not torch.equal(before[k], after[k])]
+    assert changed and all((before[k] - after[k]).abs().max() < 0.05 for k in before)  # trained from it, a little
