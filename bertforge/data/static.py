@@ -126,6 +126,8 @@ def _stream_fields(stream: PretrainingStream) -> dict[str, Any]:
         "sentence_objective": stream.sentence_objective,
         "masking": collator.masking,
         "max_ngram": collator.max_ngram if collator.masking == "ngram" else None,
+        "packing": stream.instances.packing,
+        "cls_id": collator.cls_id,  # with document packing, each [CLS] starts a document's piece
     }
 
 
@@ -249,6 +251,7 @@ class StaticShardReader:
         self.max_epochs = max_epochs
         self.pad_id = int(self.index["pad_id"])
         self.sentence_objective = index_sentence_objective(self.index)  # "nsp", "sop" or None
+        self.packing = self.index.get("packing", "stream")  # "documents": batches get document_ids, as streamed ones
         self.epoch = 0
         self.shard_pos = 0  # position in this epoch's shard order
         self.row_pos = 0  # position in this rank's rows of that shard
@@ -308,9 +311,10 @@ class StaticShardReader:
             batch["next_sentence_label"] = torch.tensor(
                 [int(a["next_sentence_label"][r]) for a, r in picked], dtype=torch.long
             )
-        return {k: batch[k] for k in ("input_ids", "token_type_ids", "attention_mask", "labels")} | (
-            {"next_sentence_label": batch["next_sentence_label"]} if "next_sentence_label" in batch else {}
-        )
+        if self.packing == "documents":  # masking never touches [CLS]: the pieces read off the masked ids
+            batch["document_ids"] = (batch["input_ids"] == int(self.index["cls_id"])).cumsum(dim=1)
+        return {k: batch[k] for k in ("input_ids", "token_type_ids", "attention_mask", "labels")} | {
+            k: batch[k] for k in ("next_sentence_label", "document_ids") if k in batch}
 
     def state_dict(self) -> dict[str, Any]:
         return {

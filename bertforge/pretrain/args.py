@@ -250,9 +250,8 @@ class PretrainArgs:
         if decay not in STABLE_DECAYS and "decay_ratio" in a.chosen():
             raise BertforgeError(f"--decay-ratio applies to --decay wsd or wsd-sqrt only, not {member.name}'s "
                                  f"--decay {decay}")
-        if packing == "documents" and (objective != "mlm" or a.static_masking):
-            raise BertforgeError(f"--packing documents needs MLM alone and dynamic masking, not --objective "
-                                 f"{objective}{' with --static-masking' if a.static_masking else ''}")
+        if packing == "documents" and objective != "mlm":
+            raise BertforgeError(f"--packing documents needs MLM alone, not --objective {objective}")
         return dataclasses.replace(a, objective=objective, nsp=objective == "nsp", masking=masking, adam_beta2=beta2,
                                    mlm_probability=rate, decay=decay, packing=packing)
 

@@ -97,12 +97,14 @@ def static_reader(args: PretrainArgs, out: Path, stream: Callable[[int], Any], r
         os.replace(tmp, directory)
     reader = StaticShardReader(directory, a.batch_size, seed=a.seed)
     index = reader.index
-    found = (index.get("dupe_factor"), index.get("max_seq_length"), reader.sentence_objective, index.get("masking", "token"))
-    wanted = (a.dupe_factor, a.seq_len, a.sentence_objective, "whole_word" if a.whole_word_mask and a.masking_kind == "token" else a.masking_kind)
+    found = (index.get("dupe_factor"), index.get("max_seq_length"), reader.sentence_objective, index.get("masking", "token"),
+             reader.packing)
+    wanted = (a.dupe_factor, a.seq_len, a.sentence_objective, "whole_word" if a.whole_word_mask and a.masking_kind == "token" else a.masking_kind,
+              a.packing_kind)
     if found != wanted:
         raise BertforgeError(
-            f"{directory} holds static shards for (dupe_factor, seq_len, sentence objective, masking)={found}, not "
-            f"{wanted}; remove it or use --overwrite"
+            f"{directory} holds static shards for (dupe_factor, seq_len, sentence objective, masking, packing)={found}, "
+            f"not {wanted}; remove it or use --overwrite"
         )
     return reader
 

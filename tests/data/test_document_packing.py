@@ -49,13 +49,7 @@ def test_document_stream_rows_keep_documents_apart_and_resume_exactly(tmp_path):
     for _ in range(25):
         batch = next(stream)
         assert sorted(batch) == ["attention_mask", "document_ids", "input_ids", "labels", "token_type_ids"]
-        original = torch.where(batch["labels"] != IGNORE_INDEX, batch["labels"], batch["input_ids"])
-        for row, ids, real in zip(batch["document_ids"], original, batch["attention_mask"]):
-            n = int(real.sum())
-            assert [len(p) + 2 for p in pieces(ids[:n].tolist())] == torch.bincount(row[:n])[1:].tolist()
-            for piece in set(row[:n].tolist()):
-                words = [vocab.tag(t)[0] for t in ids[:n][row[:n] == piece].tolist() if t not in (CLS, SEP)]
-                assert len(set(words)) == 1  # one document per piece
+        check_pieces(batch, vocab)
         labelled = batch["labels"] != IGNORE_INDEX
         assert not torch.isin(batch["labels"][labelled], torch.tensor([CLS, SEP])).any()
     state = json.loads(json.dumps(stream.state_dict()))
@@ -74,3 +68,37 @@ def test_document_packing_needs_mlm_alone(tmp_path):
     docs = tagged_docs(4)
     with pytest.raises(BertforgeError, match="documents only without a sentence objective"):
         make_stream(write_txt(tmp_path / "c.txt", docs), WordVocab(docs), sentence_objective="nsp", packing="documents")
+
+
+def check_pieces(batch, vocab):
+    """Every row of `batch` is [CLS] … [SEP] pieces, `document_ids` numbering them, each piece of one document."""
+    original = torch.where(batch["labels"] != IGNORE_INDEX, batch["labels"], batch["input_ids"])
+    for row, ids, real in zip(batch["document_ids"], original, batch["attention_mask"]):
+        n = int(real.sum())
+        assert [len(p) + 2 for p in pieces(ids[:n].tolist())] == torch.bincount(row[:n])[1:].tolist()
+        for piece in set(row[:n].tolist()):
+            words = [vocab.tag(t)[0] for t in ids[:n][row[:n] == piece].tolist() if t not in (CLS, SEP)]
+            assert len(set(words)) == 1
+
+
+def test_static_shards_of_packed_documents_carry_their_pieces(tmp_path):
+    """--static-masking with document packing: the shards' index records the packing, and the reader's batches get
+    the same `document_ids` a streamed batch has (read off the [CLS] of each piece, which masking never touches)."""
+    from bertforge.data import StaticShardReader, write_static_shards
+
+    docs = tagged_docs(30, seed=4, sentences=(1, 6))
+    path, vocab = write_txt(tmp_path / "c.txt", docs), WordVocab(docs)
+    stream = make_stream(path, vocab, max_seq_length=40, shuffle_buffer=0, sentence_objective=None,
+                         packing="documents")
+    index = write_static_shards(stream, tmp_path / "shards", 2, 50)
+    assert index["packing"] == "documents"
+    reader = StaticShardReader(tmp_path / "shards", batch_size=5, seed=1)
+    assert reader.packing == "documents"
+    seen = 0
+    for batch in reader:
+        assert "document_ids" in batch
+        check_pieces(batch, vocab)
+        seen += 1
+        if seen == 8:
+            break
+    assert seen == 8

@@ -40,7 +40,7 @@ def test_the_recipe_is_modernberts_and_explicit_settings_win():
 
 @pytest.mark.parametrize("argv,message", [
     (["--config", "tiny", "--packing", "documents"], "--packing documents needs MLM alone"),
-    (["--config", "modernbert-tiny", "--static-masking"], "--packing documents needs MLM alone and dynamic masking"),
+    (["--config", "modernbert-tiny", "--objective", "nsp"], "ModernBERT is pretrained with MLM only"),
     (["--config", "roberta-tiny", "--global-rope-theta", "10000"], "(RoBERTa) has no rotary positions"),
     (["--config", "modernbert-tiny", "--global-rope-theta", "-1"], "--global-rope-theta must be a positive number"),
     (["--config", "tiny", "--decay-ratio", "0.2"], "--decay-ratio applies to --decay wsd or wsd-sqrt only"),
