@@ -203,3 +203,19 @@ def test_the_site_builds_strictly(tmp_path):
             for flag in action.option_strings:
                 if flag not in ("-h", "--help", "--debug"):
                     assert flag in cli_page, f"{name} {flag} missing from the command-line reference"
+
+
+def test_the_http_api_page_documents_every_route_the_server_declares():
+    """docs/reference/http-api.md has a `## METHOD /path` section for each route of `create_app`, and no other."""
+    pytest.importorskip("starlette", reason="the serve extra")
+    from types import SimpleNamespace
+
+    from bertforge.serve import ROUTES, create_app
+
+    app = create_app(engine=SimpleNamespace(metrics=None))  # the routes only: nothing is served or loaded
+    declared = {(method, route.path) for route in app.routes for method in route.methods - {"HEAD"}}
+    text = (DOCS / "reference" / "http-api.md").read_text(encoding="utf-8")
+    documented = set(re.findall(r"^## (GET|POST|PUT|DELETE) (/\S*)$", text, re.MULTILINE))
+    assert documented == declared, f"documented, not declared: {documented - declared}; " \
+                                   f"declared, not documented: {declared - documented}"
+    assert {path for _, path in declared} == set(ROUTES)
