@@ -219,3 +219,78 @@ def test_the_http_api_page_documents_every_route_the_server_declares():
     assert documented == declared, f"documented, not declared: {documented - declared}; " \
                                    f"declared, not documented: {declared - documented}"
     assert {path for _, path in declared} == set(ROUTES)
+
+
+# ---------------------------------------------------------------------------------------------------- commands
+
+
+def command_lines(text: str) -> list[str]:
+    """The `bertforge ...` command lines of the ```bash blocks (continuations joined, comments dropped), from
+    `bertforge` on (after `torchrun ... -m`)."""
+    found = []
+    for lang, code in code_blocks(text):
+        if lang not in ("bash", "sh", "console"):
+            continue
+        for line in code.replace("\\\n", " ").splitlines():
+            line = " ".join(line.split(" #", 1)[0].split())
+            m = re.search(r"(?:^|-m )(bertforge \S.*)$", line)
+            if m and not line.startswith(("pip", "python3 -m venv")):
+                found.append(m.group(1))
+    return found
+
+
+def without_substitutions(line: str) -> str:
+    """`line` with each `$(...)` (parentheses nested inside included) replaced by VALUE."""
+    out, depth = [], 0
+    i = 0
+    while i < len(line):
+        if line.startswith("$(", i) and depth == 0:
+            depth, i = 1, i + 2
+            out.append("VALUE")
+            continue
+        if depth:
+            depth += {"(": 1, ")": -1}.get(line[i], 0)
+        else:
+            out.append(line[i])
+        i += 1
+    return "".join(out)
+
+
+def refused(line: str) -> str | None:
+    """Why the command line's parser refuses `line` (None when it parses). `...` and `$(...)` stand for values."""
+    import contextlib
+    import io
+    import shlex
+
+    from bertforge.cli import build_parser
+
+    try:
+        words = [w for w in shlex.split(without_substitutions(line)) if w != "..."][1:]
+    except ValueError as bad:  # an unclosed quote
+        return str(bad)
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            build_parser().parse_args(words)
+    except SystemExit as stop:
+        return None if stop.code == 0 else err.getvalue().strip() or f"exit {stop.code}"
+    return None
+
+
+@pytest.mark.parametrize("page", [*PAGES, README], ids=lambda p: rel(p))
+def test_every_command_line_a_page_shows_parses(page):
+    """Each `bertforge ...` line of a page's shell blocks names a real command and real options."""
+    problems = [f"{line}\n    {why}" for line in command_lines(page.read_text(encoding="utf-8"))
+                if (why := refused(line))]
+    assert not problems, f"{rel(page)}:\n" + "\n".join(problems)
+
+
+def test_the_command_check_catches_a_wrong_option():
+    lines = command_lines("```bash\nbertforge embed --model m --input a.txt \\\n    --output v.npy --no-such-option 3\n"
+                          "torchrun --nproc-per-node 2 -m bertforge pretrain --out r   # comment --bad\n```\n")
+    assert lines == ["bertforge embed --model m --input a.txt --output v.npy --no-such-option 3",
+                     "bertforge pretrain --out r"]
+    assert "unrecognized arguments: --no-such-option" in refused(lines[0])
+    assert refused(lines[1]) is None
+    assert refused('bertforge embed --model $(python -c "print(f(x))") --input a.txt --output v.npy') is None
+    assert "required" in refused("bertforge embed --model m")
