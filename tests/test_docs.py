@@ -186,9 +186,11 @@ def test_the_site_builds_strictly(tmp_path):
     built page."""
     pytest.importorskip("mkdocs", reason="mkdocs is in the test extra")
     site = tmp_path / "site"
-    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet", "-f", str(ROOT / "mkdocs.yml"),
-                           "-d", str(site)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1",
+           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    command = [sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet", "-f", str(ROOT / "mkdocs.yml"),
+               "-d", str(site)]
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     cli_page = (site / "reference" / "cli" / "index.html").read_text(encoding="utf-8")
     from bertforge.cli import build_parser
