@@ -296,3 +296,29 @@ def test_the_command_check_catches_a_wrong_option():
     assert refused(lines[1]) is None
     assert refused('bertforge embed --model $(python -c "print(f(x))") --input a.txt --output v.npy') is None
     assert "required" in refused("bertforge embed --model m")
+
+
+BENCH_RUN = re.compile(r"(bench/\w+\.py)((?: --?[\w-]+(?: (?!--)[^\s`;,)]+)*)+)")
+
+
+def unknown_bench_flags(text: str) -> list[str]:
+    """`bench/x.py --flag` in `text` whose script declares no such option (its source names no "--flag")."""
+    problems = []
+    for m in BENCH_RUN.finditer(text):
+        script = ROOT / m.group(1)
+        source = script.read_text(encoding="utf-8") if script.is_file() else ""
+        problems += [f"{m.group(1)} {flag}: no such option" for flag in re.findall(r"--[\w-]+", m.group(2))
+                     if f'"{flag}"' not in source]
+    return problems
+
+
+@pytest.mark.parametrize("page", [*PAGES, README], ids=lambda p: rel(p))
+def test_every_benchmark_command_names_real_options(page):
+    problems = unknown_bench_flags(page.read_text(encoding="utf-8"))
+    assert not problems, f"{rel(page)}:\n" + "\n".join(problems)
+
+
+def test_the_benchmark_check_catches_a_wrong_option():
+    assert unknown_bench_flags("`bench/train_speed.py --configs mini --no-such-flag 3`") == [
+        "bench/train_speed.py --no-such-flag: no such option"]
+    assert unknown_bench_flags("python bench/embed_speed.py --n 2000 --threads 2") == []
