@@ -94,7 +94,7 @@ class Pretrainer:
             # MLM alone with a family that has a sentence head: the pooler and that head get no gradient, so freeze
             # them (DDP wants a gradient for every trainable weight); they are still saved, so the model keeps the
             # BertForPreTraining layout.
-            for module in (self.model.bert.pooler, self.model.cls.seq_relationship):
+            for module in self.model.sentence_head_parts():
                 module.requires_grad_(False)
         self.train_model = wrap_model(self.model, self.rt, args.fsdp, args.compile)
         self.optimizer = make_optimizer(self.model, args.optimizer, args.lr, args.weight_decay,  # fused where it applies
