@@ -11,6 +11,7 @@ MkDocs runs `on_files` as a hook (`mkdocs.yml`: `hooks:`); `render()` is what it
 from __future__ import annotations
 
 import argparse
+import re
 from typing import Any
 
 PAGE = "reference/cli.md"
@@ -19,9 +20,8 @@ INTRO = """# Command-line reference
 
 Every `bertforge` command and option, generated from the parsers the command line builds (`bertforge/cli.py`, one
 module per command in `bertforge/commands/`; most options are fields of a settings dataclass declared once with
-`bertforge.core.options.option`). `bertforge COMMAND --help` prints the same text. A value in the *default*
-column is what the option's help names, or the parser's default; an option without one is off, or takes the value
-its help describes.
+`bertforge.core.options.option`, whose default the help text states). `bertforge COMMAND --help` prints the same
+text. An option with no *default* here is off, or takes the value its help describes.
 
 Every command also accepts `--debug` (full tracebacks on errors). Failures a user can cause end in one line on
 stderr naming the problem, with exit status 2; an interruption exits with 130.
@@ -48,10 +48,19 @@ def _flags(action: argparse.Action) -> str:
     return f"{names} `{metavar}`" if action.option_strings else f"`{metavar}`"
 
 
-def _default(action: argparse.Action) -> str:
+STATED_DEFAULT = re.compile(r" ?\(default:? ([^()]*)\)")
+
+
+def _default(action: argparse.Action) -> tuple[str, str]:
+    """(the default, the help without the "(default X)" that states it). A settings field's option has the parser
+    default None (meaning "not given") and states the field's default in its help; a plain option has its own."""
+    text = _cell(action.help or "")
+    stated = STATED_DEFAULT.search(text)
+    if stated:
+        return f"`{stated.group(1)}`", (text[: stated.start()] + text[stated.end():]).strip()
     if action.default in (None, argparse.SUPPRESS, False) or action.nargs == 0:
-        return ""
-    return f"`{action.default}`"
+        return "", text
+    return f"`{action.default}`", text
 
 
 def _rows(parser: argparse.ArgumentParser) -> list[tuple[str, list[argparse.Action]]]:
@@ -78,12 +87,12 @@ def render_command(name: str, parser: argparse.ArgumentParser) -> str:
         heading = "options" if title in ("options", "optional arguments") else title
         lines += [f"**{heading}**", "", "| option | default | what |", "| --- | --- | --- |"]
         for action in actions:
-            what = _cell(action.help or "")
+            default, what = _default(action)
             if action.choices is not None and not isinstance(action, argparse._SubParsersAction):
                 what += f" (one of {', '.join(f'`{c}`' for c in action.choices)})"
             if action.required:
                 what = "**required**; " + what
-            lines.append(f"| {_flags(action)} | {_default(action)} | {what} |")
+            lines.append(f"| {_flags(action)} | {default} | {what} |")
         lines.append("")
     return "\n".join(lines)
 
