@@ -57,7 +57,8 @@ def _default(action: argparse.Action) -> tuple[str, str]:
     text = _cell(action.help or "")
     stated = STATED_DEFAULT.search(text)
     if stated:
-        return f"`{stated.group(1)}`", (text[: stated.start()] + text[stated.end():]).strip()
+        value = stated.group(1)
+        return (value if " " in value else f"`{value}`"), (text[: stated.start()] + text[stated.end():]).strip()
     if action.default in (None, argparse.SUPPRESS, False) or action.nargs == 0:
         return "", text
     return f"`{action.default}`", text
