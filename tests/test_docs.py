@@ -180,17 +180,21 @@ def test_readme_python_blocks_run(tmp_path, monkeypatch):
 # ---------------------------------------------------------------------------------------------------- the site
 
 
+def build_site(config: Path, site: Path) -> subprocess.CompletedProcess:
+    """`mkdocs build --strict` of `config` into `site`. Not `--quiet`: with it, mkdocs 1.6 drops the warnings before
+    strict mode counts them and exits 0 with broken links."""
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1",
+           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    command = [sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(config), "-d", str(site)]
+    return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+
+
 def test_the_site_builds_strictly(tmp_path):
     """`mkdocs build --strict`: a broken link or anchor, a page outside the nav, a docstring reference that does not
     resolve, or an include that is missing fails the build. The generated command-line reference is checked in the
     built page."""
-    pytest.importorskip("mkdocs", reason="mkdocs is in the test extra")
     site = tmp_path / "site"
-    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1",
-           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    command = [sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet", "-f", str(ROOT / "mkdocs.yml"),
-               "-d", str(site)]
-    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    done = build_site(ROOT / "mkdocs.yml", site)
     assert done.returncode == 0, done.stdout + done.stderr
     cli_page = (site / "reference" / "cli" / "index.html").read_text(encoding="utf-8")
     from bertforge.cli import build_parser
@@ -207,9 +211,25 @@ def test_the_site_builds_strictly(tmp_path):
                     assert flag in cli_page, f"{name} {flag} missing from the command-line reference"
 
 
+def test_a_broken_link_or_anchor_fails_the_build(tmp_path):
+    """The build as the test runs it fails on what mkdocs.yml's `validation` turns into warnings."""
+    config = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    assert re.search(r"^strict: true$", config, re.MULTILINE)
+    found = re.search(r"^validation:\n(?:  \w+: warn\n)+", config, re.MULTILINE)
+    assert found and "anchors: warn" in found.group(0) and "not_found: warn" in found.group(0), "mkdocs.yml validation"
+    validation = found.group(0)
+    for broken in ("[x](no-such-page.md)", "[x](other.md#no-such-anchor)"):
+        (tmp_path / "docs").mkdir(exist_ok=True)
+        (tmp_path / "docs" / "index.md").write_text(f"# Home\n\n{broken}\n", encoding="utf-8")
+        (tmp_path / "docs" / "other.md").write_text("# Other\n", encoding="utf-8")
+        (tmp_path / "mkdocs.yml").write_text(f"site_name: t\nstrict: true\n{validation}nav: [index.md, other.md]\n",
+                                             encoding="utf-8")
+        done = build_site(tmp_path / "mkdocs.yml", tmp_path / "site")
+        assert done.returncode != 0 and "WARNING" in done.stderr, (broken, done.stderr)
+
+
 def test_the_http_api_page_documents_every_route_the_server_declares():
     """docs/reference/http-api.md has a `## METHOD /path` section for each route of `create_app`, and no other."""
-    pytest.importorskip("starlette", reason="the serve extra")
     from types import SimpleNamespace
 
     from bertforge.serve import ROUTES, create_app
