@@ -96,6 +96,7 @@ def _finetune(cfg: FinetuneConfig, out: Path, rt: Runtime, lifecycle: RunLifecyc
     model_config = BertConfig.from_pretrained(cfg.model, **overrides)
     main_metric = task.main_metric(model_config, cfg.metric)
     train_data = task.encode(tokenizer, train_examples, opts, model_config, Path(cfg.train), labelled=True)
+    task.check_trainable(train_data)
     dev_data = task.encode(tokenizer, dev_examples, opts, model_config, Path(cfg.dev), labelled=True)
 
     seq_len = task.max_length(opts, model_config)

@@ -11,7 +11,7 @@ to these and back (`bertforge.families`).
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator
+from collections.abc import Collection
 from typing import Any
 
 import torch

@@ -25,7 +25,6 @@ from typing import Any
 
 from torch import Tensor
 
-from ...core.errors import BertforgeError
 from ..spec import EncoderSpec, HeadSpec
 
 INTERNAL_PREFIX = "bert"  # the encoder's attribute in every head class, so `bert.` in internal parameter names
