@@ -25,7 +25,7 @@ from ..finetune.trainer import run_logged
 from .config import EmbeddingsConfig
 from .data import PairData, normalized_scores, read_pairs
 from .encoder import embed_all
-from .evaluation import main_metric, retrieval_metrics, retrieval_task, similarity_metrics
+from .evaluation import main_metric, retrieval_metrics, retrieval_set, similarity_metrics
 from .losses import make_loss
 from .trainer import EmbeddingTraining, encode_pairs
 
@@ -144,8 +144,8 @@ def _evaluator(data: PairData, tokenizer: Any, model: BertModel, pooling: str, m
 
     if data.shape == "scored":
         return lambda: similarity_metrics(embed(data.texts[0]), embed(data.texts[1]), data.scores or [])
-    task = retrieval_task(data)
-    return lambda: retrieval_metrics(embed(task.queries), embed(task.corpus), task.relevant)
+    lookup = retrieval_set(data)
+    return lambda: retrieval_metrics(embed(lookup.queries), embed(lookup.corpus), lookup.relevant)
 
 
 def _plot(work: Path, metric: str | None) -> None:
