@@ -8,10 +8,10 @@ whole sequences, so each layout says how its rows become [n, nh, L, hd] blocks a
 * `Padded`: rows are [B, S, ·] with an additive [B, 1, 1, S] mask for the padding (the Hugging Face layout);
 * `Unpadded`: rows are the T real tokens of a padded batch, [T, ·] (T = Σ lengths): dense layers skip padding;
   attention scatters q, k, v back to [B, S] for one masked call (training with sparse MLM, NSP, classification);
-  or, for rows that pack several documents (`document_layout`), to [documents, longest document];
 * `Packed`: sequences laid end to end, [T, ·], sorted by non-increasing length, with no [B, S] layout at all:
   each run of equal length is one dense attention call without a mask; neighbouring runs may share one padded,
-  masked call (`attention_plan`). The pipelines' inference path.
+  masked call (`attention_plan`). The pipelines' inference path, and the documents of rows that pack several
+  (`document_layout`: ModernBERT's pretraining).
 
 What a block adds to plain softmax(q kᵀ / √hd) attention (rotary positions, a sliding window, relative-position
 score terms, another scale) is a `Scores` value that every layout hands to `attend_scored` with each call's
@@ -293,26 +293,6 @@ class Unpadded(Padded):
         return self.unpad(ctx), probs
 
 
-def document_layout(real: Tensor, document_ids: Tensor, dtype: torch.dtype) -> tuple[Unpadded, Tensor]:
-    """Rows that pack several documents, as an `Unpadded` layout whose sequences are the documents: attention,
-    rotary positions and windows then stay within each document. `real` [T]: the flat positions b * S + s of the
-    real tokens (`Unpadded.index`), in row order; `document_ids` [B, S]: side by side, the tokens of a row with one
-    id are one document (a new row is always a new document). Returns the layout over [documents, longest] (its
-    rows the T real tokens, in `real`'s order) and each token's position within its document [T]."""
-    S = document_ids.shape[1]
-    row, doc = real // S, document_ids.reshape(-1).index_select(0, real)
-    first = torch.ones_like(real, dtype=torch.bool)
-    first[1:] = (row[1:] != row[:-1]) | (doc[1:] != doc[:-1])
-    t = torch.arange(real.numel(), device=real.device)
-    positions = t - torch.where(first, t, torch.zeros_like(t)).cummax(0).values  # [T]
-    number = first.cumsum(0) - 1  # [T]: each token's document
-    lengths = torch.bincount(number)  # [n]
-    n, L = lengths.numel(), int(lengths.max())
-    keep = torch.arange(L, device=real.device) < lengths[:, None]  # [n, L]
-    mask = None if bool(keep.all()) else (~keep)[:, None, None, :].to(dtype) * torch.finfo(dtype).min
-    return Unpadded(mask, number * L + positions, n, L), positions
-
-
 # ---------------------------------------------------------------------------------------------------- packed
 @dataclass
 class PackedBatch:
@@ -449,6 +429,35 @@ class Packed:
                 ctx, _ = attend_scored(*split_heads(padded, n, L, nh), b.mask, p, training, False, scores)
                 outs.append(merge_heads(ctx).view(n * L, -1).index_select(0, b.scatter))  # [real, H]
         return (outs[0] if len(outs) == 1 else torch.cat(outs)), None
+
+
+#: `max_padding` of the documents of packed rows (`document_layout`): runs of nearby lengths share a call while
+#: padding stays within half of the real positions, as the embed pipeline's packed batches do.
+DOCUMENT_MAX_PADDING = 0.5
+
+
+def document_layout(real: Tensor, document_ids: Tensor, merge_short: bool = False) -> tuple[Packed, Tensor, Tensor]:
+    """Rows that pack several documents, as a `Packed` layout whose sequences are the documents: attention, rotary
+    positions and windows then stay within each document, and a long document beside many short ones costs its own
+    length squared, not every document's. `real` [T]: the flat positions b * S + s of the real tokens
+    (`Unpadded.index`), in row order; `document_ids` [B, S]: side by side, the tokens of a row with one id are one
+    document (a new row is always a new document). Returns the layout, `order` [T] (the packed rows' tokens as
+    indices into `real`'s order: the documents by non-increasing length) and each packed token's position within
+    its document [T]."""
+    S = document_ids.shape[1]
+    row, doc = real // S, document_ids.reshape(-1).index_select(0, real)
+    first = torch.ones_like(real, dtype=torch.bool)
+    first[1:] = (row[1:] != row[:-1]) | (doc[1:] != doc[:-1])
+    t = torch.arange(real.numel(), device=real.device)
+    positions = t - torch.where(first, t, torch.zeros_like(t)).cummax(0).values  # [T], row order
+    number = first.cumsum(0) - 1  # [T]: each token's document
+    lengths = torch.bincount(number)  # [n]
+    longest_first, by_length = torch.sort(lengths, descending=True, stable=True)
+    rank = torch.empty_like(by_length).scatter_(0, by_length, torch.arange(lengths.numel(), device=real.device))
+    starts = longest_first.cumsum(0) - longest_first  # [n]: each document's first packed row, by rank
+    order = torch.empty_like(t).scatter_(0, starts[rank[number]] + positions, t)  # [T]
+    layout = Packed.from_lengths(longest_first.tolist(), DOCUMENT_MAX_PADDING, merge_short)
+    return layout, order, positions.index_select(0, order)
 
 
 Layout = Padded | Unpadded | Packed

@@ -216,20 +216,24 @@ class BertModel(BertPreTrainedModel):
         """Rows [B, S] that pack several documents (`document_ids` [B, S]: the tokens of a row with one id, side
         by side, are one document), each attending only within itself, its positions (a position table's, rotary
         ones, windows) counted from its own start: every token gets what the document alone would give it. The
-        encoder runs on the real tokens ([T, H], `attention.document_layout`); padding rows come back as zeros and
-        the pooled output is each row's first token's."""
+        encoder runs on the real tokens, the documents end to end by length ([T, H], `attention.document_layout`);
+        padding rows come back as zeros and the pooled output is each row's first token's."""
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
-        rows = Unpadded.from_mask(attention_mask, None)  # [B, S] ↔ [T]
-        layout, positions = document_layout(rows.index, document_ids, self.embeddings.word_embeddings.weight.dtype)
+        rows = Unpadded.from_mask(attention_mask, None)  # [B, S] ↔ [T], row order
+        layout, order, positions = document_layout(rows.index, document_ids, merge_short=self.training)
         position_ids = None
         if self.spec.positions != "none":  # a table: each document counts from 0 (RoBERTa from the padding id + 1)
             offset = (self.spec.pad_token_id or 0) + 1 if self.spec.positions == "after-padding" else 0
             position_ids = positions + offset
-        types = rows.unpad(token_type_ids[..., None]).squeeze(1) if token_type_ids is not None else None
-        x = self.embeddings(rows.unpad(input_ids[..., None]).squeeze(1), types, position_ids)  # [T, E]
+
+        def packed(t: Tensor) -> Tensor:  # [B, S] → [T] in the layout's order (documents by length)
+            return rows.unpad(t[..., None]).squeeze(1).index_select(0, order)
+
+        types = packed(token_type_ids) if token_type_ids is not None else None
+        x = self.embeddings(packed(input_ids), types, position_ids)  # [T, E]
         x, _, _ = self.encoder(x, layout)  # [T, H]
-        x = rows.pad(x)  # [B, S, H]
+        x = rows.pad(x.index_select(0, torch.argsort(order)))  # [B, S, H], row order
         pooled = self.pooler(x[:, 0]) if self.pooler is not None else None
         return BaseModelOutput(x, pooled, None, None)
 

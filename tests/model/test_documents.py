@@ -25,10 +25,11 @@ def tiny(family: str) -> BertConfig:
     return config
 
 
+@pytest.mark.parametrize("training", [False, True], ids=["eval", "train"])  # train: calls merged (no dropout here)
 @pytest.mark.parametrize("family", list(FAMILIES))
-def test_a_packed_row_of_documents_equals_the_documents_alone(family):
+def test_a_packed_row_of_documents_equals_the_documents_alone(family, training):
     torch.manual_seed(0)
-    model = BertModel(tiny(family)).eval()
+    model = BertModel(tiny(family)).train(training)
     g = torch.Generator().manual_seed(1)
     docs = [torch.randint(5, 60, (n,), generator=g) for n in (9, 6, 11, 4)]
     # row 0: documents 0 and 1 then padding; row 1: documents 2 and 3, no padding (left to right, lengths 15 / 15)
@@ -66,14 +67,24 @@ def test_documents_train_through_sparse_mlm_and_give_gradients():
     assert out.logits.shape == (2, 60) and model.input_embeddings().grad.abs().sum() > 0
 
 
-def test_document_layout_numbers_documents_and_positions():
+def test_document_layout_orders_documents_by_length_and_counts_positions_within_each():
     document_ids = torch.tensor([[0, 0, 0, 1, 1, 0], [2, 2, 5, 5, 5, 5]])
-    real = torch.tensor([0, 1, 2, 3, 4, 6, 7, 8, 9, 10])  # row 0's last token is padding, row 1's last too
-    layout, positions = document_layout(real, document_ids, torch.float32)
-    assert positions.tolist() == [0, 1, 2, 0, 1, 0, 1, 0, 1, 2]
-    assert (layout.batch, layout.seq) == (4, 3)  # documents of 3, 2, 2 and 3 tokens
-    assert layout.index.tolist() == [0, 1, 2, 3, 4, 6, 7, 9, 10, 11]
-    assert (layout.mask[:, 0, 0] < 0).tolist() == [[False] * 3, [False, False, True], [False, False, True], [False] * 3]
+    real = torch.tensor([0, 1, 2, 3, 4, 6, 7, 8, 9, 10])  # row 0's last token is padding, row 1's first
+    layout, order, positions = document_layout(real, document_ids)
+    # documents of 3, 2, 2 and 3 tokens, packed longest first (stable): 0, 3, 1, 2
+    assert order.tolist() == [0, 1, 2, 7, 8, 9, 3, 4, 5, 6]
+    assert positions.tolist() == [0, 1, 2, 0, 1, 2, 0, 1, 0, 1]
+    assert [(b.start, b.count, b.length) for b in layout.plan] == [(0, 2, 3), (6, 2, 2)]
+    merged, _, _ = document_layout(real, document_ids, merge_short=True)  # training: one call, padded within 0.5
+    assert [(b.start, b.count, b.length, b.real) for b in merged.plan] == [(0, 4, 3, 10)]
+
+
+def test_a_long_document_beside_short_ones_is_not_padded_to_its_length():
+    """One 40-token document and 20 of 3 tokens: the calls cover 40² + 20 · 3² key pairs' worth, not 21 · 40²."""
+    document_ids = torch.cat([torch.zeros(40), torch.arange(1, 21).repeat_interleave(3)]).long()[None]
+    real = torch.arange(100)
+    layout, _, _ = document_layout(real, document_ids, merge_short=True)
+    assert sum(b.count * b.length for b in layout.plan) == 100  # no padding at all: two runs of equal length
 
 
 def test_document_ids_refuse_per_layer_outputs():
