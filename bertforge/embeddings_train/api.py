@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from .. import __version__
+from ..model.card import ModelCard
 from ..model.config import BertConfig
 from ..core.errors import BertforgeError
 from ..finetune.api import check_output_dir, make_settings
@@ -88,7 +89,12 @@ def _train(cfg: EmbeddingsConfig, out: Path, device: torch.device) -> dict[str, 
     with atomic_directory(out) as work:
         result = run_logged(run, MetricsLog(work / "metrics.jsonl", tensorboard=work / "tensorboard"), "training embeddings")
         refuse_nonfinite(model.state_dict(), str(out))
-        model.save_pretrained(work)
+        best = None if result.best is None else result.best.metrics
+        model.save_pretrained(work, ModelCard(
+            base_model=cfg.model, datasets=(cfg.train,), trained_by="train-embeddings", library="sentence-transformers",
+            pipeline_tag="sentence-similarity", metrics=best or {}, metrics_on=f"`{cfg.dev}` (the best evaluation)",
+            recipe={"loss": loss_name, "pooling": pooling, "batch_size": cfg.batch_size, "lr": cfg.lr,
+                    "max_length": max_length, "seed": cfg.seed}))
         tokenizer.save_pretrained(work)
         write_sentence_transformers_files(work, model_config.hidden_size, pooling, cfg.normalize, max_length,
                                           {"bertforge": __version__, "pytorch": torch.__version__})

@@ -143,10 +143,11 @@ class BertPreTrainedModel(nn.Module):
 
         return load_pretrained(cls, path, **overrides)
 
-    def save_pretrained(self, path: Any) -> None:
+    def save_pretrained(self, path: Any, card: Any = None) -> None:
+        """config.json, model.safetensors and the model card (`card`: a `card.ModelCard`) in `path`."""
         from .checkpoint import save_pretrained
 
-        save_pretrained(self, path)
+        save_pretrained(self, path, card)
 
 
 def init_matrix(param: Tensor, spec: EncoderSpec, role: str) -> None:

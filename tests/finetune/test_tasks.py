@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from bertforge import BertforgeError
@@ -56,4 +58,7 @@ def test_qa_training_refuses_a_file_with_no_answer_in_any_window(tiny_model, tmp
          "is_impossible": False}])
     finetune(task="qa", model=str(tiny_model), train=str(answerable), dev=str(answerable), out=str(out), epochs=1,
              batch_size=2, max_length=32, doc_stride=8)
-    assert (out / "eval.json").is_file()
+    summary = json.loads((out / "eval.json").read_text(encoding="utf-8"))
+    card = (out / "model" / "README.md").read_text(encoding="utf-8")  # the model card states the run (#33)
+    assert "pipeline_tag: question-answering" in card and "`bertforge finetune`" in card
+    assert f"| {summary['main_metric']} |" in card and f"- started from: `{tiny_model}`" in card
