@@ -38,14 +38,14 @@ from .app import SWITCH_INTERVAL, app_from_environment, create_app, run_server
 from .batcher import Batcher, Job
 from .config import ENV_CONFIG, TASKS, ServeConfig
 from .engine import Engine, detect_task
-from .errors import ApiError, Overloaded
-from .handlers import LARGE_BODY, endpoint
+from .errors import TIMED_OUT, ApiError, Overloaded
+from .handlers import CLIENT_CLOSED, LARGE_REQUEST, endpoint
 from .metrics import ROUTES, Histogram, Metrics, MetricsMiddleware
 from .requests import read_json
 from .responses import _json_floats, finite_rows, json_bytes, json_response, vectors_json  # _json_floats: for its test
 
 __all__ = [
-    "ENV_CONFIG", "LARGE_BODY", "ROUTES", "SWITCH_INTERVAL", "TASKS",
+    "CLIENT_CLOSED", "ENV_CONFIG", "LARGE_REQUEST", "ROUTES", "SWITCH_INTERVAL", "TASKS", "TIMED_OUT",
     "ApiError", "Batcher", "Engine", "Histogram", "Job", "Metrics", "MetricsMiddleware", "Overloaded", "ServeConfig",
     "app_from_environment", "create_app", "detect_task", "endpoint", "finite_rows", "json_bytes", "json_response",
     "read_json", "run_server", "vectors_json",
