@@ -43,7 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--graceful-timeout", type=float, default=30.0, metavar="SECONDS",
                         help="on SIGTERM, how long in-flight requests may take before they are cut off (30)")
     add_quantize_argument(parser)
-    from ..options import add_options
+    from ..core.options import add_options
     from ..serve.config import ServeConfig
 
     add_options(parser.add_argument_group("what one client may cost"), ServeConfig, only=GUARDS)
@@ -52,7 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..options import given
+    from ..core.options import given
     from ..serve import ServeConfig, run_server
 
     config = ServeConfig(

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 
-from ..errors import BertforgeError
-from ..options import option
+from ..core.errors import BertforgeError
+from ..core.options import option
 
 ENV_CONFIG = "BERTFORGE_SERVE_CONFIG"
 TASKS = ("auto", "embed", "classify")

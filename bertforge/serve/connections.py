@@ -134,7 +134,7 @@ def ensure_descriptors(max_connections: int) -> None:
     as the hard limit allows; a BertforgeError naming the option when it cannot."""
     import resource
 
-    from ..errors import BertforgeError
+    from ..core.errors import BertforgeError
 
     need = max_connections + RESERVED_DESCRIPTORS
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
