@@ -12,7 +12,7 @@ characters an input); the clients are threads of this process on the same machin
   15 s; the server's peak memory (VmHWM, reset through /proc/PID/clear_refs, and sampled VmRSS) grows < 600 MB;
 * half-open: 300 connections that send part of a head and wait: all closed by the server within 75 s, while a
   normal client is served (every request 200);
-* chunked: 256-input bodies sent chunked (no Content-Length) while /health is asked every 10 ms: p99 < 300 ms;
+* chunked: five 256-input bodies sent chunked (no Content-Length) while /health is asked every 50 ms: p99 < 300 ms;
 * hangups: 20 clients that hang up mid-body: no 5xx on /metrics, no traceback in the server's log;
 * soak: 8 clients of mixed valid and invalid traffic (the above, malformed JSON, too many inputs, too long
   inputs, /v1/embeddings, /health, /metrics) for 60 s after a 10 s warm-up: no 5xx, the server's memory within
@@ -76,10 +76,13 @@ class Server:
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log
         env = dict(os.environ, PYTHONPATH=str(source), PYTHONUNBUFFERED="1")
+        where = subprocess.run([sys.executable, "-c", "import bertforge; print(bertforge.__file__)"], cwd=source,
+                               env=env, capture_output=True, text=True, check=True).stdout.strip()
+        print(f"the server runs {where}")
         self.log = open(log, "wb")
         self.proc = subprocess.Popen([sys.executable, "-m", "bertforge", "serve", "--model", str(model), "--port",
                                       str(self.port), "--threads", "1"], stdout=self.log, stderr=subprocess.STDOUT,
-                                     env=env)
+                                     env=env, cwd=source)  # `-m` reads the working directory first
         deadline = time.monotonic() + 120
         while True:
             try:
@@ -197,6 +200,7 @@ def check_half_open(server: Server, n: int = 300, limit: float = 75.0) -> dict:
         sock.sendall(b"POST /embed HTTP/1.1\r\nHost: x\r\nContent-")  # and never the rest
         sock.setblocking(False)
         selector.register(sock, selectors.EVENT_READ)
+    time.sleep(0.5)  # the server accepts them
     fds_open = server.fds()
     served, closed_at = [], []
     with httpx.Client(base_url=server.url, timeout=30) as client:
@@ -221,7 +225,7 @@ def check_half_open(server: Server, n: int = 300, limit: float = 75.0) -> dict:
             "normal_not_200": sum(s != 200 for s in served)}
 
 
-def check_chunked(server: Server, rounds: int = 3) -> dict:
+def check_chunked(server: Server, rounds: int = 5) -> dict:
     texts = [(SENTENCE * 30)[:2000] for _ in range(256)]  # 256 inputs of 2,000 characters (cut to 512 tokens)
     body = json.dumps({"inputs": texts, "truncate": True}).encode()
     latencies, done, statuses = [], threading.Event(), []
@@ -232,7 +236,7 @@ def check_chunked(server: Server, rounds: int = 3) -> dict:
                 start = time.perf_counter()
                 client.get("/health")
                 latencies.append(time.perf_counter() - start)
-                time.sleep(0.01)
+                time.sleep(0.05)  # one probe waits out a stall: it must be more than 1% of them to move the p99
 
     prober = threading.Thread(target=probe)
     prober.start()

@@ -104,3 +104,23 @@ def test_connections_past_the_cap_get_503_and_the_others_are_served(models):
         time.sleep(0.2)
         with httpx.Client(base_url=s.url, timeout=TIMEOUT) as other:
             assert other.get("/health").status_code == 200
+
+
+def test_the_open_files_limit_is_raised_for_the_connection_cap_or_the_option_is_named(monkeypatch):
+    import resource
+
+    from bertforge import BertforgeError
+    from bertforge.serve.connections import RESERVED_DESCRIPTORS, ensure_descriptors
+
+    limits, set_to = {"soft": 256, "hard": 4096}, []
+    monkeypatch.setattr(resource, "getrlimit", lambda which: (limits["soft"], limits["hard"]))
+    monkeypatch.setattr(resource, "setrlimit", lambda which, values: set_to.append(values))
+    ensure_descriptors(1000)
+    assert set_to == [(1000 + RESERVED_DESCRIPTORS, 4096)]
+    limits["soft"] = 2000
+    ensure_descriptors(1000)  # enough already: left as it is
+    assert len(set_to) == 1
+    limits.update(soft=256, hard=512)
+    with pytest.raises(BertforgeError, match="--max-connections 1000 needs 1128 open files, and this process may "
+                                             "open 512"):
+        ensure_descriptors(1000)
