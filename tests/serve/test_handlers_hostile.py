@@ -46,12 +46,12 @@ def test_a_client_hanging_up_mid_body_is_no_5xx_and_no_traceback(guarded_server)
 # ------------------------------------------------------------------ the event loop stays free
 def test_a_large_chunked_body_is_tokenized_off_the_event_loop(guarded_server):
     """A chunked body declares no size: what decides the thread is the request's characters. The tokenizing is
-    made to take a second: /health must answer meanwhile."""
+    made to take two seconds: /health must answer meanwhile."""
     tokenize, busy = guarded_server.engine.tokenize, threading.Event()
 
     def slow(*args):
         busy.set()
-        time.sleep(1.0)
+        time.sleep(2.0)
         return tokenize(*args)
 
     texts = [("the movie was good and " * 14)[:300] for _ in range(256)]  # 76,800 characters
@@ -79,4 +79,4 @@ def test_a_large_chunked_body_is_tokenized_off_the_event_loop(guarded_server):
     finally:
         guarded_server.engine.tokenize = tokenize
     assert result["status"] == 200
-    assert max(latencies) < 0.3, latencies
+    assert max(latencies) < 1.0, latencies  # on the event loop, one of them would wait the 2 s out
