@@ -3,7 +3,7 @@
 uvicorn closes a connection idle after a response (`timeout_keep_alive`), but a connection that has sent nothing
 yet, or part of a head, or part of a body, waits forever: enough of them (slowloris) use up the process's file
 descriptors and every other client is refused. `GuardedProtocol` is uvicorn's HTTP protocol (httptools, or h11)
-with one timer per connection, armed for whatever the server is waiting on: the head (from the connection's start
+with a `ConnectionGuard`: one timer per connection, armed for whatever the server is waiting on: the head (from the connection's start
 or the previous response's end: trickling bytes do not extend it), then the body (from the head's end); never
 while the app computes. When it fires the connection is closed, after a 408 when part of a head or a body had
 arrived (an idle connection is closed silently, as uvicorn's keep-alive timeout closes one). A connection past
@@ -42,10 +42,10 @@ def _raw_response(status: str, message: str, kind: str, extra: str = "") -> byte
     return head.encode("ascii") + body
 
 
-class GuardedProtocol(AutoHTTPProtocol):  # type: ignore[misc, valid-type]
-    """uvicorn's HTTP protocol with a deadline for what the server waits on, and the connection cap (see the
-    module's docstring). Relies on what both of uvicorn's protocols keep: `cycle` (`more_body`, `response_complete`,
-    `response_started`, `scope`), `connections`, `transport`, `loop`."""
+class ConnectionGuard:
+    """A deadline for what the server waits on, and the connection cap (see the module's docstring), for either of
+    uvicorn's HTTP protocols: it relies on what both keep, `cycle` (`more_body`, `response_complete`,
+    `response_started`, `scope`), `connections`, `transport`, `loop` and `on_response_complete`."""
 
     def __init__(self, *args: Any, limits: ConnectionLimits, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -117,11 +117,15 @@ class GuardedProtocol(AutoHTTPProtocol):  # type: ignore[misc, valid-type]
         self.transport.close()
 
 
-def protocol_options(config: ServeConfig) -> dict[str, Any]:
+class GuardedProtocol(ConnectionGuard, AutoHTTPProtocol):  # type: ignore[misc, valid-type]
+    """uvicorn's HTTP protocol (httptools', or h11's where httptools is missing), guarded."""
+
+
+def protocol_options(config: ServeConfig, protocol: type = GuardedProtocol) -> dict[str, Any]:
     """uvicorn's options for `config`'s connection limits: `uvicorn.Config(app, **protocol_options(config), ...)`.
     (A partial of a module-level class: the worker processes of `--workers N` unpickle it.)"""
     limits = ConnectionLimits(config.head_timeout, config.body_timeout, config.max_connections)
-    return {"http": functools.partial(GuardedProtocol, limits=limits)}
+    return {"http": functools.partial(protocol, limits=limits)}
 
 
 #: File descriptors a serving process keeps beside its connections (the model's files, the listening socket,

@@ -62,12 +62,12 @@ def free_port() -> int:
 
 class ThreadServer:
     """uvicorn serving `create_app` in a thread of this process, on a socket bound to a free port, with the
-    connection limits `bertforge serve` sets."""
+    connection limits `bertforge serve` sets (on uvicorn's HTTP protocol, or on `protocol`)."""
 
-    def __init__(self, config: ServeConfig) -> None:
+    def __init__(self, config: ServeConfig, protocol: type | None = None) -> None:
         import uvicorn  # imported here: the tests that start a server skip themselves without it
 
-        from bertforge.serve.connections import protocol_options
+        from bertforge.serve.connections import GuardedProtocol, protocol_options
 
         self.engine = Engine(config)
         self.sock = socket.socket()
@@ -75,7 +75,7 @@ class ThreadServer:
         self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
         app = create_app(engine=self.engine)
         self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on",
-                                                    **protocol_options(config)))
+                                                    **protocol_options(config, protocol or GuardedProtocol)))
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
 
     def __enter__(self) -> ThreadServer:

@@ -1,6 +1,7 @@
 """Tests of `bertforge.serve.connections`: a head or a body that does not arrive in time is answered 408 and its
 connection closed (an idle one silently); trickling does not move a deadline; the app's work is never timed;
-connections past the cap get 503 while the others are served."""
+connections past the cap get 503 while the others are served. On both of uvicorn's HTTP protocols: httptools' (what
+the `serve` extra installs) and h11's (uvicorn's fallback)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,21 @@ from tests.serve.serve_helpers import DEADLINE, TIMEOUT, ThreadServer, connect, 
 
 httpx = pytest.importorskip("httpx", reason="needs httpx: pip install -e '.[test]'")
 uvicorn = pytest.importorskip("uvicorn", reason="needs uvicorn: pip install -e '.[serve,test]'")
+h11_impl = pytest.importorskip("uvicorn.protocols.http.h11_impl", reason="needs h11 (uvicorn's dependency)")
+
+from bertforge.serve.connections import ConnectionGuard, GuardedProtocol  # noqa: E402 (imports uvicorn)
+
+
+class H11Guarded(ConnectionGuard, h11_impl.H11Protocol):
+    """The guard on h11's protocol, uvicorn's fallback without httptools."""
+
+
+@pytest.fixture(scope="module", params=[GuardedProtocol, H11Guarded], ids=["auto", "h11"])
+def guarded_server(request, models):
+    """conftest's `guarded_server`, on each protocol."""
+    config = ServeConfig(model=str(models["embed"]), head_timeout=DEADLINE, body_timeout=DEADLINE)
+    with ThreadServer(config, protocol=request.param) as s:
+        yield s
 
 
 def test_a_half_sent_head_gets_408_and_is_closed(guarded_server):
