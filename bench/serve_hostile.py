@@ -347,6 +347,7 @@ def check_soak(server: Server, seconds: float, warmup: float = 10.0, clients: in
             "client_errors": sum(len(t.get("client_errors", [])) for t in tallies),
             "warm_rss_mb": warm_rss / MB, "rss_growth_mb": (final_rss - warm_rss) / MB,
             "rss_max_growth_mb": (max(rss) - warm_rss) / MB, "warm_fds": warm_fds,
+            "rss_every_10s_mb": [round((r - warm_rss) / MB) for r in rss[::50]],
             "fds_growth": final_fds - warm_fds, "fds_max_growth": max(fds) - warm_fds}
 
 

@@ -16,6 +16,8 @@ from .metrics import Metrics
 #: The default bound on one input's characters, per token of the model's max length: English averages 4-5
 #: characters a token, so a text cut there keeps every token the model reads unless it averages more than 16.
 CHARS_PER_TOKEN = 16
+#: What the client of a route that reads "truncate" can do about an input too long (/v1/embeddings reads none).
+TRUNCATE_HINT = 'shorten it, or send "truncate": true to cut it'
 
 
 def detect_task(model_dir: Path) -> str:
@@ -104,7 +106,7 @@ class Engine:
         return self.config.max_input_chars or CHARS_PER_TOKEN * self.max_length
 
     def tokenize(self, kind: str, items: list[Any], truncate: bool,
-                 hint: str = 'shorten it, or send "truncate": true to cut it') -> tuple[list[Any], list[Any], int]:
+                 hint: str = TRUNCATE_HINT) -> tuple[list[Any], list[Any], int]:
         """A request's inputs as read (each cut to `max_chars` with `truncate`), their features for the pipeline of
         `kind`, and their tokens (special tokens included; inputs cut to max_length with `truncate`). An input too
         long without `truncate` gets 413 whose message ends in `hint`, what the client can do on its route; one

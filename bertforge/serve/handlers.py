@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from .engine import Engine
+from .engine import TRUNCATE_HINT, Engine
 from .errors import TIMED_OUT, ApiError, _error_body
 from .requests import _flag, _json_type, _predict_items, _texts, read_json
 from .responses import finite_rows, json_bytes, json_response, vectors_json
@@ -24,8 +24,6 @@ LARGE_REQUEST = 64 * 1024
 #: The status a request gets in /metrics when its client hung up before the answer (nginx's "client closed
 #: request"); the client never sees it.
 CLIENT_CLOSED = 499
-#: What a client of a route that reads "truncate" can do about an input that is too long; /v1/embeddings reads none.
-TRUNCATE_HINT = 'shorten it, or send "truncate": true to cut it'
 
 
 def endpoint(handler: Callable[[Any, Engine], Any]) -> Callable[[Any], Any]:

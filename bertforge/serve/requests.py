@@ -25,11 +25,11 @@ async def read_json(request: Any, limit: int, large: int) -> dict[str, Any]:
     if len(body) > large:
         from starlette.concurrency import run_in_threadpool
 
-        return await run_in_threadpool(_parse, bytes(body))
-    return _parse(bytes(body))
+        return await run_in_threadpool(_parse, body)
+    return _parse(body)
 
 
-def _parse(body: bytes) -> dict[str, Any]:
+def _parse(body: bytes | bytearray) -> dict[str, Any]:
     try:
         data = json.loads(body)
     except (ValueError, RecursionError) as err:  # UnicodeDecodeError is a ValueError
