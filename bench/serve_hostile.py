@@ -103,6 +103,10 @@ class Server:
     def reset_peak(self) -> None:
         Path(f"/proc/{self.proc.pid}/clear_refs").write_text("5")  # VmHWM := VmRSS
 
+    def threads(self) -> int:
+        text = Path(f"/proc/{self.proc.pid}/status").read_text()
+        return int(re.search(r"^Threads:\s+(\d+)", text, re.M).group(1))
+
     def fds(self) -> int:
         return len(os.listdir(f"/proc/{self.proc.pid}/fd"))
 
@@ -265,12 +269,15 @@ def check_hangups(server: Server, n: int = 20) -> dict:
             "counted": {str(k[1]): v for k, v in counted.items() if v}}
 
 
-def soak_client(server: Server, seed: int, stop: threading.Event, tally: dict) -> None:
+#: The soak's mix: what each of its clients picks from, at random, request after request.
+SOAK_MIX = ["embed"] * 6 + ["openai"] * 3 + ["health", "metrics", "bad_json", "too_many", "too_long", "big", "chunked",
+                                            "hang_up", "half_open"]
+
+
+def soak_client(server: Server, seed: int, stop: threading.Event, tally: dict, actions: list[str]) -> None:
     rng = random.Random(seed)
     chunked_body = json.dumps({"inputs": [(SENTENCE * 8)[:500]] * 256, "truncate": True}).encode()
     half_open: list[socket.socket] = []
-    actions = ["embed"] * 6 + ["openai"] * 3 + ["health", "metrics", "bad_json", "too_many", "too_long",
-                                                "big", "chunked", "hang_up", "half_open"]
     with httpx.Client(base_url=server.url, timeout=60) as client:
         while not stop.is_set():
             action = rng.choice(actions)
@@ -320,14 +327,15 @@ def soak_client(server: Server, seed: int, stop: threading.Event, tally: dict) -
         sock.close()
 
 
-def check_soak(server: Server, seconds: float, warmup: float = 10.0, clients: int = 8) -> dict:
+def check_soak(server: Server, seconds: float, mix: list[str], warmup: float = 10.0, clients: int = 8) -> dict:
     stop, tallies = threading.Event(), [dict() for _ in range(clients)]
-    threads = [threading.Thread(target=soak_client, args=(server, i, stop, tallies[i])) for i in range(clients)]
+    threads = [threading.Thread(target=soak_client, args=(server, i, stop, tallies[i], mix)) for i in range(clients)]
     log_before = len(server.log_text())
     for t in threads:
         t.start()
     time.sleep(warmup)
     warm_rss, warm_fds, before = server.status("VmRSS"), server.fds(), server.statuses()
+    warm_threads = server.threads()
     rss, fds = [], []
     end = time.monotonic() + seconds
     while time.monotonic() < end:
@@ -335,6 +343,7 @@ def check_soak(server: Server, seconds: float, warmup: float = 10.0, clients: in
         fds.append(server.fds())
         time.sleep(0.2)
     final_rss, final_fds, errors = server.status("VmRSS"), server.fds(), server.errors_since(before)
+    threads_now = server.threads()
     stop.set()
     for t in threads:
         t.join()
@@ -348,7 +357,8 @@ def check_soak(server: Server, seconds: float, warmup: float = 10.0, clients: in
             "warm_rss_mb": warm_rss / MB, "rss_growth_mb": (final_rss - warm_rss) / MB,
             "rss_max_growth_mb": (max(rss) - warm_rss) / MB, "warm_fds": warm_fds,
             "rss_every_10s_mb": [round((r - warm_rss) / MB) for r in rss[::50]],
-            "fds_growth": final_fds - warm_fds, "fds_max_growth": max(fds) - warm_fds}
+            "fds_growth": final_fds - warm_fds, "fds_max_growth": max(fds) - warm_fds,
+            "threads_warm_end": [warm_threads, threads_now]}
 
 
 # ---------------------------------------------------------------------------------------------- report
@@ -393,8 +403,14 @@ def main() -> None:
                         help="the checkout whose bertforge the server runs (default: this one)")
     parser.add_argument("--only", default="big,half_open,chunked,hangups,soak", help="checks to run, comma-separated")
     parser.add_argument("--soak-seconds", type=float, default=60.0)
+    parser.add_argument("--soak-mix", default=",".join(sorted(set(SOAK_MIX))),
+                        help="the soak's kinds of request (default: all of them, valid ones weighted up)")
     args = parser.parse_args()
     only = set(args.only.split(","))
+    kinds = args.soak_mix.split(",")
+    if set(kinds) - set(SOAK_MIX):
+        parser.error(f"--soak-mix: unknown kinds {sorted(set(kinds) - set(SOAK_MIX))}; known: {sorted(set(SOAK_MIX))}")
+    mix = SOAK_MIX if set(kinds) == set(SOAK_MIX) else kinds
     print(f"load average at the start: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; server from {args.source}")
     with tempfile.TemporaryDirectory() as tmp:
         server = Server(build_model(Path(tmp) / "model"), args.source.resolve(), Path(tmp) / "server.log")
@@ -403,7 +419,7 @@ def main() -> None:
             checks = [("big", lambda: check_big(server, False)), ("big_truncate", lambda: check_big(server, True)),
                       ("half_open", lambda: check_half_open(server)), ("chunked", lambda: check_chunked(server)),
                       ("hangups", lambda: check_hangups(server)),
-                      ("soak", lambda: check_soak(server, args.soak_seconds))]
+                      ("soak", lambda: check_soak(server, args.soak_seconds, mix))]
             for name, check in checks:
                 if name in only or (name == "big_truncate" and "big" in only):
                     start = time.monotonic()
