@@ -81,7 +81,8 @@ class EmbedPipeline(Pipeline):
         return [Feature(i, ids) for i, ids in enumerate(enc["input_ids"])], truncated
 
     def head(self, batch: PackedBatch, hidden: Tensor, features: list[Feature]) -> list[np.ndarray]:
-        return list(pool(hidden, batch.lengths, batch.starts, self.pooling, self.normalize).numpy())  # [B, H] rows
+        pooled = pool(hidden, batch.lengths, batch.starts, self.pooling, self.normalize)
+        return list(pooled.float().cpu().numpy())  # [B, H] rows
 
     def postprocess(self, item: str, outputs: list[np.ndarray], features: list[Feature]) -> np.ndarray:
         return outputs[0]
@@ -110,7 +111,8 @@ class FeatureExtractionPipeline(EmbedPipeline):
         super().__init__(model, **kwargs)
 
     def head(self, batch: PackedBatch, hidden: Tensor, features: list[Feature]) -> list[np.ndarray]:
-        return [hidden[start:start + n].numpy() for start, n in zip(batch.starts, batch.lengths)]  # [T, H] each
+        rows = hidden.float().cpu().numpy()
+        return [rows[start:start + n] for start, n in zip(batch.starts, batch.lengths)]  # [T, H] each
 
     def __call__(self, inputs: str | Iterable[str]) -> Any:  # type: ignore[override]
         if isinstance(inputs, str):

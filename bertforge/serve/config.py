@@ -26,9 +26,10 @@ class ServeConfig:
     max_body_bytes: int = 2_000_000  # request body size; more gets 413
     auto_truncate: bool = False  # the default of a request's "truncate" (and the only setting for /v1/embeddings)
     max_length: int | None = None  # the model's limit by default (sentence-transformers' max_seq_length for embed)
-    pooling: str | None = None  # embed: "mean" or "cls"; default: what the model directory declares
+    pooling: str | None = None  # embed: one of `POOLINGS`; default: what the model directory declares
     num_threads: int | None = None  # PyTorch threads
     quantize: str | None = None  # "int8": int8 dense layers (CPU); None: float32
+    device: str | None = None  # where the model runs (`core.system.inference_device`): cpu by default
     # What one client may cost the server (the command line's options are generated from these declarations).
     max_input_chars: int | None = option(
         None, "characters of one input (each text of a pair) the server reads: longer ones get 413, or are cut to "

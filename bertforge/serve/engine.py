@@ -67,7 +67,8 @@ class Engine:
 
         config = self.config
         common = dict(max_length=config.max_length, batch_tokens=config.max_batch_tokens,
-                      batch_size=config.max_batch_tokens, progress=False, num_threads=config.num_threads)
+                      batch_size=config.max_batch_tokens, progress=False, num_threads=config.num_threads,
+                      device=config.device)
         pipelines: dict[str, Any] = {}
         if self.task == "embed":
             # Unnormalised rows: each request says whether it wants them normalised.

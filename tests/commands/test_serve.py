@@ -109,3 +109,24 @@ def test_a_missing_model_is_one_line(tmp_path, capsys):
 
     assert main(["serve", "--model", str(tmp_path / "nope"), "--port", str(free_port())]) == 2
     assert "no such model directory" in capsys.readouterr().err
+
+
+def test_the_client_cost_options_reach_the_server_config(monkeypatch):
+    """serve's guards (--max-input-chars, --head-timeout, --body-timeout, --max-connections) and --device, given on
+    the command line, are what the server is configured with; left out, their declared defaults hold."""
+    from bertforge.cli import build_parser
+    from bertforge.commands import serve as serve_command
+    from bertforge.serve.config import ServeConfig
+
+    seen = []
+    monkeypatch.setattr("bertforge.serve.run_server", lambda config, **kw: seen.append(config) or 0)
+    args = build_parser().parse_args(["serve", "--model", "m", "--max-input-chars", "100", "--head-timeout", "2.5",
+                                      "--body-timeout", "7", "--max-connections", "9", "--device", "cpu"])
+    assert serve_command.run(args) == 0
+    config = seen[0]
+    assert (config.max_input_chars, config.head_timeout, config.body_timeout, config.max_connections, config.device) == (
+        100, 2.5, 7.0, 9, "cpu")
+    assert serve_command.run(build_parser().parse_args(["serve", "--model", "m"])) == 0
+    defaults = ServeConfig(model="m")
+    assert (seen[1].head_timeout, seen[1].body_timeout, seen[1].max_input_chars) == (
+        defaults.head_timeout, defaults.body_timeout, defaults.max_input_chars)
