@@ -10,6 +10,9 @@ How a page's code is run (the docs site's runner should do the same):
   line just above it, by the HTML comment ``<!-- slow -->``, runs only under ``pytest -m slow``: by default it is
   skipped, and no later block of the page may need what it defines.
 
+* torch runs on one thread while a page runs (restored afterwards): the pages' models are tiny, and on a shared
+  machine one thread is several times faster than two that wait for each other.
+
 The default run keeps each page to a few seconds (tiny models from ``BertConfig.preset("tiny", ...)``); the slow
 run also executes the measured parts (head-only against full fine-tuning, the exercises' solutions).
 """
@@ -55,10 +58,13 @@ def python_blocks(text: str) -> list[tuple[int, str, bool]]:
 
 def run_page(page: Path, workdir: Path, slow: bool) -> int:
     """Run the page's blocks in `workdir`; returns how many ran."""
+    import torch
+
     namespace: dict[str, object] = {"__name__": "__main__"}
     ran = 0
-    old = Path.cwd()
+    old, threads = Path.cwd(), torch.get_num_threads()
     os.chdir(workdir)
+    torch.set_num_threads(1)
     try:
         for line, code, is_slow in python_blocks(page.read_text(encoding="utf-8")):
             if is_slow and not slow:
@@ -67,6 +73,7 @@ def run_page(page: Path, workdir: Path, slow: bool) -> int:
             ran += 1
     finally:
         os.chdir(old)
+        torch.set_num_threads(threads)
     return ran
 
 
