@@ -117,3 +117,55 @@ def test_page_runs(page: Path, tmp_path: Path) -> None:
                          ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_page_runs_with_its_slow_blocks(page: Path, tmp_path: Path) -> None:
     run_page(page, tmp_path, slow=True)
+
+
+# ---------------------------------------------------------------------------------------------- the pictures
+PICTURES = DOCS / "images" / "learn"
+
+
+def make_pictures():
+    """docs/make_pictures.py as a module."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("make_pictures", DOCS / "make_pictures.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
+
+
+def test_every_picture_is_committed_small_and_shown() -> None:
+    names = set(make_pictures().PICTURES)
+    pages = "".join(p.read_text(encoding="utf-8") for p in DOCS.glob("learn/*.md"))
+    for name in names:
+        png = PICTURES / f"{name}.png"
+        assert png.is_file(), f"{png} is missing: run python docs/make_pictures.py"
+        assert png.stat().st_size < 150_000, f"{png.name} is {png.stat().st_size:,} bytes"
+        assert f"../images/learn/{name}.png" in pages, f"no page shows {png.name}"
+
+
+def test_the_architecture_picture_records_the_real_shapes(tmp_path: Path) -> None:
+    import torch
+
+    from bertforge import BertConfig, BertForPreTraining
+
+    pictures = make_pictures()
+    model = BertForPreTraining(BertConfig.preset("tiny", vocab_size=1000)).eval()
+    shapes = pictures.recorded_shapes(model, ["bert.embeddings", "bert.encoder.layer.0.intermediate", "bert.pooler",
+                                              "cls.predictions"],
+                                      {"input_ids": torch.randint(5, 1000, (2, 12)), "sparse_mlm": False})
+    assert shapes == {"bert.embeddings": (2, 12, 128), "bert.encoder.layer.0.intermediate": (2, 12, 512),
+                      "bert.pooler": (2, 128), "cls.predictions": (2, 12, 1000)}
+    assert pictures.architecture(tmp_path).stat().st_size > 10_000
+
+
+def test_every_probe_has_a_kind_that_holds_its_answer() -> None:
+    kinds = make_pictures().probe_kinds()
+    assert len(kinds) == 12
+    assert all(answer in kind and len(kind) > 3 for _, answer, kind in kinds)
+
+
+@pytest.mark.slow
+def test_make_pictures_writes_every_picture(tmp_path: Path) -> None:
+    made = make_pictures().main(["--out", str(tmp_path), "--steps", "20"])
+    assert sorted(p.name for p in made) == sorted(f"{n}.png" for n in make_pictures().PICTURES)
+    assert all(p.stat().st_size < 150_000 for p in made)
