@@ -169,3 +169,17 @@ def test_make_pictures_writes_every_picture(tmp_path: Path) -> None:
     made = make_pictures().main(["--out", str(tmp_path), "--steps", "20"])
     assert sorted(p.name for p in made) == sorted(f"{n}.png" for n in make_pictures().PICTURES)
     assert all(p.stat().st_size < 150_000 for p in made)
+
+
+@pytest.mark.slow
+def test_head_vs_full_runs_both_ways_on_its_stand_in_data(tmp_path: Path) -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("head_vs_full", DOCS / "exercises" / "head_vs_full.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    head, full = module.main(["--data", str(tmp_path / "absent"), "--train-rows", "64", "--dev-rows", "32",
+                              "--epochs", "1"])
+    assert head["run"] == "head only" and full["run"] == "full fine-tuning"
+    assert head["trained"] < full["trained"] == full["total"] == head["total"]
+    assert all(0.0 <= r["accuracy"] <= 1.0 for r in (head, full))
