@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..core.constants import POOLINGS
 from ..core.errors import BertforgeError
 from ..core.io import atomic_write, check_output_file, check_text
 from . import add_quantize_argument
@@ -27,7 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=".txt: one text a line (row i of the output is line i); .jsonl: one JSON object a line")
     parser.add_argument("--output", required=True, metavar="FILE", help="the embeddings, a float32 .npy file [n, hidden]")
     parser.add_argument("--text-key", default="text", metavar="KEY", help="JSON key holding the text in .jsonl input (text)")
-    parser.add_argument("--pooling", choices=["mean", "cls"], default=None,
+    parser.add_argument("--pooling", choices=POOLINGS, default=None,
                         help="default: what a sentence-transformers model declares, else mean")
     norm = parser.add_mutually_exclusive_group()
     norm.add_argument("--normalize", dest="normalize", action="store_true", default=None, help="unit-length embeddings")

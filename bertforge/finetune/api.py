@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from .. import __version__
+from ..model.card import ModelCard
 from ..model.config import BertConfig
 from ..data.corpus import calibration_ids
 from ..core.errors import BertforgeError
@@ -96,6 +97,7 @@ def _finetune(cfg: FinetuneConfig, out: Path, rt: Runtime, lifecycle: RunLifecyc
     model_config = BertConfig.from_pretrained(cfg.model, **overrides)
     main_metric = task.main_metric(model_config, cfg.metric)
     train_data = task.encode(tokenizer, train_examples, opts, model_config, Path(cfg.train), labelled=True)
+    task.check_trainable(train_data)
     dev_data = task.encode(tokenizer, dev_examples, opts, model_config, Path(cfg.dev), labelled=True)
 
     seq_len = task.max_length(opts, model_config)
@@ -119,7 +121,11 @@ def _finetune(cfg: FinetuneConfig, out: Path, rt: Runtime, lifecycle: RunLifecyc
     assert result.best is not None  # every run evaluates at least once
     refuse_nonfinite(model.state_dict(), str(out / "model"))
     with atomic_directory(out / "model") as work:
-        model.save_pretrained(work)
+        best = result.best
+        recipe = {k: getattr(cfg, k) for k in ("task", "epochs", "batch_size", "lr", "max_length", "seed")}
+        model.save_pretrained(work, ModelCard(
+            base_model=cfg.model, datasets=(cfg.train,), recipe=recipe, metrics=best.metrics, trained_by="finetune",
+            metrics_on=f"`{cfg.dev}` (the best evaluation: step {best.step}, epoch {best.epoch})"))
         tokenizer.save_pretrained(work)
     with open(out / "metrics.jsonl", encoding="utf-8") as records:
         plot_curve((json.loads(line) for line in records), main_metric, out / "training_curve.png")

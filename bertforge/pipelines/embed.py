@@ -94,3 +94,25 @@ class EmbedPipeline(Pipeline):
         if not rows:
             return np.zeros((0, self.hidden_size), dtype=np.float32)
         return np.stack(rows)
+
+
+class FeatureExtractionPipeline(EmbedPipeline):
+    """`pipeline("feature-extraction", model=DIR)`: what `transformers`' feature-extraction pipeline returns — every
+    token's last hidden state, special tokens included, no pooling: one text → a nested list [1, tokens, hidden];
+    a list of texts → one such list each. (`pipeline("embed")` gives pooled sentence vectors.)"""
+
+    task = "feature-extraction"
+
+    def __init__(self, model: Any, **kwargs: Any) -> None:
+        if kwargs.get("pooling") is not None or kwargs.get("normalize"):
+            raise BertforgeError("feature-extraction returns token vectors, unpooled: for pooled (or normalised) "
+                                 "sentence vectors use pipeline(\"embed\")")
+        super().__init__(model, **kwargs)
+
+    def head(self, batch: PackedBatch, hidden: Tensor, features: list[Feature]) -> list[np.ndarray]:
+        return [hidden[start:start + n].numpy() for start, n in zip(batch.starts, batch.lengths)]  # [T, H] each
+
+    def __call__(self, inputs: str | Iterable[str]) -> Any:  # type: ignore[override]
+        if isinstance(inputs, str):
+            return Pipeline.__call__(self, inputs)[None].tolist()
+        return [rows[None].tolist() for rows in Pipeline.__call__(self, inputs)]

@@ -32,7 +32,8 @@ from ..model.config import BertConfig
 from ..core.errors import BertforgeError
 from ..model import BertForMaskedLM, BertPreTrainedModel
 from ..core.options import option
-from .trainer import PretrainArgs, Pretrainer
+from .args import PretrainArgs
+from .trainer import Pretrainer
 from .objectives import Objective, mlm_stats
 from .data import model_inputs
 from ..training.step import TrainStep

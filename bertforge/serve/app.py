@@ -112,8 +112,11 @@ def run_server(config: ServeConfig, host: str = "127.0.0.1", port: int = 8080, w
         raise BertforgeError(f"serve: workers must be at least 1, got {workers}")
     if not 0 <= port <= 65535:
         raise BertforgeError(f"serve: port must be in 0..65535, got {port}")
+    from .connections import ensure_descriptors, protocol_options
+
+    ensure_descriptors(config.max_connections)
     options = dict(host=host, port=port, log_level=log_level, timeout_graceful_shutdown=graceful_timeout,
-                   lifespan="on", access_log=False, server_header=False)
+                   lifespan="on", access_log=False, server_header=False, **protocol_options(config))
     _tune_serving_process()
     if workers == 1:
         app = create_app(config)  # a bad model directory fails here, as one line

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -86,12 +87,15 @@ def test_sigterm_lets_the_request_in_flight_finish_then_exits_0(models):
 @pytest.mark.slow  # three processes load torch and the model: ~13 s on 2 cores
 def test_several_worker_processes(models):
     port = free_port()
-    proc = _start(["--model", str(models["classify"]), "--workers", "2"], port)
+    proc = _start(["--model", str(models["classify"]), "--workers", "2", "--head-timeout", "1"], port)
     try:
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=TIMEOUT) as client, ThreadPoolExecutor(8) as pool:
             results = list(pool.map(lambda i: client.post("/predict", json={"inputs": SENTENCES[i % 6]}), range(24)))
             assert all(r.status_code == 200 for r in results)
             assert len({json.dumps(r.json()) for r in results}) > 1
+        with socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT) as sock:  # the limits reach the workers
+            sock.sendall(b"GET /health HTTP/1.1\r\n")
+            assert sock.recv(4096).startswith(b"HTTP/1.1 408 ")
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(TIMEOUT) == 0
     finally:
