@@ -31,6 +31,7 @@ from ..model.attention import PackedBatch, pack
 from ..core.linear import BACKENDS, linear_backend, onednn_available
 from ..model.quantize import check_quantize, is_quantized, quantize_model
 from ..core.system import configure_threads, reuse_freed_memory
+from ..core.hub import model_path
 
 log = logging.getLogger("bertforge")
 
@@ -132,7 +133,7 @@ class Pipeline:
             self.model = model.eval()
             self.check_model(self.model, type(model).__name__)
         else:
-            path = Path(model)
+            path = model_path(model)
             if not path.is_dir():
                 raise BertforgeError(f"{path}: no such model directory")
             self.model_dir = path

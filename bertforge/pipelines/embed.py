@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -17,6 +16,7 @@ from ..model import BertModel
 from ..model.pooling import POOLINGS, pool, sentence_transformers_settings
 from .base import Feature, Pipeline
 from ..model.attention import PackedBatch
+from ..core.hub import model_path
 
 log = logging.getLogger("bertforge")
 
@@ -48,7 +48,7 @@ class EmbedPipeline(Pipeline):
                  **kwargs: Any) -> None:
         if pooling is not None and pooling not in POOLINGS:
             raise BertforgeError(f"embed: pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
-        directory = None if isinstance(model, torch.nn.Module) else Path(model)
+        directory = None if isinstance(model, torch.nn.Module) else model_path(model)
         defaults = sentence_transformers_settings(directory if directory is not None and directory.is_dir() else None)
         declared = defaults.get("max_length") if kwargs.get("max_length") is None else None
         super().__init__(model, **kwargs)  # without max_length: the model's limit

@@ -18,6 +18,7 @@ from ..training.time_budget import PROVISIONAL_STEPS
 from ..training.run_dir import RunKind
 from ..training.step import MAX_SKIPPED_STEPS, PRECISION_HELP, PRECISIONS
 from .data import STATIC_DIR
+from ..core.hub import model_path
 
 WARMUP_STEPS = 100  # the default --warmup-steps
 RUN_CONFIG = "run_config.json"  # the settings of a pretraining run, in OUT
@@ -154,7 +155,7 @@ class PretrainArgs:
         for path in [*a.corpus, *a.eval_corpus]:
             if not Path(path).exists():
                 raise BertforgeError(f"corpus path {path} does not exist")
-        if a.init_from is not None and not (Path(a.init_from) / "config.json").is_file():
+        if a.init_from is not None and not (model_path(a.init_from) / "config.json").is_file():
             raise BertforgeError(f"--init-from {a.init_from}: no config.json there (a checkpoint directory is expected)")
 
     def chosen(self) -> set[str]:

@@ -37,6 +37,7 @@ from .trainer import Pretrainer
 from .objectives import Objective, mlm_stats
 from .data import model_inputs
 from ..training.step import TrainStep
+from ..core.hub import model_path
 
 log = logging.getLogger("bertforge")
 
@@ -58,7 +59,7 @@ class DistillArgs(PretrainArgs):
     def validate(self) -> None:
         if not self.teacher:
             raise BertforgeError("--teacher is required: the checkpoint directory to distil")
-        if not (Path(self.teacher) / "config.json").is_file():
+        if not (model_path(self.teacher) / "config.json").is_file():
             raise BertforgeError(f"--teacher {self.teacher}: no config.json there (a checkpoint directory is expected)")
         if not self.corpus:
             raise BertforgeError("--corpus is required: the text the student learns on")

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import signal
@@ -138,7 +139,8 @@ def run_server(config: ServeConfig, host: str = "127.0.0.1", port: int = 8080, w
     if config.num_threads is None:
         from ..core.system import available_cpus
 
-        config.num_threads = max(1, available_cpus() // workers)  # the processes share the machine's cores
+        # the processes share the machine's cores (a new settings value: the caller's is not changed)
+        config = dataclasses.replace(config, num_threads=max(1, available_cpus() // workers))
     Engine(config).stop()  # check the model once here: uvicorn would restart failing workers forever
     os.environ[ENV_CONFIG] = config.to_json()
     uvicorn.run("bertforge.serve:app_from_environment", factory=True, workers=workers, **options)

@@ -12,6 +12,7 @@ from .batcher import Batcher
 from .config import ServeConfig
 from .errors import ApiError
 from .metrics import Metrics
+from ..core.hub import model_path
 
 #: The default bound on one input's characters, per token of the model's max length: English averages 4-5
 #: characters a token, so a text cut there keeps every token the model reads unless it averages more than 16.
@@ -49,11 +50,11 @@ class Engine:
     """
 
     def __init__(self, config: ServeConfig) -> None:
-        model_dir = Path(config.model)
+        model_dir = model_path(config.model)
         if not model_dir.is_dir():
             raise BertforgeError(f"{model_dir}: no such model directory")
         self.config = config
-        self.model_name = config.model_name or model_dir.resolve().name
+        self.model_name = config.model_name or (model_dir.resolve().name if Path(config.model).exists() else config.model)
         self.task = detect_task(model_dir) if config.task == "auto" else config.task
         self.metrics = Metrics()
         self.batcher = Batcher({}, config.max_batch_tokens, config.max_queue, self.metrics)
