@@ -13,7 +13,7 @@ from typing import Any
 from ..core.errors import BertforgeError
 from ..model.config import BertConfig, PRESETS
 from ..training.optim import DECAYS
-from ..core.options import option
+from ..core.options import check_choices, option
 from ..training.time_budget import PROVISIONAL_STEPS
 from ..training.run_dir import RunKind
 from ..training.step import MAX_SKIPPED_STEPS, PRECISION_HELP, PRECISIONS
@@ -131,6 +131,7 @@ class PretrainArgs:
 
     def validate(self) -> None:
         """Raise `BertforgeError` naming the first bad setting (before anything is written)."""
+        check_choices(self)
         a = self
         for name in ("max_steps", "batch_size", "grad_accum", "seq_len", "save_every", "keep_last", "log_every", "vocab_size",
                      "dupe_factor", "max_skipped_steps", "eval_max_instances", "eval_every", "early_stop_patience"):

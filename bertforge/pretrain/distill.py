@@ -31,7 +31,7 @@ from ..model.auto import AutoModelForMaskedLM
 from ..model.config import BertConfig
 from ..core.errors import BertforgeError
 from ..model import BertForMaskedLM, BertPreTrainedModel
-from ..core.options import option
+from ..core.options import check_choices, option
 from .args import PretrainArgs
 from .trainer import Pretrainer
 from .objectives import Objective, mlm_stats
@@ -57,6 +57,7 @@ class DistillArgs(PretrainArgs):
     alpha_cos: float = option(1.0, "weight of the cosine loss between the last hidden states")
 
     def validate(self) -> None:
+        check_choices(self)
         if not self.teacher:
             raise BertforgeError("--teacher is required: the checkpoint directory to distil")
         if not (model_path(self.teacher) / "config.json").is_file():
