@@ -12,6 +12,7 @@ from typing import Any
 
 from .errors import BertforgeError
 from .model.config import BertConfig, PRESETS
+from .model.rtd import generator_config
 from .optim import DECAYS
 from .options import option
 from .time_budget import PROVISIONAL_STEPS
@@ -228,6 +229,8 @@ class PretrainArgs:
         if a.generator_layers is not None and objective != "rtd":
             raise BertforgeError(f"--generator-layers applies to --objective rtd only; {model} pretrains with "
                                  f"{objective}")
+        if objective == "rtd":
+            generator_config(config, a.generator_layers)  # refuses a generator deeper than the model, before OUT changes
         if objective in ("nsp", "sop") and member.sentence_head is None:
             raise BertforgeError(f"--objective {objective} contradicts {model}: {member.name} is pretrained with MLM "
                                  "only (it has no sentence head)")

@@ -17,7 +17,7 @@ LAYERS = {
     "model": 2, "checkpoint": 2, "memory": 2, "auto": 2, "pooling": 2, "quantize": 2,
     "tokenizer": 3, "data": 3, "qa_spans": 3,
     "train": 4, "training_log": 4, "training_checkpoint": 4, "optim": 4, "pretrain": 4, "pretrain_data": 4, "pretrain_eval": 4, "distill": 4, "run_dir": 4,
-    "time_budget": 4, "train_loop": 4, "pretrain_args": 4, "pretrain_model": 4, "pretrain_objectives": 4,
+    "time_budget": 4, "train_loop": 4, "pretrain_args": 4, "pretrain_model": 4, "pretrain_objectives": 4, "pretrain_rtd": 4,
     "pretrain_report": 4,
     "finetune": 4, "embeddings_train": 4,
     "pipelines": 5, "onnx": 5, "serve": 5,
