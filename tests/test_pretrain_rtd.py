@@ -40,19 +40,22 @@ def make_corpus(path: Path, docs: int = 60, seed: int = 0) -> Path:
 
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory):
-    """(corpus, a DeBERTa tokenizer trained on it)."""
+    """(corpus, a DeBERTa tokenizer trained on it, config.json: deberta-v3-tiny's parts at width 32, for speed)."""
+    from bertforge import BertConfig
     from bertforge.tokenizer import Tokenizer
 
     root = tmp_path_factory.mktemp("rtd")
     corpus = make_corpus(root / "corpus.txt")
     tok = Tokenizer.train([str(corpus)], vocab_size=60, kind="deberta-v2", show_progress=False)
     tok.save_pretrained(root / "tok")
-    return corpus, root / "tok"
+    BertConfig.preset("deberta-v3-tiny", vocab_size=tok.vocab_size, hidden_size=32, num_attention_heads=2,
+                      intermediate_size=64).save_pretrained(root)
+    return corpus, root / "tok", root / "config.json"
 
 
 def args(inputs, out: Path, **kw) -> PretrainArgs:
-    corpus, tok = inputs
-    base = dict(corpus=[str(corpus)], tokenizer=str(tok), config="deberta-v3-tiny", out=str(out), batch_size=4,
+    corpus, tok, config = inputs
+    base = dict(corpus=[str(corpus)], tokenizer=str(tok), config=str(config), out=str(out), batch_size=4,
                 seq_len=32, progress=False, demo=False, max_steps=8, lr=1e-3, warmup_steps=2, save_every=4,
                 log_every=2)
     return PretrainArgs(**{**base, **kw})
@@ -62,6 +65,7 @@ def args(inputs, out: Path, **kw) -> PretrainArgs:
 
 
 def test_deberta_v3_pretrains_with_rtd_by_default_and_masks_every_chosen_token(inputs, tmp_path):
+    from bertforge import BertConfig
     from bertforge.pretrain_data import pretraining_stream
 
     a = args(inputs, tmp_path / "run")
@@ -72,6 +76,7 @@ def test_deberta_v3_pretrains_with_rtd_by_default_and_masks_every_chosen_token(i
 
     tok = Tokenizer.from_pretrained(inputs[1])
     stream = pretraining_stream(resolved, [str(inputs[0])], tok, 0, 1, 16)
+    assert BertConfig.preset("deberta-v3-tiny").to_dict().items() >= {"num_hidden_layers": 2, "hidden_size": 128}.items()
     batch = next(stream)
     chosen = batch["labels"] != -100
     assert chosen.sum() > 10 and (batch["input_ids"][chosen] == tok.mask_token_id).all()  # all of them [MASK]
@@ -81,6 +86,7 @@ def test_deberta_v3_pretrains_with_rtd_by_default_and_masks_every_chosen_token(i
 
 @pytest.mark.parametrize("change, message", [
     (dict(generator_layers=3), r"--generator-layers 3: the generator needs 1 to 2 layers"),
+    (dict(config="deberta-v3-tiny", generator_layers=3), r"--generator-layers 3: the generator needs 1 to 2 layers"),
     (dict(objective="rtd", config="tiny", tokenizer=None), r"--objective rtd contradicts --config tiny: replaced-token"),
     (dict(objective="mlm", generator_layers=1), r"--generator-layers applies to --objective rtd only"),
     (dict(rtd_weight=0.0), r"--rtd-weight must be a positive number"),
@@ -114,7 +120,7 @@ def test_eval_results_give_f1_and_the_all_original_rate():
 def run(inputs, tmp_path_factory):
     """An 8-step run with held-out evaluation (its directory)."""
     out = tmp_path_factory.mktemp("rtd-run") / "run"
-    pretrain(args(inputs, out, eval_fraction=0.2, eval_every=4, eval_max_instances=16))
+    pretrain(args(inputs, out, eval_fraction=0.2, eval_every=4, eval_max_instances=8))
     return out
 
 
@@ -184,26 +190,27 @@ class Interrupt(Exception):
 
 
 def test_an_interrupted_and_resumed_rtd_run_is_bitwise_identical(inputs, tmp_path, monkeypatch):
+    settings = dict(max_steps=6, save_every=3)
     straight = tmp_path / "straight"
-    pretrain(args(inputs, straight))
+    pretrain(args(inputs, straight, **settings))
     broken = tmp_path / "broken"
     real_step = Pretrainer.train_step
 
     def step(self):
-        if self.step == 5:
+        if self.step == 4:
             raise Interrupt()
         return real_step(self)
 
     monkeypatch.setattr(Pretrainer, "train_step", step)
     with pytest.raises(Interrupt):
-        pretrain(args(inputs, broken))
+        pretrain(args(inputs, broken, **settings))
     monkeypatch.setattr(Pretrainer, "train_step", real_step)
-    assert [s for s, _ in list_checkpoints(broken)] == [4]
-    pretrain(args(inputs, broken, resume=True))
-    for name in ("model", "generator", "checkpoints/step-8"):
+    assert [s for s, _ in list_checkpoints(broken)] == [3]
+    pretrain(args(inputs, broken, resume=True, **settings))
+    for name in ("model", "generator", "checkpoints/step-6"):
         a, b = (load_file(str(out / name / "model.safetensors")) for out in (straight, broken))
         assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), name
-    opt_a, opt_b = (load_state(out / "checkpoints" / "step-8", "optimizer") for out in (straight, broken))
+    opt_a, opt_b = (load_state(out / "checkpoints" / "step-6", "optimizer") for out in (straight, broken))
     names = opt_a["state"].keys()
     assert any("generator." in str(k) for k in names) and any("delta" in str(k) for k in names)  # both networks'
     assert torch.equal(torch.cat([v.flatten() for k in names for v in opt_a["state"][k].values() if torch.is_tensor(v)]),
@@ -248,6 +255,53 @@ def test_init_from_continues_with_the_generator_beside_it_or_gives_a_discriminat
 
 
 # ---------------------------------------------------------------------------------------------- slow
+
+
+def torchrun(inputs, out: Path, *extra: str, timeout: float = 400):
+    """`bertforge pretrain` of the tiny DeBERTa under `torchrun --nproc-per-node 2` on CPU (gloo)."""
+    import os
+    import subprocess
+    import sys
+
+    corpus, tok, config = inputs
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "bertforge",
+           "pretrain", "--corpus", str(corpus), "--tokenizer", str(tok), "--config", str(config), "--out", str(out),
+           "--batch-size", "2", "--seq-len", "32", "--no-progress", "--device", "cpu", "--lr", "1e-3",
+           "--warmup-steps", "1", "--log-every", "2", *extra]
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                              env=dict(os.environ, OMP_NUM_THREADS="1"))
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"torchrun {' '.join(extra)} hung for {timeout} s")
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fsdp", [False, True], ids=["ddp", "fsdp"])
+def test_torchrun_trains_both_networks_resumes_bitwise_and_exports_both(inputs, tmp_path, fsdp):
+    """DDP and FSDP over gloo: both ranks step together, a run resumed from its step-2 checkpoint ends bitwise where
+    the uninterrupted one did, and OUT/model and OUT/generator are complete checkpoints."""
+    common = ["--save-every", "2", "--keep-last", "3", "--max-steps", "4", *(["--fsdp"] if fsdp else [])]
+    straight = tmp_path / "straight"
+    torchrun(inputs, straight, *common)
+    assert [s for s, _ in list_checkpoints(straight)] == [2, 4]
+    data = load_state(straight / "checkpoints" / "step-4", "data")
+    assert len(data) == 2 and data[0] != data[1]
+    resumed = tmp_path / "resumed"
+    shutil.copytree(straight, resumed)
+    for name in ("checkpoints/step-4", "model", "generator"):
+        shutil.rmtree(resumed / name)
+    done = torchrun(inputs, resumed, "--resume", *common)
+    assert "resumed from" in done.stdout + done.stderr
+    for name in ("model", "generator", "checkpoints/step-4"):
+        a, b = (load_file(str(out / name / "model.safetensors")) for out in (straight, resumed))
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), name
+    transformers = pytest.importorskip("transformers")
+    for name, cls in (("model", transformers.DebertaV2Model), ("generator", transformers.DebertaV2ForMaskedLM)):
+        _, info = cls.from_pretrained(straight / name, output_loading_info=True)
+        assert not info["missing_keys"], (name, info)
+
 
 
 @pytest.mark.slow
