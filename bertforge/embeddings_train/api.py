@@ -11,21 +11,22 @@ from typing import Any
 import torch
 
 from .. import __version__
+from ..model.card import ModelCard
 from ..model.config import BertConfig
-from ..errors import BertforgeError
+from ..core.errors import BertforgeError
 from ..finetune.api import check_output_dir, make_settings
-from ..io import atomic_directory, atomic_write_text, lock_run_directory
-from ..memory import check_training_fits
+from ..core.io import atomic_directory, atomic_write_text, lock_run_directory
+from ..model.memory import check_training_fits
 from ..model import BertModel
-from ..pooling import sentence_transformers_settings, write_sentence_transformers_files
-from ..system import setup_runtime
-from ..train import refuse_nonfinite
-from ..training_log import MetricsLog, Panel, plot_curves, read_rows
+from ..model.pooling import sentence_transformers_settings, write_sentence_transformers_files
+from ..core.system import setup_runtime
+from ..training.step import refuse_nonfinite
+from ..training.log import MetricsLog, Panel, plot_curves, read_rows
 from ..finetune.trainer import run_logged
 from .config import EmbeddingsConfig
 from .data import PairData, normalized_scores, read_pairs
 from .encoder import embed_all
-from .evaluation import main_metric, retrieval_metrics, retrieval_task, similarity_metrics
+from .evaluation import main_metric, retrieval_metrics, retrieval_set, similarity_metrics
 from .losses import make_loss
 from .trainer import EmbeddingTraining, encode_pairs
 
@@ -88,7 +89,12 @@ def _train(cfg: EmbeddingsConfig, out: Path, device: torch.device) -> dict[str, 
     with atomic_directory(out) as work:
         result = run_logged(run, MetricsLog(work / "metrics.jsonl", tensorboard=work / "tensorboard"), "training embeddings")
         refuse_nonfinite(model.state_dict(), str(out))
-        model.save_pretrained(work)
+        best = None if result.best is None else result.best.metrics
+        model.save_pretrained(work, ModelCard(
+            base_model=cfg.model, datasets=(cfg.train,), trained_by="train-embeddings", library="sentence-transformers",
+            pipeline_tag="sentence-similarity", metrics=best or {}, metrics_on=f"`{cfg.dev}` (the best evaluation)",
+            recipe={"loss": loss_name, "pooling": pooling, "batch_size": cfg.batch_size, "lr": cfg.lr,
+                    "max_length": max_length, "seed": cfg.seed}))
         tokenizer.save_pretrained(work)
         write_sentence_transformers_files(work, model_config.hidden_size, pooling, cfg.normalize, max_length,
                                           {"bertforge": __version__, "pytorch": torch.__version__})
@@ -134,7 +140,7 @@ def _loss_name(cfg: EmbeddingsConfig, data: PairData) -> str:
 def _evaluator(data: PairData, tokenizer: Any, model: BertModel, pooling: str, max_length: int,
                device: torch.device, cfg: EmbeddingsConfig):
     """The dev scoring function: retrieval metrics for pairs and triplets, correlations for scored pairs."""
-    from ..train import autocast, pick_precision
+    from ..training.step import autocast, pick_precision
 
     precision = pick_precision("auto", device)
 
@@ -144,8 +150,8 @@ def _evaluator(data: PairData, tokenizer: Any, model: BertModel, pooling: str, m
 
     if data.shape == "scored":
         return lambda: similarity_metrics(embed(data.texts[0]), embed(data.texts[1]), data.scores or [])
-    task = retrieval_task(data)
-    return lambda: retrieval_metrics(embed(task.queries), embed(task.corpus), task.relevant)
+    lookup = retrieval_set(data)
+    return lambda: retrieval_metrics(embed(lookup.queries), embed(lookup.corpus), lookup.relevant)
 
 
 def _plot(work: Path, metric: str | None) -> None:

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import BertforgeError
-from ..optim import check_layer_lr_decay
-from ..options import option
-from ..train import PRECISION_HELP, PRECISIONS, check_precision
+from ..core.errors import BertforgeError
+from ..training.optim import check_layer_lr_decay
+from ..core.options import option
+from ..training.step import PRECISION_HELP, PRECISIONS, check_precision
 
 FINETUNE_TASKS = ("classification", "ner", "qa")  # `--task` of finetune / evaluate / predict
 
@@ -23,7 +23,7 @@ FINETUNE_TASKS = ("classification", "ner", "qa")  # `--task` of finetune / evalu
 @dataclass(kw_only=True)
 class DataOptions:
     """How to read and encode a task's files; shared by finetune, evaluate and predict (each field is also their
-    command-line option, see `bertforge.options`)."""
+    command-line option, see `bertforge.core.options`)."""
 
     max_length: int | None = option(None, "tokens per input (default 128; 384 for qa; at most the model's positions)",
                                     metavar="N")
@@ -78,7 +78,7 @@ class FinetuneConfig(DataOptions):
     metric: str | None = option(None, "main metric that picks the best checkpoint (default: accuracy; pearson for "
                                 "regression; f1 for ner and qa)")
     group_by_length: bool = option(False, "batches of examples of similar length instead of plain shuffled ones "
-                                   "(less attention padding, but worse scores: see the README)")
+                                   "(less attention padding, but worse scores: see docs/guides/finetuning.md)")
     log_every: int = option(10, "write the training loss to metrics.jsonl every N optimizer steps", metavar="N")
     overwrite: bool = option(False, "replace an --out that already holds a run")
     max_skipped_steps: int = option(10, "stop with an error after N optimizer steps in a row with a non-finite loss "

@@ -11,7 +11,7 @@ to these and back (`bertforge.families`).
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator
+from collections.abc import Collection
 from typing import Any
 
 import torch
@@ -19,10 +19,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .config import BertConfig
-from ..constants import IGNORE_INDEX
-from ..errors import BertforgeError
-from ..ops import dropout
-from ..pooling import pool
+from ..core.constants import IGNORE_INDEX
+from ..core.errors import BertforgeError
+from ..core.ops import dropout
+from .pooling import pool
 from .attention import Packed, PackedBatch, Padded, Unpadded, extended_attention_mask, static_graph
 from .encoder import BertAttention, BertEmbeddings, BertEncoder, BertLayer, BertPooler
 from .heads import (BertPredictionHeadTransform, BertPreTrainingHeads, FirstTokenHead, masked_lm, pool_padded,
@@ -97,6 +97,13 @@ class BertPreTrainedModel(nn.Module):
             depth.update((id(p), block) for p in encoder.layer[index].parameters())
         return len(encoder.schedule), depth
 
+    def head_prefixes(self) -> tuple[str, ...]:
+        """The `state_dict` prefixes of the task head's weights (everything beside the encoder, and the pooler where
+        the head reads it): what a checkpoint must hold for the head to be trained, not fresh."""
+        own = tuple(f"{name}." for name, _ in self.named_children() if name != "bert")
+        pooler = "bert.pooler." if getattr(self.base_model, "pooler", None) is not None and self is not self.base_model else None
+        return own + ((pooler,) if pooler else ())
+
     def set_attn_implementation(self, backend: str) -> None:
         self.config.attn_implementation = backend
         self.config.validate()
@@ -130,14 +137,15 @@ class BertPreTrainedModel(nn.Module):
 
     @classmethod
     def from_pretrained(cls, path: Any, **overrides: Any) -> Any:
-        from ..checkpoint import load_pretrained
+        from .checkpoint import load_pretrained
 
         return load_pretrained(cls, path, **overrides)
 
-    def save_pretrained(self, path: Any) -> None:
-        from ..checkpoint import save_pretrained
+    def save_pretrained(self, path: Any, card: Any = None) -> None:
+        """config.json, model.safetensors and the model card (`card`: a `card.ModelCard`) in `path`."""
+        from .checkpoint import save_pretrained
 
-        save_pretrained(self, path)
+        save_pretrained(self, path, card)
 
 
 def init_matrix(param: Tensor, spec: EncoderSpec, role: str) -> None:
@@ -229,6 +237,10 @@ class BertForPreTraining(BertPreTrainedModel):
     def mlm_head(self) -> nn.Module:
         """The MLM head (transform and decoder bias; the decoder's weight is the word embeddings)."""
         return self.cls.predictions
+
+    def sentence_head_parts(self) -> tuple[nn.Module, ...]:
+        """The modules only the sentence objective trains (the pooler and the NSP / SOP classifier)."""
+        return tuple(m for m in (self.bert.pooler, self.cls.seq_relationship) if m is not None)
 
     def mlm_logits(self, hidden: Tensor) -> Tensor:
         """Vocabulary logits [..., V] of final hidden states [..., H]."""

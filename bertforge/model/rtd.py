@@ -24,8 +24,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..constants import IGNORE_INDEX
-from ..errors import BertforgeError
+from ..core.constants import IGNORE_INDEX
+from ..core.errors import BertforgeError
 from .config import BertConfig
 from .encoder import BertLayer
 from .models import BertForMaskedLM, BertModel, BertPreTrainedModel

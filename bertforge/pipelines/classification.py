@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..errors import BertforgeError
+from ..core.errors import BertforgeError
 from ..model import BertForSequenceClassification, BertForTokenClassification, BertPreTrainedModel
 from .base import Feature, Pipeline
 from ..model.attention import PackedBatch
@@ -73,8 +73,9 @@ class TextClassificationPipeline(Pipeline):
 
     def check_model(self, model: BertPreTrainedModel, source: str) -> None:
         _check_architecture(model, source, "BertForSequenceClassification", self.task)
-        if self.missing(model, "classifier.") or self.missing(model, "bert.pooler."):
-            part = "classifier.*" if self.missing(model, "classifier.") else "bert.pooler.*"
+        missing = [prefix for prefix in model.head_prefixes() if self.missing(model, prefix)]
+        if missing:
+            part = missing[0] + "*"
             raise BertforgeError(
                 f"{source} has no sequence-classification head ({part} is not in the checkpoint): "
                 + _HEADLESS_HINT.format(task="classification")

@@ -22,7 +22,7 @@ from typing import Any
 import tokenizers
 from tokenizers import AddedToken
 
-from bertforge.errors import BertforgeError
+from bertforge.core.errors import BertforgeError
 from bertforge.tokenizer import encoding
 from bertforge.tokenizer.encoding import retry_without_surrogates
 from bertforge.tokenizer.files import (
@@ -160,8 +160,8 @@ class Tokenizer(Vocabulary):
             show_progress: show the trainer's progress bar.
             kind: the tokenizer family, a `TokenizerKind` or a name for `kinds.kind_by_name` ("roberta", "bpe").
 
-        The special tokens come first, in the order of `kind.special_tokens`: [PAD] [UNK] [CLS] [SEP] [MASK] for
-        BERT (ids 0-4), <s> <pad> </s> <unk> <mask> for RoBERTa and XLM-RoBERTa, <pad> <unk> [CLS] [SEP] [MASK]
+        The special tokens come first, in the order of `kind.special_tokens`: `[PAD] [UNK] [CLS] [SEP] [MASK]` for
+        BERT (ids 0-4), `<s> <pad> </s> <unk> <mask>` for RoBERTa and XLM-RoBERTa, `<pad> <unk> [CLS] [SEP] [MASK]`
         for ALBERT.
         """
         kind = kind_by_name(kind) if isinstance(kind, str) else kind

@@ -3,7 +3,7 @@
 Two kinds of check: what the command hands to the library (the training function is replaced by one that records
 its argument, so nothing trains), and, where the effect has to be seen, a tiny real run: the batches a pretraining
 run draws, the vocabulary it trains, the dtype its layers compute in, the learning rates it logs, what it writes.
-The expected values are written here from the option's help text and the README, never read back from the code.
+The expected values are written here from the option's help text and the documentation, never read back from the code.
 `tests/test_cli_coverage.py` checks that every option of every command appears in some test.
 """
 
@@ -24,53 +24,53 @@ import torch
 
 from bertforge import BertConfig, data
 from bertforge.cli import main
-from bertforge.pretrain import PretrainArgs, Pretrainer
-from bertforge.run_dir import list_checkpoints
+from bertforge.pretrain.trainer import PretrainArgs, Pretrainer
+from bertforge.training.run_dir import list_checkpoints
 from bertforge.tokenizer import Tokenizer
 from tests.helpers import TINY_CONFIG, make_corpus
-from tests.test_pretrain_budget import use_fake_time
-from tests.test_pretrain_eval import rows, write_eval_text
-from tests.test_pretrain_init import save_bertforge_checkpoint, save_hf_mlm_checkpoint
+from tests.pretrain.test_trainer_budget import use_fake_time
+from tests.pretrain.test_eval import rows, write_eval_text
+from tests.pretrain.test_trainer_init import save_bertforge_checkpoint, save_hf_mlm_checkpoint
 
 from .cmd_helpers import WORDS, sentences
 
 # tiny (a corpus, its vocabulary, a config.json): a fixture of tests/commands/conftest.py; corpus_and_tokenizer, the
 # tiny corpus, tokenizer and config.json of the library's pretraining tests: a fixture of tests/conftest.py
 
-PRETRAIN = sys.modules["bertforge.pretrain"]  # the module: `bertforge.pretrain` may name the function
+PRETRAIN = sys.modules["bertforge.pretrain.trainer"]  # the module: `bertforge.pretrain.trainer` may name the function
 STREAM = data.PretrainingStream
 TINY = TINY_CONFIG
 
 
 @pytest.fixture
 def fake_time(monkeypatch):
-    """Time as a fake clock that each training step moves on by a second (`tests/test_pretrain_budget.py`)."""
+    """Time as a fake clock that each training step moves on by a second (`tests/pretrain/test_trainer_budget.py`)."""
     return use_fake_time(monkeypatch)
 
 
 @pytest.fixture(scope="module")
 def eval_text(tmp_path_factory) -> Path:
-    """Held-out documents of the same words, other sentences (`tests/test_pretrain_eval.py`)."""
+    """Held-out documents of the same words, other sentences (`tests/pretrain/test_eval.py`)."""
     return write_eval_text(tmp_path_factory.mktemp("eval"))
 
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
-    """A corpus of 120 documents (`tests/test_pretrain_families.py`, which needs transformers)."""
-    from tests.test_pretrain_families import write_corpus
+    """A corpus of 120 documents (`tests/pretrain/test_trainer_families.py`, which needs transformers)."""
+    from tests.pretrain.test_trainer_families import write_corpus
 
     return write_corpus(tmp_path_factory.mktemp("corpus"))
 
 
 @pytest.fixture(scope="module")
 def bertforge_checkpoint(corpus_and_tokenizer, tmp_path_factory) -> Path:
-    """A tiny BertForPreTraining saved by bertforge, with the run's tokenizer (`tests/test_pretrain_init.py`)."""
+    """A tiny BertForPreTraining saved by bertforge, with the run's tokenizer (`tests/pretrain/test_trainer_init.py`)."""
     return save_bertforge_checkpoint(corpus_and_tokenizer, tmp_path_factory.mktemp("bertforge_ckpt"))
 
 
 @pytest.fixture(scope="module")
 def hf_mlm_checkpoint(corpus_and_tokenizer, tmp_path_factory) -> Path:
-    """A tiny `transformers.BertForMaskedLM` with a 128-row vocabulary (`tests/test_pretrain_init.py`)."""
+    """A tiny `transformers.BertForMaskedLM` with a 128-row vocabulary (`tests/pretrain/test_trainer_init.py`)."""
     return save_hf_mlm_checkpoint(corpus_and_tokenizer, tmp_path_factory.mktemp("hf_mlm_ckpt"))
 
 
@@ -100,8 +100,8 @@ def tiny_trainer(monkeypatch, tiny, out: Path, *argv: str, tokenizer: bool = Tru
 
 
 def test_pretrain_with_no_arguments_is_the_documented_demo(monkeypatch):
-    # README "Set up": a vocabulary trained on the bundled demo corpus (short stories of a small world), a `tiny`
-    # BERT (2 layers, 128 wide), 2,500 steps of 32 sequences of 32 tokens, everything written to runs/demo/.
+    # README "Set up" and docs/benchmarks/demo.md: a vocabulary trained on the bundled demo corpus (short stories
+    # of a small world), a `tiny` BERT (2 layers, 128 wide), 2,500 steps of 32 sequences of 32 tokens, everything written to runs/demo/.
     s = pretrain_settings(monkeypatch)
     assert s.corpus == [] and s.tokenizer is None  # no corpus: the bundled one, with a vocabulary trained on it
     with gzip.open(PRETRAIN.DEMO_CORPUS, "rt", encoding="utf-8") as fh:
@@ -369,15 +369,15 @@ def test_pretrain_optimizer_and_weight_decay_reach_the_optimizer(monkeypatch, ti
     assert sorted(g["weight_decay"] for g in lamb.optimizer.param_groups) == [0.0, 0.01]  # the documented default
 
 
-DEMO_STEPS = 2500  # README "Set up"
+DEMO_STEPS = 2500  # docs/benchmarks/demo.md
 DEMO_RIGHT = 3  # of the 12 probes, the corpus's own word on top (measured: 5)
 DEMO_DISTINCT = 8  # different top words over the 12 probes (measured: 12)
 
 
 @pytest.mark.slow
 def test_pretrain_demo_runs_as_documented(tmp_path):
-    """README "Set up": `bertforge pretrain` with no arguments trains on the demo world and, after training, fills
-    most probes' [MASK] with the word the corpus puts there, a different word for different sentences."""
+    """README "Set up" (docs/benchmarks/demo.md): `bertforge pretrain` with no arguments trains on the demo world
+    and, after training, fills most probes' [MASK] with the word the corpus puts there, a different word for different sentences."""
     import re
     import subprocess
 
@@ -399,7 +399,7 @@ def test_pretrain_demo_runs_as_documented(tmp_path):
 
 
 # ---------------------------------------------------------------------------------- options of the pretraining features
-# (each feature has its own tests: tests/test_pretrain.py, test_pretrain_schedule.py, test_pretrain_budget.py,
+# (each feature has its own tests: tests/pretrain/test_trainer.py, test_pretrain_schedule.py, test_pretrain_budget.py,
 # test_pretrain_eval.py, test_pretrain_init.py, test_pretrain_families.py; here, what the command line does)
 
 
@@ -497,7 +497,7 @@ def test_explicit_masking_and_beta2_reach_the_run(tmp_path, corpus):
     assert main(["pretrain", "--config", "albert-tiny", "--corpus", str(corpus), "--out", str(out), "--batch-size", "4",
                  "--seq-len", "32", "--vocab-size", "300", "--max-steps", "2", "--save-every", "2", "--masking", "token",
                  "--adam-beta2", "0.95", "--no-progress"]) == 0
-    from bertforge.state import load_state
+    from bertforge.core.state import load_state
 
     optimizer = load_state(out / "checkpoints" / "step-2", "optimizer")
     assert list(optimizer["param_groups"][0]["betas"]) == [0.9, 0.95]

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from bertforge import BertforgeError
-from bertforge.constants import IGNORE_INDEX
+from bertforge.core.constants import IGNORE_INDEX
 from bertforge.model import BertConfig, BertModel
 from bertforge.model.rtd import BertForReplacedTokenDetection, ReplacedTokenDetection, generator_config
 
