@@ -99,6 +99,22 @@ def test_a_preset_is_deberta_v3_shaped_and_transformers_loads_it(tmp_path):
         assert_close(ref.eval()(input_ids=ids, attention_mask=mask), model(ids, mask), mask)
 
 
+@pytest.mark.parametrize("size, shape", [("xsmall", (12, 384, 6, 1536)), ("small", (6, 768, 12, 3072)),
+                                         ("base", (12, 768, 12, 3072)), ("large", (24, 1024, 16, 4096)),
+                                         ("tiny", (2, 128, 2, 512))])
+def test_deberta_v3_presets_have_v3s_sizes_and_parts(size, shape):
+    config = BertConfig.preset(f"deberta-v3-{size}")
+    assert (config.num_hidden_layers, config.hidden_size, config.num_attention_heads,
+            config.intermediate_size) == shape
+    assert config.model_type == "deberta-v2" and config.family.recipe["objective"] == "rtd"
+    assert config.to_dict() == BertConfig.preset(f"deberta-v2-{size}").to_dict()  # v3 is v2's architecture
+    spec = config.spec
+    assert spec.positions == "none" and spec.relative.buckets == 256 and spec.relative.share_key
+    assert spec.relative.terms == ("p2c", "c2p") and spec.relative.norm and config.type_vocab_size == 0
+    with pytest.raises(BertforgeError, match="deberta-v3 also xsmall, small, base, large"):
+        BertConfig.preset("deberta-v3-huge")
+
+
 @pytest.mark.parametrize("change, message", [
     (dict(conv_kernel_size=3), "conv_kernel_size 3"),
     (dict(pos_att_type=["c2p", "p2p"]), "pos_att_type"),
