@@ -64,8 +64,8 @@ def main() -> None:
     args = parser.parse_args()
 
     import bertforge
-    from bertforge.distill import DistillArgs, distill
-    from bertforge.pretrain import PretrainArgs, pretrain
+    from bertforge.pretrain.distill import DistillArgs, distill
+    from bertforge.pretrain.trainer import PretrainArgs, pretrain
     from bertforge.tokenizer import Tokenizer
 
     teacher = teacher_dir()

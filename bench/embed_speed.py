@@ -17,7 +17,7 @@ L2 normalisation (what sentence-transformers does for that model), max length 25
 
 `--malloc-reuse` measures every method in a process whose allocator keeps freed memory (what the `embed`,
 `predict`, `evaluate` and `serve` commands set up, and an int8 pipeline; a library caller of a float32 `pipeline`
-gets glibc's default unless it calls `bertforge.system.reuse_freed_memory()`). The setting is process-wide: once
+gets glibc's default unless it calls `bertforge.core.system.reuse_freed_memory()`). The setting is process-wide: once
 bertforge-int8's pipeline is made, every method runs with it.
 
 Each repeat runs the three one after the other (rotating which goes first), so a change in background load hits
@@ -149,7 +149,7 @@ def onnxruntime_embed(
 
     import onnxruntime as ort
 
-    from bertforge.onnx import export_onnx
+    from bertforge.model.onnx import export_onnx
     from bertforge.tokenizer import Tokenizer
 
     out = Path(tempfile.mkdtemp()) / f"model-{quantize or 'fp32'}.onnx"
@@ -200,7 +200,7 @@ def main() -> None:
     parser.add_argument("--ort-spinning", action="store_true",
                         help="ONNX Runtime's worker threads spin between tasks (its default; slower here, see onnxruntime_embed)")
     parser.add_argument("--malloc-reuse", action="store_true",
-                        help="keep freed memory for reuse (bertforge.system.reuse_freed_memory), as the embed, "
+                        help="keep freed memory for reuse (bertforge.core.system.reuse_freed_memory), as the embed, "
                              "predict, evaluate and serve commands do; it applies to every method of the run")
     args = parser.parse_args()
 
@@ -217,11 +217,11 @@ def main() -> None:
         print(f"a random {args.family} model of MiniLM's sizes in {path}")
     if args.threads:
         torch.set_num_threads(args.threads)
-    from bertforge.system import configure_threads
+    from bertforge.core.system import configure_threads
 
     configure_threads(args.threads)
     if args.malloc_reuse:
-        from bertforge.system import reuse_freed_memory
+        from bertforge.core.system import reuse_freed_memory
 
         print(f"malloc: freed memory kept for reuse: {reuse_freed_memory()}")
     texts = load_sentences(args.source, args.n, args.seed)

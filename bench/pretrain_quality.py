@@ -78,7 +78,7 @@ def corpus_files() -> tuple[list[str], list[str]]:
 
 def run_args(a: argparse.Namespace, **settings):
     """`PretrainArgs` of the data side of the run (sequence length, MLM alone), for the tokenizer and the data."""
-    from bertforge.pretrain import PretrainArgs
+    from bertforge.pretrain.trainer import PretrainArgs
 
     base = dict(seq_len=a.seq_len, batch_size=a.batch_size, objective="mlm", nsp=False, vocab_size=a.vocab_size,
                 progress=False, demo=False)
@@ -90,7 +90,7 @@ def shared_tokenizer(a: argparse.Namespace, train: list[str]) -> Path:
     both sides (transformers reads the same files with BertTokenizerFast); the two must agree on a sample."""
     from transformers import BertTokenizerFast
 
-    from bertforge.pretrain_data import train_run_tokenizer
+    from bertforge.pretrain.data import train_run_tokenizer
     from bertforge.tokenizer import Tokenizer
 
     path = a.tokenizer or a.work / "tokenizer"
@@ -124,7 +124,7 @@ def train_bertforge(a: argparse.Namespace, train: list[str], tokenizer: Path) ->
 def training_sequences(a: argparse.Namespace, train: list[str], tokenizer: Path) -> list[dict[str, list[int]]]:
     """One epoch of the sequences bertforge trains on (its own data pipeline: MLM-only full-sentence packing of
     --seq-len tokens), unmasked, for transformers' collator to mask."""
-    from bertforge.pretrain_data import pretraining_stream
+    from bertforge.pretrain.data import pretraining_stream
     from bertforge.tokenizer import Tokenizer
 
     stream = pretraining_stream(run_args(a), train, Tokenizer.from_pretrained(tokenizer), 0, 1, a.batch_size,
@@ -239,7 +239,7 @@ def held_out_set(a: argparse.Namespace, held_out: list[str], tokenizer: Path) ->
     side by side."""
     import hashlib
 
-    from bertforge.pretrain_eval import build_eval_set
+    from bertforge.pretrain.eval import build_eval_set
     from bertforge.tokenizer import Tokenizer
 
     settings = run_args(a, eval_corpus=held_out, eval_max_instances=a.eval_instances, batch_size=64)
@@ -255,10 +255,10 @@ def score(batches: list[dict], found: list[dict]) -> None:
     bertforge's one loader as a BertForMaskedLM."""
     from tqdm import tqdm
 
-    from bertforge.checkpoint import load_pretrained
+    from bertforge.model.checkpoint import load_pretrained
     from bertforge.model import BertForMaskedLM
-    from bertforge.pretrain_eval import HeldOutEvaluation
-    from bertforge.system import setup_runtime
+    from bertforge.pretrain.eval import HeldOutEvaluation
+    from bertforge.core.system import setup_runtime
 
     evaluation = HeldOutEvaluation(batches, 1, None, setup_runtime("cpu", training=False), contextlib.nullcontext,
                                    False)
@@ -276,9 +276,9 @@ def check_scoring(directory: Path, batch: dict, evaluation) -> None:
     import torch
     from transformers import BertForMaskedLM as HFMaskedLM
 
-    from bertforge.checkpoint import load_pretrained
+    from bertforge.model.checkpoint import load_pretrained
     from bertforge.model import BertForMaskedLM
-    from bertforge.pretrain_eval import HeldOutEvaluation
+    from bertforge.pretrain.eval import HeldOutEvaluation
 
     model = HFMaskedLM.from_pretrained(directory).eval()
     with torch.no_grad():

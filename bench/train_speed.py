@@ -2,7 +2,7 @@
 
 Pure measurement: prints, never asserts. One "step" = forward + backward + AdamW step (+ zero_grad), in train mode
 (dropout on), fp32. Both models start from the same weights (transformers' init, loaded into bertforge through a
-saved checkpoint) and use the same optimizer (`bertforge.optim.make_optimizer(model, "adamw", ...)`).
+saved checkpoint) and use the same optimizer (`bertforge.training.optim.make_optimizer(model, "adamw", ...)`).
 
     .venv/bin/python bench/train_speed.py                          # mini, small, base; padded and packed batches
     .venv/bin/python bench/train_speed.py --configs mini --profile # + where bertforge's step spends its time
@@ -14,7 +14,7 @@ Method (details and the FLOP accounting in bench/README.md):
   * tokens/s headline = real (non-padding) tokens per second; total positions (B*S) per second printed too;
   * MFU = useful FLOPs / step time / peak, with the same useful-FLOP count for both implementations and the peak
     = median throughput of fp32 GEMMs of the config's own shapes measured in the same rounds, same threads, through
-    `bertforge.linear` with each of its backends (`linear_backend("aten")`: MKL via F.linear; "onednn" where
+    `bertforge.core.linear` with each of its backends (`linear_backend("aten")`: MKL via F.linear; "onednn" where
     `onednn_available()`);
   * memory: CUDA max_memory_allocated; CPU resident-set high-water mark (VmHWM, reset per step through
     /proc/self/clear_refs), printed as the step's growth over the RSS before it and as the absolute peak.
@@ -67,8 +67,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import bertforge  # noqa: E402
 from bertforge.model.config import BertConfig  # noqa: E402
-from bertforge.linear import get_linear_backend, linear, linear_backend, onednn_available  # noqa: E402
-from bertforge.optim import make_optimizer, parameter_groups  # noqa: E402
+from bertforge.core.linear import get_linear_backend, linear, linear_backend, onednn_available  # noqa: E402
+from bertforge.training.optim import make_optimizer, parameter_groups  # noqa: E402
 
 VOCAB = 30522
 SEQ = 128
@@ -255,13 +255,13 @@ def saved_activation_bytes(model, loss_fn, batch) -> int:
 
 class GemmPeak:
     """fp32 GEMM throughput of the config's own shapes, as the model calls them: x[B*S, H] @ W[4H, H]^T and
-    x[B*S, 4H] @ W[H, 4H]^T (FFN in / out), through `bertforge.linear.linear` with each of its backends: "mkl" =
+    x[B*S, 4H] @ W[H, 4H]^T (FFN in / out), through `bertforge.core.linear.linear` with each of its backends: "mkl" =
     `linear_backend("aten")` (F.linear, ATen -> MKL sgemm, what transformers uses) and "onednn" =
     `linear_backend("onednn")` (oneDNN's kernels, what bertforge's dense layers run on CPU by default), the latter
-    where `bertforge.linear.onednn_available()`. `sample()` times each a few times per round; rates are medians over
+    where `bertforge.core.linear.onednn_available()`. `sample()` times each a few times per round; rates are medians over
     rounds; the peak is the best of them."""
 
-    BACKENDS = {"mkl": "aten", "onednn": "onednn"}  # name in the table -> bertforge.linear backend
+    BACKENDS = {"mkl": "aten", "onednn": "onednn"}  # name in the table -> bertforge.core.linear backend
 
     def __init__(self, rows: int, H: int, I: int, device: torch.device) -> None:
         g = torch.Generator().manual_seed(0)
@@ -359,7 +359,7 @@ def loss_check(hf, ours, batch) -> tuple[float, float]:
 
 
 def make_adamw(model, kind: str) -> torch.optim.Optimizer:
-    if kind == "default":  # what bertforge.pretrain builds: fused AdamW wherever the kernel applies
+    if kind == "default":  # what bertforge.pretrain.trainer builds: fused AdamW wherever the kernel applies
         return make_optimizer(model, "adamw", LR, WD)
     kwargs = dict(lr=LR, betas=(0.9, 0.999), eps=1e-6)
     kwargs["foreach" if kind == "foreach" else "fused"] = True
@@ -539,7 +539,7 @@ def main(argv: list[str] | None = None) -> None:
                     help="LD_PRELOAD libjemalloc.so.2 with MALLOC_CONF=dirty_decay_ms:-1,muzzy_decay_ms:-1 (re-executes"
                          " the script): freed memory stays mapped and is reused without page faults")
     ap.add_argument("--malloc-reuse", action="store_true",
-                    help="bertforge.system.reuse_freed_memory() first, as `bertforge pretrain` does on CPU (glibc keeps"
+                    help="bertforge.core.system.reuse_freed_memory() first, as `bertforge pretrain` does on CPU (glibc keeps"
                          " freed memory for reuse; process-wide, so transformers' steps get it too)")
     ap.add_argument("--clock", default="wall", choices=["wall", "cpu"],
                     help="wall: time.perf_counter (default); cpu: time.process_time, this process's CPU time, which "
@@ -563,11 +563,11 @@ def main(argv: list[str] | None = None) -> None:
         torch.backends.cudnn.allow_tf32 = False
     if args.threads:
         torch.set_num_threads(args.threads)
-    from bertforge.system import apply_switches, read_switches
+    from bertforge.core.system import apply_switches, read_switches
 
     apply_switches(read_switches())  # BERTFORGE_LINEAR=aten: the reference kernels for the whole run
     if args.malloc_reuse:
-        from bertforge.system import reuse_freed_memory
+        from bertforge.core.system import reuse_freed_memory
 
         if not reuse_freed_memory():
             ap.error("--malloc-reuse: not available here (needs glibc; unset MALLOC_* and LD_PRELOAD)")

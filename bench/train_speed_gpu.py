@@ -6,7 +6,7 @@ Pure measurement: prints, never asserts. Both sides run the pretraining model of
 on the same batches (`make_batch`: [CLS] A [SEP] B [SEP], 15 % labelled, a quarter of the rows shorter), with the
 same fused AdamW (`make_adamw`). One step is what each library's training loop does:
 
-  * bertforge: `bertforge.train.TrainStep.run`, the step every bertforge trainer takes: autocast to --precision,
+  * bertforge: `bertforge.training.step.TrainStep.run`, the step every bertforge trainer takes: autocast to --precision,
     the fp16 loss scaler, clipping at 1.0, the non-finite check, AdamW, the schedule;
   * transformers: what its `Trainer` does through accelerate: autocast, `GradScaler` for fp16 (scale, unscale,
     step, update), `clip_grad_norm_(1.0)`, AdamW, `zero_grad`.
@@ -35,8 +35,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from train_speed import build_pair, family_batch, hf_loss, loss_check, make_adamw, make_batch, med, ours_loss, sync  # noqa: E402
 
-from bertforge.optim import warmup_decay  # noqa: E402
-from bertforge.train import TrainStep, pick_precision  # noqa: E402
+from bertforge.training.optim import warmup_decay  # noqa: E402
+from bertforge.training.step import TrainStep, pick_precision  # noqa: E402
 
 # default batch per (size, sequence length): fits an 80 GB H100 in fp16/bf16 with room to spare
 BATCH = {("base", 128): 64, ("base", 512): 16, ("large", 128): 32, ("large", 512): 8}

@@ -1,9 +1,9 @@
 """bertforge: a complete, fast, readable BERT — pretrain it, fine-tune it, use it."""
 
-from .auto import *  # noqa: F403 (AutoConfig, AutoModel, AutoModelFor...: auto.__all__)
-from .auto import __all__ as _AUTO
+from .model.auto import *  # noqa: F403 (AutoConfig, AutoModel, AutoModelFor...: auto.__all__)
+from .model.auto import __all__ as _AUTO
 from .model.config import BertConfig
-from .errors import BertforgeError
+from .core.errors import BertforgeError
 from .model import (
     BertForMaskedLM,
     BertForNextSentencePrediction,

@@ -15,8 +15,8 @@ import traceback
 from typing import NoReturn
 
 from . import __version__
-from .errors import BertforgeError
-from .system import apply_switches, read_switches
+from .core.errors import BertforgeError
+from .core.system import apply_switches, read_switches
 
 # In the order `--help` lists them.
 COMMANDS = [

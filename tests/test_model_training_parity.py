@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import bertforge
-from bertforge.optim import make_optimizer, parameter_groups
+from bertforge.training.optim import make_optimizer, parameter_groups
 
 transformers = pytest.importorskip("transformers")
 

@@ -6,8 +6,8 @@ import argparse
 
 
 def add_quantize_argument(parser: argparse.ArgumentParser | argparse._ArgumentGroup, what: str = "the model") -> None:
-    """--quantize, the same for every command that runs a model for inference (see `bertforge.quantize`)."""
-    from ..quantize import QUANTIZE_CHOICES
+    """--quantize, the same for every command that runs a model for inference (see `bertforge.model.quantize`)."""
+    from ..model.quantize import QUANTIZE_CHOICES
 
     parser.add_argument("--quantize", choices=QUANTIZE_CHOICES, default=None,
                         help=f"run {what} with int8 dense layers (CPU inference only; faster, slightly different "

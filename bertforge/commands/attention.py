@@ -10,8 +10,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import BertforgeError
-from ..io import atomic_write, check_output_file
+from ..core.errors import BertforgeError
+from ..core.io import atomic_write, check_output_file
 
 NAME = "attention"
 HELP = "draw a text's attention probabilities (all heads of a layer, or one head) as a grid of heatmaps"
@@ -38,7 +38,7 @@ def attention_probabilities(model_dir: Path, text: str, text_pair: str | None) -
     import torch
 
     from ..model import BertModel
-    from ..checkpoint import load_pretrained
+    from ..model.checkpoint import load_pretrained
     from ..tokenizer import Tokenizer
 
     tokenizer = Tokenizer.from_pretrained(model_dir)

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import BertforgeError
-from ..io import atomic_write, check_output_file, check_text
+from ..core.errors import BertforgeError
+from ..core.io import atomic_write, check_output_file, check_text
 from . import add_quantize_argument
 
 NAME = "embed"
@@ -93,7 +93,7 @@ def read_texts(path: Path, text_key: str) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     from ..pipelines import pipeline
-    from ..system import reuse_freed_memory
+    from ..core.system import reuse_freed_memory
 
     reuse_freed_memory()  # this process's allocator keeps freed memory: no page faults per large tensor
     output = Path(args.output)

@@ -21,7 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..finetune import evaluate
-    from ..system import reuse_freed_memory
+    from ..core.system import reuse_freed_memory
 
     reuse_freed_memory()  # this process's allocator keeps freed memory: no page faults per large tensor
     metrics = evaluate(args.task, args.model, args.data, quantize=args.quantize, **given(args, DATA_OPTIONS))

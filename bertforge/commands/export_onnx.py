@@ -24,7 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..onnx import export_onnx
+    from ..model.onnx import export_onnx
 
     report = export_onnx(args.model, args.out, head=args.head, opset=args.opset, check=args.check,
                          quantize=args.quantize)

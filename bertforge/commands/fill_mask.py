@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..io import json_line
+from ..core.io import json_line
 
 NAME = "fill-mask"
 HELP = "predict the tokens hidden behind [MASK] in a text (needs a model with its MLM head)"

@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from ..errors import BertforgeError
+from ..core.errors import BertforgeError
 from ..finetune.cli_options import DATA_OPTIONS, add_data_arguments, add_task_arguments, given
 
 NAME = "finetune"
@@ -19,14 +19,14 @@ REQUIRED = ("task", "model", "train", "dev", "out")
 def training_options() -> tuple[str, ...]:
     """FinetuneConfig's own options, beside those of DataOptions."""
     from ..finetune import FinetuneConfig
-    from ..options import cli_fields
+    from ..core.options import cli_fields
 
     return tuple(f.name for f in cli_fields(FinetuneConfig) if f.name not in DATA_OPTIONS)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from ..finetune import FinetuneConfig
-    from ..options import add_options
+    from ..core.options import add_options
 
     parser.add_argument("--config", metavar="FILE",
                         help="start from a run's finetune_config.json (repeats it); options given here override it. "

@@ -15,7 +15,7 @@ FINETUNE_OPTIONS = ("epochs", "batch_size", "lr", "warmup_ratio", "weight_decay"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from ..finetune import FinetuneConfig
     from ..finetune.glue import GlueOptions
-    from ..options import add_options
+    from ..core.options import add_options
 
     add_options(parser, FinetuneConfig, only=("model",), required=("model",))
     add_options(parser, GlueOptions, required=("data_dir",))
@@ -26,7 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..finetune import FinetuneConfig
     from ..finetune.glue import GlueOptions, glue
-    from ..options import given
+    from ..core.options import given
 
     report = glue(args.model, **given(args, GlueOptions), **given(args, FinetuneConfig, only=FINETUNE_OPTIONS))
     print(report["table"], end="")

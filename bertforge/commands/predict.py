@@ -24,7 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..finetune import predict
-    from ..system import reuse_freed_memory
+    from ..core.system import reuse_freed_memory
 
     reuse_freed_memory()  # this process's allocator keeps freed memory: no page faults per large tensor
     records = predict(args.task, args.model, args.input, args.output, quantize=args.quantize,

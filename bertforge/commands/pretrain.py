@@ -18,8 +18,8 @@ DEMO = dict(vocab_size=8000, max_steps=2500, seq_len=32, lr=2e-3, warmup_steps=1
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from ..options import add_options
-    from ..pretrain import PretrainArgs
+    from ..core.options import add_options
+    from ..pretrain.trainer import PretrainArgs
 
     add_options(p, PretrainArgs, notes={name: f"demo {value}" for name, value in DEMO.items()})
 
@@ -29,9 +29,9 @@ def run(args: argparse.Namespace) -> int:
     a given option decides: --init-from's vocabulary, --warmup-ratio's warmup). Options that contradict each other
     are refused in one line, before anything is written."""
     from ..data.decoding import warn_replaced
-    from ..options import given
-    from ..pretrain import PretrainArgs, decided_by, pretrain, refuse_contradictions
-    from ..system import last_runtime
+    from ..core.options import given
+    from ..pretrain.trainer import PretrainArgs, decided_by, pretrain, refuse_contradictions
+    from ..core.system import last_runtime
 
     settings = given(args, PretrainArgs)
     refuse_contradictions(set(settings))
@@ -50,10 +50,10 @@ def replaced_bytes(out: Path) -> tuple[int, int]:
     and over every pass the run made over the corpus (`passes`: the most any rank made), as the data state of the
     run's newest checkpoint counts them (or, with static masking, the shards' index); 0 when nothing tells."""
     from ..data.static import INDEX_NAME
-    from ..errors import BertforgeError
-    from ..pretrain_data import STATIC_DIR
-    from ..run_dir import list_checkpoints
-    from ..state import load_state
+    from ..core.errors import BertforgeError
+    from ..pretrain.data import STATIC_DIR
+    from ..training.run_dir import list_checkpoints
+    from ..core.state import load_state
 
     total, passes = 0, 1
     for index in sorted((out / STATIC_DIR).glob(f"*/{INDEX_NAME}")):

@@ -14,7 +14,7 @@ REQUIRED = ("model", "train", "out")
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from ..embeddings_train import EmbeddingsConfig
-    from ..options import add_options, cli_fields
+    from ..core.options import add_options, cli_fields
 
     names = [f.name for f in cli_fields(EmbeddingsConfig)]
     add_options(parser, EmbeddingsConfig, only=("model", "train", "dev", "out", "overwrite"), required=REQUIRED)
@@ -24,7 +24,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..embeddings_train import EmbeddingsConfig, train_embeddings
-    from ..options import given
+    from ..core.options import given
 
     summary = train_embeddings(EmbeddingsConfig(**given(args, EmbeddingsConfig)))
     print(json.dumps(summary, indent=2))

@@ -35,9 +35,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def refuse_model_directory(out: Path, overwrite: bool) -> None:
     """A directory holding a model (config.json, weights) is refused without --overwrite: a new vocabulary there
     would silently stop matching the model's embeddings."""
-    from ..checkpoint import PICKLE_WEIGHTS_NAME, WEIGHTS_INDEX_NAME, WEIGHTS_NAME
+    from ..model.checkpoint import PICKLE_WEIGHTS_NAME, WEIGHTS_INDEX_NAME, WEIGHTS_NAME
     from ..model.config import CONFIG_NAME
-    from ..errors import BertforgeError
+    from ..core.errors import BertforgeError
 
     found = [n for n in (CONFIG_NAME, WEIGHTS_NAME, WEIGHTS_INDEX_NAME, PICKLE_WEIGHTS_NAME) if (out / n).is_file()]
     if found and not overwrite:
@@ -48,7 +48,7 @@ def refuse_model_directory(out: Path, overwrite: bool) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..data import iter_documents
-    from ..errors import BertforgeError
+    from ..core.errors import BertforgeError
     from ..data import take_mb
     from ..tokenizer import Tokenizer, kind_by_name
 

@@ -13,7 +13,7 @@ and folders are skipped). Files are read line by line in binary and decoded per 
 every byte that was not valid UTF-8 is counted in :attr:`CorpusReader.bytes_replaced`.
 
 Binary files are refused: before reading, the first 64 KiB of every file (decompressed for ``.gz``) must look like
-text (:func:`bertforge.io.binary_reason`: no NUL byte, no UTF-16 byte-order mark, at most 30 % control characters
+text (:func:`bertforge.core.io.binary_reason`: no NUL byte, no UTF-16 byte-order mark, at most 30 % control characters
 or bytes that are not UTF-8). ``allow_binary=True`` (the ``--allow-binary`` option of ``pretrain`` and
 ``train-tokenizer``) reads them anyway, with replacement.
 
@@ -52,9 +52,9 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from bertforge.data.decoding import decode_line, replace_surrogates, warn_replaced
-from bertforge.errors import BertforgeError
-from bertforge.io import check_text, json_object
-from bertforge.state import DataChanged, check_same_files, files_fingerprint
+from bertforge.core.errors import BertforgeError
+from bertforge.core.io import check_text, json_object
+from bertforge.core.state import DataChanged, check_same_files, files_fingerprint
 
 CORPUS_SUFFIXES = (".txt", ".gz", ".jsonl")
 DEFAULT_CORPUS = Path(__file__).with_name("default_corpus.txt.gz")
@@ -65,7 +65,7 @@ PathsLike = str | os.PathLike | Iterable[str | os.PathLike]
 @functools.cache
 def calibration_texts(n: int = 256) -> tuple[str, ...]:
     """`n` lines of more than five words from the bundled corpus, the same every time (every k-th such line): the
-    text int8 quantisation calibrates on (`bertforge.quantize`). Read once per process."""
+    text int8 quantisation calibrates on (`bertforge.model.quantize`). Read once per process."""
     with gzip.open(DEFAULT_CORPUS, "rt", encoding="utf-8") as fh:
         lines = [line.strip() for line in fh if len(line.split()) > 5]
     step = max(1, len(lines) // n)

@@ -39,7 +39,7 @@ from bertforge.data.instances import (
     derive_seed,
     resolve_sentence_objective,
 )
-from bertforge.errors import BertforgeError
+from bertforge.core.errors import BertforgeError
 
 Tokenize = Callable[[list[str]], Sequence[Sequence[int]]]
 

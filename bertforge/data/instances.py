@@ -43,8 +43,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from bertforge.constants import IGNORE_INDEX
-from bertforge.errors import BertforgeError
+from bertforge.core.constants import IGNORE_INDEX
+from bertforge.core.errors import BertforgeError
 
 IS_NEXT = 0
 NOT_NEXT = 1

@@ -33,10 +33,10 @@ from typing import Any
 
 import torch
 
-from bertforge.constants import IGNORE_INDEX
+from bertforge.core.constants import IGNORE_INDEX
 from bertforge.data.instances import Instance
 from bertforge.data.spans import NgramDraw, NgramSpans
-from bertforge.errors import BertforgeError
+from bertforge.core.errors import BertforgeError
 
 
 def _field(item: Any, name: str) -> Any:

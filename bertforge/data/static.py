@@ -33,10 +33,10 @@ import numpy as np
 import torch
 from safetensors.numpy import load_file, save_file
 
-from bertforge.constants import IGNORE_INDEX
+from bertforge.core.constants import IGNORE_INDEX
 from bertforge.data.instances import derive_seed
 from bertforge.data.stream import PretrainingStream
-from bertforge.errors import BertforgeError
+from bertforge.core.errors import BertforgeError
 
 INDEX_NAME = "index.json"
 FORMAT = "bertforge-static-mlm"

@@ -28,7 +28,7 @@ from bertforge.data.corpus import DEFAULT_CORPUS, CorpusReader, DocumentSplit, P
 from bertforge.data.instance_stream import InstanceStream, Tokenize
 from bertforge.data.instances import Instance, derive_seed, resolve_sentence_objective
 from bertforge.data.masking import MaskingCollator
-from bertforge.errors import BertforgeError
+from bertforge.core.errors import BertforgeError
 
 STATE_VERSION = 1
 

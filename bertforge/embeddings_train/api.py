@@ -12,15 +12,15 @@ import torch
 
 from .. import __version__
 from ..model.config import BertConfig
-from ..errors import BertforgeError
+from ..core.errors import BertforgeError
 from ..finetune.api import check_output_dir, make_settings
-from ..io import atomic_directory, atomic_write_text, lock_run_directory
-from ..memory import check_training_fits
+from ..core.io import atomic_directory, atomic_write_text, lock_run_directory
+from ..model.memory import check_training_fits
 from ..model import BertModel
-from ..pooling import sentence_transformers_settings, write_sentence_transformers_files
-from ..system import setup_runtime
-from ..train import refuse_nonfinite
-from ..training_log import MetricsLog, Panel, plot_curves, read_rows
+from ..model.pooling import sentence_transformers_settings, write_sentence_transformers_files
+from ..core.system import setup_runtime
+from ..training.step import refuse_nonfinite
+from ..training.log import MetricsLog, Panel, plot_curves, read_rows
 from ..finetune.trainer import run_logged
 from .config import EmbeddingsConfig
 from .data import PairData, normalized_scores, read_pairs
@@ -134,7 +134,7 @@ def _loss_name(cfg: EmbeddingsConfig, data: PairData) -> str:
 def _evaluator(data: PairData, tokenizer: Any, model: BertModel, pooling: str, max_length: int,
                device: torch.device, cfg: EmbeddingsConfig):
     """The dev scoring function: retrieval metrics for pairs and triplets, correlations for scored pairs."""
-    from ..train import autocast, pick_precision
+    from ..training.step import autocast, pick_precision
 
     precision = pick_precision("auto", device)
 

@@ -7,11 +7,11 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from ..errors import BertforgeError
+from ..core.errors import BertforgeError
 from ..finetune.config import check_int, check_optimization
-from ..options import option
-from ..train import PRECISION_HELP, PRECISIONS, check_precision
-from ..pooling import POOLINGS
+from ..core.options import option
+from ..training.step import PRECISION_HELP, PRECISIONS, check_precision
+from ..model.pooling import POOLINGS
 
 LOSSES = ("auto", "mnrl", "cosent", "cosine")
 

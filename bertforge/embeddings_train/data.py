@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import BertforgeError
+from ..core.errors import BertforgeError
 from ..finetune.data import file_format, jsonl_objects, read_text_file, table_rows
 
 log = logging.getLogger("bertforge")

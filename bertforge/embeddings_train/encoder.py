@@ -2,7 +2,7 @@
 
 Training runs the model the way the embed pipeline does inference (`BertModel.forward_packed`): the texts of a
 batch laid end to end, sorted by length, no padding row anywhere (dense layers see only real tokens; attention
-groups sequences of equal or similar length), then mean or [CLS] pooling (`bertforge.pooling.pool`). Embeddings
+groups sequences of equal or similar length), then mean or [CLS] pooling (`bertforge.model.pooling.pool`). Embeddings
 come back in the order of the input.
 """
 
@@ -18,7 +18,7 @@ from torch import Tensor
 
 from ..model.attention import pack
 from ..model import BertModel
-from ..pooling import pool
+from ..model.pooling import pool
 
 # Neighbouring runs of lengths share one padded, masked attention call while padding stays under half of the real
 # positions: the embed pipeline's setting (fewer small calls; results differ from separate calls by rounding only).

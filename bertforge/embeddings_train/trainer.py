@@ -27,7 +27,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..errors import BertforgeError
+from ..core.errors import BertforgeError
 from ..finetune.trainer import Finetuning
 from .data import PairData
 from .encoder import embed_ids, rng_state, set_rng_state

@@ -13,17 +13,17 @@ import torch
 from .. import __version__
 from ..model.config import BertConfig
 from ..data.corpus import calibration_ids
-from ..errors import BertforgeError
-from ..io import atomic_directory, atomic_write_text, check_output_file, json_line
-from ..memory import check_training_fits
-from ..quantize import check_quantize, quantize_model
-from ..run_dir import RunDirectory, RunKind
-from ..train import refuse_nonfinite
-from ..training_checkpoint import TrainingCheckpoints
-from ..train_loop import RunLifecycle, open_metrics
+from ..core.errors import BertforgeError
+from ..core.io import atomic_directory, atomic_write_text, check_output_file, json_line
+from ..model.memory import check_training_fits
+from ..model.quantize import check_quantize, quantize_model
+from ..training.run_dir import RunDirectory, RunKind
+from ..training.step import refuse_nonfinite
+from ..training.checkpoint import TrainingCheckpoints
+from ..training.loop import RunLifecycle, open_metrics
 from .config import DataOptions, FinetuneConfig
 from .tasks import Encoded, Task, get_task, lower_is_better
-from ..system import Runtime, setup_runtime
+from ..core.system import Runtime, setup_runtime
 from .trainer import Finetuning, plot_curve, run_logged, run_model
 
 log = logging.getLogger("bertforge")
@@ -146,7 +146,7 @@ def evaluate(
 
     `options` are `DataOptions` fields (max_length, text_column, doc_stride, eval_batch_size, device, ...); use the
     ones the model was fine-tuned with. `quantize="int8"`: score the model with int8 dense layers, on the CPU
-    (`bertforge.quantize`).
+    (`bertforge.model.quantize`).
     """
     the_task, opts, tokenizer, net, encoded = _prepare(task, model, data, options, labelled=True, quantize=quantize)
     return _score(the_task, net, encoded, opts, tokenizer.pad_token_id, _device(opts))
@@ -161,7 +161,7 @@ def predict(
     Classification gives {"label", "score", "probabilities"} (or {"score"} for regression), NER {"tokens", "tags",
     "entities"}, QA {"id", "answer", "start", "end", "score", "null_score"}. With `output`, they are also written
     there as JSONL, atomically (never over `input` or a file of `model`). `quantize="int8"`: int8 dense layers, on
-    the CPU (`bertforge.quantize`).
+    the CPU (`bertforge.model.quantize`).
     """
     if output is not None:
         check_output_file(output, inputs=(input,), model=model)

@@ -1,5 +1,5 @@
 """Command-line options shared by `bertforge finetune`, `evaluate` and `predict`, generated from the fields of
-`DataOptions` and `FinetuneConfig` (see `bertforge.options`).
+`DataOptions` and `FinetuneConfig` (see `bertforge.core.options`).
 
 Every option defaults to None, meaning "not given": the command then keeps the value from `--config` (finetune)
 or the `DataOptions` / `FinetuneConfig` default, so the defaults live in one place.
@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ..options import add_options, cli_fields
+from ..core.options import add_options, cli_fields
 from .config import DataOptions, FinetuneConfig
 
 

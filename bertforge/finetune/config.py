@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import BertforgeError
-from ..optim import check_layer_lr_decay
-from ..options import option
-from ..train import PRECISION_HELP, PRECISIONS, check_precision
+from ..core.errors import BertforgeError
+from ..training.optim import check_layer_lr_decay
+from ..core.options import option
+from ..training.step import PRECISION_HELP, PRECISIONS, check_precision
 
 FINETUNE_TASKS = ("classification", "ner", "qa")  # `--task` of finetune / evaluate / predict
 
@@ -23,7 +23,7 @@ FINETUNE_TASKS = ("classification", "ner", "qa")  # `--task` of finetune / evalu
 @dataclass(kw_only=True)
 class DataOptions:
     """How to read and encode a task's files; shared by finetune, evaluate and predict (each field is also their
-    command-line option, see `bertforge.options`)."""
+    command-line option, see `bertforge.core.options`)."""
 
     max_length: int | None = option(None, "tokens per input (default 128; 384 for qa; at most the model's positions)",
                                     metavar="N")

@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import BertforgeError
-from ..io import check_text, json_object
+from ..core.errors import BertforgeError
+from ..core.io import check_text, json_object
 
 log = logging.getLogger("bertforge")
 

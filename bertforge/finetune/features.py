@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from ..constants import IGNORE_INDEX
+from ..core.constants import IGNORE_INDEX
 from .data import TaggedSentence, TextExample
 
 Feature = dict[str, Any]

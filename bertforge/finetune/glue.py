@@ -29,10 +29,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import BertforgeError
-from ..io import atomic_write_text, json_line, lock_run_directory
-from ..options import option
-from ..system import setup_runtime
+from ..core.errors import BertforgeError
+from ..core.io import atomic_write_text, json_line, lock_run_directory
+from ..core.options import option
+from ..core.system import setup_runtime
 from .api import check_output_dir, evaluate, finetune, make_settings
 from .config import FinetuneConfig, check_int
 from .data import TextExample, read_classification

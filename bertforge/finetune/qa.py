@@ -1,6 +1,6 @@
 """Extractive QA for fine-tuning: SQuAD answers from the windows' logits.
 
-The windows (`encode_qa`) and the span rule (`decode_spans`) live in `bertforge.qa_spans`, shared with the
+The windows (`encode_qa`) and the span rule (`decode_spans`) live in `bertforge.data.qa_spans`, shared with the
 question-answering pipeline so that `bertforge predict --task qa` and `pipeline("question-answering")` answer
 alike. Here every example's best span is ranked by start + end logit (the rule of SQuAD evaluation), from its
 windows' `n_best` best starts and ends; for a model that may say "no answer" the [CLS] "null" score can beat it.
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..qa_spans import Window, answer_token_span, decode_spans, encode_qa
+from ..data.qa_spans import Window, answer_token_span, decode_spans, encode_qa
 from .squad import QAExample
 
 __all__ = ["Answer", "Window", "answer_token_span", "best_answers", "encode_qa"]

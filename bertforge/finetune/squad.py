@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import BertforgeError
+from ..core.errors import BertforgeError
 from .data import file_format, jsonl_objects, read_text_file
 
 

@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 
 from ..model.config import BertConfig
-from ..errors import BertforgeError
+from ..core.errors import BertforgeError
 from ..model import BertForQuestionAnswering, BertForSequenceClassification, BertForTokenClassification
-from ..qa_spans import NULL_ANSWER_KEY  # config.json: the model was trained to say "no answer"
+from ..data.qa_spans import NULL_ANSWER_KEY  # config.json: the model was trained to say "no answer"
 from . import metrics as M
 from .config import DataOptions
 from .data import TaggedSentence, TextExample, read_classification, read_conll, read_token_inputs

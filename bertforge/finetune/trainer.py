@@ -1,4 +1,4 @@
-"""The fine-tuning loop: the shared `bertforge.train.TrainStep` (AdamW, warm-up and decay, clipping, non-finite
+"""The fine-tuning loop: the shared `bertforge.training.step.TrainStep` (AdamW, warm-up and decay, clipping, non-finite
 steps skipped) with periodic evaluation, best-checkpoint keeping and early stopping; plus batched inference and
 the training-curve plot.
 
@@ -27,15 +27,15 @@ import torch
 from tqdm.auto import tqdm
 
 from .features import Feature, collate, inference_batches, training_batches
-from ..optim import make_optimizer, parameter_groups, warmup_decay  # noqa: F401  (parameter_groups: importable here too)
-from ..state import check_same_files, files_fingerprint
-from ..training_checkpoint import Loaded, TrainingCheckpoints, number_list
-from ..time_budget import RunLength
-from ..training_log import MetricsLog, Panel, plot_curves
-from ..train import TrainStep, autocast as train_autocast, labelled_count, pick_precision
-from ..train_loop import Cadence, RunLifecycle, TrainLoop, progress_bar
+from ..training.optim import make_optimizer, parameter_groups, warmup_decay  # noqa: F401  (parameter_groups: importable here too)
+from ..core.state import check_same_files, files_fingerprint
+from ..training.checkpoint import Loaded, TrainingCheckpoints, number_list
+from ..training.time_budget import RunLength
+from ..training.log import MetricsLog, Panel, plot_curves
+from ..training.step import TrainStep, autocast as train_autocast, labelled_count, pick_precision
+from ..training.loop import Cadence, RunLifecycle, TrainLoop, progress_bar
 
-# Former names of `bertforge.optim`'s functions, kept so that existing imports work: the same objects, not copies.
+# Former names of `bertforge.training.optim`'s functions, kept so that existing imports work: the same objects, not copies.
 # `linear_schedule(optimizer, warmup_steps, total_steps)` is `warmup_decay`, whose warm-up is (step + 1) / warmup.
 linear_schedule = warmup_decay
 

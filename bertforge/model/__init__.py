@@ -1,7 +1,7 @@
 """The model: one encoder assembled from parts by a spec (`spec`, `parts`, `encoder`), attention and its layouts
 (`attention`), the task heads (`heads`), the models (`models`) and what they return (`outputs`)."""
 
-from ..constants import IGNORE_INDEX
+from ..core.constants import IGNORE_INDEX
 from .spec import EncoderSpec, LayerAttention, RelativeAttention  # first: the config and the parts read it
 from .config import BertConfig
 from .attention import Layout, Packed, PackedBatch, Padded, Scores, Unpadded, extended_attention_mask, pack

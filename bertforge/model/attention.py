@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..ops import dropout
+from ..core.ops import dropout
 
 
 #: Longest sequences that CPU inference attends with two batched matmuls and a softmax instead of SDPA, with one

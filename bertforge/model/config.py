@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import BertforgeError
-from ..io import atomic_write_text
-from ..ops import ACTIVATIONS  # the activations the model implements, by their Hugging Face names
+from ..core.errors import BertforgeError
+from ..core.io import atomic_write_text
+from ..core.ops import ACTIVATIONS  # the activations the model implements, by their Hugging Face names
 from .families import FAMILIES, Family, family
 from .spec import EncoderSpec
 

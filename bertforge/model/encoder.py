@@ -14,8 +14,8 @@ from collections.abc import Iterator
 import torch
 from torch import Tensor, nn
 
-from ..linear import linear
-from ..ops import activation_fn, dropout
+from ..core.linear import linear
+from ..core.ops import activation_fn, dropout
 from .attention import PLAIN, Layout, Scores
 from .parts import Dense, Embedding, RelativeTerms, Rotary, norm
 from .spec import EncoderSpec

@@ -12,10 +12,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..constants import IGNORE_INDEX
-from ..errors import BertforgeError
-from ..linear import linear
-from ..ops import dropout
+from ..core.constants import IGNORE_INDEX
+from ..core.errors import BertforgeError
+from ..core.linear import linear
+from ..core.ops import dropout
 from .config import BertConfig
 from .parts import Dense, norm
 from .spec import EncoderSpec
@@ -105,7 +105,7 @@ class FirstTokenHead(nn.Module):
 def pool_padded(hidden: Tensor, attention_mask: Tensor | None, how: str) -> Tensor:
     """Each sequence's vector [B, H] of padded hidden states [B, S, H]: position 0 ("cls", as `transformers`
     takes it, padding or not), or the mean of the real tokens ("mean"; all of them without a mask). Packed rows:
-    `bertforge.pooling.pool`."""
+    `bertforge.model.pooling.pool`."""
     if how == "cls":
         return hidden[:, 0]
     if attention_mask is None:

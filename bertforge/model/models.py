@@ -19,10 +19,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .config import BertConfig
-from ..constants import IGNORE_INDEX
-from ..errors import BertforgeError
-from ..ops import dropout
-from ..pooling import pool
+from ..core.constants import IGNORE_INDEX
+from ..core.errors import BertforgeError
+from ..core.ops import dropout
+from .pooling import pool
 from .attention import Packed, PackedBatch, Padded, Unpadded, extended_attention_mask, static_graph
 from .encoder import BertAttention, BertEmbeddings, BertEncoder, BertLayer, BertPooler
 from .heads import (BertPredictionHeadTransform, BertPreTrainingHeads, FirstTokenHead, masked_lm, pool_padded,
@@ -130,12 +130,12 @@ class BertPreTrainedModel(nn.Module):
 
     @classmethod
     def from_pretrained(cls, path: Any, **overrides: Any) -> Any:
-        from ..checkpoint import load_pretrained
+        from .checkpoint import load_pretrained
 
         return load_pretrained(cls, path, **overrides)
 
     def save_pretrained(self, path: Any) -> None:
-        from ..checkpoint import save_pretrained
+        from .checkpoint import save_pretrained
 
         save_pretrained(self, path)
 

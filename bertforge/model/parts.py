@@ -13,8 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..linear import linear
-from ..ops import activation_fn, dropout
+from ..core.linear import linear
+from ..core.ops import activation_fn, dropout
 from .spec import EncoderSpec, RelativeAttention
 
 #: What a dense layer's weight is for, which an init rule may treat differently: "in" (into a block's attention
@@ -26,7 +26,7 @@ INIT_ROLES = ("in", "out", "head", "final")
 class Dense(nn.Module):
     """y = act(x Wᵀ + b) (+ a residual), parameters named `weight` [out, in] and `bias` [out] like the checkpoints.
 
-    `act` is a `hidden_act` name or None, resolved once here; the matrix multiply is `bertforge.linear.linear`
+    `act` is a `hidden_act` name or None, resolved once here; the matrix multiply is `bertforge.core.linear.linear`
     (`F.linear`, or oneDNN's kernels on CPU, which fuse the activation or the residual add at inference).
     `role` (of `INIT_ROLES`) tells the init rule what the weight is for."""
 

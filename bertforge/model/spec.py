@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import BertforgeError
+from ..core.errors import BertforgeError
 
 POSITION_KINDS = ("absolute", "after-padding", "none")
 PROJECTIONS = ("after-norm", "before-norm")

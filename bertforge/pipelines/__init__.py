@@ -16,7 +16,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from ..errors import BertforgeError
+from ..core.errors import BertforgeError
 from .base import Pipeline
 
 PIPELINE_CLASSES: dict[str, str] = {  # pipeline task -> its class

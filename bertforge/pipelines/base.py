@@ -23,14 +23,14 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
-from ..checkpoint import load_pretrained
+from ..model.checkpoint import load_pretrained
 from ..data.corpus import calibration_ids
-from ..errors import BertforgeError
+from ..core.errors import BertforgeError
 from ..model import BertPreTrainedModel
 from ..model.attention import PackedBatch, pack
-from ..linear import BACKENDS, linear_backend, onednn_available
-from ..quantize import check_quantize, is_quantized, quantize_model
-from ..system import configure_threads, reuse_freed_memory
+from ..core.linear import BACKENDS, linear_backend, onednn_available
+from ..model.quantize import check_quantize, is_quantized, quantize_model
+from ..core.system import configure_threads, reuse_freed_memory
 
 log = logging.getLogger("bertforge")
 
@@ -93,9 +93,9 @@ class Pipeline:
         num_threads: PyTorch intra-op threads; None: PyTorch's default, capped at the CPUs this process may use.
         backend: matrix-multiply kernels: "auto" (oneDNN's fused kernels on CPU when available), "onednn" or
             "aten" (`F.linear`, what the model itself uses).
-        quantize: "int8" for int8 dense layers in the encoder (CPU only; `bertforge.quantize`); a model object
+        quantize: "int8" for int8 dense layers in the encoder (CPU only; `bertforge.model.quantize`); a model object
             passed in is copied first, not changed. None: float32. int8 also asks glibc to keep freed memory for
-            reuse in this process (`bertforge.system.reuse_freed_memory`, what the commands and training do;
+            reuse in this process (`bertforge.core.system.reuse_freed_memory`, what the commands and training do;
             BERTFORGE_MALLOC=default declines): an int8 layer writes several fresh tensors per call, and under
             glibc's default each is new pages (all-MiniLM-L6-v2 int8 on 2,000 SST-2 sentences, 2 threads,
             2026-11-27: 1107-1130 sentences/s without, 1271-1375 with).

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..errors import BertforgeError
+from ..core.errors import BertforgeError
 from ..model import BertForSequenceClassification, BertForTokenClassification, BertPreTrainedModel
 from .base import Feature, Pipeline
 from ..model.attention import PackedBatch

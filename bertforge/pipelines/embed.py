@@ -12,9 +12,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..errors import BertforgeError
+from ..core.errors import BertforgeError
 from ..model import BertModel
-from ..pooling import POOLINGS, pool, sentence_transformers_settings
+from ..model.pooling import POOLINGS, pool, sentence_transformers_settings
 from .base import Feature, Pipeline
 from ..model.attention import PackedBatch
 

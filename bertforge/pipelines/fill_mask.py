@@ -8,7 +8,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..errors import BertforgeError
+from ..core.errors import BertforgeError
 from ..model import BertForMaskedLM, BertPreTrainedModel
 from .base import Feature, Pipeline
 from ..model.attention import PackedBatch

@@ -1,7 +1,7 @@
 """Extractive question answering: the answer's text, probability and character span in the context.
 
 Contexts longer than one window are cut into overlapping windows, and the answer span is chosen, by
-`bertforge.qa_spans`: the same windows and the same rule as `bertforge predict --task qa`, so both give the same
+`bertforge.data.qa_spans`: the same windows and the same rule as `bertforge predict --task qa`, so both give the same
 answer from the same checkpoint. By default (`span_scoring="logits"`) spans compete on start logit + end logit
 over all windows, from each window's `n_best` best starts and ends, and "no answer" wins when the [CLS] null logit
 sum (the lowest over the windows) beats the best span's. The displayed `score` is, as in transformers' pipeline,
@@ -18,9 +18,9 @@ from typing import Any
 import numpy as np
 from torch import Tensor
 
-from ..errors import BertforgeError
+from ..core.errors import BertforgeError
 from ..model import BertForQuestionAnswering, BertPreTrainedModel
-from ..qa_spans import NULL_ANSWER_KEY, Question, check_scoring, decode_spans, encode_qa
+from ..data.qa_spans import NULL_ANSWER_KEY, Question, check_scoring, decode_spans, encode_qa
 from .base import Feature, Pipeline
 from .classification import _HEADLESS_HINT, _check_architecture
 from ..model.attention import PackedBatch

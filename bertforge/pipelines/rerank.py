@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import BertforgeError
+from ..core.errors import BertforgeError
 from .base import Feature
 from .classification import SCORE_FUNCTIONS, TextClassificationPipeline
 

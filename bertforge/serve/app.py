@@ -9,7 +9,7 @@ import signal
 import sys
 from typing import Any
 
-from ..errors import BertforgeError
+from ..core.errors import BertforgeError
 from .config import ENV_CONFIG, ServeConfig
 from .engine import Engine
 from .errors import ApiError, _error_body
@@ -86,7 +86,7 @@ def _tune_serving_process() -> None:
     Memory: glibc keeps freed memory for reuse (`system.reuse_freed_memory`, as the embed, predict and evaluate
     commands do), so a forward's large tensors are not fresh pages each time (int8 layers: 1.36x against 1.80x
     float32's speed without and with it, all-MiniLM-L6-v2, 2026-11-25)."""
-    from ..system import apply_switches, read_switches, reuse_freed_memory
+    from ..core.system import apply_switches, read_switches, reuse_freed_memory
 
     sys.setswitchinterval(SWITCH_INTERVAL)
     reuse_freed_memory()
@@ -133,7 +133,7 @@ def run_server(config: ServeConfig, host: str = "127.0.0.1", port: int = 8080, w
             raise BertforgeError(f"serve: the server could not start on {host}:{port} (see the log above)")
         return 0
     if config.num_threads is None:
-        from ..system import available_cpus
+        from ..core.system import available_cpus
 
         config.num_threads = max(1, available_cpus() // workers)  # the processes share the machine's cores
     Engine(config).stop()  # check the model once here: uvicorn would restart failing workers forever

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 
-from ..errors import BertforgeError
+from ..core.errors import BertforgeError
 
 ENV_CONFIG = "BERTFORGE_SERVE_CONFIG"
 TASKS = ("auto", "embed", "classify")

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..errors import BertforgeError
+from ..core.errors import BertforgeError
 from .batcher import Batcher
 from .config import ServeConfig
 from .errors import ApiError
@@ -56,7 +56,7 @@ class Engine:
     def _load(self, model_dir: Path) -> None:
         """Load the pipelines and warm them up, in the batcher's thread (see the class docstring)."""
         from ..pipelines import pipeline
-        from ..pooling import sentence_transformers_settings
+        from ..model.pooling import sentence_transformers_settings
 
         config = self.config
         common = dict(max_length=config.max_length, batch_tokens=config.max_batch_tokens,

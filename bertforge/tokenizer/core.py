@@ -22,7 +22,7 @@ from typing import Any
 import tokenizers
 from tokenizers import AddedToken
 
-from bertforge.errors import BertforgeError
+from bertforge.core.errors import BertforgeError
 from bertforge.tokenizer import encoding
 from bertforge.tokenizer.encoding import retry_without_surrogates
 from bertforge.tokenizer.files import (

@@ -16,7 +16,7 @@ import tokenizers
 from tokenizers import normalizers, pre_tokenizers
 from tokenizers.models import WordPiece
 
-from bertforge.errors import BertforgeError
+from bertforge.core.errors import BertforgeError
 
 PADDING_STRATEGIES = ("longest", "max_length", "do_not_pad")
 TRUNCATION_STRATEGIES = ("longest_first", "only_first", "only_second", "do_not_truncate")

@@ -16,8 +16,8 @@ from typing import Any, NamedTuple
 
 import tokenizers
 
-from bertforge.errors import BertforgeError
-from bertforge.io import atomic_write_files
+from bertforge.core.errors import BertforgeError
+from bertforge.core.io import atomic_write_files
 from bertforge.tokenizer.kinds import BERT, KINDS, Normalization, TokenizerKind, kind_for_class, kind_for_model
 
 #: `model_max_length` used when `tokenizer_config.json` gives none or a placeholder such as 1e30.

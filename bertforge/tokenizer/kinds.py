@@ -38,7 +38,7 @@ from tokenizers import decoders, normalizers, pre_tokenizers, processors
 from tokenizers.models import BPE, Model, Unigram, WordPiece
 from tokenizers.trainers import BpeTrainer, Trainer, UnigramTrainer, WordPieceTrainer
 
-from bertforge.errors import BertforgeError
+from bertforge.core.errors import BertforgeError
 
 #: The special tokens every BERT vocabulary must hold, by role, with their usual spelling.
 DEFAULT_SPECIAL_TOKENS: dict[str, str] = {

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Sequence
 import tokenizers
 from tokenizers import AddedToken
 
-from bertforge.errors import BertforgeError
+from bertforge.core.errors import BertforgeError
 from bertforge.tokenizer.kinds import TokenizerKind
 
 

@@ -34,8 +34,8 @@ def model_dir(tiny, tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def int8_models(tmp_path_factory) -> dict[str, Path]:
-    """The tiny embedding and classification models of `tests/test_quantize.py` (its `tiny`), for --quantize."""
-    from tests.test_quantize import save_int8_models
+    """The tiny embedding and classification models of `tests/model/test_quantize.py` (its `tiny`), for --quantize."""
+    from tests.model.test_quantize import save_int8_models
 
     return save_int8_models(tmp_path_factory.mktemp("int8"))
 

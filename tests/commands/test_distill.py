@@ -7,7 +7,7 @@ import torch
 
 import bertforge
 from bertforge.cli import main
-from tests.test_distill import make_teacher
+from tests.pretrain.test_distill import make_teacher
 
 transformers = pytest.importorskip("transformers")
 

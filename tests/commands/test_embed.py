@@ -12,15 +12,15 @@ import torch
 import bertforge
 from bertforge import BertModel
 from bertforge.cli import main
-from bertforge.linear import int8_available
+from bertforge.core.linear import int8_available
 from bertforge.tokenizer import Tokenizer
 from tests.embed_layer_helpers import TEXTS as LAYER_TEXTS
 from tests.embed_layer_helpers import TOL, VOCAB, family_checkpoints, reference_embeddings
 from tests.helpers import write_uncased_tokenizer
-from tests.test_quantize import TEXTS as INT8_TEXTS
-from tests.test_quantize import cosines
+from tests.model.test_quantize import TEXTS as INT8_TEXTS
+from tests.model.test_quantize import cosines
 
-# model_dir (a tiny random BertModel with its tokenizer) and int8_models (tests/test_quantize.py's tiny models):
+# model_dir (a tiny random BertModel with its tokenizer) and int8_models (tests/model/test_quantize.py's tiny models):
 # fixtures of tests/commands/conftest.py
 
 needs_int8 = pytest.mark.skipif(not int8_available(), reason="this PyTorch has no dynamic int8 linear kernels")
@@ -198,10 +198,10 @@ def test_cli_embed_bad_input(tmp_path, minilm_dir, capsys, content, name, messag
 def test_embed_predict_and_evaluate_keep_freed_memory_for_reuse(tmp_path, model_dir, monkeypatch, capsys):
     """The inference commands ask for glibc's reuse of freed memory, as training does (int8 layers write fresh
     tensors; without it each is new pages: 1.36x against 1.80x float32's speed, all-MiniLM-L6-v2, 2026-11-25)."""
-    import bertforge.system
+    import bertforge.core.system
 
     calls = []
-    monkeypatch.setattr(bertforge.system, "reuse_freed_memory", lambda choice=None: calls.append(choice) or True)
+    monkeypatch.setattr(bertforge.core.system, "reuse_freed_memory", lambda choice=None: calls.append(choice) or True)
     embed(tmp_path, model_dir, ["a small test"])
     assert calls == [None]
     missing = ["--task", "classification", "--model", str(tmp_path / "nowhere")]  # refused after the call

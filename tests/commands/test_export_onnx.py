@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from bertforge.cli import main
-from tests.test_onnx import tiny_checkpoint
+from tests.model.test_onnx import tiny_checkpoint
 
 transformers = pytest.importorskip("transformers", reason="the ONNX tests need transformers: pip install -e '.[test]'")
 ort = pytest.importorskip("onnxruntime", reason="the ONNX tests need onnxruntime: pip install -e '.[test]'")

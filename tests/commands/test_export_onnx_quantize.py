@@ -10,11 +10,11 @@ import pytest
 
 import bertforge
 from bertforge.cli import main
-from bertforge.linear import int8_available
-from tests.test_quantize import TEXTS as INT8_TEXTS
-from tests.test_quantize import cosines
+from bertforge.core.linear import int8_available
+from tests.model.test_quantize import TEXTS as INT8_TEXTS
+from tests.model.test_quantize import cosines
 
-# int8_models (tests/test_quantize.py's tiny models): a fixture of tests/commands/conftest.py
+# int8_models (tests/model/test_quantize.py's tiny models): a fixture of tests/commands/conftest.py
 
 pytestmark = pytest.mark.skipif(not int8_available(), reason="this PyTorch has no dynamic int8 linear kernels")
 

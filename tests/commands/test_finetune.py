@@ -60,11 +60,11 @@ def run_finetune(capsys, tiny_model: Path, tmp_path: Path, *extra: str) -> Path:
 
 
 def test_finetune_warmup_ratio_and_weight_decay(tmp_path, tiny_model, capsys, monkeypatch):
-    import bertforge.optim
+    import bertforge.training.optim
 
     groups = []
-    real = bertforge.optim.parameter_groups  # the one rule every trainer's optimizer is built with
-    monkeypatch.setattr(bertforge.optim, "parameter_groups", lambda model, wd: groups.append(real(model, wd)) or groups[-1])
+    real = bertforge.training.optim.parameter_groups  # the one rule every trainer's optimizer is built with
+    monkeypatch.setattr(bertforge.training.optim, "parameter_groups", lambda model, wd: groups.append(real(model, wd)) or groups[-1])
     out = run_finetune(capsys, tiny_model, tmp_path, "--epochs", "2", "--batch-size", "4", "--log-every", "1",
                        "--warmup-ratio", "0.5", "--weight-decay", "0.3")
     lrs = [r["lr"] for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if r["type"] == "train"]

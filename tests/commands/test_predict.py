@@ -8,13 +8,13 @@ import pytest
 import torch
 
 from bertforge.cli import main
-from bertforge.linear import int8_available
+from bertforge.core.linear import int8_available
 from tests.finetune.conftest import write_squad
-from tests.test_quantize import TEXTS as INT8_TEXTS
+from tests.model.test_quantize import TEXTS as INT8_TEXTS
 
 from .cmd_helpers import FAST, recorded_batches
 
-# tiny_model (the tiny BERT of the fine-tuning tests) and int8_models (tests/test_quantize.py's tiny models):
+# tiny_model (the tiny BERT of the fine-tuning tests) and int8_models (tests/model/test_quantize.py's tiny models):
 # fixtures of tests/commands/conftest.py
 
 needs_int8 = pytest.mark.skipif(not int8_available(), reason="this PyTorch has no dynamic int8 linear kernels")

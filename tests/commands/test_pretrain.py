@@ -24,53 +24,53 @@ import torch
 
 from bertforge import BertConfig, data
 from bertforge.cli import main
-from bertforge.pretrain import PretrainArgs, Pretrainer
-from bertforge.run_dir import list_checkpoints
+from bertforge.pretrain.trainer import PretrainArgs, Pretrainer
+from bertforge.training.run_dir import list_checkpoints
 from bertforge.tokenizer import Tokenizer
 from tests.helpers import TINY_CONFIG, make_corpus
-from tests.test_pretrain_budget import use_fake_time
-from tests.test_pretrain_eval import rows, write_eval_text
-from tests.test_pretrain_init import save_bertforge_checkpoint, save_hf_mlm_checkpoint
+from tests.pretrain.test_trainer_budget import use_fake_time
+from tests.pretrain.test_eval import rows, write_eval_text
+from tests.pretrain.test_trainer_init import save_bertforge_checkpoint, save_hf_mlm_checkpoint
 
 from .cmd_helpers import WORDS, sentences
 
 # tiny (a corpus, its vocabulary, a config.json): a fixture of tests/commands/conftest.py; corpus_and_tokenizer, the
 # tiny corpus, tokenizer and config.json of the library's pretraining tests: a fixture of tests/conftest.py
 
-PRETRAIN = sys.modules["bertforge.pretrain"]  # the module: `bertforge.pretrain` may name the function
+PRETRAIN = sys.modules["bertforge.pretrain.trainer"]  # the module: `bertforge.pretrain.trainer` may name the function
 STREAM = data.PretrainingStream
 TINY = TINY_CONFIG
 
 
 @pytest.fixture
 def fake_time(monkeypatch):
-    """Time as a fake clock that each training step moves on by a second (`tests/test_pretrain_budget.py`)."""
+    """Time as a fake clock that each training step moves on by a second (`tests/pretrain/test_trainer_budget.py`)."""
     return use_fake_time(monkeypatch)
 
 
 @pytest.fixture(scope="module")
 def eval_text(tmp_path_factory) -> Path:
-    """Held-out documents of the same words, other sentences (`tests/test_pretrain_eval.py`)."""
+    """Held-out documents of the same words, other sentences (`tests/pretrain/test_eval.py`)."""
     return write_eval_text(tmp_path_factory.mktemp("eval"))
 
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
-    """A corpus of 120 documents (`tests/test_pretrain_families.py`, which needs transformers)."""
-    from tests.test_pretrain_families import write_corpus
+    """A corpus of 120 documents (`tests/pretrain/test_trainer_families.py`, which needs transformers)."""
+    from tests.pretrain.test_trainer_families import write_corpus
 
     return write_corpus(tmp_path_factory.mktemp("corpus"))
 
 
 @pytest.fixture(scope="module")
 def bertforge_checkpoint(corpus_and_tokenizer, tmp_path_factory) -> Path:
-    """A tiny BertForPreTraining saved by bertforge, with the run's tokenizer (`tests/test_pretrain_init.py`)."""
+    """A tiny BertForPreTraining saved by bertforge, with the run's tokenizer (`tests/pretrain/test_trainer_init.py`)."""
     return save_bertforge_checkpoint(corpus_and_tokenizer, tmp_path_factory.mktemp("bertforge_ckpt"))
 
 
 @pytest.fixture(scope="module")
 def hf_mlm_checkpoint(corpus_and_tokenizer, tmp_path_factory) -> Path:
-    """A tiny `transformers.BertForMaskedLM` with a 128-row vocabulary (`tests/test_pretrain_init.py`)."""
+    """A tiny `transformers.BertForMaskedLM` with a 128-row vocabulary (`tests/pretrain/test_trainer_init.py`)."""
     return save_hf_mlm_checkpoint(corpus_and_tokenizer, tmp_path_factory.mktemp("hf_mlm_ckpt"))
 
 
@@ -399,7 +399,7 @@ def test_pretrain_demo_runs_as_documented(tmp_path):
 
 
 # ---------------------------------------------------------------------------------- options of the pretraining features
-# (each feature has its own tests: tests/test_pretrain.py, test_pretrain_schedule.py, test_pretrain_budget.py,
+# (each feature has its own tests: tests/pretrain/test_trainer.py, test_pretrain_schedule.py, test_pretrain_budget.py,
 # test_pretrain_eval.py, test_pretrain_init.py, test_pretrain_families.py; here, what the command line does)
 
 
@@ -497,7 +497,7 @@ def test_explicit_masking_and_beta2_reach_the_run(tmp_path, corpus):
     assert main(["pretrain", "--config", "albert-tiny", "--corpus", str(corpus), "--out", str(out), "--batch-size", "4",
                  "--seq-len", "32", "--vocab-size", "300", "--max-steps", "2", "--save-every", "2", "--masking", "token",
                  "--adam-beta2", "0.95", "--no-progress"]) == 0
-    from bertforge.state import load_state
+    from bertforge.core.state import load_state
 
     optimizer = load_state(out / "checkpoints" / "step-2", "optimizer")
     assert list(optimizer["param_groups"][0]["betas"]) == [0.9, 0.95]

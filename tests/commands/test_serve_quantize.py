@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from bertforge.linear import int8_available
-from bertforge.quantize import is_quantized
+from bertforge.core.linear import int8_available
+from bertforge.model.quantize import is_quantized
 
-# int8_models (tests/test_quantize.py's tiny models): a fixture of tests/commands/conftest.py
+# int8_models (tests/model/test_quantize.py's tiny models): a fixture of tests/commands/conftest.py
 
 pytestmark = pytest.mark.skipif(not int8_available(), reason="this PyTorch has no dynamic int8 linear kernels")
 

@@ -7,7 +7,7 @@ import pytest
 from tests.data.data_helpers import tagged_docs, write_gz, write_jsonl, write_txt
 
 from bertforge.data import DEFAULT_CORPUS, CorpusReader, iter_documents, list_corpus_files
-from bertforge.errors import BertforgeError
+from bertforge.core.errors import BertforgeError
 
 
 def read_all(paths, **kw):

@@ -4,7 +4,7 @@ import pytest
 from tests.data.data_helpers import CLS, SEP, WordVocab, at_least_half, make_stream, split_pair, tagged_docs, take, write_txt
 
 from bertforge.data import IS_NEXT, NOT_NEXT, CorpusReader, InstanceStream
-from bertforge.errors import BertforgeError
+from bertforge.core.errors import BertforgeError
 
 
 def test_not_next_never_same_document_in_tiny_corpus_over_epochs(tmp_path):

@@ -23,8 +23,8 @@ from bertforge.data import (
     resolve_sentence_objective,
     truncate_pair,
 )
-from bertforge.constants import IGNORE_INDEX
-from bertforge.errors import BertforgeError
+from bertforge.core.constants import IGNORE_INDEX
+from bertforge.core.errors import BertforgeError
 
 
 def positions(vocab, docs, tokens):

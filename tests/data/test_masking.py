@@ -8,7 +8,7 @@ import torch
 from tests.data.data_helpers import CLS, MASK, PAD, SEP, SPECIAL, VOCAB, collator, random_instances
 
 from bertforge.data import Instance
-from bertforge.errors import BertforgeError
+from bertforge.core.errors import BertforgeError
 
 def test_masking_statistics():
     rng = random.Random(0)

@@ -9,7 +9,7 @@ import torch
 from tests.data.data_helpers import CLS, MASK, SEP, SPECIAL, VOCAB, collator, random_instances
 
 from bertforge.data import Instance
-from bertforge.errors import BertforgeError
+from bertforge.core.errors import BertforgeError
 
 def spans_of(draw, row):
     """{span number: its positions} of one row of an NgramDraw."""

@@ -9,7 +9,7 @@ from tests.data.data_helpers import WordVocab, tagged_docs, write_txt
 from safetensors.numpy import load_file
 
 from bertforge.data import PretrainingStream, StaticShardReader, write_static_shards
-from bertforge.errors import BertforgeError
+from bertforge.core.errors import BertforgeError
 
 
 def make_stream(path, vocab, **kw):

@@ -10,7 +10,7 @@ import torch
 from tests.data.data_helpers import WordVocab, tagged_docs, write_gz, write_jsonl, write_txt
 
 from bertforge.data import DEFAULT_CORPUS, PretrainingStream, iter_documents
-from bertforge.errors import BertforgeError
+from bertforge.core.errors import BertforgeError
 
 KEYS_NSP = ["input_ids", "token_type_ids", "attention_mask", "next_sentence_label", "labels"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from bertforge.embeddings_train import EmbeddingsConfig
-from bertforge.errors import BertforgeError
+from bertforge.core.errors import BertforgeError
 
 PATHS = dict(model="model_dir", train="pairs.tsv", out="out_dir")
 

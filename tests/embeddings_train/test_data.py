@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from bertforge.embeddings_train.data import normalized_scores, read_pairs
-from bertforge.errors import BertforgeError
+from bertforge.core.errors import BertforgeError
 from tests.embeddings_train.embeddings_train_helpers import write_tsv
 
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from bertforge.embeddings_train.losses import make_loss
-from bertforge.pooling import write_sentence_transformers_files
+from bertforge.model.pooling import write_sentence_transformers_files
 from bertforge.tokenizer import Tokenizer
 from tests.embeddings_train.embeddings_train_helpers import DEV_TEMPLATES, make_model, pairs
 

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from bertforge.errors import BertforgeError
+from bertforge.core.errors import BertforgeError
 from bertforge.finetune.config import DataOptions, FinetuneConfig
 
 PATHS = dict(task="classification", model="m", train="t.tsv", dev="d.tsv", out="o")

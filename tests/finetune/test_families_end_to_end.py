@@ -94,7 +94,7 @@ def test_question_answering_windows_use_the_family_template(tmp_path, family_mod
         "--out", str(out), "--max-length", "96", "--doc-stride", "16", *FAST)
     tokenizer = Tokenizer.from_pretrained(out / "model")
     from bertforge.finetune.squad import QAExample
-    from bertforge.qa_spans import encode_qa
+    from bertforge.data.qa_spans import encode_qa
 
     features, _ = encode_qa(tokenizer, [QAExample("q1", "where does john live ?", "john lives in paris .")],
                             max_length=64, doc_stride=16, max_query_length=32, with_targets=False)

@@ -1,5 +1,5 @@
 """Encoding (`bertforge.finetune.features`): sub-token label alignment, sentence pairs, dynamic padding, batch
-orders. (QA windows and offsets: tests/test_qa_spans.py.)"""
+orders. (QA windows and offsets: tests/data/test_qa_spans.py.)"""
 
 import pytest
 import torch

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bertforge.errors import BertforgeError
+from bertforge.core.errors import BertforgeError
 from bertforge.finetune.glue import (GLUE_TASKS, find_tasks, glue, glue_average, glue_table, prepare_task, read_split,
                                      task_named)
 

@@ -1,6 +1,6 @@
 """`bertforge predict --task qa` and `pipeline("question-answering")` choose answers by one rule
-(`bertforge.qa_spans`): same model, same questions, same answers, over several windows and with "no answer". (The
-rule itself: tests/test_qa_spans.py.)"""
+(`bertforge.data.qa_spans`): same model, same questions, same answers, over several windows and with "no answer". (The
+rule itself: tests/data/test_qa_spans.py.)"""
 
 import json
 import shutil

@@ -13,10 +13,10 @@ import torch
 from safetensors.torch import load_file
 
 from bertforge.cli import main
-from bertforge.errors import BertforgeError
+from bertforge.core.errors import BertforgeError
 from bertforge.finetune import finetune
-from bertforge.run_dir import list_checkpoints
-from bertforge.train import TrainStep
+from bertforge.training.run_dir import list_checkpoints
+from bertforge.training.step import TrainStep
 
 from .conftest import write_sentiment
 

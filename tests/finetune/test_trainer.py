@@ -1,5 +1,5 @@
 """The fine-tuning trainer's learning-rate schedule (linear warm-up, then linear decay to 0; the one schedule of
-`bertforge.optim`) at its boundary steps, directly and as logged by a real run, its AdamW parameter groups (no
+`bertforge.training.optim`) at its boundary steps, directly and as logged by a real run, its AdamW parameter groups (no
 decay for biases and LayerNorm weights), and `freeze_backbone` on every family."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import torch
 
 from bertforge import AutoModelForSequenceClassification, BertConfig, BertForSequenceClassification
 from bertforge.finetune import finetune, trainer
-from bertforge.optim import parameter_groups, warmup_decay
+from bertforge.training.optim import parameter_groups, warmup_decay
 
 from .conftest import write_sentiment
 

@@ -10,7 +10,7 @@ import bertforge
 from bertforge import BertConfig
 from bertforge.model import attention
 from bertforge.model.attention import Padded, Unpadded, attend, attention_plan, extended_attention_mask, length_groups, pack
-from bertforge.linear import linear_backend
+from bertforge.core.linear import linear_backend
 
 SDPA_ONLY = {"one thread": 0, "threads": 0}  # MATMUL_ATTENTION_MAX_LENGTH with no sequence short enough for matmuls
 

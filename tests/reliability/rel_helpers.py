@@ -159,7 +159,7 @@ def checkpoint_entries(out: Path) -> set[str]:
 
 def wait_and_kill(proc: subprocess.Popen, plan: Plan, out: Path) -> bool:
     """SIGKILL `proc` at the moment `plan` names; False if it finished by itself first."""
-    from bertforge.run_dir import CHECKPOINT_RE
+    from bertforge.training.run_dir import CHECKPOINT_RE
 
     seen = checkpoint_entries(out)  # a killed launch's leftovers are not news
     started = time.monotonic()
@@ -204,7 +204,7 @@ class Tally:
 def killed_launch(subject: Subject, proc: subprocess.Popen, out: Path, reference: Reference, rng: random.Random,
                   tally: Tally) -> bool:
     """Kill `proc` at a drawn moment and check the newest checkpoint it left; False if it finished first."""
-    from bertforge.run_dir import list_checkpoints
+    from bertforge.training.run_dir import list_checkpoints
 
     plan = draw_plan(rng, reference.seconds)
     if not wait_and_kill(proc, plan, out):
@@ -228,7 +228,7 @@ def killed_launch(subject: Subject, proc: subprocess.Popen, out: Path, reference
 
 def episode(subject: Subject, out: Path, reference: Reference, kills: int, rng: random.Random, tally: Tally) -> None:
     """One run from scratch to the end, killed up to `kills` times; then compared with the reference."""
-    from bertforge.run_dir import list_checkpoints
+    from bertforge.training.run_dir import list_checkpoints
 
     tally.episodes += 1
     launches, planned = 0, kills

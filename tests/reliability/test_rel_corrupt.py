@@ -28,9 +28,9 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from bertforge import BertConfig, BertForPreTraining, BertForSequenceClassification, BertModel, BertforgeError
-from bertforge.checkpoint import read_state_dict
+from bertforge.model.checkpoint import read_state_dict
 from bertforge.model import MODEL_CLASSES
-from bertforge.pretrain import PretrainArgs, Pretrainer, pretrain
+from bertforge.pretrain.trainer import PretrainArgs, Pretrainer, pretrain
 from bertforge.tokenizer import Tokenizer
 from tests.helpers import SPECIALS, TINY_CONFIG, make_run_inputs, tiny_run_args, write_vocab
 from tests.reliability.rel_helpers import make_model_dir, one_torch_thread, report, tensors_differ

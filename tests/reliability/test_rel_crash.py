@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from bertforge import BertForPreTraining
-from bertforge.checkpoint import load_pretrained
-from bertforge.state import load_state
+from bertforge.model.checkpoint import load_pretrained
+from bertforge.core.state import load_state
 from tests.helpers import make_run_inputs
 from tests.reliability.rel_helpers import Reference, Subject, bertforge_cmd, kill_campaign, run_reference
 

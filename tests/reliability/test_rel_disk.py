@@ -25,10 +25,10 @@ import pytest
 import torch
 
 from bertforge import BertConfig, BertForPreTraining, BertforgeError
-from bertforge import io as bf_io
-from bertforge.pretrain import PretrainArgs, Pretrainer
-from bertforge.run_dir import list_checkpoints
-from bertforge.state import load_state
+from bertforge.core import io as bf_io
+from bertforge.pretrain.trainer import PretrainArgs, Pretrainer
+from bertforge.training.run_dir import list_checkpoints
+from bertforge.core.state import load_state
 from tests.helpers import TINY_CONFIG, make_run_inputs, tiny_run_args
 from tests.reliability.rel_helpers import one_torch_thread, report, stray_temporaries, tensors_differ
 

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from bertforge import BertForSequenceClassification
-from bertforge.state import load_state
+from bertforge.core.state import load_state
 from tests.reliability.rel_helpers import Reference, Subject, bertforge_cmd, kill_campaign, run_reference
 from tests.finetune.conftest import vocabulary, write_sentiment
 from tests.helpers import tiny_config, write_uncased_tokenizer

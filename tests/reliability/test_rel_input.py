@@ -19,7 +19,7 @@ import pytest
 from bertforge import BertforgeError
 from bertforge.data import CorpusReader, iter_documents
 from bertforge.finetune.data import read_classification, read_conll, tag_scheme
-from bertforge.io import binary_reason
+from bertforge.core.io import binary_reason
 from tests.helpers import TINY_CONFIG
 from tests.reliability.rel_helpers import one_torch_thread, report
 from tests.reliability.test_rel_cli import assert_one_line_error, invoke

@@ -106,7 +106,7 @@ def labelled_tsv(path: Path, labels: list[str]) -> Path:
 @pytest.mark.parametrize("odd", ["nan", "inf", "n/a", "-"])
 @pytest.mark.parametrize("numbers", [["0", "1"], ["0.25", "3.5", "1.0"]], ids=["classes", "regression"])
 def test_numeric_labels_with_one_non_number_are_refused_naming_its_line(tmp_path, odd, numbers):
-    from bertforge.errors import BertforgeError
+    from bertforge.core.errors import BertforgeError
     from bertforge.finetune.config import DataOptions
     from bertforge.finetune.tasks import get_task
 
@@ -203,7 +203,7 @@ def test_a_sentence_transformers_max_seq_length_beyond_the_positions_is_capped(t
     sentence-transformers does) when the user gave no length, with a warning; an explicit --max-length is checked."""
     import shutil
 
-    from bertforge.pooling import write_sentence_transformers_files
+    from bertforge.model.pooling import write_sentence_transformers_files
     from bertforge.pipelines import pipeline
     from tests.helpers import TINY_CONFIG
 

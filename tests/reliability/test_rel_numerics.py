@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from bertforge.pretrain import PretrainArgs, Pretrainer
+from bertforge.pretrain.trainer import PretrainArgs, Pretrainer
 from tests.helpers import make_run_inputs, tiny_run_args
 from tests.reliability.rel_helpers import one_torch_thread, report, tensors_differ
 

@@ -25,19 +25,19 @@ import pytest
 import torch
 from bertforge import cli
 from bertforge.model.config import BertConfig
-from bertforge.errors import BertforgeError
-from bertforge.io import lock_run_directory, run_lock_path
-from bertforge.memory import (
+from bertforge.core.errors import BertforgeError
+from bertforge.core.io import lock_run_directory, run_lock_path
+from bertforge.model.memory import (
     MiB,
     activation_bytes_per_sequence,
     check_fits,
     estimate_training_memory,
     parameter_count,
 )
-from bertforge.pretrain import PretrainArgs, Pretrainer
-from bertforge.run_dir import list_checkpoints
-from bertforge.train import TrainStep
-from bertforge.training_log import MetricsLog
+from bertforge.pretrain.trainer import PretrainArgs, Pretrainer
+from bertforge.training.run_dir import list_checkpoints
+from bertforge.training.step import TrainStep
+from bertforge.training.log import MetricsLog
 from tests.helpers import TINY_CONFIG, WORDS, make_corpus, make_run_inputs
 from tests.reliability.rel_helpers import bertforge_cmd, one_torch_thread, report, subprocess_env
 
@@ -220,7 +220,7 @@ def test_a_second_run_into_a_directory_in_use_is_refused_naming_its_pid(inputs, 
 def test_the_lock_is_exclusive_between_processes_and_retaken_in_one(tmp_path):
     out = tmp_path / "out"
     holder = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time; from bertforge.io import lock_run_directory; "
+        "import sys, time; from bertforge.core.io import lock_run_directory; "
         f"lock = lock_run_directory({str(out)!r}, 'finetune'); print('held', flush=True); time.sleep(120)")],
         env=subprocess_env(), stdout=subprocess.PIPE)
     try:
@@ -386,7 +386,7 @@ def test_a_run_that_cannot_fit_is_refused_with_what_would_fit():
 
 
 def test_finetune_refuses_a_model_that_cannot_fit_before_building_it(tmp_path, monkeypatch):
-    import bertforge.memory as memory
+    import bertforge.model.memory as memory
     from bertforge.finetune import finetune
     from bertforge.model import BertForSequenceClassification
 
@@ -411,7 +411,7 @@ def test_a_small_corpus_with_a_1_mb_line_is_not_re_read_to_fill_the_shuffle_buff
     """The issue's near-hang: 21 documents, one a single 1 MB line. 10 batches of 32 took 295 s (170 s on the day of
     the fix, 274 passes over the file): the 10,000-instance shuffle buffer was filled by re-reading and
     re-tokenizing the corpus. Now it holds one epoch's instances: passes follow the instances consumed."""
-    from bertforge.pretrain_data import pretraining_stream
+    from bertforge.pretrain.data import pretraining_stream
     from bertforge.tokenizer import Tokenizer
 
     _, tok_dir, _ = inputs

@@ -15,10 +15,10 @@ from bertforge.serve import ServeConfig
 def test_a_serving_process_hands_over_the_gil_sooner_and_keeps_freed_memory(monkeypatch, models):
     import bertforge.serve as serve
     import bertforge.serve.app
-    import bertforge.system
+    import bertforge.core.system
 
     calls = []
-    monkeypatch.setattr(bertforge.system, "reuse_freed_memory", lambda choice=None: calls.append(choice) or True)
+    monkeypatch.setattr(bertforge.core.system, "reuse_freed_memory", lambda choice=None: calls.append(choice) or True)
     monkeypatch.setenv(serve.ENV_CONFIG, ServeConfig(model=str(models["embed"])).to_json())
     monkeypatch.setattr(bertforge.serve.app, "create_app", lambda config: config)  # where app_from_environment finds it
     before = sys.getswitchinterval()

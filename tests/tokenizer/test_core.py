@@ -13,7 +13,7 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
-from bertforge.errors import BertforgeError
+from bertforge.core.errors import BertforgeError
 from bertforge.tokenizer import Tokenizer
 from tests.tokenizer.tokenizer_helpers import assert_same, hard_strings, word_lists
 

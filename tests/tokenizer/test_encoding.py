@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from bertforge.errors import BertforgeError
+from bertforge.core.errors import BertforgeError
 from tests.tokenizer.tokenizer_helpers import TRUNCATIONS, assert_same, outcome, word_lists
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from transformers import AutoTokenizer, BertTokenizerFast
 
-from bertforge.errors import BertforgeError
+from bertforge.core.errors import BertforgeError
 from bertforge.tokenizer import Tokenizer
 from tests.helpers import SPECIALS, write_vocab
 from tests.tokenizer.tokenizer_helpers import MINILM, assert_same

@@ -18,7 +18,7 @@ import pytest
 import transformers
 from transformers import AutoTokenizer
 
-from bertforge.errors import BertforgeError
+from bertforge.core.errors import BertforgeError
 from bertforge.tokenizer import (ALBERT, BERT, DISTILBERT, KINDS, MODERNBERT, ROBERTA, XLM_ROBERTA, Tokenizer,
                                  kind_by_name)
 from tests.tokenizer.tokenizer_helpers import TRUNCATIONS, assert_same, hard_strings, training_corpus

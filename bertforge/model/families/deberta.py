@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...errors import BertforgeError
+from ...core.errors import BertforgeError
 from ..spec import EncoderSpec, HeadSpec, RelativeAttention
 from .family import INTERNAL_LAYER, Family
 

@@ -25,7 +25,7 @@ from typing import Any
 
 from torch import Tensor
 
-from ...errors import BertforgeError
+from ...core.errors import BertforgeError
 from ..spec import EncoderSpec, HeadSpec
 
 INTERNAL_PREFIX = "bert"  # the encoder's attribute in every head class, so `bert.` in internal parameter names

@@ -17,8 +17,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ...errors import BertforgeError
-from ...ops import ACTIVATIONS
+from ...core.errors import BertforgeError
+from ...core.ops import ACTIVATIONS
 from ..spec import EncoderSpec, HeadSpec, LayerAttention
 from .family import INTERNAL_LAYER, Family
 

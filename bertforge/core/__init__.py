@@ -1,0 +1,1 @@
+"""Foundations: the error type, shared constants, files, activations, dense-layer kernels, the runtime set-up, settings declared once, resumable state."""

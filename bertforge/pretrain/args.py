@@ -1,0 +1,270 @@
+"""The settings of a pretraining run (`PretrainArgs`): each field is also a `bertforge pretrain` option, validated
+once (`validate`), with the family's recipe filled in by `for_family` (a new value: settings are never changed once
+validated; the run's length, which a time budget decides as it goes, lives in `time_budget.RunLength`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..core.errors import BertforgeError
+from ..model.config import BertConfig, PRESETS
+from ..training.optim import DECAYS
+from ..core.options import option
+from ..training.time_budget import PROVISIONAL_STEPS
+from ..training.step import MAX_SKIPPED_STEPS, PRECISION_HELP, PRECISIONS
+
+WARMUP_STEPS = 100  # the default --warmup-steps
+# (setting, the settings it decides, why): giving both is a contradiction, refused
+CONTRADICTIONS = (
+    ("init_from", ("config", "tokenizer", "vocab_size", "tokenizer_sample_mb", "lowercase"),
+     "the checkpoint's config.json and tokenizer decide the model and its vocabulary"),
+    ("warmup_ratio", ("warmup_steps",), "the ratio sets the warmup"),
+    ("eval_fraction", ("eval_corpus",), "choose one source of held-out text"),
+    ("max_minutes", ("max_steps", "warmup_ratio"), "the time budget sets the run's length in steps as it runs; give "
+     "the warmup in steps"),
+)
+
+# the pretraining recipe of a family that says nothing else (`Family.recipe` overrides it: RoBERTa's beta2, ALBERT's
+# n-gram masking)
+RECIPE_DEFAULTS: dict[str, Any] = {"masking": "token", "adam_beta2": 0.999}
+
+@dataclass
+class PretrainArgs:
+    """Everything that defines a pretraining run; each field with `option(...)` is also a `bertforge pretrain`
+    option (see `bertforge.core.options`)."""
+
+    corpus: list[str] = option(help="text files or directories (.txt, .gz, .jsonl); blank lines separate documents, "
+                               "one sentence per line. Default: the bundled demo corpus (short stories about a small world, "
+                               "bertforge/data/demo_world.py), with demo settings",
+                               default_factory=list, metavar="PATH")
+    out: str = option("runs/pretrain", "output directory")
+    init_from: str | None = option(None, "continue pretraining a checkpoint (config.json, model.safetensors and its "
+                                   "tokenizer files; pretraining heads it lacks are initialised): its model, config and "
+                                   "tokenizer, so --config and the tokenizer options are refused with it", metavar="DIR")
+    config: str = option("tiny", "a preset (tiny, mini, small, medium, base, large) or a config.json")
+    tokenizer: str | None = option(None, "an existing tokenizer; default: train a WordPiece vocabulary on the corpus "
+                                   "and keep it in OUT/tokenizer", metavar="DIR")
+    vocab_size: int = option(30522, "size of a vocabulary trained here")
+    tokenizer_sample_mb: float = option(256.0, "train the vocabulary on the first N MB of the corpus")
+    lowercase: bool = option(True, "keep case and accents in a vocabulary trained here", flag="--cased")
+    max_steps: int = option(1000, "optimizer steps")
+    max_minutes: float | None = option(None, "train for M minutes of wall time instead of --max-steps: the run times "
+                                       "its first steps and fits its step count, and so the learning-rate schedule, "
+                                       "to the budget (see bertforge/training/time_budget.py)", metavar="M")
+    batch_size: int = option(32, "sequences per micro-batch per process")
+    grad_accum: int = option(1, "micro-batches per optimizer step")
+    seq_len: int = option(128, "tokens per sequence")
+    lr: float = option(1e-4, "peak learning rate")
+    warmup_steps: int = option(WARMUP_STEPS, "linear warmup steps; one at or beyond --max-steps is cut to "
+                               "a tenth of --max-steps, with a warning")
+    warmup_ratio: float | None = option(None, "warmup over this fraction of --max-steps (instead of --warmup-steps)",
+                                        metavar="R")
+    decay: str = option("linear", "learning-rate decay after warmup; wsd: warmup-stable-decay, the peak until the "
+                        "last --decay-ratio of the run, then linear to 0", choices=DECAYS)
+    decay_ratio: float = option(0.1, "with --decay wsd: the final fraction of --max-steps that decays to 0", metavar="R")
+    optimizer: str = option("adamw", "the optimizer; LAMB for very large batches", choices=("adamw", "lamb"))
+    weight_decay: float = option(0.01, "decoupled weight decay of matrices and embeddings")
+    max_grad_norm: float = 1.0
+    max_skipped_steps: int = option(MAX_SKIPPED_STEPS, "stop with an error after N steps in a row with a non-finite "
+                                    "loss or gradient", metavar="N")
+    seed: int = option(0, "random seed")
+    nsp: bool = option(True, "RoBERTa-style full-sentence packing, no next-sentence prediction (--objective mlm)",
+                       flag="--no-nsp")
+    objective: str = option("auto", "what the model learns besides MLM: auto (the family's recipe: BERT nsp, RoBERTa "
+                            "and DistilBERT none, ALBERT sop), mlm (MLM alone, full-sentence packing), nsp "
+                            "(next-sentence prediction) or sop (sentence-order prediction)",
+                            choices=("auto", "mlm", "nsp", "sop"))
+    masking: str = option("auto", "which tokens MLM masks: auto (the family's recipe: ALBERT ngram, else token), "
+                          "token, or ngram (spans of up to 3, p(n) ~ 1/n); --whole-word-mask makes either whole "
+                          "words", choices=("auto", "token", "ngram"))
+    adam_beta2: float | None = option(None, "AdamW's beta2; default: the family's recipe (RoBERTa 0.98, else 0.999)")
+    whole_word_mask: bool = option(False, "mask whole words rather than word pieces")
+    mlm_probability: float = option(0.15, "share of tokens masked for the MLM loss")
+    static_masking: bool = option(False, "mask once, as the original BERT did: write the masked data to "
+                                  "OUT/static_shards first, then train from it")
+    dupe_factor: int = option(10, "with --static-masking: how many different ways each instance is masked "
+                              "(BERT's duplication factor)")
+    eval_corpus: list[str] = option(help="held-out text to evaluate on (files or directories, as --corpus)",
+                                    default_factory=list, metavar="PATH")
+    eval_fraction: float | None = option(None, "hold out this fraction of the corpus's documents (the same ones "
+                                         "every run: chosen by a hash of their number) to evaluate on", metavar="F")
+    eval_every: int | None = option(None, "evaluate every N steps, at step 0 and at the end (default: every "
+                                    "--save-every steps)", metavar="N")
+    eval_max_instances: int = option(1000, "sequences in the fixed evaluation set", metavar="N")
+    early_stop_patience: int | None = option(None, "stop the run after K evaluations in a row without a lower "
+                                             "eval loss", metavar="K")
+    save_every: int = option(500, "checkpoint every N steps")
+    save_every_minutes: float | None = option(None, "also checkpoint at every multiple of M minutes of training time",
+                                              metavar="M")
+    keep_last: int = option(3, "complete checkpoints to keep")
+    log_every: int = option(10, "a metrics row every N steps")
+    resume: bool = option(False, "continue the run in --out from its newest complete checkpoint")
+    overwrite: bool = option(False, "replace the run in --out")
+    device: str = option("auto", "where to train", choices=("auto", "cpu", "cuda"))
+    precision: str = option("auto", PRECISION_HELP, choices=PRECISIONS)
+    fsdp: bool = option(False, "shard the model with FSDP (under torchrun)")
+    gradient_checkpointing: bool = option(False, "recompute activations to save memory")
+    compile: bool = option(False, "torch.compile the model")
+    text_field: str = option("text", "the text field of .jsonl input")
+    allow_binary: bool = option(False, "read corpus files that look binary (NUL bytes, mostly control characters or "
+                                "invalid UTF-8) instead of refusing them; invalid bytes are replaced")
+    progress: bool = option(True, "no progress bar", flag="--no-progress")
+    demo: bool = True  # print [MASK] predictions for a few sentences before and after
+
+    def validate(self) -> None:
+        """Raise `BertforgeError` naming the first bad setting (before anything is written)."""
+        a = self
+        for name in ("max_steps", "batch_size", "grad_accum", "seq_len", "save_every", "keep_last", "log_every", "vocab_size",
+                     "dupe_factor", "max_skipped_steps", "eval_max_instances", "eval_every", "early_stop_patience"):
+            value = getattr(a, name)
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise BertforgeError(f"--{name.replace('_', '-')} must be a positive integer, got {value!r}")
+        for name in ("max_minutes", "save_every_minutes"):
+            value = getattr(a, name)
+            if value is not None and not (isinstance(value, (int, float)) and 0 < value < math.inf):
+                raise BertforgeError(f"--{name.replace('_', '-')} must be a positive number of minutes, got {value!r}")
+        if a.seq_len < 8:
+            raise BertforgeError(f"--seq-len {a.seq_len} is too short for [CLS] A [SEP] B [SEP]; use at least 8")
+        if not (a.lr > 0 and math.isfinite(a.lr)):
+            raise BertforgeError(f"--lr must be a positive number, got {a.lr}")
+        if not 0 < a.mlm_probability < 1:
+            raise BertforgeError(f"--mlm-probability must be in (0, 1), got {a.mlm_probability}")
+        if a.resume and a.overwrite:
+            raise BertforgeError("--resume and --overwrite contradict each other; choose one")
+        refuse_contradictions(self.chosen())
+        a.validate_schedule()
+        a.validate_evaluation()
+        for path in [*a.corpus, *a.eval_corpus]:
+            if not Path(path).exists():
+                raise BertforgeError(f"corpus path {path} does not exist")
+        if a.init_from is not None and not (Path(a.init_from) / "config.json").is_file():
+            raise BertforgeError(f"--init-from {a.init_from}: no config.json there (a checkpoint directory is expected)")
+
+    def chosen(self) -> set[str]:
+        """The settings that differ from their defaults (what a command line gave, as far as values can tell)."""
+        def default(f: dataclasses.Field) -> Any:
+            return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+
+        return {f.name for f in dataclasses.fields(self) if getattr(self, f.name) != default(f)}
+
+    def validate_schedule(self) -> None:
+        a = self
+        if a.warmup_steps < 0:
+            raise BertforgeError(f"--warmup-steps must be >= 0, got {a.warmup_steps}")
+        if a.warmup_ratio is not None and not 0 <= a.warmup_ratio < 1:
+            raise BertforgeError(f"--warmup-ratio must be in [0, 1), got {a.warmup_ratio}")
+        if not 0 < a.decay_ratio <= 1:
+            raise BertforgeError(f"--decay-ratio must be in (0, 1], got {a.decay_ratio}")
+        if a.decay != "wsd" and "decay_ratio" in a.chosen():
+            raise BertforgeError(f"--decay-ratio applies to --decay wsd only, not --decay {a.decay}")
+
+    def validate_evaluation(self) -> None:
+        a = self
+        if a.eval_fraction is not None and not 0 < a.eval_fraction < 1:
+            raise BertforgeError(f"--eval-fraction must be in (0, 1), got {a.eval_fraction}")
+        if not a.evaluates:
+            for name in ("eval_every", "early_stop_patience"):
+                if getattr(a, name) is not None:
+                    raise BertforgeError(f"--{name.replace('_', '-')} needs held-out text: --eval-corpus or --eval-fraction")
+
+    @property
+    def evaluates(self) -> bool:
+        return bool(self.eval_corpus or self.eval_fraction)
+
+    def warmup(self, steps: int | None = None) -> tuple[int, str | None]:
+        """The warmup steps a run of `steps` steps (default --max-steps; a time budget decides its own) uses, and a
+        warning when they differ from those asked for: a warmup at or beyond the run's length would never let the
+        learning rate reach its peak, so it is cut to a tenth of the run."""
+        a = self
+        steps = a.max_steps if steps is None else steps
+        asked = round(a.warmup_ratio * steps) if a.warmup_ratio is not None else a.warmup_steps
+        if asked < steps:
+            return asked, None
+        used = steps // 10
+        what = f"--warmup-ratio {a.warmup_ratio}" if a.warmup_ratio is not None else f"--warmup-steps {a.warmup_steps}"
+        return used, (f"{what} is not shorter than --max-steps {steps}: the learning rate would never reach its "
+                      f"peak; warming up over {used} steps (a tenth of the run) instead")
+
+    @property
+    def first_length(self) -> int:
+        """The run's length in steps as it starts: --max-steps, or, with a time budget, a provisional length until
+        the budget has timed the first steps (`time_budget.RunLength`)."""
+        return PROVISIONAL_STEPS if self.max_minutes is not None else self.max_steps
+
+    def for_family(self, config: BertConfig) -> PretrainArgs:
+        """These settings with the family's recipe filled in for "auto" (objective, masking, AdamW's beta2) and
+        `nsp` following the objective; a setting the family contradicts is refused (RoBERTa has no sentence
+        objective, ALBERT's is sentence order)."""
+        a, member = self, config.family
+        recipe = {**RECIPE_DEFAULTS, **member.recipe}
+        objective = a.objective
+        if objective == "auto":
+            objective = {"NSP": "nsp", "SOP": "sop", None: "mlm"}[member.sentence_head] if a.nsp else "mlm"
+        elif not a.nsp and objective != "mlm":
+            raise BertforgeError(f"--no-nsp and --objective {objective} contradict each other; choose one")
+        model = f"--config {a.config}" if a.init_from is None else f"--init-from {a.init_from}"
+        if objective != "mlm" and member.sentence_head is None:
+            raise BertforgeError(f"--objective {objective} contradicts {model}: {member.name} is pretrained with MLM "
+                                 "only (it has no sentence head)")
+        if objective == "nsp" and member.sentence_head == "SOP":
+            raise BertforgeError(f"--objective nsp contradicts {model}: {member.name}'s sentence head learns "
+                                 "sentence order (--objective sop)")
+        masking = recipe["masking"] if a.masking == "auto" else a.masking
+        beta2 = recipe["adam_beta2"] if a.adam_beta2 is None else a.adam_beta2
+        return dataclasses.replace(a, objective=objective, nsp=objective == "nsp", masking=masking, adam_beta2=beta2)
+
+    @property
+    def vocabulary_source(self) -> str | None:
+        """The checkpoint whose config.json and tokenizer decide the vocabulary (--init-from), or None: the model's
+        vocabulary is the tokenizer's."""
+        return self.init_from
+
+    @property
+    def sentence_objective(self) -> str | None:
+        """The data's sentence objective: "nsp", "sop" or None (settings not resolved by `for_family` yet read
+        "auto" as BERT's: NSP unless --no-nsp)."""
+        if self.objective == "auto":
+            return "nsp" if self.nsp else None
+        return None if self.objective == "mlm" else self.objective
+
+    @property
+    def masking_kind(self) -> str:
+        """The data's masking: "token" or "ngram" ("auto" unresolved reads as BERT's, token)."""
+        return "token" if self.masking == "auto" else self.masking
+
+    def model_config(self) -> BertConfig:
+        """The preset, config.json or --init-from checkpoint's config, checked against seq_len (a vocabulary trained
+        here is applied later)."""
+        a = self
+        if a.init_from is not None:
+            config = BertConfig.from_pretrained(a.init_from)
+        elif Path(a.config).exists():
+            config = BertConfig.from_pretrained(a.config)
+        elif a.config.rpartition("-")[2] in PRESETS:
+            config = BertConfig.preset(a.config)  # a size, or FAMILY-SIZE; an unknown family is refused there
+        else:
+            raise BertforgeError(f"--config {a.config!r} is neither a preset ({', '.join(PRESETS)}, or FAMILY-SIZE such "
+                                 "as roberta-tiny) nor a config.json path")
+        config.check_sequence_length(a.seq_len, "--seq-len")
+        return config
+
+
+def refuse_contradictions(chosen: set[str]) -> None:
+    """Refuse, in one line, settings given together with one that decides them (`CONTRADICTIONS`). `chosen`: the
+    settings given (by the command line) or set off their defaults (`PretrainArgs.chosen`)."""
+    from ..core.options import flag_of
+
+    flags = {f.name: flag_of(f) for f in dataclasses.fields(PretrainArgs) if "cli" in f.metadata}
+    for setting, decided, why in CONTRADICTIONS:
+        clash = [flags[name] for name in decided if name in chosen]
+        if setting in chosen and clash:
+            raise BertforgeError(f"{flags[setting]} contradicts {', '.join(clash)} ({why}); leave out {' and '.join(clash)}")
+
+
+def decided_by(chosen: set[str]) -> set[str]:
+    """The settings that `chosen` ones decide (`CONTRADICTIONS`): a base such as the demo's must not set them."""
+    return {name for setting, decided, _ in CONTRADICTIONS if setting in chosen for name in decided}

@@ -1,0 +1,200 @@
+"""Distillation into a DistilBERT, as Sanh et al. (2019) made DistilBERT from BERT.
+
+The student is the teacher's encoder with half its layers, no token types and no pooler (`model_type: distilbert`),
+initialised from the teacher: its embeddings (the first token-type row folded into the position rows, so that the
+initial student computes what the teacher's lower half computes on single segments), every other layer (student
+layer i from teacher layer 2i) and the MLM head. It is trained on the teacher's corpus with MLM and dynamic masking,
+on three losses, weights configurable:
+
+* soft-target cross-entropy against the teacher at temperature T: T^2 · KL(softmax(t/T) || softmax(s/T)) over the
+  masked positions (`--alpha-ce`, 5 in the paper's code);
+* the MLM loss against the true tokens (`--alpha-mlm`, 2);
+* cosine alignment of the last hidden states, 1 - cos(student, teacher) over the real tokens (`--alpha-cos`, 1).
+
+The teacher runs without gradients, in eval mode, on every rank. Everything else is pretraining's (`Pretrainer`):
+streaming, exact resume, DDP/FSDP, metrics, held-out evaluation, atomic checkpoints, and `OUT/model/` in Hugging
+Face layout (`DistilBertForMaskedLM`) with the teacher's tokenizer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from ..model.auto import AutoModelForMaskedLM
+from ..model.config import BertConfig
+from ..core.errors import BertforgeError
+from ..model import BertForMaskedLM, BertPreTrainedModel
+from ..core.options import option
+from .trainer import PretrainArgs, Pretrainer
+from .objectives import Objective, mlm_stats
+from .data import model_inputs
+from ..training.step import TrainStep
+
+log = logging.getLogger("bertforge")
+
+#: pretraining settings that the teacher decides (its config and tokenizer) or that distillation fixes (MLM only)
+TEACHER_DECIDES = ("config", "tokenizer", "vocab_size", "tokenizer_sample_mb", "lowercase", "init_from", "objective", "nsp")
+
+
+@dataclass
+class DistillArgs(PretrainArgs):
+    """`PretrainArgs` (the training, data and output settings) and the teacher, the student's depth and the loss."""
+
+    teacher: str | None = option(None, "the teacher: a checkpoint directory with an MLM head and its tokenizer", metavar="DIR")
+    student_layers: int | None = option(None, "layers of the student (default: half the teacher's)", metavar="N")
+    temperature: float = option(2.0, "softmax temperature of the soft targets")
+    alpha_ce: float = option(5.0, "weight of the soft-target cross-entropy against the teacher")
+    alpha_mlm: float = option(2.0, "weight of the MLM loss against the true tokens")
+    alpha_cos: float = option(1.0, "weight of the cosine loss between the last hidden states")
+
+    def validate(self) -> None:
+        if not self.teacher:
+            raise BertforgeError("--teacher is required: the checkpoint directory to distil")
+        if not (Path(self.teacher) / "config.json").is_file():
+            raise BertforgeError(f"--teacher {self.teacher}: no config.json there (a checkpoint directory is expected)")
+        if not self.corpus:
+            raise BertforgeError("--corpus is required: the text the student learns on")
+        if not self.temperature > 0:
+            raise BertforgeError(f"--temperature must be positive, got {self.temperature}")
+        weights = (self.alpha_ce, self.alpha_mlm, self.alpha_cos)
+        if min(weights) < 0 or sum(weights) <= 0:
+            raise BertforgeError(f"--alpha-ce/--alpha-mlm/--alpha-cos must be >= 0 and not all 0, got {weights}")
+        if self.student_layers is not None and self.student_layers < 1:
+            raise BertforgeError(f"--student-layers must be a positive integer, got {self.student_layers}")
+        super().validate()
+
+    def model_config(self) -> BertConfig:
+        """The student's config: the teacher's, as a DistilBERT of `student_layers` (half the teacher's) layers."""
+        teacher = BertConfig.from_pretrained(self.teacher)
+        if teacher.embedding_dim != teacher.hidden_size or teacher.num_hidden_groups:
+            raise BertforgeError(f"--teacher {self.teacher}: a {teacher.family.name} teacher (factorised embeddings or "
+                                 "shared layers) cannot be copied into a DistilBERT; use a BERT- or RoBERTa-shaped one")
+        layers = self.student_layers or max(1, teacher.num_hidden_layers // 2)
+        if layers > teacher.num_hidden_layers:
+            raise BertforgeError(f"--student-layers {layers} is more than the teacher's {teacher.num_hidden_layers}")
+        student = dataclasses.replace(
+            teacher, model_type="distilbert", num_hidden_layers=layers, type_vocab_size=0, layer_norm_eps=1e-12,
+            max_position_embeddings=teacher.max_sequence_length, architectures=None, extra={},
+        )
+        if self.seq_len > student.max_sequence_length:
+            raise BertforgeError(f"--seq-len {self.seq_len} is above the teacher's {student.max_sequence_length} positions")
+        return student
+
+    def __post_init__(self) -> None:
+        if self.tokenizer is None:
+            self.tokenizer = self.teacher  # the student speaks the teacher's vocabulary
+
+    @property
+    def vocabulary_source(self) -> str | None:
+        return self.teacher
+
+
+def teacher_layers(student_layers: int, teacher_layers_: int) -> list[int]:
+    """The teacher layer each student layer starts from: every other one (0, 2, 4, ...), as DistilBERT did; for a
+    student of more than half the teacher's depth, spread evenly."""
+    if 2 * student_layers <= teacher_layers_:
+        return [2 * i for i in range(student_layers)]
+    return [round(i * (teacher_layers_ - 1) / max(1, student_layers - 1)) for i in range(student_layers)]
+
+
+@torch.no_grad()
+def init_from_teacher(student: BertForMaskedLM, teacher: BertPreTrainedModel) -> None:
+    """Copy the teacher's embeddings (first token-type row folded into the positions, RoBERTa's offset skipped),
+    every other layer and the MLM head into `student`."""
+    layers = teacher_layers(student.config.num_hidden_layers, teacher.config.num_hidden_layers)
+    student.base_model.embeddings.load_from(teacher.base_model.embeddings, teacher.config.position_offset)
+    teacher_blocks = teacher.blocks()
+    for block, index in zip(student.blocks(), layers):
+        block.load_state_dict(teacher_blocks[index].state_dict())
+    student.mlm_head().load_state_dict(teacher.mlm_head().state_dict())  # type: ignore[operator]
+
+
+def load_teacher(path: str, device: torch.device) -> BertPreTrainedModel:
+    teacher = AutoModelForMaskedLM.from_pretrained(path, quiet=True)
+    missing = [k for k in teacher.loading_info.missing_keys if k.startswith("cls.")]
+    if missing:
+        raise BertforgeError(f"--teacher {path}: no MLM head ({missing[0]} is missing); distillation learns from its "
+                             "predictions, so the teacher must be a masked-language model")
+    return teacher.to(device).eval().requires_grad_(False)
+
+
+class Distiller(Pretrainer):
+    """Pretraining's run with a DistilBERT student, a teacher and the three losses."""
+
+    args: DistillArgs
+
+    def build_model(self, resuming: bool) -> BertPreTrainedModel:
+        self.teacher = load_teacher(self.args.teacher, self.rt.device)  # type: ignore[arg-type]
+        torch.manual_seed(self.args.seed)
+        student = BertForMaskedLM(self.config)
+        if not resuming:  # a resumed run's checkpoint brings the student's weights
+            init_from_teacher(student, self.teacher)
+        if self.rt.is_main:
+            kept = teacher_layers(self.config.num_hidden_layers, self.teacher.config.num_hidden_layers)
+            log.info("student: %d layers initialised from the teacher's layers %s (%.1f M parameters; teacher %.1f M)",
+                     self.config.num_hidden_layers, kept, student.num_parameters() / 1e6,
+                     self.teacher.num_parameters() / 1e6)
+        return student
+
+    def build_objective(self) -> Distillation:
+        a = self.args
+        return Distillation(self.teacher, a.temperature, a.alpha_ce, a.alpha_mlm, a.alpha_cos)
+
+
+class Distillation(Objective):
+    """Distillation's objective: the teacher's soft targets at temperature T, the MLM loss and the cosine
+    alignment of the last hidden states, weighted (`--alpha-ce`, `--alpha-mlm`, `--alpha-cos`)."""
+
+    def __init__(self, teacher: BertPreTrainedModel, temperature: float, alpha_ce: float, alpha_mlm: float,
+                 alpha_cos: float) -> None:
+        super().__init__(None)
+        self.teacher, self.temperature = teacher, temperature
+        self.alpha_ce, self.alpha_mlm, self.alpha_cos = alpha_ce, alpha_mlm, alpha_cos
+
+    def counts(self, batch: dict[str, torch.Tensor]) -> dict[str, int]:
+        counts = super().counts(batch)
+        return {**counts, "ce": counts["mlm"], "cos": int(batch["attention_mask"].sum())}
+
+    def forward_backward(self, model: torch.nn.Module, stepper: TrainStep, batch: dict[str, torch.Tensor],
+                         weights: dict[str, float]) -> dict[str, torch.Tensor]:
+        inputs = model_inputs(batch)
+        with stepper.autocast():
+            with torch.no_grad():
+                teacher = self.teacher(**inputs, output_hidden_states=True)
+            out = model(**inputs, output_hidden_states=True)
+        s_logits, t_logits = out.logits.float(), teacher.logits.float()  # [N, V]: the masked positions, same order
+        t = self.temperature
+        ce = (F.kl_div(F.log_softmax(s_logits / t, -1), F.softmax(t_logits / t, -1), reduction="batchmean") * t * t
+              if s_logits.shape[0] else s_logits.sum())
+        real = batch["attention_mask"].bool()
+        cos = (1 - F.cosine_similarity(out.hidden_states[-1][real].float(), teacher.hidden_states[-1][real].float(),
+                                       dim=-1)).mean()
+        loss = stepper.accumulate({"ce": self.alpha_ce * ce, "mlm": self.alpha_mlm * out.loss,
+                                   "cos": self.alpha_cos * cos}, weights)
+        stats = mlm_stats(loss, out.loss, out.logits, batch, weights)
+        stats["ce_loss"] = ce.detach() * weights.get("ce", 0.0)
+        stats["cos_loss"] = cos.detach() * weights.get("cos", 0.0)
+        return stats
+
+    @staticmethod
+    def masked_logits(out: Any) -> torch.Tensor:
+        return out.logits
+
+
+def distill(args: DistillArgs | None = None, **kwargs: Any) -> Path:
+    """Distil `args.teacher` into a DistilBERT on `args.corpus`; returns the directory of the student."""
+    args = args or DistillArgs(**kwargs)
+    trainer = Distiller(args)
+    final = trainer.run()
+    trainer.finish()
+    return final
+
+
+__all__ = ["DistillArgs", "Distillation", "Distiller", "distill", "init_from_teacher", "teacher_layers"]

@@ -1,0 +1,335 @@
+"""Pretraining: raw text in, a Hugging Face-ready BERT out, exact to resume, from one CPU to many GPUs.
+
+    pretrain(PretrainArgs(corpus=["wiki/"], config="base", max_steps=100_000, out="runs/base"))
+
+One process per device under `torchrun`; PyTorch's own DDP (or FSDP with `fsdp=True`) does the rest. Rank 0 alone
+logs and writes. A checkpoint is a directory `OUT/checkpoints/step-N/` built under a temporary name and renamed into
+place, so a kill at any moment leaves only complete checkpoints; `resume=True` continues from the newest one that
+loads, and the run ends bitwise equal to one that was never interrupted.
+
+The run's parts live beside this module: its settings (`pretrain_args`), its model, tokenizer and stream
+(`pretrain_model`), its data (`pretrain_data`), its objective (`pretrain_objectives`), its held-out evaluation
+(`pretrain_eval`) and its report (`pretrain_report`); the loop is every trainer's (`train_loop`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+from ..data.demo_world import DEMO_CORPUS
+from ..core.io import atomic_directory
+from ..model import BertForPreTraining, BertPreTrainedModel
+from ..model.config import BertConfig
+from ..training.optim import make_optimizer, warmup_decay
+from .args import (CONTRADICTIONS, RECIPE_DEFAULTS, WARMUP_STEPS, PretrainArgs,  # noqa: F401  (importable here too)
+                            decided_by, refuse_contradictions)
+from .data import STATIC_DIR, check_corpus, model_inputs, check_run_corpora, pretraining_stream, static_reader, train_run_tokenizer  # noqa: F401
+from .eval import HeldOutEvaluation, build_eval_set
+from .build import (build_stream, check_fits, choose_tokenizer, initial_model, run_model_config,  # noqa: F401
+                             wrap_model)
+from .objectives import Objective, pretraining_counts  # noqa: F401  (importable here too)
+from .report import EVAL_PANELS, PRETRAIN_PANELS, metrics_summary, plot_metrics, show_predictions  # noqa: F401
+from ..training.run_dir import CHECKPOINT_RE, RUN_CONFIG, RunDirectory, list_checkpoints  # noqa: F401  (importable here too)
+from ..core.system import barrier, setup_runtime, teardown_runtime
+from ..training.time_budget import RunClock, RunLength
+from ..training.step import TrainStep, pick_precision, refuse_nonfinite
+from ..training.loop import Cadence, RunLifecycle, TrainLoop, open_metrics, progress_bar
+from ..training.checkpoint import Loaded, TrainingCheckpoints, number_list
+
+log = logging.getLogger("bertforge")
+
+
+class Pretrainer:
+    """One pretraining run: its model, optimizer, schedule, data stream and objective, on the shared loop
+    (`train_loop.TrainLoop`). `run()` trains to the run's length. A trainer built on this one brings its own model
+    (`build_model`) and objective (`build_objective`): distillation."""
+
+    def __init__(self, args: PretrainArgs) -> None:
+        self.args = args
+        args.validate()
+        self.rt = setup_runtime(args.device)
+        self.out = Path(args.out)
+        self.corpus = [str(p) for p in args.corpus] or [str(DEMO_CORPUS)]
+        self.lifecycle = RunLifecycle(RunDirectory(self.out, args.resume, args.overwrite, dataclasses.asdict(args)),
+                                      self.rt)  # rank 0 acts on OUT
+        base_config = args.model_config()  # settings the model config refuses fail here, before anything is written
+        self.args = args = args.for_family(base_config)  # the family's recipe where the settings say "auto"
+        self.autocast_dtype = pick_precision(self.args.precision, self.rt.device)
+        try:
+            self.setup(base_config)
+        except BaseException:
+            self.abandon()
+            raise
+
+    def setup(self, base_config: BertConfig) -> None:
+        """Lock OUT and check the whole run (OUT, corpus, tokenizer, model size) before OUT changes; then prepare
+        OUT and build the model, optimizer and data."""
+        args = self.args
+        self.lifecycle.lock()
+        self.tokenizer, trained = choose_tokenizer(args, self.out, self.corpus, self.rt, base_config.model_type)
+        check_fits(run_model_config(base_config, self.tokenizer, args), args, self.rt)
+        self.lifecycle.prepare()  # the first change to OUT
+        if trained:
+            if self.rt.is_main:
+                self.tokenizer.save_pretrained(self.out / "tokenizer")
+            barrier(self.rt)
+            from ..tokenizer import Tokenizer
+
+            self.tokenizer = Tokenizer.from_pretrained(self.out / "tokenizer")  # every rank reads what rank 0 saved
+        self.config = run_model_config(base_config, self.tokenizer, args)  # the vocabulary the model is trained with
+        resuming = args.resume and bool(list_checkpoints(self.out))  # then resume() brings the weights
+        self.model = self.build_model(resuming).to(self.rt.device)
+        if args.gradient_checkpointing:
+            self.model.gradient_checkpointing_enable()
+        if args.sentence_objective is None and isinstance(self.model, BertForPreTraining):
+            # MLM alone with a family that has a sentence head: the pooler and that head get no gradient, so freeze
+            # them (DDP wants a gradient for every trainable weight); they are still saved, so the model keeps the
+            # BertForPreTraining layout.
+            for module in (self.model.bert.pooler, self.model.cls.seq_relationship):
+                module.requires_grad_(False)
+        self.train_model = wrap_model(self.model, self.rt, args.fsdp, args.compile)
+        self.optimizer = make_optimizer(self.model, args.optimizer, args.lr, args.weight_decay,  # fused where it applies
+                                        betas=(0.9, args.adam_beta2))
+        self.clock = None if args.max_minutes is None and args.save_every_minutes is None else RunClock(
+            args.max_minutes, args.save_every_minutes, self.rt)
+        warmup, _ = args.warmup(args.first_length)
+        self.scheduler = warmup_decay(self.optimizer, warmup, args.first_length, args.decay, args.decay_ratio)
+        # the run's length and warmup: --max-steps, or what the time budget decides as the run goes
+        self.length = RunLength(args.first_length, args.warmup, self.scheduler, args.decay, args.decay_ratio,
+                                self.rt.is_main)
+        self.stepper = TrainStep(self.model, self.optimizer, self.scheduler, max_grad_norm=args.max_grad_norm,
+                                 device=self.rt.device, precision=self.autocast_dtype, world_size=self.rt.world_size,
+                                 max_skipped_steps=args.max_skipped_steps)
+        self.stream = build_stream(args, self.out, self.corpus, self.tokenizer, self.rt)
+        self.objective = self.build_objective()
+        self.evaluation = None if not args.evaluates else HeldOutEvaluation(
+            build_eval_set(args, self.corpus, self.tokenizer), args.eval_every or args.save_every,
+            args.early_stop_patience, self.rt, self.stepper.autocast, args.fsdp, self.objective.eval_sums)
+        self.tokens_seen = 0
+        self.checkpoints = TrainingCheckpoints(self.out, self.rt, self.stepper, args.keep_last, self.config,
+                                               counters=("tokens_seen",))
+        # per-step metrics since the last row of metrics.jsonl; checkpointed, so that the first row after a resume
+        # averages the same steps as in an uninterrupted run
+        self.metrics_window: list[dict[str, float]] = []
+        self.window_tokens = 0  # tokens of this process's steps since the last row (tokens/s)
+
+    @property
+    def step(self) -> int:
+        """Optimizer steps taken (or skipped): the shared `TrainStep`'s count."""
+        return self.stepper.step
+
+    @step.setter
+    def step(self, value: int) -> None:
+        self.stepper.step = value
+
+    @property
+    def skipped_steps(self) -> int:
+        return self.stepper.skipped_steps
+
+    @skipped_steps.setter
+    def skipped_steps(self, value: int) -> None:
+        self.stepper.skipped_steps = value
+
+    # ------------------------------------------------------------------ set-up
+    def abandon(self) -> None:
+        """After a failure: the run --overwrite set aside goes back in place, and the lock is released."""
+        self.lifecycle.abandon()
+
+    def close(self) -> None:
+        """Release the lock on OUT (the run is over, or this object will not run)."""
+        self.lifecycle.close()
+
+    def finish(self) -> None:
+        """After a successful run: drop the DDP wrapper, then destroy the process group. DDP's reducer holds the
+        group; were the reducer the last holder, the group would be destroyed inside the reducer's destructor, which
+        holds the GIL while it waits for gloo's worker thread, and that thread may need the GIL to free a finished
+        barrier's tensors: the process hangs after the run (seen under torchrun, 2 CPU processes, PyTorch 2.13)."""
+        self.train_model = self.model
+        gc.collect()  # the wrapper may sit in a reference cycle
+        teardown_runtime(self.rt)  # on success only: after an error, other ranks may still be inside a collective
+
+    # ------------------------------------------------------------------ checkpoints
+    def save_checkpoint(self) -> None:
+        """Everything that decides what comes next (`TrainingCheckpoints.save`): weights, optimizer, schedule, RNGs,
+        the stream's position, and the counters and metrics window of this trainer."""
+        counters: dict[str, Any] = {"tokens_seen": self.tokens_seen, "metrics_window": self.metrics_window}
+        if self.evaluation is not None:
+            counters["evaluation"] = self.evaluation.state_dict()
+        if self.clock is not None:
+            counters["clock"] = self.clock.state_dict(self.length.steps)
+        self.checkpoints.save(self.stream.state_dict(), counters)
+
+    def restore(self, loaded: Loaded) -> None:
+        """This trainer's part of a checkpoint being read: the stream's position, the tokens seen, the metrics
+        window (a damaged or absent one starts anew) and the held-out evaluation's record."""
+        trainer = loaded.trainer
+        self.stream.load_state_dict(loaded.data)
+        self.tokens_seen = trainer["tokens_seen"]
+        window = trainer.get("metrics_window", [])
+        self.metrics_window = window if number_list(window) and all(isinstance(w, dict) for w in window) else []
+        if self.evaluation is not None and "evaluation" in trainer:
+            self.evaluation.load_state_dict(trainer["evaluation"])
+        if self.clock is not None:
+            self.length.set(self.clock.load_state_dict(trainer.get("clock")), self.step)
+
+    def resume(self) -> None:
+        """Continue from the newest checkpoint that loads; a corrupt one is reported and the previous one tried
+        (`TrainingCheckpoints.resume`)."""
+        self.checkpoints.resume(self.restore)
+
+    # ------------------------------------------------------------------ the step
+    def build_model(self, resuming: bool) -> BertPreTrainedModel:
+        """The model this run trains (a trainer built on this one, distillation, brings its own)."""
+        return initial_model(self.config, self.args, resuming, self.rt.is_main)
+
+    def build_objective(self) -> Objective:
+        """What the model learns: MLM, with the sentence head the settings resolved (NSP, SOP) or none."""
+        return Objective(self.args.sentence_objective)
+
+    def forward_backward(self, batch: dict[str, torch.Tensor], weights: dict[str, float]) -> dict[str, torch.Tensor]:
+        """One micro-batch forward and backward: the objective's (`Objective.forward_backward`)."""
+        batch = {k: v.to(self.rt.device, non_blocking=True) for k, v in batch.items()}
+        return self.objective.forward_backward(self.train_model, self.stepper, batch, weights)
+
+    def loss_counts(self, batch: dict[str, torch.Tensor]) -> dict[str, int]:
+        """What each loss term is averaged over (`Objective.counts`)."""
+        return self.objective.counts(batch)
+
+    def train_step(self) -> dict[str, float]:
+        """One optimizer step over `grad_accum` micro-batches (`TrainStep.run`). A non-finite loss or gradient skips
+        the update."""
+        batches = [next(self.stream) for _ in range(self.args.grad_accum)]
+        outcome = self.stepper.run(batches, lambda b, w: self.forward_backward(b, w), self.loss_counts, self.train_model)
+        totals = outcome.totals
+        first, rest = self.objective.statistics(totals)  # metrics.jsonl's columns: the objective's around the step's
+        result = {"loss": totals["loss"].item(), **first, "lr": outcome.lr, "grad_norm": outcome.grad_norm.item(),
+                  "tokens": int(totals["tokens"].item()), **rest}
+        self.tokens_seen += result["tokens"]
+        return result
+
+    def run(self) -> Path:
+        """Train to the run's length and export OUT/model. A failure before the first checkpoint puts back the run
+        that --overwrite set aside; the lock on OUT is released at the end either way."""
+        with self.lifecycle.guarded():
+            return self.run_locked()
+
+    def run_locked(self) -> Path:
+        a = self.args
+        if a.resume:
+            self.resume()
+        metrics = open_metrics(self.out, a.resume, self.step > 0, self.step, enabled=self.rt.is_main)
+        self.record = metrics.write
+        if a.demo and self.step == 0:
+            self.demo("before training")
+        if self.step == 0:
+            self.evaluate_now()  # where the run starts from (an --init-from checkpoint, or random weights)
+        self.model.train()
+        cadence = Cadence(a.log_every, self.evaluation.every if self.evaluation is not None else None, a.save_every)
+        total = None if self.length.provisional else self.length.steps  # a budget not yet timed
+        try:
+            with progress_bar(total, self.step, "pretraining", not (self.rt.is_main and a.progress),
+                              dynamic_ncols=True) as bar:
+                TrainLoop(self, cadence, self.length, metrics.write, bar, self.clock, self.lifecycle).run()
+        finally:
+            metrics.close()
+        final = self.out / "model"
+        self.export(final)  # every rank: gathering FSDP shards is a collective
+        if a.demo:
+            self.demo("after training")
+        if self.rt.is_main:
+            plot_metrics(self.out / "metrics.jsonl", self.out / "training_curves.png")
+            summary = metrics_summary(self.out / "metrics.jsonl", self.config.vocab_size)
+            if summary:
+                log.info("%s", summary)
+            log.info("done: %d steps (%d skipped), %s tokens; model in %s", self.step, self.skipped_steps, f"{self.tokens_seen:,}", final)
+        barrier(self.rt)
+        return final
+
+    # ------------------------------------------------------------------ what the loop asks (`train_loop.LoopTrainer`)
+    def finished(self) -> bool:
+        return self.step >= self.length.steps or (self.evaluation is not None and self.evaluation.stopped)
+
+    def record_step(self, result: dict[str, float]) -> None:
+        """A step's statistics into the window of the next metrics row (restored by a resume); tokens/s counts this
+        process's steps only."""
+        self.window_tokens += result.pop("tokens")
+        self.metrics_window.append({k: float(v) for k, v in result.items()})
+
+    def period_ends(self) -> bool:
+        return self.step == self.length.steps
+
+    def log_row(self, on_grid: bool, seconds: float) -> dict[str, Any]:
+        window = self.metrics_window
+        row = {"step": self.step, **{k: float(np.mean([w[k] for w in window])) for k in window[0]}}
+        row["lr"] = window[-1]["lr"]
+        row["tokens_per_s"] = self.window_tokens / max(seconds, 1e-9)
+        row["skipped_steps"] = self.skipped_steps
+        if on_grid:  # a last row off the log_every grid keeps its window going, so that a run resumed past its
+            window.clear()  # length logs the rows of one that never stopped there
+        self.window_tokens = 0
+        return row
+
+    @staticmethod
+    def progress(row: dict[str, Any]) -> dict[str, str]:
+        return {"loss": f"{row['loss']:.3f}", "lr": f"{row['lr']:.2e}", "tok_s": f"{row['tokens_per_s']:,.0f}"}
+
+    def end_period(self, stop: bool) -> None:
+        """The end of the run: nothing more to do before its last checkpoint."""
+
+    def evaluate_now(self, period_end: bool = False) -> bool:
+        """Evaluate on the held-out set, when the run has one (every rank: its share, summed over all): a row of
+        metrics.jsonl, and OUT/best/ when the eval loss is the lowest so far. True when early stopping ends the run."""
+        evaluation = self.evaluation
+        if evaluation is None:
+            return False
+        result = evaluation.evaluate(self.model)
+        self.record({"type": "eval", "step": self.step, **result})
+        if evaluation.record(self.step, result["eval_loss"]):
+            self.export(self.out / "best", {"step": self.step, **result})
+        elif evaluation.stopped and self.rt.is_main:
+            log.info("early stop at step %d: no lower eval loss in %d evaluations; the best, %.4f at step %d, is in %s",
+                     self.step, evaluation.since_best, evaluation.best_loss, evaluation.best_step, self.out / "best")
+        return evaluation.stopped
+
+    def demo(self, title: str) -> None:
+        """[MASK] predictions for the demo sentences, logged by rank 0. Under FSDP each forward all-gathers the
+        shards, so every rank must run it (rank 0 alone would wait forever for the others); under DDP the bare
+        model is local and rank 0 alone runs it."""
+        if self.args.fsdp or self.rt.is_main:
+            show_predictions(self.model, self.tokenizer, title, self.rt.device, emit=self.rt.is_main,
+                             logits=self.objective.masked_logits)
+
+    def export(self, target: Path, evaluation: dict[str, Any] | None = None) -> None:
+        """`OUT/model/` (or `OUT/best/`, with its `evaluation` in eval.json) in Hugging Face layout: config.json,
+        model.safetensors and the tokenizer files. Called on every rank (under FSDP the full state dict is gathered
+        collectively); rank 0 alone writes."""
+        weights = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        if not self.rt.is_main:
+            return
+        refuse_nonfinite(weights, str(target))
+        with torch.device("meta"):  # no storage and no initialisation: it would draw from the training RNG
+            export = type(self.model)(self.config)
+        export.load_state_dict(weights, assign=True)
+        with atomic_directory(target) as tmp:
+            export.save_pretrained(tmp)
+            self.tokenizer.save_pretrained(tmp)
+            if evaluation is not None:
+                (tmp / "eval.json").write_text(json.dumps(evaluation, indent=2) + "\n", encoding="utf-8")
+
+
+def pretrain(args: PretrainArgs | None = None, **kwargs: Any) -> Path:
+    """Train a BERT from raw text; returns the directory of the final Hugging Face-layout model."""
+    args = args or PretrainArgs(**kwargs)
+    trainer = Pretrainer(args)
+    final = trainer.run()
+    trainer.finish()
+    return final

@@ -1,0 +1,194 @@
+"""The output directory of a training run (OUT): its lock, the checks made before anything is written, the
+settings it records, and `--overwrite`'s care for the run it replaces. Rank 0 alone acts on it. Pretraining (and
+distillation) and fine-tuning each describe their directory with a `RunKind`: its settings file, its entries and
+the settings a resume may change.
+
+`--overwrite` never loses the previous run before the new one is worth keeping: the previous run's entries are
+moved (renamed, nothing deleted) into OUT/.replaced-run/ once the new run has been checked, deleted when the new run
+has its first checkpoint, and put back if it fails before (or, after a SIGKILL, by the next launch into OUT).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..core.errors import BertforgeError
+from ..core.io import RunLock, atomic_write_text, lock_run_directory
+from ..pretrain.data import STATIC_DIR
+
+log = logging.getLogger("bertforge")
+
+RUN_CONFIG = "run_config.json"
+CHECKPOINT_RE = re.compile(r"^step-(\d+)$")
+# Settings a resumed run may change; any other change would make the continuation a different run.
+# `out` is where the run lives, not what it is: a moved run directory resumes (the data state checks the corpus).
+RESUMABLE_CHANGES = {"max_steps", "save_every", "keep_last", "log_every", "resume", "overwrite", "progress", "demo", "out",
+                     "max_skipped_steps"}
+# What a run writes in OUT: all that --overwrite replaces (anything else there is left alone).
+RUN_ENTRIES = ("checkpoints", "model", "best", "tokenizer", "tensorboard", "metrics.jsonl", RUN_CONFIG,
+               "training_curves.png", STATIC_DIR)
+# Where --overwrite keeps the run it replaces (OUT/.replaced-run/) until the new run has its first checkpoint.
+REPLACED_DIR = ".replaced-run"
+
+
+@dataclass(frozen=True)
+class RunKind:
+    """What kind of run a directory holds: the command that writes it (named by its lock), the file recording its
+    settings, the entries it writes (all that --overwrite replaces), the settings a resume may change."""
+
+    command: str = "pretrain"
+    what: str = "pretraining run"
+    config_file: str = RUN_CONFIG
+    entries: tuple[str, ...] = RUN_ENTRIES
+    resumable: frozenset[str] = frozenset(RESUMABLE_CHANGES)
+
+
+PRETRAINING = RunKind()
+
+
+def list_checkpoints(out: Path) -> list[tuple[int, Path]]:
+    """Complete checkpoints, oldest first (an unfinished one has a temporary name and is never listed)."""
+    root = out / "checkpoints"
+    if not root.is_dir():
+        return []
+    found = []
+    for d in root.iterdir():
+        m = CHECKPOINT_RE.match(d.name)
+        if m and d.is_dir() and (d / "trainer_state.json").is_file():
+            found.append((int(m.group(1)), d))
+    return sorted(found)
+
+
+class RunDirectory:
+    """OUT, for a run with the given --resume / --overwrite and settings (recorded in OUT/run_config.json, or the
+    `kind`'s settings file)."""
+
+    def __init__(self, out: Path, resume: bool, overwrite: bool, settings: dict[str, Any],
+                 kind: RunKind = PRETRAINING) -> None:
+        self.out, self.resume, self.overwrite, self.settings, self.kind = out, resume, overwrite, settings, kind
+        self.lock: RunLock | None = None  # held until the run ends
+        self.replaced: Path | None = None  # the run --overwrite replaces, kept aside until the first checkpoint
+
+    def lock_and_check(self) -> None:
+        """Lock OUT (a second run into it is refused, naming this one's pid), finish what an interrupted --overwrite
+        left, and check OUT without changing anything."""
+        self.lock = lock_run_directory(self.out, self.kind.command)
+        self.recover_interrupted_overwrite()
+        self.check()
+
+    def check(self) -> None:
+        """Refuse, before anything is written: a file as OUT, another run in OUT without --resume or --overwrite,
+        and --resume of a directory that holds no run (a mistyped --out is not a fresh start)."""
+        out = self.out
+        if out.exists() and not out.is_dir():
+            raise BertforgeError(f"--out {out} exists and is not a directory")
+        # hidden entries are not a run: the remains of an atomic write killed before the run recorded itself
+        holds_files = out.is_dir() and any(not p.name.startswith(".") for p in out.iterdir())
+        config = out / self.kind.config_file
+        if self.resume:
+            if not config.is_file():
+                what = ("does not exist" if not out.exists() else "is empty" if not holds_files
+                        else f"holds no {self.kind.what} (no {self.kind.config_file})")
+                raise BertforgeError(
+                    f"--resume: {out} {what}, so there is no run to resume (a mistyped --out?); leave out --resume "
+                    f"to start a new run there"
+                )
+            self.check_resumable(config)
+        elif holds_files and not self.overwrite:
+            raise BertforgeError(
+                f"--out {out} already holds files (another run?); pass --resume to continue it or --overwrite to replace it"
+            )
+
+    def prepare(self) -> None:
+        """The first change to OUT, once the run has been checked: --overwrite moves the previous run's entries into
+        OUT/.replaced-run/ (renames, nothing deleted), where they stay until the new run has its first checkpoint
+        (`drop_replaced`), and go back if it fails before (`abandon`); then the settings of the run are recorded."""
+        out = self.out
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+            present = [name for name in self.kind.entries if (out / name).exists() or (out / name).is_symlink()]
+            if self.overwrite and present:
+                aside = out / REPLACED_DIR
+                aside.mkdir()
+                self.replaced = aside
+                for name in present:
+                    os.replace(out / name, aside / name)
+                log.info("--overwrite: the previous run in %s is kept in %s until the new run's first checkpoint",
+                         out, aside)
+            for stale in (out / "checkpoints").glob(".step-*"):  # the remains of a save that was killed
+                shutil.rmtree(stale, ignore_errors=True)
+        except OSError as err:
+            raise BertforgeError(f"--out {out}: cannot prepare it: {err.filename or out}: {err.strerror}") from None
+        atomic_write_text(out / self.kind.config_file, json.dumps(self.settings, indent=2) + "\n")
+
+    def recover_interrupted_overwrite(self) -> None:
+        """An --overwrite killed before the new run's first checkpoint left the old run in OUT/.replaced-run/: put it
+        back (the new run had nothing worth keeping). Killed after that checkpoint: the old run is no longer needed."""
+        shutil.rmtree(self.out / f"{REPLACED_DIR}.deleting", ignore_errors=True)  # a kill inside drop_replaced
+        aside = self.out / REPLACED_DIR
+        if not aside.is_dir():
+            return
+        if list_checkpoints(self.out):
+            shutil.rmtree(aside, ignore_errors=True)
+            return
+        self.replaced = aside
+        self.restore_replaced()
+        log.warning("%s: an interrupted --overwrite had set the previous run aside; it is back in place", self.out)
+
+    def restore_replaced(self) -> None:
+        """Put the run that --overwrite set aside back in OUT, removing what the new run wrote (rank 0)."""
+        aside, self.replaced = self.replaced, None
+        if aside is None or not aside.is_dir():
+            return
+        for name in self.kind.entries:
+            target = self.out / name
+            if target.is_dir() and not target.is_symlink():
+                shutil.rmtree(target, ignore_errors=True)
+            elif target.exists() or target.is_symlink():
+                target.unlink(missing_ok=True)
+        for entry in aside.iterdir():
+            os.replace(entry, self.out / entry.name)
+        aside.rmdir()
+
+    def drop_replaced(self) -> None:
+        """The new run has a checkpoint: the run it replaces goes (rank 0, after the checkpoint is in place)."""
+        aside, self.replaced = self.replaced, None
+        if aside is not None:
+            doomed = aside.with_name(f"{REPLACED_DIR}.deleting")  # one rename, so a kill never half-restores it
+            shutil.rmtree(doomed, ignore_errors=True)
+            os.replace(aside, doomed)
+            shutil.rmtree(doomed, ignore_errors=True)
+
+    def abandon(self) -> None:
+        """After a failure: the run --overwrite set aside goes back in place, and the lock is released."""
+        if self.replaced is not None:
+            try:
+                self.restore_replaced()
+                log.warning("the run failed before its first checkpoint; the previous run in %s is back in place", self.out)
+            except OSError as err:
+                log.error("could not put the previous run back from %s: %s", self.out / REPLACED_DIR, err)
+        self.close()
+
+    def close(self) -> None:
+        """Release the lock on OUT (the run is over, or this object will not run)."""
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
+
+    def check_resumable(self, previous: Path) -> None:
+        settings = self.settings
+        try:
+            before = json.loads(previous.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as err:
+            raise BertforgeError(f"{previous}: unreadable ({err})") from None
+        changed = sorted(k for k in settings if k not in self.kind.resumable and before.get(k, settings[k]) != settings[k])
+        if changed:
+            details = ", ".join(f"{k}: {before.get(k)!r} -> {settings[k]!r}" for k in changed)
+            raise BertforgeError(f"--resume with settings that differ from the run in {self.out}: {details}")

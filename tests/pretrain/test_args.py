@@ -1,0 +1,43 @@
+"""`bertforge.pretrain.args`: the settings of a pretraining run are a value: validated once, never written after
+(the family's recipe is a new value; the run's length under a time budget lives in `time_budget.RunLength`)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from bertforge.core.errors import BertforgeError
+from bertforge.model.config import BertConfig
+from bertforge.pretrain.args import PretrainArgs, decided_by, refuse_contradictions
+from bertforge.training.time_budget import PROVISIONAL_STEPS
+
+
+def test_the_warmup_of_a_length_other_than_max_steps():
+    a = PretrainArgs(max_steps=100, warmup_steps=20)
+    assert a.warmup() == (20, None) and a.warmup(1000) == (20, None)
+    used, note = a.warmup(15)  # a budget that fits 15 steps: the warmup is cut to a tenth of them
+    assert used == 1 and "not shorter than --max-steps 15" in note
+    assert PretrainArgs(max_steps=100, warmup_ratio=0.1).warmup(50) == (5, None)
+
+
+def test_a_budgeted_run_starts_provisional_and_its_settings_keep_max_steps():
+    assert PretrainArgs(max_steps=70).first_length == 70
+    budget = PretrainArgs(max_minutes=1.0)
+    assert budget.first_length == PROVISIONAL_STEPS and budget.max_steps == 1000
+
+
+def test_validation_and_the_family_recipe_leave_the_settings_as_they_are():
+    a = PretrainArgs(config="roberta-tiny", max_minutes=2.0)
+    before = dataclasses.asdict(a)
+    a.validate()
+    resolved = a.for_family(a.model_config())
+    assert dataclasses.asdict(a) == before  # a new value, not a changed one
+    assert resolved.objective == "mlm" and resolved.adam_beta2 == 0.98 and resolved is not a
+
+
+def test_contradictions_are_refused_in_one_line():
+    with pytest.raises(BertforgeError, match="--max-minutes contradicts --max-steps"):
+        refuse_contradictions({"max_minutes", "max_steps"})
+    assert decided_by({"init_from"}) >= {"config", "tokenizer", "vocab_size"}
+    assert BertConfig  # the settings read configs through the model layer

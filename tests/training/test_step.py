@@ -1,0 +1,80 @@
+"""The shared training step (`bertforge.training.step.TrainStep`): accumulation over micro-batches equals one big batch
+(the loss normalised by the count of labelled tokens), a non-finite step is skipped and counted, the schedule's
+warm-up is (step + 1) / warmup."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from bertforge.training.optim import warmup_decay
+from bertforge.training.step import TrainStep, labelled_count
+
+
+def token_model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Embedding(20, 8), nn.Linear(8, 5))
+
+
+def batches() -> list[dict[str, torch.Tensor]]:
+    """Two micro-batches with 1 and 6 labelled tokens: a mean of their means would weigh the first 6 times too much."""
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(0, 20, (2, 2, 4), generator=g)
+    labels = torch.randint(0, 5, (2, 2, 4), generator=g)
+    labels[0].view(-1)[1:] = -100
+    labels[1].view(-1)[:2] = -100
+    return [{"ids": ids[i], "labels": labels[i]} for i in range(2)]
+
+
+def one_step(micro: list[dict[str, torch.Tensor]], loss_fn=None) -> tuple[nn.Module, TrainStep, float]:
+    model = token_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    stepper = TrainStep(model, optimizer, warmup_decay(optimizer, 0, 10, "constant"), max_grad_norm=100.0)
+
+    def forward_backward(batch, weights):
+        logits = model(batch["ids"])
+        loss = F.cross_entropy(logits.reshape(-1, 5), batch["labels"].reshape(-1), ignore_index=-100)
+        if loss_fn is not None:
+            loss = loss_fn(loss)
+        return {"loss": stepper.accumulate({"tokens": loss}, weights)}
+
+    outcome = stepper.run(micro, forward_backward, lambda b: {"tokens": labelled_count(b["labels"])})
+    return model, stepper, outcome.totals["loss"].item()
+
+
+def test_accumulated_micro_batches_equal_one_big_batch():
+    split = batches()
+    whole = {k: torch.cat([b[k] for b in split]) for k in split[0]}
+    model_split, _, loss_split = one_step(split)
+    model_whole, _, loss_whole = one_step([whole])
+    assert abs(loss_split - loss_whole) < 1e-6, (loss_split, loss_whole)
+    for a, b in zip(model_split.parameters(), model_whole.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
+    untouched = token_model()
+    assert any(not torch.equal(a, b) for a, b in zip(model_split.parameters(), untouched.parameters()))
+
+
+def test_non_finite_step_is_skipped_counted_and_changes_nothing():
+    model, stepper, loss = one_step(batches(), loss_fn=lambda loss: loss * float("nan"))
+    assert stepper.skipped_steps == 1 and stepper.step == 1 and loss != loss
+    for a, b in zip(model.parameters(), token_model().parameters()):
+        assert torch.equal(a, b)
+    assert all(p.grad is None for p in model.parameters())
+    assert stepper.scheduler.last_epoch == 1  # the schedule still advances: step numbers stay aligned
+
+
+def test_labelled_count():
+    assert labelled_count(torch.tensor([[1, -100, 3], [-100, -100, 0]])) == 3
+    assert labelled_count(torch.tensor([0.5, 1.5])) == 2  # regression: every element
+
+
+def test_warmup_reaches_the_peak_at_the_last_warmup_step():
+    optimizer = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1.0)
+    schedule = warmup_decay(optimizer, 4, 8)
+    lrs = []
+    for _ in range(8):
+        lrs.append(schedule.get_last_lr()[0])
+        optimizer.step()
+        schedule.step()
+    assert lrs == [0.25, 0.5, 0.75, 1.0, 1.0, 0.75, 0.5, 0.25]
