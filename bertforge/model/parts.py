@@ -84,16 +84,17 @@ class Rotary:
     def __call__(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
         L = q.shape[-2]
         angles = torch.outer(torch.arange(L, device=q.device, dtype=torch.float32), self.inv_freq.to(q.device))
-        angles = torch.cat([angles, angles], dim=-1)  # [L, hd]
-        cos, sin = angles.cos(), angles.sin()
-        return rotate(q, cos, sin), rotate(k, cos, sin)
+        cos, sin = angles.cos(), angles.sin()  # [L, hd/2]
+        cos, signed_sin = torch.cat([cos, cos], dim=-1), torch.cat([-sin, sin], dim=-1)  # [L, hd]
+        return rotate(q, cos, signed_sin), rotate(k, cos, signed_sin)
 
 
-def rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """x · cos + rotate_half(x) · sin, computed in float32, in x's dtype."""
+def rotate(x: Tensor, cos: Tensor, signed_sin: Tensor) -> Tensor:
+    """x · cos + rotate_half(x) · sin, computed in float32, in x's dtype. rotate_half(x) = (-x2, x1) for the
+    halves (x1, x2) is x with its halves swapped (a roll by hd/2) times the sign that `signed_sin` (-sin, sin)
+    carries: three passes over x instead of five (ModernBERT's embedding: rotary 12 % of the time before)."""
     x32 = x.float()
-    first, second = x32.chunk(2, dim=-1)
-    return (x32 * cos + torch.cat([-second, first], dim=-1) * sin).to(x.dtype)
+    return torch.addcmul(x32 * cos, x32.roll(x.shape[-1] // 2, dims=-1), signed_sin).to(x.dtype)
 
 
 # ---------------------------------------------------------------------------------------------------- relative
