@@ -27,8 +27,8 @@ GUTENBERG = DATA / "corpora" / "gutenberg"
 HELD_OUT = ("austen-persuasion.txt", "chesterton-brown.txt", "shakespeare-macbeth.txt")
 SST2 = DATA / "tasks" / "sst2"
 
-# bertforge's side: the recipe proposed as the best model per CPU-hour (README "Pretraining"; reasons in
-# bench/README.md). Not yet measured at 60 minutes on an idle machine.
+# bertforge's side: the recipe proposed as the best model per CPU-hour (docs/guides/pretraining.md; reasons
+# in bench/README.md). Not yet measured at 60 minutes on an idle machine.
 RECIPE = dict(config="mini", seq_len=128, batch_size=32, lr=5e-4, warmup_steps=300, decay="wsd", decay_ratio=0.2,
               objective="mlm", weight_decay=0.01)
 # fine-tuning both final models: the same settings for both
@@ -78,7 +78,7 @@ def corpus_files() -> tuple[list[str], list[str]]:
 
 def run_args(a: argparse.Namespace, **settings):
     """`PretrainArgs` of the data side of the run (sequence length, MLM alone), for the tokenizer and the data."""
-    from bertforge.pretrain.trainer import PretrainArgs
+    from bertforge.pretrain.args import PretrainArgs
 
     base = dict(seq_len=a.seq_len, batch_size=a.batch_size, objective="mlm", nsp=False, vocab_size=a.vocab_size,
                 progress=False, demo=False)

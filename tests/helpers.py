@@ -72,7 +72,7 @@ def make_run_inputs(root: Path, words: list[str] = WORDS) -> tuple[Path, Path, P
 def tiny_run_args(inputs: tuple[Path, Path, Path], out: Path, **settings):
     """`PretrainArgs` of a short run on `inputs` (`make_run_inputs`' corpus, tokenizer and config) into `out`:
     batches of 4 rows of 32 tokens, no progress bar, no demo; `settings` add to or replace these."""
-    from bertforge.pretrain.trainer import PretrainArgs
+    from bertforge.pretrain.args import PretrainArgs
 
     corpus, tok, config = inputs
     base = dict(corpus=[str(corpus)], tokenizer=str(tok), config=str(config), out=str(out), batch_size=4, seq_len=32,

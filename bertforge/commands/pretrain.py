@@ -19,7 +19,7 @@ DEMO = dict(vocab_size=8000, max_steps=2500, seq_len=32, lr=2e-3, warmup_steps=1
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from ..core.options import add_options
-    from ..pretrain.trainer import PretrainArgs
+    from ..pretrain.args import PretrainArgs
 
     add_options(p, PretrainArgs, notes={name: f"demo {value}" for name, value in DEMO.items()})
 
@@ -30,7 +30,8 @@ def run(args: argparse.Namespace) -> int:
     are refused in one line, before anything is written."""
     from ..data.decoding import warn_replaced
     from ..core.options import given
-    from ..pretrain.trainer import PretrainArgs, decided_by, pretrain, refuse_contradictions
+    from ..pretrain.args import PretrainArgs, decided_by, refuse_contradictions
+    from ..pretrain.trainer import pretrain
     from ..core.system import last_runtime
 
     settings = given(args, PretrainArgs)

@@ -21,6 +21,7 @@ masking generator (seed, rank); so ranks and epochs all differ, and nothing touc
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -29,6 +30,8 @@ from bertforge.data.instance_stream import InstanceStream, Tokenize
 from bertforge.data.instances import Instance, derive_seed, resolve_sentence_objective
 from bertforge.data.masking import MaskingCollator
 from bertforge.core.errors import BertforgeError
+
+log = logging.getLogger("bertforge")
 
 STATE_VERSION = 1
 
@@ -95,6 +98,7 @@ class PretrainingStream:
             pad_to_multiple_of=pad_to_multiple_of, nsp=objective is not None, seed=derive_seed(seed, rank, "masking"),
         )
         self.batches = 0
+        self.warned_small = False  # the corpus made fewer instances an epoch than one batch (said once)
         self._config = self._resume_settings()
 
     def _resume_settings(self) -> dict[str, Any]:
@@ -127,7 +131,19 @@ class PretrainingStream:
         if not instances:
             raise StopIteration
         self.batches += 1
+        self.warn_if_smaller_than_a_batch()
         return self.collator(instances)
+
+    def warn_if_smaller_than_a_batch(self) -> None:
+        """Loudly, once: an epoch of the corpus makes fewer instances than one batch, so every batch repeats the
+        same few sequences (the model memorises them; training is still possible, so no error)."""
+        made = self.instances.epoch_yield
+        if made is not None and made < self.batch_size and not self.warned_small:
+            self.warned_small = True
+            log.warning("WARNING: the corpus gives only %d training sequence%s an epoch (this process), fewer than "
+                        "one batch of %d: every batch repeats them, so the model memorises them instead of "
+                        "learning the language; use a larger corpus (or a smaller --batch-size)",
+                        made, "" if made == 1 else "s", self.batch_size)
 
     @property
     def epoch(self) -> int:

@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from .. import __version__
+from ..model.card import ModelCard
 from ..model.config import BertConfig
 from ..core.errors import BertforgeError
 from ..finetune.api import check_output_dir, make_settings
@@ -25,9 +26,10 @@ from ..finetune.trainer import run_logged
 from .config import EmbeddingsConfig
 from .data import PairData, normalized_scores, read_pairs
 from .encoder import embed_all
-from .evaluation import main_metric, retrieval_metrics, retrieval_task, similarity_metrics
+from .evaluation import main_metric, retrieval_metrics, retrieval_set, similarity_metrics
 from .losses import make_loss
 from .trainer import EmbeddingTraining, encode_pairs
+from ..core.hub import model_path, model_reference
 
 log = logging.getLogger("bertforge")
 
@@ -50,7 +52,8 @@ def train_embeddings(config: EmbeddingsConfig | None = None, **settings: Any) ->
     cfg = config if config is not None else make_settings(EmbeddingsConfig, settings)
     cfg.validate()
     device = setup_runtime(cfg.device, distributed=False).device
-    paths = {k: str(Path(getattr(cfg, k)).resolve()) for k in ("model", "train", "dev", "out") if getattr(cfg, k)}
+    paths = {k: str(Path(getattr(cfg, k)).resolve()) for k in ("train", "dev", "out") if getattr(cfg, k)}
+    paths["model"] = model_reference(cfg.model) if cfg.model else cfg.model
     cfg = dataclasses.replace(cfg, **paths)
     out = Path(cfg.out)
     with lock_run_directory(out, "train-embeddings"):
@@ -63,7 +66,7 @@ def _train(cfg: EmbeddingsConfig, out: Path, device: torch.device) -> dict[str, 
 
     tokenizer = Tokenizer.from_pretrained(cfg.model)
     model_config = BertConfig.from_pretrained(cfg.model)
-    declared = sentence_transformers_settings(Path(cfg.model))
+    declared = sentence_transformers_settings(model_path(cfg.model))
     pooling = cfg.pooling or declared.get("pooling", "mean")
     max_length = _max_length(cfg, declared, model_config, tokenizer)
     train_data = read_pairs(cfg.train)
@@ -88,7 +91,12 @@ def _train(cfg: EmbeddingsConfig, out: Path, device: torch.device) -> dict[str, 
     with atomic_directory(out) as work:
         result = run_logged(run, MetricsLog(work / "metrics.jsonl", tensorboard=work / "tensorboard"), "training embeddings")
         refuse_nonfinite(model.state_dict(), str(out))
-        model.save_pretrained(work)
+        best = None if result.best is None else result.best.metrics
+        model.save_pretrained(work, ModelCard(
+            base_model=cfg.model, datasets=(cfg.train,), trained_by="train-embeddings", library="sentence-transformers",
+            pipeline_tag="sentence-similarity", metrics=best or {}, metrics_on=f"`{cfg.dev}` (the best evaluation)",
+            recipe={"loss": loss_name, "pooling": pooling, "batch_size": cfg.batch_size, "lr": cfg.lr,
+                    "max_length": max_length, "seed": cfg.seed}))
         tokenizer.save_pretrained(work)
         write_sentence_transformers_files(work, model_config.hidden_size, pooling, cfg.normalize, max_length,
                                           {"bertforge": __version__, "pytorch": torch.__version__})
@@ -144,8 +152,8 @@ def _evaluator(data: PairData, tokenizer: Any, model: BertModel, pooling: str, m
 
     if data.shape == "scored":
         return lambda: similarity_metrics(embed(data.texts[0]), embed(data.texts[1]), data.scores or [])
-    task = retrieval_task(data)
-    return lambda: retrieval_metrics(embed(task.queries), embed(task.corpus), task.relevant)
+    lookup = retrieval_set(data)
+    return lambda: retrieval_metrics(embed(lookup.queries), embed(lookup.corpus), lookup.relevant)
 
 
 def _plot(work: Path, metric: str | None) -> None:

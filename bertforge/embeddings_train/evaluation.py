@@ -27,7 +27,7 @@ QUERY_CHUNK = 1024  # queries scored against the corpus at a time (bounds the [q
 
 
 @dataclass
-class RetrievalTask:
+class RetrievalSet:
     """Distinct query texts, distinct corpus texts, and each query's relevant corpus indices."""
 
     queries: list[str]
@@ -35,8 +35,8 @@ class RetrievalTask:
     relevant: list[set[int]]
 
 
-def retrieval_task(data: PairData) -> RetrievalTask:
-    """The retrieval task of a pair or triplet file (see the module docstring)."""
+def retrieval_set(data: PairData) -> RetrievalSet:
+    """The retrieval set of a pair or triplet file (see the module docstring)."""
     corpus_index: dict[str, int] = {}
     for column in data.texts[1:]:
         for text in column:
@@ -48,7 +48,7 @@ def retrieval_task(data: PairData) -> RetrievalTask:
         if q == len(relevant):
             relevant.append(set())
         relevant[q].add(corpus_index[positive])
-    return RetrievalTask(list(query_index), list(corpus_index), relevant)
+    return RetrievalSet(list(query_index), list(corpus_index), relevant)
 
 
 def retrieval_metrics(queries: Tensor, corpus: Tensor, relevant: Sequence[set[int]]) -> dict[str, float]:

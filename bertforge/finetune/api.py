@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from .. import __version__
+from ..model.card import ModelCard
 from ..model.config import BertConfig
 from ..data.corpus import calibration_ids
 from ..core.errors import BertforgeError
@@ -25,6 +26,7 @@ from .config import DataOptions, FinetuneConfig
 from .tasks import Encoded, Task, get_task, lower_is_better
 from ..core.system import Runtime, setup_runtime
 from .trainer import Finetuning, plot_curve, run_logged, run_model
+from ..core.hub import model_reference
 
 log = logging.getLogger("bertforge")
 
@@ -61,7 +63,8 @@ def finetune(config: FinetuneConfig | None = None, **settings: Any) -> dict[str,
     cfg = config if config is not None else make_settings(FinetuneConfig, settings)
     cfg.validate()
     rt = setup_runtime(cfg.device, distributed=False)  # before anything is read or written
-    cfg = dataclasses.replace(cfg, **{k: str(Path(getattr(cfg, k)).resolve()) for k in ("model", "train", "dev", "out")})
+    cfg = dataclasses.replace(cfg, model=model_reference(cfg.model),
+                              **{k: str(Path(getattr(cfg, k)).resolve()) for k in ("train", "dev", "out")})
     out = Path(cfg.out)
     lifecycle = RunLifecycle(RunDirectory(out, cfg.resume, cfg.overwrite, saved_settings(cfg), FINETUNING), rt)
     # a failure puts back a run --overwrite set aside (before this one's first checkpoint); the lock goes either way
@@ -96,6 +99,7 @@ def _finetune(cfg: FinetuneConfig, out: Path, rt: Runtime, lifecycle: RunLifecyc
     model_config = BertConfig.from_pretrained(cfg.model, **overrides)
     main_metric = task.main_metric(model_config, cfg.metric)
     train_data = task.encode(tokenizer, train_examples, opts, model_config, Path(cfg.train), labelled=True)
+    task.check_trainable(train_data)
     dev_data = task.encode(tokenizer, dev_examples, opts, model_config, Path(cfg.dev), labelled=True)
 
     seq_len = task.max_length(opts, model_config)
@@ -119,7 +123,11 @@ def _finetune(cfg: FinetuneConfig, out: Path, rt: Runtime, lifecycle: RunLifecyc
     assert result.best is not None  # every run evaluates at least once
     refuse_nonfinite(model.state_dict(), str(out / "model"))
     with atomic_directory(out / "model") as work:
-        model.save_pretrained(work)
+        best = result.best
+        recipe = {k: getattr(cfg, k) for k in ("task", "epochs", "batch_size", "lr", "max_length", "seed")}
+        model.save_pretrained(work, ModelCard(
+            base_model=cfg.model, datasets=(cfg.train,), recipe=recipe, metrics=best.metrics, trained_by="finetune",
+            metrics_on=f"`{cfg.dev}` (the best evaluation: step {best.step}, epoch {best.epoch})"))
         tokenizer.save_pretrained(work)
     with open(out / "metrics.jsonl", encoding="utf-8") as records:
         plot_curve((json.loads(line) for line in records), main_metric, out / "training_curve.png")

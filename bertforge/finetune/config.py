@@ -78,7 +78,7 @@ class FinetuneConfig(DataOptions):
     metric: str | None = option(None, "main metric that picks the best checkpoint (default: accuracy; pearson for "
                                 "regression; f1 for ner and qa)")
     group_by_length: bool = option(False, "batches of examples of similar length instead of plain shuffled ones "
-                                   "(less attention padding, but worse scores: see the README)")
+                                   "(less attention padding, but worse scores: see docs/guides/finetuning.md)")
     log_every: int = option(10, "write the training loss to metrics.jsonl every N optimizer steps", metavar="N")
     overwrite: bool = option(False, "replace an --out that already holds a run")
     max_skipped_steps: int = option(10, "stop with an error after N optimizer steps in a row with a non-finite loss "

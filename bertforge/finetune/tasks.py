@@ -63,6 +63,9 @@ class Task(ABC):
     ) -> Encoded:
         """Features for the model; with `labelled`, targets too, and an error for a label the model lacks."""
 
+    def check_trainable(self, data: Encoded) -> None:
+        """Refuse training data the task's objective cannot learn from (after `encode`, so what the model reads)."""
+
     def main_metric(self, config: BertConfig, requested: str | None) -> str:
         """The metric that picks the best checkpoint: `requested`, or the task's default."""
         names = self.metrics_for(config)
@@ -350,6 +353,17 @@ class QuestionAnswering(Task):
             tokenizer, examples, self.max_length(opts, config), opts.doc_stride, opts.max_query_length, labelled
         )
         return Encoded(path, examples, features, windows, any(e.is_impossible for e in examples))
+
+    def check_trainable(self, data: Encoded) -> None:
+        """Spans are learnt from windows that hold an answer: refuse a file where none does (every question
+        unanswerable, or every answer beyond the tokens the model reads)."""
+        if data.features and not any(f.get("start_positions", 0) > 0 for f in data.features):
+            answerable = sum(not e.is_impossible for e in data.examples)
+            why = ("every question is unanswerable" if not answerable else
+                   f"none of its {answerable} answers lies inside the text the model reads (raise --max-length, or "
+                   "check that answer_start points into each context)")
+            raise BertforgeError(f"{data.path}: no training window holds an answer span ({why}); question answering "
+                                 "learns spans from answers in their contexts")
 
     def answers(self, data: Encoded, outputs: list[Output], config: BertConfig, opts: DataOptions) -> list[Answer]:
         allow_null = data.version_2 or bool(config.extra.get(NULL_ANSWER_KEY, False))

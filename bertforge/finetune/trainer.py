@@ -27,7 +27,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .features import Feature, collate, inference_batches, training_batches
-from ..training.optim import make_optimizer, parameter_groups, warmup_decay  # noqa: F401  (parameter_groups: importable here too)
+from ..training.optim import make_optimizer, warmup_decay
 from ..core.state import check_same_files, files_fingerprint
 from ..training.checkpoint import Loaded, TrainingCheckpoints, number_list
 from ..training.time_budget import RunLength

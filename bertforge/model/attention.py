@@ -305,6 +305,14 @@ class PackedBatch:
     position_ids: Tensor  # [T] int64, 0..len-1 within each sequence
     lengths: list[int]  # tokens per sequence, sum = T
 
+    def to(self, device: torch.device) -> "PackedBatch":
+        """The same batch with its tensors on `device` (itself when they are there already)."""
+        if self.input_ids.device == device:
+            return self
+        types = None if self.token_type_ids is None else self.token_type_ids.to(device, non_blocking=True)
+        return PackedBatch(self.input_ids.to(device, non_blocking=True), types,
+                           self.position_ids.to(device, non_blocking=True), self.lengths)
+
     @property
     def starts(self) -> list[int]:
         """Offset of each sequence's first token in the packed rows."""

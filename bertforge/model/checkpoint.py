@@ -20,11 +20,13 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from .card import CARD_NAME, ModelCard, card_text, may_write_card
 from .config import CONFIG_NAME, BertConfig
 from ..core.errors import BertforgeError
 from .families import INTERNAL_PREFIX
 from ..core.io import atomic_write_files
 from ..core.linear import Int8Weight
+from ..core.hub import model_path
 
 log = logging.getLogger("bertforge")
 
@@ -197,7 +199,7 @@ def load_pretrained(
     before anything is allocated. Then the file's tensors become the parameters, and only the weights the file
     lacks are allocated and initialised (no random init of a vocabulary-sized embedding that is overwritten).
     """
-    path = Path(path)
+    path = model_path(path)
     if not path.exists():
         raise BertforgeError(f"{path}: no such model directory")
     config_dir = path if path.is_dir() else path.parent
@@ -260,9 +262,10 @@ def _report(name: str, info: LoadingInfo, quiet: bool) -> None:
         log.info("%s: checkpoint weights not used by this class: %s", name, ", ".join(info.unexpected_keys))
 
 
-def save_pretrained(model: torch.nn.Module, path: str | Path) -> None:
+def save_pretrained(model: torch.nn.Module, path: str | Path, card: ModelCard | None = None) -> None:
     """Write `config.json` + `model.safetensors` that the family's `transformers` class of the same task (BertForMaskedLM
-    → RobertaForMaskedLM for a RoBERTa config) loads as they are: parameter names through the family's table."""
+    → RobertaForMaskedLM for a RoBERTa config) loads as they are: parameter names through the family's table; and the
+    model card, README.md (`card`: what the caller knows of the model; a README.md bertforge did not write stays)."""
     path = Path(path)
     if any(isinstance(getattr(m, "weight", None), Int8Weight) for m in model.modules()):
         raise BertforgeError(f"{path}: not saved: the model's dense layers are quantized to int8 for inference "
@@ -281,10 +284,16 @@ def save_pretrained(model: torch.nn.Module, path: str | Path) -> None:
     config_text = json.dumps(config.to_dict(), indent=2) + "\n"
     # both files are written before either replaces its old version: a full disk cannot leave new weights
     # beside an old config.json (or the reverse)
-    atomic_write_files(path, {
+    files = {
         WEIGHTS_NAME: lambda tmp: save_file(state, str(tmp), metadata={"format": "pt"}),
         CONFIG_NAME: lambda tmp: tmp.write_text(config_text, encoding="utf-8"),
-    })
+    }
+    if may_write_card(path):
+        from .. import __version__
+
+        card_md = card_text(model, card or ModelCard(), __version__)
+        files[CARD_NAME] = lambda tmp: tmp.write_text(card_md, encoding="utf-8")
+    atomic_write_files(path, files)
 
 
 __all__ = ["KEY_RULES", "LoadingInfo", "load_pretrained", "read_state_dict", "save_pretrained", "CONFIG_NAME"]

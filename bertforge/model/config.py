@@ -14,6 +14,7 @@ from ..core.io import atomic_write_text
 from ..core.ops import ACTIVATIONS  # the activations the model implements, by their Hugging Face names
 from .families import FAMILIES, Family, family
 from .spec import EncoderSpec
+from ..core.hub import model_path
 
 CONFIG_NAME = "config.json"
 
@@ -227,7 +228,7 @@ class BertConfig:
     @classmethod
     def from_pretrained(cls, path: str | Path, **overrides: Any) -> "BertConfig":
         """Read `config.json` from a directory (or the file itself); keyword overrides win."""
-        path = Path(path)
+        path = model_path(path)
         file = path / CONFIG_NAME if path.is_dir() else path
         if not file.is_file():
             raise BertforgeError(f"{file}: no such config file")

@@ -12,8 +12,9 @@ the activations saved for backward, per sequence:
   masked positions.
 
 With gradient checkpointing only each layer's input ([S, H]) is kept, plus one layer's activations while it is
-recomputed. Against the measured figures of the README (fp32, seq 128: mini 16 MiB, small 30 MiB, base 124 MiB a
-sequence) this gives 19, 33 and 132 MiB: within a factor 1.25, on the safe side (the test holds it to that).
+recomputed. Against the measured figures of docs/guides/precision-and-memory.md (fp32, seq 128: mini 16 MiB,
+small 30 MiB, base 124 MiB a sequence) this gives 19, 33 and 132 MiB: within a factor 1.25, on the safe side (the
+test holds it to that).
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ to these and back (`bertforge.families`).
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator
+from collections.abc import Collection
 from typing import Any
 
 import torch
@@ -97,6 +97,13 @@ class BertPreTrainedModel(nn.Module):
             depth.update((id(p), block) for p in encoder.layer[index].parameters())
         return len(encoder.schedule), depth
 
+    def head_prefixes(self) -> tuple[str, ...]:
+        """The `state_dict` prefixes of the task head's weights (everything beside the encoder, and the pooler where
+        the head reads it): what a checkpoint must hold for the head to be trained, not fresh."""
+        own = tuple(f"{name}." for name, _ in self.named_children() if name != "bert")
+        pooler = "bert.pooler." if getattr(self.base_model, "pooler", None) is not None and self is not self.base_model else None
+        return own + ((pooler,) if pooler else ())
+
     def set_attn_implementation(self, backend: str) -> None:
         self.config.attn_implementation = backend
         self.config.validate()
@@ -134,10 +141,11 @@ class BertPreTrainedModel(nn.Module):
 
         return load_pretrained(cls, path, **overrides)
 
-    def save_pretrained(self, path: Any) -> None:
+    def save_pretrained(self, path: Any, card: Any = None) -> None:
+        """config.json, model.safetensors and the model card (`card`: a `card.ModelCard`) in `path`."""
         from .checkpoint import save_pretrained
 
-        save_pretrained(self, path)
+        save_pretrained(self, path, card)
 
 
 def init_matrix(param: Tensor, spec: EncoderSpec, role: str) -> None:
@@ -229,6 +237,10 @@ class BertForPreTraining(BertPreTrainedModel):
     def mlm_head(self) -> nn.Module:
         """The MLM head (transform and decoder bias; the decoder's weight is the word embeddings)."""
         return self.cls.predictions
+
+    def sentence_head_parts(self) -> tuple[nn.Module, ...]:
+        """The modules only the sentence objective trains (the pooler and the NSP / SOP classifier)."""
+        return tuple(m for m in (self.bert.pooler, self.cls.seq_relationship) if m is not None)
 
     def mlm_logits(self, hidden: Tensor) -> Tensor:
         """Vocabulary logits [..., V] of final hidden states [..., H]."""

@@ -73,8 +73,9 @@ class TextClassificationPipeline(Pipeline):
 
     def check_model(self, model: BertPreTrainedModel, source: str) -> None:
         _check_architecture(model, source, "BertForSequenceClassification", self.task)
-        if self.missing(model, "classifier.") or self.missing(model, "bert.pooler."):
-            part = "classifier.*" if self.missing(model, "classifier.") else "bert.pooler.*"
+        missing = [prefix for prefix in model.head_prefixes() if self.missing(model, prefix)]
+        if missing:
+            part = missing[0] + "*"
             raise BertforgeError(
                 f"{source} has no sequence-classification head ({part} is not in the checkpoint): "
                 + _HEADLESS_HINT.format(task="classification")
@@ -117,7 +118,7 @@ class TextClassificationPipeline(Pipeline):
     def head(self, batch: PackedBatch, hidden: Tensor, features: list[Feature]) -> list[np.ndarray]:
         model: BertForSequenceClassification = self.model  # type: ignore[assignment]
         pooled = model.pool_packed(hidden, batch)  # [B, H]: the pooler, each first token, or each mean
-        return list(model.classify(pooled).float().numpy())  # [B, num_labels]
+        return list(model.classify(pooled).float().cpu().numpy())  # [B, num_labels]
 
     def scores(self, logits: np.ndarray) -> np.ndarray:
         """One input's label scores (float64) from its logits, by `function_to_apply`."""
@@ -185,7 +186,7 @@ class TokenClassificationPipeline(Pipeline):
     def head(self, batch: PackedBatch, hidden: Tensor, features: list[Feature]) -> list[np.ndarray]:
         model: BertForTokenClassification = self.model  # type: ignore[assignment]
         probs = model.token_logits(hidden).float().softmax(dim=-1)  # [T, num_labels]
-        return list(torch.split(probs, batch.lengths))  # per sequence [len, num_labels]
+        return list(torch.split(probs.cpu(), batch.lengths))  # per sequence [len, num_labels]
 
     def postprocess(self, item: str, outputs: list[Tensor], features: list[Feature]) -> list[dict[str, Any]]:
         scores = outputs[0].numpy()  # [len, num_labels]

@@ -15,9 +15,23 @@ from ..model.config import BertConfig, PRESETS
 from ..training.optim import DECAYS
 from ..core.options import option
 from ..training.time_budget import PROVISIONAL_STEPS
+from ..training.run_dir import RunKind
 from ..training.step import MAX_SKIPPED_STEPS, PRECISION_HELP, PRECISIONS
+from .data import STATIC_DIR
+from ..core.hub import model_path
 
 WARMUP_STEPS = 100  # the default --warmup-steps
+RUN_CONFIG = "run_config.json"  # the settings of a pretraining run, in OUT
+# A pretraining (or distillation) run's directory: all that --overwrite replaces, and the settings a --resume may
+# change (any other change would make the continuation a different run; `out` is where the run lives, not what it
+# is: a moved run directory resumes, the data state checks the corpus)
+PRETRAINING = RunKind(
+    command="pretrain", what="pretraining run", config_file=RUN_CONFIG,
+    entries=("checkpoints", "model", "best", "tokenizer", "tensorboard", "metrics.jsonl", RUN_CONFIG,
+             "training_curves.png", STATIC_DIR),
+    resumable=frozenset({"max_steps", "save_every", "keep_last", "log_every", "resume", "overwrite", "progress", "demo",
+                         "out", "max_skipped_steps"}),
+)
 # (setting, the settings it decides, why): giving both is a contradiction, refused
 CONTRADICTIONS = (
     ("init_from", ("config", "tokenizer", "vocab_size", "tokenizer_sample_mb", "lowercase"),
@@ -141,7 +155,7 @@ class PretrainArgs:
         for path in [*a.corpus, *a.eval_corpus]:
             if not Path(path).exists():
                 raise BertforgeError(f"corpus path {path} does not exist")
-        if a.init_from is not None and not (Path(a.init_from) / "config.json").is_file():
+        if a.init_from is not None and not (model_path(a.init_from) / "config.json").is_file():
             raise BertforgeError(f"--init-from {a.init_from}: no config.json there (a checkpoint directory is expected)")
 
     def chosen(self) -> set[str]:

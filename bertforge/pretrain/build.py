@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -19,6 +19,9 @@ from ..model.config import BertConfig
 from .args import PretrainArgs
 from .data import check_run_corpora, pretraining_stream, static_reader, train_run_tokenizer
 from ..core.system import Runtime, all_ranks_agree, on_main
+
+if TYPE_CHECKING:
+    from ..tokenizer import Tokenizer
 
 
 def wrap_model(model: torch.nn.Module, rt: Runtime, fsdp: bool, compile: bool) -> torch.nn.Module:
@@ -42,7 +45,7 @@ def wrap_model(model: torch.nn.Module, rt: Runtime, fsdp: bool, compile: bool) -
     return wrapped
 
 
-def run_model_config(base: BertConfig, tokenizer: Any, args: PretrainArgs) -> BertConfig:
+def run_model_config(base: BertConfig, tokenizer: Tokenizer, args: PretrainArgs) -> BertConfig:
     """The run's model config: the preset or config.json with the tokenizer's vocabulary (`tokenizer` None: one
     rank 0 has not trained yet, of `args.vocab_size`); or the --init-from checkpoint's own, which must cover its
     tokenizer's ids."""
@@ -102,7 +105,7 @@ def choose_tokenizer(args: PretrainArgs, out: Path, corpus: list[str], rt: Runti
     return (train_run_tokenizer(a, corpus, family) if rt.is_main else None), True
 
 
-def build_stream(args: PretrainArgs, out: Path, corpus: list[str], tokenizer: Any, rt: Runtime):
+def build_stream(args: PretrainArgs, out: Path, corpus: list[str], tokenizer: Tokenizer, rt: Runtime):
     """Dynamic masking: a `PretrainingStream` over this rank's share of the corpus. Static masking
     (`static_masking`): that same stream's instances written to disk first, masked `dupe_factor` ways, then read
     back by a `StaticShardReader` (whose position is saved in checkpoints like the stream's)."""

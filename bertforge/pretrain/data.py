@@ -9,9 +9,13 @@ import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..core.errors import BertforgeError
+
+if TYPE_CHECKING:
+    from .args import PretrainArgs
+    from ..tokenizer import Tokenizer
 
 log = logging.getLogger("bertforge")
 
@@ -20,14 +24,14 @@ STATIC_SHARD_BYTES = 64 << 20  # about this much per shard: one is held in memor
 STATIC_WRITE_BATCH = 256  # instances masked together while writing static shards
 
 
-def document_split(args: Any, held_out: bool = False):
+def document_split(args: PretrainArgs, held_out: bool = False):
     """The `DocumentSplit` of `--eval-fraction` (the held-out side, or the side trained on); None without it."""
     from ..data import DocumentSplit
 
     return DocumentSplit(args.eval_fraction, held_out) if args.eval_fraction else None
 
 
-def pretraining_stream(args: Any, corpus: list[str], tokenizer: Any, rank: int, world_size: int, batch_size: int,
+def pretraining_stream(args: PretrainArgs, corpus: list[str], tokenizer: Tokenizer, rank: int, world_size: int, batch_size: int,
                        **overrides: Any):
     """A `PretrainingStream` of batches of `batch_size` over this rank's share of `corpus` (`args`: the run's
     `PretrainArgs`: sequence length, NSP, masking, seed, text field; the training side of `--eval-fraction`'s
@@ -71,7 +75,7 @@ def static_shard_dir(out: Path, rank: int, world_size: int) -> Path:
     return out / STATIC_DIR / f"rank-{rank:05d}-of-{world_size:05d}"
 
 
-def static_reader(args: Any, out: Path, stream: Callable[[int], Any], rank: int, world_size: int, is_main: bool):
+def static_reader(args: PretrainArgs, out: Path, stream: Callable[[int], Any], rank: int, world_size: int, is_main: bool):
     """Each rank writes its own share of the corpus (the documents its dynamic stream, `stream(batch_size)`,
     would read), streamed into shards under a temporary name renamed into place when complete; a resumed run
     reuses them. Returns the `StaticShardReader` over them."""
@@ -117,7 +121,7 @@ def check_corpus(corpus: list[str], text_field: str, nsp: bool, allow_binary: bo
         reader.close()
 
 
-def check_run_corpora(args: Any, corpus: list[str]) -> None:
+def check_run_corpora(args: PretrainArgs, corpus: list[str]) -> None:
     """`check_corpus` for what the run reads: the corpus (its training side with --eval-fraction) and the
     evaluation text (--eval-corpus, or the held-out side), each error naming which one is short."""
     a = args
@@ -132,7 +136,7 @@ def check_run_corpora(args: Any, corpus: list[str]) -> None:
         raise BertforgeError(f"{what}: {err}") from None
 
 
-def train_run_tokenizer(args: Any, corpus: list[str], family: str = "bert"):
+def train_run_tokenizer(args: PretrainArgs, corpus: list[str], family: str = "bert"):
     """A vocabulary of `args.vocab_size` of the model family's kind (WordPiece for BERT and DistilBERT, byte-level BPE
     for RoBERTa, Unigram for ALBERT and XLM-R) trained on the first `args.tokenizer_sample_mb` of the corpus, in
     memory (the caller saves it once the run's directory is ready)."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
@@ -28,13 +28,17 @@ from .data import document_split, model_inputs, pretraining_stream
 from .objectives import Objective
 from ..core.system import Runtime
 
+if TYPE_CHECKING:
+    from .args import PretrainArgs
+    from ..tokenizer import Tokenizer
+
 log = logging.getLogger("bertforge")
 
 EVAL_SEED = 20_231_105  # the evaluation set's instances and masks; fixed, so runs with any --seed compare
 STATE_VERSION = 1
 
 
-def build_eval_set(args: Any, corpus: list[str], tokenizer: Any) -> list[dict[str, torch.Tensor]]:
+def build_eval_set(args: PretrainArgs, corpus: list[str], tokenizer: Tokenizer) -> list[dict[str, torch.Tensor]]:
     """The fixed evaluation batches (`args.batch_size` sequences each) of the run `args` (`PretrainArgs`)."""
     a = args
     paths = list(a.eval_corpus) or corpus

@@ -30,15 +30,12 @@ from ..core.io import atomic_directory
 from ..model import BertForPreTraining, BertPreTrainedModel
 from ..model.config import BertConfig
 from ..training.optim import make_optimizer, warmup_decay
-from .args import (CONTRADICTIONS, RECIPE_DEFAULTS, WARMUP_STEPS, PretrainArgs,  # noqa: F401  (importable here too)
-                            decided_by, refuse_contradictions)
-from .data import STATIC_DIR, check_corpus, model_inputs, check_run_corpora, pretraining_stream, static_reader, train_run_tokenizer  # noqa: F401
+from .args import PRETRAINING, PretrainArgs
 from .eval import HeldOutEvaluation, build_eval_set
-from .build import (build_stream, check_fits, choose_tokenizer, initial_model, run_model_config,  # noqa: F401
-                             wrap_model)
-from .objectives import Objective, pretraining_counts  # noqa: F401  (importable here too)
-from .report import EVAL_PANELS, PRETRAIN_PANELS, metrics_summary, plot_metrics, show_predictions  # noqa: F401
-from ..training.run_dir import CHECKPOINT_RE, RUN_CONFIG, RunDirectory, list_checkpoints  # noqa: F401  (importable here too)
+from .build import build_stream, check_fits, choose_tokenizer, initial_model, run_model_config, wrap_model
+from .objectives import Objective
+from .report import metrics_summary, plot_metrics, show_predictions
+from ..training.run_dir import RunDirectory, list_checkpoints
 from ..core.system import barrier, setup_runtime, teardown_runtime
 from ..training.time_budget import RunClock, RunLength
 from ..training.step import TrainStep, pick_precision, refuse_nonfinite
@@ -59,8 +56,8 @@ class Pretrainer:
         self.rt = setup_runtime(args.device)
         self.out = Path(args.out)
         self.corpus = [str(p) for p in args.corpus] or [str(DEMO_CORPUS)]
-        self.lifecycle = RunLifecycle(RunDirectory(self.out, args.resume, args.overwrite, dataclasses.asdict(args)),
-                                      self.rt)  # rank 0 acts on OUT
+        run_dir = RunDirectory(self.out, args.resume, args.overwrite, dataclasses.asdict(args), PRETRAINING)
+        self.lifecycle = RunLifecycle(run_dir, self.rt)  # rank 0 acts on OUT
         base_config = args.model_config()  # settings the model config refuses fail here, before anything is written
         self.args = args = args.for_family(base_config)  # the family's recipe where the settings say "auto"
         self.autocast_dtype = pick_precision(self.args.precision, self.rt.device)
@@ -94,7 +91,7 @@ class Pretrainer:
             # MLM alone with a family that has a sentence head: the pooler and that head get no gradient, so freeze
             # them (DDP wants a gradient for every trainable weight); they are still saved, so the model keeps the
             # BertForPreTraining layout.
-            for module in (self.model.bert.pooler, self.model.cls.seq_relationship):
+            for module in self.model.sentence_head_parts():
                 module.requires_grad_(False)
         self.train_model = wrap_model(self.model, self.rt, args.fsdp, args.compile)
         self.optimizer = make_optimizer(self.model, args.optimizer, args.lr, args.weight_decay,  # fused where it applies

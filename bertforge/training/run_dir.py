@@ -1,7 +1,7 @@
 """The output directory of a training run (OUT): its lock, the checks made before anything is written, the
-settings it records, and `--overwrite`'s care for the run it replaces. Rank 0 alone acts on it. Pretraining (and
-distillation) and fine-tuning each describe their directory with a `RunKind`: its settings file, its entries and
-the settings a resume may change.
+settings it records, and `--overwrite`'s care for the run it replaces. Rank 0 alone acts on it. Each trainer
+describes its directory with a `RunKind` (pretraining's in `pretrain/args.py`, fine-tuning's in `finetune/api.py`):
+its settings file, its entries and the settings a resume may change.
 
 `--overwrite` never loses the previous run before the new one is worth keeping: the previous run's entries are
 moved (renamed, nothing deleted) into OUT/.replaced-run/ once the new run has been checked, deleted when the new run
@@ -21,19 +21,10 @@ from typing import Any
 
 from ..core.errors import BertforgeError
 from ..core.io import RunLock, atomic_write_text, lock_run_directory
-from ..pretrain.data import STATIC_DIR
 
 log = logging.getLogger("bertforge")
 
-RUN_CONFIG = "run_config.json"
 CHECKPOINT_RE = re.compile(r"^step-(\d+)$")
-# Settings a resumed run may change; any other change would make the continuation a different run.
-# `out` is where the run lives, not what it is: a moved run directory resumes (the data state checks the corpus).
-RESUMABLE_CHANGES = {"max_steps", "save_every", "keep_last", "log_every", "resume", "overwrite", "progress", "demo", "out",
-                     "max_skipped_steps"}
-# What a run writes in OUT: all that --overwrite replaces (anything else there is left alone).
-RUN_ENTRIES = ("checkpoints", "model", "best", "tokenizer", "tensorboard", "metrics.jsonl", RUN_CONFIG,
-               "training_curves.png", STATIC_DIR)
 # Where --overwrite keeps the run it replaces (OUT/.replaced-run/) until the new run has its first checkpoint.
 REPLACED_DIR = ".replaced-run"
 
@@ -43,14 +34,11 @@ class RunKind:
     """What kind of run a directory holds: the command that writes it (named by its lock), the file recording its
     settings, the entries it writes (all that --overwrite replaces), the settings a resume may change."""
 
-    command: str = "pretrain"
-    what: str = "pretraining run"
-    config_file: str = RUN_CONFIG
-    entries: tuple[str, ...] = RUN_ENTRIES
-    resumable: frozenset[str] = frozenset(RESUMABLE_CHANGES)
-
-
-PRETRAINING = RunKind()
+    command: str
+    what: str
+    config_file: str
+    entries: tuple[str, ...]
+    resumable: frozenset[str]
 
 
 def list_checkpoints(out: Path) -> list[tuple[int, Path]]:
@@ -67,11 +55,9 @@ def list_checkpoints(out: Path) -> list[tuple[int, Path]]:
 
 
 class RunDirectory:
-    """OUT, for a run with the given --resume / --overwrite and settings (recorded in OUT/run_config.json, or the
-    `kind`'s settings file)."""
+    """OUT, for a run with the given --resume / --overwrite and settings (recorded in the `kind`'s settings file)."""
 
-    def __init__(self, out: Path, resume: bool, overwrite: bool, settings: dict[str, Any],
-                 kind: RunKind = PRETRAINING) -> None:
+    def __init__(self, out: Path, resume: bool, overwrite: bool, settings: dict[str, Any], kind: RunKind) -> None:
         self.out, self.resume, self.overwrite, self.settings, self.kind = out, resume, overwrite, settings, kind
         self.lock: RunLock | None = None  # held until the run ends
         self.replaced: Path | None = None  # the run --overwrite replaces, kept aside until the first checkpoint

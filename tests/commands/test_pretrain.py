@@ -3,7 +3,7 @@
 Two kinds of check: what the command hands to the library (the training function is replaced by one that records
 its argument, so nothing trains), and, where the effect has to be seen, a tiny real run: the batches a pretraining
 run draws, the vocabulary it trains, the dtype its layers compute in, the learning rates it logs, what it writes.
-The expected values are written here from the option's help text and the README, never read back from the code.
+The expected values are written here from the option's help text and the documentation, never read back from the code.
 `tests/test_cli_coverage.py` checks that every option of every command appears in some test.
 """
 
@@ -100,8 +100,8 @@ def tiny_trainer(monkeypatch, tiny, out: Path, *argv: str, tokenizer: bool = Tru
 
 
 def test_pretrain_with_no_arguments_is_the_documented_demo(monkeypatch):
-    # README "Set up": a vocabulary trained on the bundled demo corpus (short stories of a small world), a `tiny`
-    # BERT (2 layers, 128 wide), 2,500 steps of 32 sequences of 32 tokens, everything written to runs/demo/.
+    # README "Set up" and docs/benchmarks/demo.md: a vocabulary trained on the bundled demo corpus (short stories
+    # of a small world), a `tiny` BERT (2 layers, 128 wide), 2,500 steps of 32 sequences of 32 tokens, everything written to runs/demo/.
     s = pretrain_settings(monkeypatch)
     assert s.corpus == [] and s.tokenizer is None  # no corpus: the bundled one, with a vocabulary trained on it
     with gzip.open(PRETRAIN.DEMO_CORPUS, "rt", encoding="utf-8") as fh:
@@ -369,15 +369,15 @@ def test_pretrain_optimizer_and_weight_decay_reach_the_optimizer(monkeypatch, ti
     assert sorted(g["weight_decay"] for g in lamb.optimizer.param_groups) == [0.0, 0.01]  # the documented default
 
 
-DEMO_STEPS = 2500  # README "Set up"
+DEMO_STEPS = 2500  # docs/benchmarks/demo.md
 DEMO_RIGHT = 3  # of the 12 probes, the corpus's own word on top (measured: 5)
 DEMO_DISTINCT = 8  # different top words over the 12 probes (measured: 12)
 
 
 @pytest.mark.slow
 def test_pretrain_demo_runs_as_documented(tmp_path):
-    """README "Set up": `bertforge pretrain` with no arguments trains on the demo world and, after training, fills
-    most probes' [MASK] with the word the corpus puts there, a different word for different sentences."""
+    """README "Set up" (docs/benchmarks/demo.md): `bertforge pretrain` with no arguments trains on the demo world
+    and, after training, fills most probes' [MASK] with the word the corpus puts there, a different word for different sentences."""
     import re
     import subprocess
 

@@ -10,7 +10,9 @@ from pathlib import Path
 
 from tests.helpers import SPECIALS
 
-from bertforge.data import Instance, MaskingCollator, PretrainingStream
+from bertforge.data import PretrainingStream
+from bertforge.data.instances import Instance
+from bertforge.data.masking import MaskingCollator
 
 PAD, UNK, CLS, SEP, MASK = 0, 1, 2, 3, 4
 N_SPECIAL = 5

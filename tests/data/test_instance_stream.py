@@ -3,7 +3,9 @@
 import pytest
 from tests.data.data_helpers import CLS, SEP, WordVocab, at_least_half, make_stream, split_pair, tagged_docs, take, write_txt
 
-from bertforge.data import IS_NEXT, NOT_NEXT, CorpusReader, InstanceStream
+from bertforge.data import CorpusReader
+from bertforge.data.instance_stream import InstanceStream
+from bertforge.data.instances import IS_NEXT, NOT_NEXT
 from bertforge.core.errors import BertforgeError
 
 

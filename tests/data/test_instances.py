@@ -8,14 +8,14 @@ from array import array
 import pytest
 from tests.data.data_helpers import CLS, SEP, WordVocab, at_least_half, make_stream, split_pair, tagged_docs, take, write_txt
 
-from bertforge.data import (
+from bertforge.data import CorpusReader
+from bertforge.data.instance_stream import InstanceStream
+from bertforge.data.instances import (
     IN_ORDER,
     IS_NEXT,
     NOT_NEXT,
     SWAPPED,
-    CorpusReader,
     Instance,
-    InstanceStream,
     PairLayout,
     SequencePacker,
     create_nsp_instances,

@@ -8,7 +8,7 @@ import pytest
 import torch
 from tests.data.data_helpers import CLS, MASK, SEP, SPECIAL, VOCAB, collator, random_instances
 
-from bertforge.data import Instance
+from bertforge.data.instances import Instance
 from bertforge.core.errors import BertforgeError
 
 def spans_of(draw, row):

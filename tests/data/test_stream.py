@@ -238,3 +238,26 @@ def test_resume_refuses_a_changed_corpus_but_not_a_moved_one(tmp_path):
     write_txt(tmp_path / "b" / "c.txt", docs[:-1])
     with pytest.raises(BertforgeError, match="corpus differs from the checkpoint"):
         make_stream(tmp_path / "b", vocab, batch_size=4, max_seq_length=16).load_state_dict(state)
+
+
+def test_a_corpus_smaller_than_one_batch_is_warned_about_loudly_once(tmp_path, caplog):
+    """Two short documents make a handful of sequences an epoch: with a batch of 64 every batch repeats them. The
+    stream still serves batches (a tiny corpus can be useful) but says so once, with the real counts (#34); a
+    corpus that fills a batch is not warned about."""
+    docs = [["the dog barks", "the cat meows"], ["the cow moos", "the bird sings"]]
+    path = write_txt(tmp_path / "small.txt", docs)
+    stream = make_stream(path, WordVocab(docs), batch_size=64, max_seq_length=16, nsp=False)
+    with caplog.at_level("WARNING", logger="bertforge"):
+        for _ in range(3):
+            assert next(stream)["input_ids"].shape[0] == 64
+    warnings = [r.getMessage() for r in caplog.records if "fewer than one batch" in r.getMessage()]
+    made = stream.instances.epoch_yield
+    assert len(warnings) == 1 and 0 < made < 64
+    assert f"only {made} training sequence" in warnings[0] and "one batch of 64" in warnings[0]
+    caplog.clear()
+    big = tagged_docs(40, seed=3, sentences=(4, 10))
+    stream = make_stream(write_txt(tmp_path / "big.txt", big), WordVocab(big), batch_size=8, max_seq_length=16, nsp=False)
+    with caplog.at_level("WARNING", logger="bertforge"):
+        for _ in range(3):
+            next(stream)
+    assert not [r for r in caplog.records if "fewer than one batch" in r.getMessage()]

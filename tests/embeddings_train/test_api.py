@@ -40,3 +40,13 @@ def test_sentence_transformers_loads_the_output_identically(trained):
     assert model.max_seq_length == 16
     modules = json.loads((trained / "modules.json").read_text())
     assert [m["type"].rsplit(".", 1)[1] for m in modules] == ["Transformer", "Pooling", "Normalize"]
+
+
+def test_the_output_has_a_model_card_with_the_run(trained):
+    """README.md: the Hub's metadata for a sentence-transformers model, the recipe, and the best evaluation's
+    metrics as eval.json states them (#33)."""
+    card = (trained / "README.md").read_text(encoding="utf-8")
+    summary = json.loads((trained / "eval.json").read_text())
+    assert card.startswith("---\nlibrary_name: sentence-transformers\npipeline_tag: sentence-similarity\n")
+    assert "`bertforge train-embeddings`" in card and '- loss: `"mnrl"`' in card
+    assert f"| mrr@10 | {summary['best']['metrics']['mrr@10']:.4f} |" in card

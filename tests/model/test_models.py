@@ -307,3 +307,18 @@ def test_heads_share_one_forward_and_refuse_inputs_they_do_not_take():
     assert mlm.skips_padding(labels) and not mlm.skips_padding(labels, sparse_mlm=False)
     assert sparse.logits.shape == (1, 99) and dense.logits.shape == (2, 5, 99)
     torch.testing.assert_close(sparse.loss, dense.loss, rtol=1e-5, atol=1e-6)
+
+
+def test_head_prefixes_name_the_weights_a_task_head_needs():
+    """The pipelines ask a model which checkpoint keys make its task head, instead of naming BERT's submodules:
+    BERT's sequence head reads the pooler, RoBERTa's first-token head does not; every prefix names real weights."""
+    from bertforge.model.models import BertForPreTraining, BertForSequenceClassification
+    bert = BertForSequenceClassification(tiny_config(num_labels=3))
+    assert bert.head_prefixes() == ("classifier.", "bert.pooler.")
+    roberta = BertForSequenceClassification(tiny_config(num_labels=3, model_type="roberta", pad_token_id=1))
+    assert roberta.head_prefixes() == ("classifier.",)
+    for model in (bert, roberta):
+        keys = model.state_dict()
+        assert all(any(k.startswith(prefix) for k in keys) for prefix in model.head_prefixes())
+    pretraining = BertForPreTraining(tiny_config())
+    assert {id(m) for m in pretraining.sentence_head_parts()} == {id(pretraining.bert.pooler), id(pretraining.cls.seq_relationship)}

@@ -249,7 +249,7 @@ def test_pipeline_survives(tok, categories, tmp_path, case, nsp):
 
 def test_truncate_pair_is_linear():
     """600,000 tokens trimmed to 61: ~0.1 s (one token at a time: minutes)."""
-    from bertforge.data import truncate_pair
+    from bertforge.data.instances import truncate_pair
 
     def trim() -> int:
         a, b = list(range(600_000)), [1, 2, 3]
@@ -261,7 +261,7 @@ def test_truncate_pair_is_linear():
 
 def test_sequence_packer_is_linear():
     """A 2,000,000-token sentence cut into 62-token sequences: ~0.3 s (re-slicing: about two minutes)."""
-    from bertforge.data import SequencePacker
+    from bertforge.data.instances import SequencePacker
 
     outcome = in_child(lambda: len(SequencePacker(64, 101, 102).add_document([list(range(2_000_000))])), 10)
     assert outcome == ("ok", 2_000_000 // 62)

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from bertforge.core.errors import BertforgeError
+from bertforge.pretrain.args import PRETRAINING
 from bertforge.training.run_dir import RunDirectory
 from bertforge.core.system import Runtime
 from bertforge.training.time_budget import RunLength
@@ -136,19 +137,19 @@ def test_run_length_refits_the_warmup_and_schedule_to_the_first_length_the_budge
 
 def test_the_lifecycle_locks_prepares_and_puts_an_overwritten_run_back_on_failure(tmp_path):
     out = tmp_path / "run"
-    first = RunLifecycle(RunDirectory(out, False, False, {"x": 1}), ONE_PROCESS)
+    first = RunLifecycle(RunDirectory(out, False, False, {"x": 1}, PRETRAINING), ONE_PROCESS)
     with first.guarded():
         first.lock()
         first.prepare()
         (out / "metrics.jsonl").write_text("old\n")
-    second = RunLifecycle(RunDirectory(out, False, True, {"x": 2}), ONE_PROCESS)
+    second = RunLifecycle(RunDirectory(out, False, True, {"x": 2}, PRETRAINING), ONE_PROCESS)
     with pytest.raises(RuntimeError), second.guarded():
         second.lock()
         second.prepare()
         assert not (out / "metrics.jsonl").exists()  # set aside
         raise RuntimeError("the new run fails before its first checkpoint")
     assert (out / "metrics.jsonl").read_text() == "old\n"  # put back
-    third = RunLifecycle(RunDirectory(out, False, False, {"x": 3}), ONE_PROCESS)
+    third = RunLifecycle(RunDirectory(out, False, False, {"x": 3}, PRETRAINING), ONE_PROCESS)
     with pytest.raises(BertforgeError, match="already holds files"), third.guarded():
         third.lock()
 

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from bertforge.core.errors import BertforgeError
-from bertforge.training.run_dir import REPLACED_DIR, RUN_CONFIG, RunDirectory, list_checkpoints
+from bertforge.pretrain.args import PRETRAINING, RUN_CONFIG
+from bertforge.training.run_dir import REPLACED_DIR, RunDirectory, list_checkpoints
 
 SETTINGS = {"lr": 1e-3, "max_steps": 10, "batch_size": 4}
 
@@ -49,7 +50,7 @@ def test_list_checkpoints_only_complete_ones_in_step_order(tmp_path):
 
 def test_prepare_on_a_fresh_directory_records_the_settings(tmp_path):
     out = tmp_path / "a" / "run"
-    run = RunDirectory(out, resume=False, overwrite=False, settings=SETTINGS)
+    run = RunDirectory(out, resume=False, overwrite=False, settings=SETTINGS, kind=PRETRAINING)
     run.lock_and_check()
     try:
         run.prepare()
@@ -62,12 +63,12 @@ def test_prepare_on_a_fresh_directory_records_the_settings(tmp_path):
 
 def test_a_second_process_is_refused_naming_the_holder_pid(tmp_path):
     out = tmp_path / "run"
-    run = RunDirectory(out, resume=False, overwrite=False, settings=SETTINGS)
+    run = RunDirectory(out, resume=False, overwrite=False, settings=SETTINGS, kind=PRETRAINING)
     run.lock_and_check()
     try:
-        code = ("import sys\nfrom pathlib import Path\nfrom bertforge.training.run_dir import RunDirectory\n"
+        code = ("import sys\nfrom pathlib import Path\nfrom bertforge.training.run_dir import RunDirectory\nfrom bertforge.pretrain.args import PRETRAINING\n"
                 "from bertforge.core.errors import BertforgeError\n"
-                f"r = RunDirectory(Path({str(out)!r}), False, True, {{}})\n"
+                f"r = RunDirectory(Path({str(out)!r}), False, True, {{}}, PRETRAINING)\n"
                 "try:\n    r.lock_and_check()\nexcept BertforgeError as e:\n    print(e); sys.exit(3)\n")
         root = str(Path(__file__).resolve().parents[2])  # this checkout's bertforge
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
@@ -76,7 +77,7 @@ def test_a_second_process_is_refused_naming_the_holder_pid(tmp_path):
         assert f"pid {os.getpid()}" in done.stdout and "pretrain" in done.stdout
     finally:
         run.close()
-    again = RunDirectory(out, resume=False, overwrite=False, settings=SETTINGS)
+    again = RunDirectory(out, resume=False, overwrite=False, settings=SETTINGS, kind=PRETRAINING)
     again.lock_and_check()  # free once released
     again.close()
 
@@ -85,21 +86,21 @@ def test_a_run_in_out_needs_resume_or_overwrite(tmp_path):
     out = tmp_path / "run"
     make_run(out)
     with pytest.raises(BertforgeError, match="already holds files.*--resume.*--overwrite"):
-        RunDirectory(out, resume=False, overwrite=False, settings=SETTINGS).check()
-    RunDirectory(out, resume=True, overwrite=False, settings=SETTINGS).check()
-    RunDirectory(out, resume=False, overwrite=True, settings=SETTINGS).check()
+        RunDirectory(out, resume=False, overwrite=False, settings=SETTINGS, kind=PRETRAINING).check()
+    RunDirectory(out, resume=True, overwrite=False, settings=SETTINGS, kind=PRETRAINING).check()
+    RunDirectory(out, resume=False, overwrite=True, settings=SETTINGS, kind=PRETRAINING).check()
     # hidden leftovers alone are not a run
     hidden = tmp_path / "hidden"
     hidden.mkdir()
     (hidden / ".tmp-run_config.json").write_text("x")
-    RunDirectory(hidden, resume=False, overwrite=False, settings=SETTINGS).check()
+    RunDirectory(hidden, resume=False, overwrite=False, settings=SETTINGS, kind=PRETRAINING).check()
 
 
 def test_out_that_is_a_file_is_refused(tmp_path):
     out = tmp_path / "file"
     out.write_text("x")
     with pytest.raises(BertforgeError, match="not a directory"):
-        RunDirectory(out, resume=False, overwrite=True, settings=SETTINGS).check()
+        RunDirectory(out, resume=False, overwrite=True, settings=SETTINGS, kind=PRETRAINING).check()
 
 
 @pytest.mark.parametrize("state, what", [("missing", "does not exist"), ("empty", "is empty"),
@@ -111,26 +112,26 @@ def test_resume_of_a_directory_with_no_run_is_refused(tmp_path, state, what):
     if state == "other":
         (out / "something.txt").write_text("x")
     with pytest.raises(BertforgeError, match=f"--resume: .*{what}"):
-        RunDirectory(out, resume=True, overwrite=False, settings=SETTINGS).check()
+        RunDirectory(out, resume=True, overwrite=False, settings=SETTINGS, kind=PRETRAINING).check()
     assert out.exists() == (state != "missing")  # nothing was created
 
 
 def test_resume_refuses_changed_settings_but_allows_resumable_ones(tmp_path):
     out = tmp_path / "run"
     make_run(out)
-    RunDirectory(out, True, False, {**SETTINGS, "max_steps": 50, "out": "elsewhere"}).check()
+    RunDirectory(out, True, False, {**SETTINGS, "max_steps": 50, "out": "elsewhere"}, PRETRAINING).check()
     with pytest.raises(BertforgeError, match=r"lr: 0\.001 -> 0\.002"):
-        RunDirectory(out, True, False, {**SETTINGS, "lr": 2e-3}).check()
+        RunDirectory(out, True, False, {**SETTINGS, "lr": 2e-3}, PRETRAINING).check()
     (out / RUN_CONFIG).write_text("{not json")
     with pytest.raises(BertforgeError, match="unreadable"):
-        RunDirectory(out, True, False, SETTINGS).check()
+        RunDirectory(out, True, False, SETTINGS, PRETRAINING).check()
 
 
 def test_overwrite_sets_the_old_run_aside_and_abandon_puts_it_back(tmp_path):
     out = tmp_path / "run"
     make_run(out)
     new = {**SETTINGS, "lr": 5e-4}
-    run = RunDirectory(out, resume=False, overwrite=True, settings=new)
+    run = RunDirectory(out, resume=False, overwrite=True, settings=new, kind=PRETRAINING)
     run.lock_and_check()
     run.prepare()
     aside = out / REPLACED_DIR
@@ -150,7 +151,7 @@ def test_overwrite_sets_the_old_run_aside_and_abandon_puts_it_back(tmp_path):
 def test_overwrite_drops_the_old_run_after_the_first_checkpoint(tmp_path):
     out = tmp_path / "run"
     make_run(out)
-    run = RunDirectory(out, resume=False, overwrite=True, settings=SETTINGS)
+    run = RunDirectory(out, resume=False, overwrite=True, settings=SETTINGS, kind=PRETRAINING)
     run.lock_and_check()
     run.prepare()
     make_checkpoint(out, "step-1")
@@ -164,12 +165,12 @@ def test_overwrite_drops_the_old_run_after_the_first_checkpoint(tmp_path):
 def test_the_next_launch_recovers_an_interrupted_overwrite(tmp_path):
     out = tmp_path / "run"
     make_run(out)
-    killed = RunDirectory(out, resume=False, overwrite=True, settings={**SETTINGS, "lr": 1.0})
+    killed = RunDirectory(out, resume=False, overwrite=True, settings={**SETTINGS, "lr": 1.0}, kind=PRETRAINING)
     killed.lock_and_check()
     killed.prepare()
     killed.close()  # as if killed: nothing restored
     assert (out / REPLACED_DIR).is_dir()
-    again = RunDirectory(out, resume=True, overwrite=False, settings=SETTINGS)
+    again = RunDirectory(out, resume=True, overwrite=False, settings=SETTINGS, kind=PRETRAINING)
     again.lock_and_check()  # the old run is back, so it can be resumed
     again.close()
     assert not (out / REPLACED_DIR).exists() and (out / "metrics.jsonl").read_text() == "old\n"
@@ -179,7 +180,7 @@ def test_prepare_removes_the_remains_of_a_killed_save(tmp_path):
     out = tmp_path / "run"
     make_run(out)
     stale = make_checkpoint(out, ".step-6", complete=False)
-    run = RunDirectory(out, resume=True, overwrite=False, settings=SETTINGS)
+    run = RunDirectory(out, resume=True, overwrite=False, settings=SETTINGS, kind=PRETRAINING)
     run.lock_and_check()
     run.prepare()
     run.close()

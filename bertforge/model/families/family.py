@@ -25,7 +25,6 @@ from typing import Any
 
 from torch import Tensor
 
-from ...core.errors import BertforgeError
 from ..spec import EncoderSpec, HeadSpec
 
 INTERNAL_PREFIX = "bert"  # the encoder's attribute in every head class, so `bert.` in internal parameter names
@@ -37,7 +36,7 @@ WRITTEN: dict[str, Any] = {"position_embedding_type": "absolute", "tie_word_embe
 @dataclass(frozen=True)
 class Family:
     model_type: str  # "model_type" in config.json
-    name: str  # as messages and the README name it
+    name: str  # as messages and the documentation name it
     class_prefix: str  # of its `transformers` classes: "Roberta" + "ForMaskedLM"
     prefix: str  # its base model's attribute in `transformers`' head classes: "roberta.encoder.layer.0..."
     body: tuple[str, ...] = ("embeddings", "encoder", "pooler")  # first key segments of a bare base model's file

@@ -1,6 +1,7 @@
-"""README's reliability table names, for each figure, the test that produces it: every named test must exist (the
-file is there and defines the function at module level), so renaming or deleting a test behind a figure fails here;
-a figure for `-m slow` must name at least one test marked slow; and every row must name a test."""
+"""The reliability page's table (docs/reliability.md, once README's "Reliability" section) names, for each figure,
+the test that produces it: every named test must exist (the file is there and defines the function at module
+level), so renaming or deleting a test behind a figure fails here; a figure for `-m slow` must name at least one
+test marked slow; and every row must name a test."""
 
 from __future__ import annotations
 
@@ -12,14 +13,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-README = ROOT / "README.md"
+PAGE = ROOT / "docs" / "reliability.md"
 NODE_ID = re.compile(r"`([^`\s]+\.py)::([A-Za-z_][A-Za-z0-9_]*)(\[[^`]*\])?`")
-
-
-def section(text: str, title: str) -> str:
-    start = text.index(f"\n## {title}\n")
-    end = text.find("\n## ", start + 1)
-    return text[start : end if end >= 0 else len(text)]
 
 
 def split_row(line: str) -> list[str]:
@@ -28,8 +23,8 @@ def split_row(line: str) -> list[str]:
 
 
 def reliability_rows(text: str) -> tuple[list[str], list[dict[str, str]]]:
-    lines = [line for line in section(text, "Reliability").splitlines() if line.startswith("|")]
-    assert len(lines) >= 3, "no table in README's Reliability section"
+    lines = [line for line in text.splitlines() if line.startswith("|")]
+    assert len(lines) >= 3, "no table in docs/reliability.md"
     header = split_row(lines[0])
     assert set(split_row(lines[1])) <= {"---", ":---", "---:", ":---:"}, lines[1]
     rows = [dict(zip(header, split_row(line), strict=True)) for line in lines[2:]]
@@ -73,7 +68,7 @@ def check_rows(rows: list[dict[str, str]]) -> list[str]:
 
 
 def test_every_reliability_figure_names_an_existing_test():
-    header, rows = reliability_rows(README.read_text(encoding="utf-8"))
+    header, rows = reliability_rows(PAGE.read_text(encoding="utf-8"))
     assert header == ["check", "result", "test"], header
     assert len(rows) >= 8, f"only {len(rows)} rows: was the table cut?"
     problems = check_rows(rows)
