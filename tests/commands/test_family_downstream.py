@@ -263,14 +263,9 @@ def test_attention_draws_the_probabilities_transformers_computes(family, tmp_pat
 # ------------------------------------------------------------------------------------------ tokenizer files written back
 
 
-def test_the_tokenizer_bertforge_writes_back_encodes_as_the_original_in_transformers(family, tmp_path, request):
+def test_the_tokenizer_bertforge_writes_back_encodes_as_the_original_in_transformers(family, tmp_path):
     """What a fine-tuning or embedding run saves: transformers must read the same tokenizer back (its class, and
     the same ids for text with characters outside the vocabulary: upper case)."""
-    if family["family"] == "deberta-v2":
-        request.applymarker(pytest.mark.xfail(strict=True, reason=(
-            "bertforge has no DeBERTa tokenizer kind here: it reads DeBERTa-v3's Unigram as ALBERT's kind and writes "
-            "tokenizer_class AlbertTokenizer, which transformers rebuilds with ALBERT's pipeline (an unknown "
-            "character becomes id 1, [CLS], not [UNK]); a DEBERTA kind is in flight on the rtd branch")))
     Tokenizer.from_pretrained(family["mlm"]).save_pretrained(tmp_path)
     original = transformers.AutoTokenizer.from_pretrained(family["mlm"])
     written = transformers.AutoTokenizer.from_pretrained(tmp_path)
