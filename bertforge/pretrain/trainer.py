@@ -28,6 +28,7 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 from ..data.demo_world import DEMO_CORPUS
 from ..core.io import atomic_directory
 from ..model import BertForPreTraining, BertPreTrainedModel
+from ..model.card import ModelCard
 from ..model.config import BertConfig
 from ..training.optim import make_optimizer, warmup_decay
 from .args import PRETRAINING, PretrainArgs
@@ -323,9 +324,15 @@ class Pretrainer:
         if not self.rt.is_main:
             return
         refuse_nonfinite(weights, str(target))
+        a = self.args
+        recipe = {"objective": a.objective, "masking": a.masking, "mlm_probability": a.mlm_probability,
+                  "seq_len": a.seq_len, "batch_size": a.batch_size, "max_steps": a.max_steps, "lr": a.lr}
+        metrics = {k: v for k, v in (evaluation or {}).items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        card = ModelCard(base_model=a.init_from, datasets=tuple(self.corpus), recipe=recipe, metrics=metrics,
+                         metrics_on="the held-out text (eval.json)", trained_by="pretrain")
         for name, export in self.objective.exports(self.model, weights, self.config).items():
             with atomic_directory(network_dir(target, name)) as tmp:
-                export.save_pretrained(tmp)
+                export.save_pretrained(tmp, card)
                 self.tokenizer.save_pretrained(tmp)
                 if evaluation is not None:
                     (tmp / "eval.json").write_text(json.dumps(evaluation, indent=2) + "\n", encoding="utf-8")
