@@ -13,7 +13,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_version_prints_the_package_version(capsys):
-    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    import importlib.metadata
+
+    version = importlib.metadata.version("bertforge")  # the installed package's (one source: tests/test_packaging.py)
     with pytest.raises(SystemExit) as exit_:
         main(["--version"])
     assert exit_.value.code == 0 and capsys.readouterr().out.strip() == f"bertforge {version}"

@@ -12,3 +12,11 @@ def add_quantize_argument(parser: argparse.ArgumentParser | argparse._ArgumentGr
     parser.add_argument("--quantize", choices=QUANTIZE_CHOICES, default=None,
                         help=f"run {what} with int8 dense layers (CPU inference only; faster, slightly different "
                         "results); default: float32")
+
+
+def add_device_argument(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """--device, the same for every command that runs a model for inference (`bertforge.core.system.inference_device`)."""
+    from ..core.system import INFERENCE_DEVICES
+
+    parser.add_argument("--device", default=None, metavar="DEVICE",
+                        help=f"where the model runs: {INFERENCE_DEVICES}; on CUDA in float16")

@@ -12,6 +12,7 @@ import numpy as np
 
 from ..core.errors import BertforgeError
 from ..core.io import atomic_write, check_output_file
+from ..core.hub import model_path
 
 NAME = "attention"
 HELP = "draw a text's attention probabilities (all heads of a layer, or one head) as a grid of heatmaps"
@@ -101,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.suffix.lower().lstrip(".") not in FORMATS:
         raise BertforgeError(f"{out}: the image file name must end in one of: {', '.join('.' + f for f in FORMATS)}")
-    model_dir = Path(args.model)
+    model_dir = model_path(args.model)
     if not model_dir.is_dir():
         raise BertforgeError(f"{model_dir}: no such model directory")
     check_output_file(out, model=model_dir, option="--out")

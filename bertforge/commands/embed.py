@@ -11,9 +11,10 @@ from pathlib import Path
 
 import numpy as np
 
+from ..core.constants import POOLINGS
 from ..core.errors import BertforgeError
 from ..core.io import atomic_write, check_output_file, check_text
-from . import add_quantize_argument
+from . import add_device_argument, add_quantize_argument
 
 NAME = "embed"
 HELP = "embed the texts of a .txt (one a line) or .jsonl file into a .npy array [n, hidden]"
@@ -27,7 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=".txt: one text a line (row i of the output is line i); .jsonl: one JSON object a line")
     parser.add_argument("--output", required=True, metavar="FILE", help="the embeddings, a float32 .npy file [n, hidden]")
     parser.add_argument("--text-key", default="text", metavar="KEY", help="JSON key holding the text in .jsonl input (text)")
-    parser.add_argument("--pooling", choices=["mean", "cls"], default=None,
+    parser.add_argument("--pooling", choices=POOLINGS, default=None,
                         help="default: what a sentence-transformers model declares, else mean")
     norm = parser.add_mutually_exclusive_group()
     norm.add_argument("--normalize", dest="normalize", action="store_true", default=None, help="unit-length embeddings")
@@ -42,6 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int, default=None, metavar="N", help="PyTorch threads (default: the CPUs available)")
     parser.add_argument("--no-progress", dest="progress", action="store_false", default=None, help="no progress bar")
     add_quantize_argument(parser)
+    add_device_argument(parser)
 
 
 def read_lines(path: Path) -> list[str]:
@@ -103,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
     texts = read_texts(Path(args.input), args.text_key)
     embed = pipeline("embed", model=args.model, pooling=args.pooling, normalize=args.normalize, layer=args.layer,
                      max_length=args.max_length, batch_tokens=args.batch_tokens, num_threads=args.threads,
-                     progress=args.progress, quantize=args.quantize)
+                     progress=args.progress, quantize=args.quantize, device=args.device)
     vectors = embed(texts)  # [n, hidden]
 
     def write(tmp: Path) -> None:

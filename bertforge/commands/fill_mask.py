@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from ..core.io import json_line
+from . import add_device_argument
 
 NAME = "fill-mask"
 HELP = "predict the tokens hidden behind [MASK] in a text (needs a model with its MLM head)"
@@ -15,12 +16,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("texts", nargs="+", metavar="TEXT", help='text with one or more [MASK] tokens, e.g. "Paris is the [MASK] of France."')
     parser.add_argument("--top-k", type=int, default=5, metavar="K", help="predictions per mask (5)")
     parser.add_argument("--json", action="store_true", help="one JSON line per text instead of a table")
+    add_device_argument(parser)
 
 
 def run(args: argparse.Namespace) -> int:
     from ..pipelines import pipeline
 
-    fill = pipeline("fill-mask", model=args.model, top_k=args.top_k, progress=False)
+    fill = pipeline("fill-mask", model=args.model, top_k=args.top_k, progress=False, device=args.device)
     for text, result in zip(args.texts, fill(args.texts)):
         per_mask = [result] if result and isinstance(result[0], dict) else result
         if args.json:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 
-from . import add_quantize_argument
+from ..core.constants import POOLINGS
+from . import add_device_argument, add_quantize_argument
 
 NAME = "serve"
+GUARDS = ("max_input_chars", "head_timeout", "body_timeout", "max_connections")  # declared in ServeConfig
 HELP = ("serve a model over HTTP: /embed, /v1/embeddings (OpenAI), /predict, /rerank, /health, /metrics; "
         "dynamic batching, a bounded queue")
 
@@ -35,25 +37,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "without it they get 413")
     parser.add_argument("--max-length", type=int, default=None, metavar="N",
                         help="longest input in tokens (default: the model's limit)")
-    parser.add_argument("--pooling", choices=["mean", "cls"], default=None,
+    parser.add_argument("--pooling", choices=POOLINGS, default=None,
                         help="embedding models: default what a sentence-transformers model declares, else mean")
     parser.add_argument("--threads", type=int, default=None, metavar="N",
                         help="PyTorch threads per process (default: the CPUs available, divided among the workers)")
     parser.add_argument("--graceful-timeout", type=float, default=30.0, metavar="SECONDS",
                         help="on SIGTERM, how long in-flight requests may take before they are cut off (30)")
     add_quantize_argument(parser)
+    add_device_argument(parser)
+    from ..core.options import add_options
+    from ..serve.config import ServeConfig
+
+    add_options(parser.add_argument_group("what one client may cost"), ServeConfig, only=GUARDS)
     parser.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"],
                         help="uvicorn's log level (info)")
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..core.options import given
     from ..serve import ServeConfig, run_server
 
     config = ServeConfig(
         model=args.model, task=args.task, model_name=args.model_name, max_batch_tokens=args.max_batch_tokens,
         max_queue=args.max_queue, max_client_batch_size=args.max_client_batch_size,
         max_body_bytes=args.max_body_bytes, auto_truncate=args.auto_truncate, max_length=args.max_length,
-        pooling=args.pooling, num_threads=args.threads, quantize=args.quantize,
+        pooling=args.pooling, num_threads=args.threads, quantize=args.quantize, device=args.device,
+        **given(args, ServeConfig, only=GUARDS),
     )
     return run_server(config, host=args.host, port=args.port, workers=args.workers, log_level=args.log_level,
                       graceful_timeout=args.graceful_timeout)

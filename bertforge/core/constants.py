@@ -11,3 +11,8 @@ from __future__ import annotations
 #: instance without a sentence pair, token-classification labels of special tokens and of every sub-word but a
 #: word's first, and padding of label arrays.
 IGNORE_INDEX = -100
+
+#: sentence-embedding poolings, bertforge's names → sentence-transformers' `pooling_mode` (see `model/pooling.py`)
+ST_POOLING_MODES = {"mean": "mean", "cls": "cls", "max": "max", "mean-sqrt-len": "mean_sqrt_len_tokens",
+                    "weighted-mean": "weightedmean", "last-token": "lasttoken"}
+POOLINGS = tuple(ST_POOLING_MODES)

@@ -20,6 +20,8 @@ import dataclasses
 from collections.abc import Callable, Collection
 from typing import Any
 
+from .errors import BertforgeError
+
 _MISSING: Any = dataclasses.MISSING
 _TYPES: dict[str, Callable[[str], Any]] = {"int": int, "float": float, "str": str}
 
@@ -42,6 +44,15 @@ def option(
     if default_factory is not None:
         return dataclasses.field(default_factory=default_factory, metadata={"cli": cli})
     return dataclasses.field(default=default, metadata={"cli": cli})
+
+
+def check_choices(settings: Any) -> None:
+    """Refuse a setting outside its declared `choices` (the command line's parser checks them; this is for the
+    Python API, where the same settings come as keywords), naming the field, the value and the choices."""
+    for f in cli_fields(type(settings)):
+        choices, value = f.metadata["cli"]["choices"], getattr(settings, f.name)
+        if choices and value is not None and value not in choices:
+            raise BertforgeError(f"{f.name} must be one of {', '.join(map(str, choices))}, got {value!r}")
 
 
 def cli_fields(cls: type, only: Collection[str] | None = None) -> list[dataclasses.Field]:

@@ -90,6 +90,32 @@ def configure_threads(num_threads: int | None) -> None:
         torch.set_num_threads(available_cpus())
 
 
+INFERENCE_DEVICES = "cpu (the default), cuda, cuda:N, mps or auto (a GPU if there is one)"
+
+
+def inference_device(device: str | None) -> torch.device:
+    """The device inference runs on: "cpu" (None: the default), "cuda", "cuda:N", "mps", or "auto" (CUDA, else MPS,
+    else CPU); one this machine lacks is refused in one line."""
+    name = (device or "cpu").strip().lower()
+    mps = getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "mps" if mps else "cpu"
+    if name == "cpu":
+        return torch.device("cpu")
+    if name == "mps":
+        if not mps:
+            raise BertforgeError("device mps was asked for, but this machine has no Apple GPU (MPS) for PyTorch")
+        return torch.device("mps")
+    if name == "cuda" or (name.startswith("cuda:") and name[5:].isdigit()):
+        if not torch.cuda.is_available():
+            raise BertforgeError(f"device {name} was asked for, but no CUDA device is available")
+        dev = torch.device(name)
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise BertforgeError(f"device {name}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+        return dev
+    raise BertforgeError(f"unknown device {device!r}; choose {INFERENCE_DEVICES}")
+
+
 SKIP_MEMORY_CHECK = "BERTFORGE_SKIP_MEMORY_CHECK"  # "1": do not refuse a run the memory estimate says cannot fit
 
 

@@ -59,6 +59,8 @@ class PretrainingStream:
         masking: str = "token",
         max_ngram: int = 3,
         mlm_probability: float = 0.15,
+        mask_token_prob: float = 0.8,
+        random_token_prob: float = 0.1,
         short_seq_prob: float = 0.1,
         seed: int = 0,
         rank: int = 0,
@@ -95,7 +97,8 @@ class PretrainingStream:
         )
         self.collator = MaskingCollator(
             cls_id=cls_id, sep_id=sep_id, pad_id=pad_id, mask_id=mask_id, vocab_size=vocab_size,
-            mlm_probability=mlm_probability, max_predictions=max_predictions, whole_word_mask=whole_word_mask,
+            mlm_probability=mlm_probability, mask_token_prob=mask_token_prob, random_token_prob=random_token_prob,
+            max_predictions=max_predictions, whole_word_mask=whole_word_mask,
             masking=masking, max_ngram=max_ngram, is_continuation=is_continuation, special_ids=special_ids,
             pad_to_multiple_of=pad_to_multiple_of, nsp=objective is not None, seed=derive_seed(seed, rank, "masking"),
             documents=packing == "documents",

@@ -29,6 +29,7 @@ from .encoder import embed_all
 from .evaluation import main_metric, retrieval_metrics, retrieval_set, similarity_metrics
 from .losses import make_loss
 from .trainer import EmbeddingTraining, encode_pairs
+from ..core.hub import model_path, model_reference
 
 log = logging.getLogger("bertforge")
 
@@ -51,7 +52,8 @@ def train_embeddings(config: EmbeddingsConfig | None = None, **settings: Any) ->
     cfg = config if config is not None else make_settings(EmbeddingsConfig, settings)
     cfg.validate()
     device = setup_runtime(cfg.device, distributed=False).device
-    paths = {k: str(Path(getattr(cfg, k)).resolve()) for k in ("model", "train", "dev", "out") if getattr(cfg, k)}
+    paths = {k: str(Path(getattr(cfg, k)).resolve()) for k in ("train", "dev", "out") if getattr(cfg, k)}
+    paths["model"] = model_reference(cfg.model) if cfg.model else cfg.model
     cfg = dataclasses.replace(cfg, **paths)
     out = Path(cfg.out)
     with lock_run_directory(out, "train-embeddings"):
@@ -64,7 +66,7 @@ def _train(cfg: EmbeddingsConfig, out: Path, device: torch.device) -> dict[str, 
 
     tokenizer = Tokenizer.from_pretrained(cfg.model)
     model_config = BertConfig.from_pretrained(cfg.model)
-    declared = sentence_transformers_settings(Path(cfg.model))
+    declared = sentence_transformers_settings(model_path(cfg.model))
     pooling = cfg.pooling or declared.get("pooling", "mean")
     max_length = _max_length(cfg, declared, model_config, tokenizer)
     train_data = read_pairs(cfg.train)

@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 
 from ..core.errors import BertforgeError
 from ..finetune.config import check_int, check_optimization
-from ..core.options import option
+from ..core.options import check_choices, option
 from ..training.step import PRECISION_HELP, PRECISIONS, check_precision
 from ..model.pooling import POOLINGS
 
@@ -83,13 +83,10 @@ class EmbeddingsConfig:
 
     def validate(self) -> None:
         """Raise `BertforgeError` naming the first bad setting."""
+        check_choices(self)
         for name in ("model", "train", "out"):
             if not isinstance(getattr(self, name), str) or not getattr(self, name):
                 raise BertforgeError(f"train-embeddings needs {name!r} (a path)")
-        if self.loss not in LOSSES:
-            raise BertforgeError(f"unknown loss {self.loss!r}; choose one of: {', '.join(LOSSES)}")
-        if self.pooling is not None and self.pooling not in POOLINGS:
-            raise BertforgeError(f"unknown pooling {self.pooling!r}; choose one of: {', '.join(POOLINGS)}")
         for name in ("epochs", "batch_size", "eval_batch_size", "log_every", "max_skipped_steps"):
             check_int(name, getattr(self, name), 1)
         for name in ("eval_every", "early_stop", "mini_batch_size"):

@@ -26,6 +26,7 @@ from .config import DataOptions, FinetuneConfig
 from .tasks import Encoded, Task, get_task, lower_is_better
 from ..core.system import Runtime, setup_runtime
 from .trainer import Finetuning, plot_curve, run_logged, run_model
+from ..core.hub import model_reference
 
 log = logging.getLogger("bertforge")
 
@@ -62,7 +63,8 @@ def finetune(config: FinetuneConfig | None = None, **settings: Any) -> dict[str,
     cfg = config if config is not None else make_settings(FinetuneConfig, settings)
     cfg.validate()
     rt = setup_runtime(cfg.device, distributed=False)  # before anything is read or written
-    cfg = dataclasses.replace(cfg, **{k: str(Path(getattr(cfg, k)).resolve()) for k in ("model", "train", "dev", "out")})
+    cfg = dataclasses.replace(cfg, model=model_reference(cfg.model),
+                              **{k: str(Path(getattr(cfg, k)).resolve()) for k in ("train", "dev", "out")})
     out = Path(cfg.out)
     lifecycle = RunLifecycle(RunDirectory(out, cfg.resume, cfg.overwrite, saved_settings(cfg), FINETUNING), rt)
     # a failure puts back a run --overwrite set aside (before this one's first checkpoint); the lock goes either way

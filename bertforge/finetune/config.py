@@ -14,7 +14,7 @@ from typing import Any
 
 from ..core.errors import BertforgeError
 from ..training.optim import check_layer_lr_decay
-from ..core.options import option
+from ..core.options import check_choices, option
 from ..training.step import PRECISION_HELP, PRECISIONS, check_precision
 
 FINETUNE_TASKS = ("classification", "ner", "qa")  # `--task` of finetune / evaluate / predict
@@ -44,6 +44,7 @@ class DataOptions:
 
     def validate(self) -> None:
         """Raise `BertforgeError` naming the first bad setting."""
+        check_choices(self)
         for name in ("doc_stride", "max_query_length", "max_answer_length", "n_best", "eval_batch_size"):
             check_int(name, getattr(self, name), 1)
         if self.max_length is not None:
@@ -93,12 +94,11 @@ class FinetuneConfig(DataOptions):
                           "never stopped; settings that change the run must be the run's own")
 
     def validate(self) -> None:
+        check_choices(self)
         super().validate()
         check_precision(self.precision)
         if not isinstance(self.compile, bool):
             raise BertforgeError(f"compile must be true or false, got {self.compile!r}")
-        if self.task not in FINETUNE_TASKS:
-            raise BertforgeError(f"unknown task {self.task!r}; choose one of: {', '.join(FINETUNE_TASKS)}")
         for name in ("model", "train", "dev", "out"):
             if not isinstance(getattr(self, name), str) or not getattr(self, name):
                 raise BertforgeError(f"finetune needs {name!r} (a path)")

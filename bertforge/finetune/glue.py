@@ -36,6 +36,7 @@ from ..core.system import setup_runtime
 from .api import check_output_dir, evaluate, finetune, make_settings
 from .config import FinetuneConfig, check_int
 from .data import TextExample, read_classification
+from ..core.hub import model_reference
 
 log = logging.getLogger("bertforge")
 
@@ -277,6 +278,8 @@ def glue_table(label: str, scores_by_task: dict[str, dict[str, float]]) -> str:
 
 def model_label(model: str | Path) -> str:
     """How the table names a model: its directory's name (and its parent's for a fine-tuning run's `model/`)."""
+    if model_reference(model) == str(model) and not Path(model).exists():  # a Hub id names itself
+        return str(model).replace("/", "-")
     path = Path(model).resolve()
     return f"{path.parent.name}/{path.name}" if path.name == "model" and path.parent.name else path.name
 
@@ -333,7 +336,7 @@ def finetune_template(model: str | Path, settings: dict[str, Any]) -> FinetuneCo
     if clash:
         raise BertforgeError(f"glue sets {', '.join(clash)} for each task itself; leave them out")
     placeholders = {"task": "classification", "train": "-", "dev": "-", "out": "-"}
-    template = make_settings(FinetuneConfig, {**placeholders, "model": str(Path(model).resolve()), **settings})
+    template = make_settings(FinetuneConfig, {**placeholders, "model": model_reference(model), **settings})
     template.validate()
     return template
 
@@ -398,7 +401,7 @@ def glue_report(model: str | Path, options: GlueOptions, results: dict[str, dict
     """glue.json: the average, each task's scores and details, and the tasks skipped and why."""
     scores = {name: result["scores"] for name, result in results.items()}
     return {
-        "model": str(Path(model).resolve()),
+        "model": model_reference(model),
         "model_label": model_label(model),
         "data_dir": str(Path(options.data_dir).resolve()),
         "average": glue_average(scores),

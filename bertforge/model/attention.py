@@ -96,15 +96,14 @@ def attend(
     p = p if training else 0.0
     scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
     if explicit or (p > 0 and q.device.type == "cpu") or matmuls_beat_sdpa(q, training):
-        scores = q @ k.transpose(-1, -2)  # [n, nh, L, L]
+        # the query scaled before the product: half-precision scores never hold the unscaled q kᵀ (fp16 overflows)
+        scores = (q if scale == 1.0 else q * scale) @ k.transpose(-1, -2)  # [n, nh, L, L]
         if training or (torch.is_grad_enabled() and scores.requires_grad):  # the same maths with or without autograd
-            scores = scores * scale
             if mask is not None:
                 minimum = torch.finfo(scores.dtype).min
                 scores = scores.masked_fill(~mask, minimum) if mask.dtype == torch.bool else scores + mask
             probs = scores.softmax(dim=-1)
         else:  # inference: the new scores are changed in place
-            scores = scores.mul_(scale)
             if mask is not None:
                 minimum = torch.finfo(scores.dtype).min
                 scores = scores.masked_fill_(~mask, minimum) if mask.dtype == torch.bool else scores.add_(mask)
@@ -121,7 +120,7 @@ class Scores:
 
     rotary: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]] | None = None  # (q, k) → rotated (q, k)
     window: int | None = None  # query i attends key j only where |i - j| <= window // 2
-    terms: Callable[[Tensor, Tensor], Tensor] | None = None  # (q, k) → [n, nh, L, L] added to q kᵀ before scaling
+    terms: Callable[[Tensor, Tensor], Tensor] | None = None  # (q · scale, k) → [n, nh, L, L] added to the scaled q kᵀ
     scale: float | None = None  # None: 1 / √hd
 
     @property
@@ -161,14 +160,18 @@ def attend_scored(
     if mask is not None:
         real = real_keys(mask)  # [n, 1, 1, L]
         keep = real if keep is None else keep & real  # [n, 1, L, L]
-    bias = scores.terms(q, k) * scale if scores.terms is not None else None  # [n, nh, L, L]
+    bias = None
+    if scores.terms is not None:  # the query scaled once, before every product it enters (q kᵀ and the terms)
+        q, scale = q * scale, 1.0
+        bias = scores.terms(q, k)  # [n, nh, L, L], new: masked in place below
     if bias is None and keep is not None and mask is None:  # a window alone: every row keeps its diagonal
         joined: Tensor | None = keep
     elif keep is None:
         joined = bias
+    elif bias is not None:
+        joined = bias.masked_fill_(~keep, torch.finfo(q.dtype).min)
     else:
-        base = bias if bias is not None else torch.zeros(keep.shape, dtype=q.dtype, device=q.device)
-        joined = base.masked_fill(~keep, torch.finfo(q.dtype).min)
+        joined = torch.zeros(keep.shape, dtype=q.dtype, device=q.device).masked_fill_(~keep, torch.finfo(q.dtype).min)
     return attend(q, k, v, joined, p, training, explicit, scale)
 
 
@@ -302,6 +305,14 @@ class PackedBatch:
     token_type_ids: Tensor | None  # [T] int64, None = all segment 0
     position_ids: Tensor  # [T] int64, 0..len-1 within each sequence
     lengths: list[int]  # tokens per sequence, sum = T
+
+    def to(self, device: torch.device) -> "PackedBatch":
+        """The same batch with its tensors on `device` (itself when they are there already)."""
+        if self.input_ids.device == device:
+            return self
+        types = None if self.token_type_ids is None else self.token_type_ids.to(device, non_blocking=True)
+        return PackedBatch(self.input_ids.to(device, non_blocking=True), types,
+                           self.position_ids.to(device, non_blocking=True), self.lengths)
 
     @property
     def starts(self) -> list[int]:

@@ -26,6 +26,7 @@ from ..core.errors import BertforgeError
 from .families import INTERNAL_PREFIX
 from ..core.io import atomic_write_files
 from ..core.linear import Int8Weight
+from ..core.hub import model_path
 
 log = logging.getLogger("bertforge")
 
@@ -198,7 +199,7 @@ def load_pretrained(
     before anything is allocated. Then the file's tensors become the parameters, and only the weights the file
     lacks are allocated and initialised (no random init of a vocabulary-sized embedding that is overwritten).
     """
-    path = Path(path)
+    path = model_path(path)
     if not path.exists():
         raise BertforgeError(f"{path}: no such model directory")
     config_dir = path if path.is_dir() else path.parent

@@ -12,8 +12,9 @@ from typing import Any
 from ..core.errors import BertforgeError
 from ..core.io import atomic_write_text
 from ..core.ops import ACTIVATIONS  # the activations the model implements, by their Hugging Face names
-from .families import FAMILIES, Family, family
+from .families import ALIASES, FAMILIES, Family, family
 from .spec import EncoderSpec
+from ..core.hub import model_path
 
 CONFIG_NAME = "config.json"
 
@@ -177,16 +178,15 @@ class BertConfig:
         """A named size — tiny, mini, small, medium, base or large (intermediate = 4 x hidden; a family may say
         otherwise: ModernBERT's base and large are its own) — for BERT, or FAMILY-SIZE for another member (`roberta-tiny`, `albert-base`, ...), with that family's usual settings."""
         family_name, _, size = name.rpartition("-")
-        member = FAMILIES.get(family_name or "bert")
-        if size not in PRESETS or member is None:
-            sizes = ", ".join(PRESETS)
+        member = FAMILIES.get(family_name or "bert") or ALIASES.get(family_name)
+        if member is None or size not in PRESETS and size not in member.sizes:
+            sizes = ", ".join(PRESETS) + (f"; {family_name} also {', '.join(member.sizes)}" if member else "")
             raise BertforgeError(
                 f"unknown config preset {name!r}; choose a size ({sizes}), optionally after a family and a dash "
-                f"({', '.join(f + '-' for f in FAMILIES)})"
+                f"({', '.join(f + '-' for f in [*FAMILIES, *ALIASES])})"
             )
-        layers, hidden, heads = PRESETS[size]
-        layers, hidden, heads, intermediate = member.sizes.get(
-            size, (layers, hidden, heads, round(member.intermediate_ratio * hidden)))
+        layers, hidden, heads, intermediate = member.sizes.get(size) or (
+            *PRESETS[size], round(member.intermediate_ratio * PRESETS[size][1]))
         kwargs: dict[str, Any] = dict(
             num_hidden_layers=layers, hidden_size=hidden, num_attention_heads=heads, intermediate_size=intermediate,
             model_type=member.model_type, **member.preset,
@@ -227,7 +227,7 @@ class BertConfig:
     @classmethod
     def from_pretrained(cls, path: str | Path, **overrides: Any) -> "BertConfig":
         """Read `config.json` from a directory (or the file itself); keyword overrides win."""
-        path = Path(path)
+        path = model_path(path)
         file = path / CONFIG_NAME if path.is_dir() else path
         if not file.is_file():
             raise BertforgeError(f"{file}: no such config file")

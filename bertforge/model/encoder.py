@@ -164,7 +164,7 @@ class BertAttention(nn.Module):
         explicit = self.backend == "eager" or output_attentions
         h = self.norm(x) if self.norm is not None else x
         if self.relative is not None and relative_table is not None:
-            terms = self.relative.scorer(relative_table, self.self.query, self.self.key)
+            terms = self.relative.scorer(relative_table, self.self.query, self.self.key, self.scale)
             scores = Scores(scores.rotary, scores.window, terms, self.scale)
         ctx, probs = layout.attend(self.self(h), self.num_heads, self.attn_dropout, self.training, explicit, scores)
         return self.output(ctx, x), probs

@@ -33,6 +33,7 @@ from ..core.errors import BertforgeError
 from ..core.io import atomic_write, check_output_file
 from ..core.linear import cpu_has_vnni
 from . import MODEL_CLASSES, BertModel, BertPreTrainedModel
+from ..core.hub import model_path
 
 log = logging.getLogger("bertforge")
 
@@ -206,7 +207,7 @@ def _model_to_export(model: BertPreTrainedModel | str | Path, out: Path, head: s
     if quantize is not None:
         _check_int8_export(quantize)
     if not isinstance(model, nn.Module):
-        path = Path(model)
+        path = model_path(model)
         if not path.is_dir():
             raise BertforgeError(f"{path}: no such model directory")
         check_output_file(out, model=path, option="--out")

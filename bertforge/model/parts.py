@@ -84,16 +84,17 @@ class Rotary:
     def __call__(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
         L = q.shape[-2]
         angles = torch.outer(torch.arange(L, device=q.device, dtype=torch.float32), self.inv_freq.to(q.device))
-        angles = torch.cat([angles, angles], dim=-1)  # [L, hd]
-        cos, sin = angles.cos(), angles.sin()
-        return rotate(q, cos, sin), rotate(k, cos, sin)
+        cos, sin = angles.cos(), angles.sin()  # [L, hd/2]
+        cos, signed_sin = torch.cat([cos, cos], dim=-1), torch.cat([-sin, sin], dim=-1)  # [L, hd]
+        return rotate(q, cos, signed_sin), rotate(k, cos, signed_sin)
 
 
-def rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """x · cos + rotate_half(x) · sin, computed in float32, in x's dtype."""
+def rotate(x: Tensor, cos: Tensor, signed_sin: Tensor) -> Tensor:
+    """x · cos + rotate_half(x) · sin, computed in float32, in x's dtype. rotate_half(x) = (-x2, x1) for the
+    halves (x1, x2) is x with its halves swapped (a roll by hd/2) times the sign that `signed_sin` (-sin, sin)
+    carries: three passes over x instead of five (ModernBERT's embedding: rotary 12 % of the time before)."""
     x32 = x.float()
-    first, second = x32.chunk(2, dim=-1)
-    return (x32 * cos + torch.cat([-second, first], dim=-1) * sin).to(x.dtype)
+    return torch.addcmul(x32 * cos, x32.roll(x.shape[-1] // 2, dims=-1), signed_sin).to(x.dtype)
 
 
 # ---------------------------------------------------------------------------------------------------- relative
@@ -129,8 +130,10 @@ class RelativeTerms(nn.Module):
         self.pos_key_proj = Dense(h, h) if separate and "c2p" in spec.relative.terms else None
         self.pos_query_proj = Dense(h, h) if separate and "p2c" in spec.relative.terms else None
 
-    def scorer(self, table: Tensor, query: Dense, key: Dense) -> Callable[[Tensor, Tensor], Tensor]:
-        """`table` [2·span, H]: the encoder's relative embeddings → (q, k [n, nh, L, hd]) ↦ terms [n, nh, L, L]."""
+    def scorer(self, table: Tensor, query: Dense, key: Dense, scale: float) -> Callable[[Tensor, Tensor], Tensor]:
+        """`table` [2·span, H]: the encoder's relative embeddings → (q · scale, k [n, nh, L, hd]) ↦ the terms times
+        `scale`, [n, nh, L, L]. Every product takes a scaled operand (the query, or the position queries scaled
+        here), so half-precision products never hold unscaled scores."""
         table = dropout(table, self.dropout, self.training)
         key_proj = self.pos_key_proj or key
         query_proj = self.pos_query_proj or query
@@ -140,17 +143,17 @@ class RelativeTerms(nn.Module):
             return x.view(x.shape[0], self.heads, -1).transpose(0, 1)
 
         pos_key = split(key_proj(table)) if "c2p" in terms else None
-        pos_query = split(query_proj(table)) if "p2c" in terms else None
+        pos_query = split(query_proj(table)) * scale if "p2c" in terms else None
 
         def score_terms(q: Tensor, k: Tensor) -> Tensor:
             n, nh, L, _ = q.shape
             index = relative_positions(L, self.relative, q.device)  # [L, L]
             out = None
-            if pos_key is not None:  # c2p[i, j] = q_i · Kr[δ(i, j)]
+            if pos_key is not None:  # c2p[i, j] = q_i · Kr[δ(i, j)], q already scaled
                 out = torch.gather(q @ pos_key.transpose(-1, -2), -1, index.expand(n, nh, L, L))
             if pos_query is not None:  # p2c[i, j] = k_j · Qr[δ(i, j)]
                 p2c = torch.gather(k @ pos_query.transpose(-1, -2), -1, index.T.expand(n, nh, L, L)).transpose(-1, -2)
-                out = p2c if out is None else out + p2c
+                out = p2c if out is None else out.add_(p2c)  # gather's output: its backward does not read it
             return out  # type: ignore[return-value]
 
         return score_terms

@@ -17,33 +17,62 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ..core.constants import POOLINGS, ST_POOLING_MODES
+from ..core.errors import BertforgeError
 from ..core.io import atomic_write_text
 
-POOLINGS = ("mean", "cls")
+_LEGACY_FLAGS = {"cls": "pooling_mode_cls_token", "max": "pooling_mode_max_tokens", "mean": "pooling_mode_mean_tokens",
+                 "mean_sqrt_len_tokens": "pooling_mode_mean_sqrt_len_tokens",
+                 "weightedmean": "pooling_mode_weightedmean_tokens", "lasttoken": "pooling_mode_lasttoken"}
 TRANSFORMER_MODULE = "sentence_transformers.models.Transformer"
 POOLING_MODULE = "sentence_transformers.models.Pooling"
 NORMALIZE_MODULE = "sentence_transformers.models.Normalize"
 
 
-def mean_pool(hidden: Tensor, lengths: list[int]) -> Tensor:
-    """Mean of each sequence's rows of a packed [T, H] matrix (sequences end to end) → [B, H].
+def _segments(hidden: Tensor, lengths: list[int]) -> Tensor:
+    """Each row's sequence number [T] for packed rows (sequences end to end)."""
+    counts = torch.tensor(lengths, device=hidden.device)
+    return torch.repeat_interleave(torch.arange(len(lengths), device=hidden.device), counts)
+
+
+def mean_pool(hidden: Tensor, lengths: list[int], weights: Tensor | None = None) -> Tensor:
+    """Mean of each sequence's rows of a packed [T, H] matrix (sequences end to end) → [B, H]; with `weights` [T],
+    the weighted mean.
 
     One segment sum (`index_add` of every row into its sequence's row) instead of a mean per length group and a
     `cat`: one pass over [T, H] whatever the number of distinct lengths. Differentiable (the trainer uses it).
     """
-    counts = torch.tensor(lengths, device=hidden.device)  # [B]
-    segment = torch.repeat_interleave(torch.arange(len(lengths), device=hidden.device), counts)  # [T]: each row's sequence
-    sums = hidden.new_zeros(len(lengths), hidden.shape[-1]).index_add(0, segment, hidden)  # [B, H]
-    return sums / counts.unsqueeze(1).to(hidden.dtype)
+    segment = _segments(hidden, lengths)  # [T]: each row's sequence
+    rows = hidden if weights is None else hidden * weights.unsqueeze(1).to(hidden.dtype)
+    sums = hidden.new_zeros(len(lengths), hidden.shape[-1]).index_add(0, segment, rows)  # [B, H]
+    if weights is None:
+        return sums / torch.tensor(lengths, device=hidden.device).unsqueeze(1).to(hidden.dtype)
+    totals = weights.new_zeros(len(lengths)).index_add(0, segment, weights)  # [B]
+    return sums / totals.unsqueeze(1).to(hidden.dtype)
 
 
 def pool(hidden: Tensor, lengths: list[int], starts: list[int], pooling: str, normalize: bool = False) -> Tensor:
-    """Sentence embeddings [B, H] of packed rows [T, H]: "mean" of each sequence's rows ([CLS] and [SEP] included,
-    as sentence-transformers does) or its first ("cls") row; scaled to unit length with `normalize`."""
+    """Sentence embeddings [B, H] of packed rows [T, H], as sentence-transformers' Pooling computes them ([CLS] and
+    [SEP] included): "mean" of each sequence's rows, its first ("cls") or last ("last-token") row, the elementwise
+    "max", the sum over √length ("mean-sqrt-len"), or the mean weighted by position 1, 2, ... ("weighted-mean");
+    scaled to unit length with `normalize`."""
     if pooling == "cls":
         pooled = hidden[starts]  # [B, H]
-    elif pooling == "mean":
+    elif pooling == "last-token":
+        pooled = hidden[[s + n - 1 for s, n in zip(starts, lengths)]]  # [B, H]
+    elif pooling in ("mean", "mean-sqrt-len"):
         pooled = mean_pool(hidden, lengths)  # [B, H]
+        if pooling == "mean-sqrt-len":  # sum / sqrt(n) = mean * sqrt(n)
+            pooled = pooled * torch.tensor(lengths, device=hidden.device, dtype=hidden.dtype).sqrt().unsqueeze(1)
+    elif pooling == "weighted-mean":
+        segment = _segments(hidden, lengths)
+        first = torch.tensor(starts, device=hidden.device)[segment]  # [T]: each row's sequence start
+        weights = (torch.arange(hidden.shape[0], device=hidden.device) - first + 1).to(torch.float32)
+        pooled = mean_pool(hidden, lengths, weights)
+    elif pooling == "max":
+        index = _segments(hidden, lengths).unsqueeze(1).expand_as(hidden)
+        pooled = hidden.new_zeros(len(lengths), hidden.shape[-1]).scatter_reduce(
+            0, index, hidden, reduce="amax", include_self=False)
     else:
         raise ValueError(f"unknown pooling {pooling!r}; choose one of {', '.join(POOLINGS)}")
     return F.normalize(pooled, dim=-1) if normalize else pooled
@@ -52,8 +81,11 @@ def pool(hidden: Tensor, lengths: list[int], starts: list[int], pooling: str, no
 def sentence_transformers_settings(path: Path | None) -> dict[str, Any]:
     """Pooling, normalisation and maximum length a sentence-transformers model directory declares, if any.
 
-    Reads `modules.json` (is there a Normalize module?), the Pooling module's `config.json` and
-    `sentence_bert_config.json` (max_seq_length). Unreadable files are ignored: they are only defaults.
+    Reads `modules.json`, the Pooling module's `config.json` (its `pooling_mode`, or the older `pooling_mode_*`
+    flags), `sentence_bert_config.json` (max_seq_length) and `config_sentence_transformers.json` (prompts).
+    Unreadable files are ignored: they are only defaults. What bertforge would not compute as sentence-transformers
+    does is refused in one line: a module other than Transformer → Pooling → Normalize (a Dense layer, ...), several
+    pooling modes concatenated, a prompt applied by default.
     """
     if path is None:
         return {}
@@ -67,20 +99,44 @@ def sentence_transformers_settings(path: Path | None) -> dict[str, Any]:
     settings: dict[str, Any] = {}
     modules = read(path / "modules.json")
     if isinstance(modules, list):
-        types = [m.get("type", "") for m in modules if isinstance(m, dict)]
-        settings["normalize"] = any(t.endswith(".Normalize") for t in types)
-        for m in modules:
-            if isinstance(m, dict) and str(m.get("type", "")).endswith(".Pooling"):
+        settings["normalize"] = False
+        for m in (m for m in modules if isinstance(m, dict)):
+            kind = str(m.get("type", "")).rsplit(".", 1)[-1]
+            if kind == "Normalize":
+                settings["normalize"] = True
+            elif kind == "Pooling":
                 pooling = read(path / str(m.get("path", "")) / "config.json")
                 if isinstance(pooling, dict):
-                    if pooling.get("pooling_mode_cls_token"):
-                        settings["pooling"] = "cls"
-                    elif pooling.get("pooling_mode_mean_tokens"):
-                        settings["pooling"] = "mean"
+                    settings.update(_pooling_mode(pooling, path))
+            elif kind != "Transformer":
+                raise BertforgeError(
+                    f"{path}: its sentence-transformers module {m.get('path') or m.get('name')!r} ({kind}) is not one "
+                    "bertforge applies (Transformer, Pooling, Normalize): its embeddings would differ from "
+                    "sentence-transformers'; use sentence-transformers for this model")
     st_config = read(path / "sentence_bert_config.json")
     if isinstance(st_config, dict) and isinstance(st_config.get("max_seq_length"), int):
         settings["max_length"] = st_config["max_seq_length"]
+    prompts = read(path / "config_sentence_transformers.json")
+    if isinstance(prompts, dict) and prompts.get("default_prompt_name"):
+        raise BertforgeError(
+            f"{path}: sentence-transformers prepends the prompt {prompts['default_prompt_name']!r} to every text of "
+            "this model; bertforge does not apply prompts: write the prompt into your texts, or use "
+            "sentence-transformers")
     return settings
+
+
+def _pooling_mode(config: dict[str, Any], path: Path) -> dict[str, str]:
+    """bertforge's name of the one pooling mode a sentence-transformers Pooling config declares."""
+    declared = config.get("pooling_mode")
+    modes = ([declared] if isinstance(declared, str) else list(declared) if isinstance(declared, list)
+             else [mode for mode, flag in _LEGACY_FLAGS.items() if config.get(flag)])
+    ours = {st: name for name, st in ST_POOLING_MODES.items()}
+    if len(modes) > 1:
+        raise BertforgeError(f"{path}: its Pooling module concatenates {len(modes)} poolings ({', '.join(map(str, modes))});"
+                             " bertforge computes one: use sentence-transformers for this model")
+    if modes and modes[0] not in ours:
+        raise BertforgeError(f"{path}: unknown sentence-transformers pooling mode {modes[0]!r}")
+    return {"pooling": ours[modes[0]]} if modes else {}
 
 
 def write_sentence_transformers_files(path: Path, hidden_size: int, pooling: str, normalize: bool, max_length: int,
@@ -96,12 +152,7 @@ def write_sentence_transformers_files(path: Path, hidden_size: int, pooling: str
         (path / "2_Normalize").mkdir(exist_ok=True)  # Normalize has no settings: an empty directory
     pooling_config = {
         "word_embedding_dimension": hidden_size,
-        "pooling_mode_cls_token": pooling == "cls",
-        "pooling_mode_mean_tokens": pooling == "mean",
-        "pooling_mode_max_tokens": False,
-        "pooling_mode_mean_sqrt_len_tokens": False,
-        "pooling_mode_weightedmean_tokens": False,
-        "pooling_mode_lasttoken": False,
+        **{flag: ST_POOLING_MODES[pooling] == mode for mode, flag in _LEGACY_FLAGS.items()},
         "include_prompt": True,
     }
     (path / "1_Pooling").mkdir(exist_ok=True)

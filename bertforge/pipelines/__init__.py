@@ -21,6 +21,7 @@ from .base import Pipeline
 
 PIPELINE_CLASSES: dict[str, str] = {  # pipeline task -> its class
     "embed": "EmbedPipeline",
+    "feature-extraction": "FeatureExtractionPipeline",
     "fill-mask": "FillMaskPipeline",
     "text-classification": "TextClassificationPipeline",
     "token-classification": "TokenClassificationPipeline",
@@ -29,6 +30,7 @@ PIPELINE_CLASSES: dict[str, str] = {  # pipeline task -> its class
 }
 MODULES = {
     "embed": "embed",
+    "feature-extraction": "embed",
     "fill-mask": "fill_mask",
     "text-classification": "classification",
     "token-classification": "classification",
@@ -36,8 +38,8 @@ MODULES = {
     "rerank": "rerank",
 }
 ALIASES = {
-    "feature-extraction": "embed",
     "sentence-embedding": "embed",
+    "feature_extraction": "feature-extraction",
     "fill_mask": "fill-mask",
     "sentiment-analysis": "text-classification",
     "text_classification": "text-classification",

@@ -118,7 +118,7 @@ class TextClassificationPipeline(Pipeline):
     def head(self, batch: PackedBatch, hidden: Tensor, features: list[Feature]) -> list[np.ndarray]:
         model: BertForSequenceClassification = self.model  # type: ignore[assignment]
         pooled = model.pool_packed(hidden, batch)  # [B, H]: the pooler, each first token, or each mean
-        return list(model.classify(pooled).float().numpy())  # [B, num_labels]
+        return list(model.classify(pooled).float().cpu().numpy())  # [B, num_labels]
 
     def scores(self, logits: np.ndarray) -> np.ndarray:
         """One input's label scores (float64) from its logits, by `function_to_apply`."""
@@ -186,7 +186,7 @@ class TokenClassificationPipeline(Pipeline):
     def head(self, batch: PackedBatch, hidden: Tensor, features: list[Feature]) -> list[np.ndarray]:
         model: BertForTokenClassification = self.model  # type: ignore[assignment]
         probs = model.token_logits(hidden).float().softmax(dim=-1)  # [T, num_labels]
-        return list(torch.split(probs, batch.lengths))  # per sequence [len, num_labels]
+        return list(torch.split(probs.cpu(), batch.lengths))  # per sequence [len, num_labels]
 
     def postprocess(self, item: str, outputs: list[Tensor], features: list[Feature]) -> list[dict[str, Any]]:
         scores = outputs[0].numpy()  # [len, num_labels]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -17,6 +16,7 @@ from ..model import BertModel
 from ..model.pooling import POOLINGS, pool, sentence_transformers_settings
 from .base import Feature, Pipeline
 from ..model.attention import PackedBatch
+from ..core.hub import model_path
 
 log = logging.getLogger("bertforge")
 
@@ -48,7 +48,7 @@ class EmbedPipeline(Pipeline):
                  **kwargs: Any) -> None:
         if pooling is not None and pooling not in POOLINGS:
             raise BertforgeError(f"embed: pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
-        directory = None if isinstance(model, torch.nn.Module) else Path(model)
+        directory = None if isinstance(model, torch.nn.Module) else model_path(model)
         defaults = sentence_transformers_settings(directory if directory is not None and directory.is_dir() else None)
         declared = defaults.get("max_length") if kwargs.get("max_length") is None else None
         super().__init__(model, **kwargs)  # without max_length: the model's limit
@@ -81,7 +81,8 @@ class EmbedPipeline(Pipeline):
         return [Feature(i, ids) for i, ids in enumerate(enc["input_ids"])], truncated
 
     def head(self, batch: PackedBatch, hidden: Tensor, features: list[Feature]) -> list[np.ndarray]:
-        return list(pool(hidden, batch.lengths, batch.starts, self.pooling, self.normalize).numpy())  # [B, H] rows
+        pooled = pool(hidden, batch.lengths, batch.starts, self.pooling, self.normalize)
+        return list(pooled.float().cpu().numpy())  # [B, H] rows
 
     def postprocess(self, item: str, outputs: list[np.ndarray], features: list[Feature]) -> np.ndarray:
         return outputs[0]
@@ -94,3 +95,26 @@ class EmbedPipeline(Pipeline):
         if not rows:
             return np.zeros((0, self.hidden_size), dtype=np.float32)
         return np.stack(rows)
+
+
+class FeatureExtractionPipeline(EmbedPipeline):
+    """`pipeline("feature-extraction", model=DIR)`: what `transformers`' feature-extraction pipeline returns — every
+    token's last hidden state, special tokens included, no pooling: one text → a nested list [1, tokens, hidden];
+    a list of texts → one such list each. (`pipeline("embed")` gives pooled sentence vectors.)"""
+
+    task = "feature-extraction"
+
+    def __init__(self, model: Any, **kwargs: Any) -> None:
+        if kwargs.get("pooling") is not None or kwargs.get("normalize"):
+            raise BertforgeError("feature-extraction returns token vectors, unpooled: for pooled (or normalised) "
+                                 "sentence vectors use pipeline(\"embed\")")
+        super().__init__(model, **kwargs)
+
+    def head(self, batch: PackedBatch, hidden: Tensor, features: list[Feature]) -> list[np.ndarray]:
+        rows = hidden.float().cpu().numpy()
+        return [rows[start:start + n] for start, n in zip(batch.starts, batch.lengths)]  # [T, H] each
+
+    def __call__(self, inputs: str | Iterable[str]) -> Any:  # type: ignore[override]
+        if isinstance(inputs, str):
+            return Pipeline.__call__(self, inputs)[None].tolist()
+        return [rows[None].tolist() for rows in Pipeline.__call__(self, inputs)]

@@ -75,12 +75,13 @@ class FillMaskPipeline(Pipeline):
         logits = model.mlm_logits(hidden[rows])  # [N, V]
         probs = logits.float().softmax(dim=-1)
         if self.target_ids is not None:
-            probs = probs[:, self.target_ids]
+            probs = probs[:, self.target_ids.to(probs.device)]
         scores, ids = probs.topk(self.top_k, dim=-1)  # [N, k]
         if self.target_ids is not None:
-            ids = self.target_ids[ids]
+            ids = self.target_ids[ids.cpu()]
         counts = [seq.count(self.mask_id) for seq in (f.input_ids for f in features)]
-        return list(zip(np.split(scores.numpy(), np.cumsum(counts)[:-1]), np.split(ids.numpy(), np.cumsum(counts)[:-1])))
+        scores, ids = scores.cpu().numpy(), ids.cpu().numpy()
+        return list(zip(np.split(scores, np.cumsum(counts)[:-1]), np.split(ids, np.cumsum(counts)[:-1])))
 
     def postprocess(self, item: str, outputs: list[Any], features: list[Feature]) -> list[Any]:
         scores, ids = outputs[0]  # [masks, k] each

@@ -128,7 +128,7 @@ class QuestionAnsweringPipeline(Pipeline):
 
     def head(self, batch: PackedBatch, hidden: Tensor, features: list[Feature]) -> list[np.ndarray]:
         model: BertForQuestionAnswering = self.model  # type: ignore[assignment]
-        logits = model.span_logits(hidden).float()  # [T, 2]: start, end
+        logits = model.span_logits(hidden).float().cpu()  # [T, 2]: start, end
         return [x.numpy() for x in logits.split(batch.lengths)]  # per window [len, 2]
 
     def postprocess(self, item: Any, outputs: list[np.ndarray], features: list[Feature]) -> Any:

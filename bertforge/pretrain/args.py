@@ -12,21 +12,26 @@ from typing import Any
 
 from ..core.errors import BertforgeError
 from ..model.config import BertConfig, PRESETS
+from ..model.rtd import generator_config
 from ..training.optim import DECAYS, OPTIMIZERS, STABLE_DECAYS
-from ..core.options import option
+from ..core.options import check_choices, option
 from ..training.time_budget import PROVISIONAL_STEPS
 from ..training.run_dir import RunKind
 from ..training.step import MAX_SKIPPED_STEPS, PRECISION_HELP, PRECISIONS
 from .data import STATIC_DIR
+from ..core.hub import model_path
 
 WARMUP_STEPS = 100  # the default --warmup-steps
+OBJECTIVES = ("auto", "mlm", "nsp", "sop", "rtd")
+RTD_WEIGHT = 50.0  # λ of --objective rtd: the papers' (ELECTRA, DeBERTa-v3); Microsoft's DeBERTa code defaults to 10
 RUN_CONFIG = "run_config.json"  # the settings of a pretraining run, in OUT
 # A pretraining (or distillation) run's directory: all that --overwrite replaces, and the settings a --resume may
 # change (any other change would make the continuation a different run; `out` is where the run lives, not what it
 # is: a moved run directory resumes, the data state checks the corpus)
 PRETRAINING = RunKind(
     command="pretrain", what="pretraining run", config_file=RUN_CONFIG,
-    entries=("checkpoints", "model", "best", "tokenizer", "tensorboard", "metrics.jsonl", RUN_CONFIG,
+    entries=("checkpoints", "model", "best", "generator", "best-generator", "tokenizer", "tensorboard", "metrics.jsonl",
+             RUN_CONFIG,
              "training_curves.png", STATIC_DIR),
     resumable=frozenset({"max_steps", "save_every", "keep_last", "log_every", "resume", "overwrite", "progress", "demo",
                          "out", "max_skipped_steps"}),
@@ -97,9 +102,16 @@ class PretrainArgs:
     nsp: bool = option(True, "RoBERTa-style full-sentence packing, no next-sentence prediction (--objective mlm)",
                        flag="--no-nsp")
     objective: str = option("auto", "what the model learns besides MLM: auto (the family's recipe: BERT nsp, RoBERTa "
-                            "and DistilBERT none, ALBERT sop), mlm (MLM alone, full-sentence packing), nsp "
-                            "(next-sentence prediction) or sop (sentence-order prediction)",
-                            choices=("auto", "mlm", "nsp", "sop"))
+                            "and DistilBERT none, ALBERT sop, DeBERTa rtd), mlm (MLM alone, full-sentence packing), nsp "
+                            "(next-sentence prediction), sop (sentence-order prediction) or rtd (DeBERTa-v3's "
+                            "replaced-token detection: a generator's MLM samples fill the masks, the model learns "
+                            "which tokens were replaced; OUT/model is that discriminator, OUT/generator the generator)",
+                            choices=OBJECTIVES)
+    generator_layers: int | None = option(None, "with --objective rtd: the generator's layers (default: half the "
+                                          "model's); it has the model's width", metavar="N")
+    rtd_weight: float = option(RTD_WEIGHT, "with --objective rtd: λ, the replaced-token loss's weight beside the "
+                               "generator's MLM loss (50, ELECTRA's and the DeBERTa-v3 paper's; Microsoft's code "
+                               "uses 10)", metavar="λ")
     masking: str = option("auto", "which tokens MLM masks: auto (the family's recipe: ALBERT ngram, else token), "
                           "token, or ngram (spans of up to 3, p(n) ~ 1/n); --whole-word-mask makes either whole "
                           "words", choices=("auto", "token", "ngram"))
@@ -144,9 +156,11 @@ class PretrainArgs:
 
     def validate(self) -> None:
         """Raise `BertforgeError` naming the first bad setting (before anything is written)."""
+        check_choices(self)
         a = self
         for name in ("max_steps", "batch_size", "grad_accum", "seq_len", "save_every", "keep_last", "log_every", "vocab_size",
-                     "dupe_factor", "max_skipped_steps", "eval_max_instances", "eval_every", "early_stop_patience"):
+                     "dupe_factor", "max_skipped_steps", "eval_max_instances", "eval_every", "early_stop_patience",
+                     "generator_layers"):
             value = getattr(a, name)
             if value is not None and (not isinstance(value, int) or value < 1):
                 raise BertforgeError(f"--{name.replace('_', '-')} must be a positive integer, got {value!r}")
@@ -162,6 +176,10 @@ class PretrainArgs:
             raise BertforgeError(f"--lr must be a positive number, got {a.lr}")
         if a.mlm_probability is not None and not 0 < a.mlm_probability < 1:
             raise BertforgeError(f"--mlm-probability must be in (0, 1), got {a.mlm_probability}")
+        if not (a.rtd_weight > 0 and math.isfinite(a.rtd_weight)):
+            raise BertforgeError(f"--rtd-weight must be a positive number, got {a.rtd_weight}")
+        if a.generator_layers is not None and a.objective not in ("auto", "rtd"):
+            raise BertforgeError(f"--generator-layers applies to --objective rtd only, not --objective {a.objective}")
         if a.resume and a.overwrite:
             raise BertforgeError("--resume and --overwrite contradict each other; choose one")
         refuse_contradictions(self.chosen())
@@ -170,7 +188,7 @@ class PretrainArgs:
         for path in [*a.corpus, *a.eval_corpus]:
             if not Path(path).exists():
                 raise BertforgeError(f"corpus path {path} does not exist")
-        if a.init_from is not None and not (Path(a.init_from) / "config.json").is_file():
+        if a.init_from is not None and not (model_path(a.init_from) / "config.json").is_file():
             raise BertforgeError(f"--init-from {a.init_from}: no config.json there (a checkpoint directory is expected)")
 
     def chosen(self) -> set[str]:
@@ -232,11 +250,20 @@ class PretrainArgs:
         recipe = {**RECIPE_DEFAULTS, **member.recipe}
         objective = a.objective
         if objective == "auto":
-            objective = {"NSP": "nsp", "SOP": "sop", None: "mlm"}[member.sentence_head] if a.nsp else "mlm"
-        elif not a.nsp and objective != "mlm":
+            sentence = {"NSP": "nsp", "SOP": "sop", None: "mlm"}[member.sentence_head]
+            objective = recipe.get("objective", sentence) if a.nsp else "mlm"
+        elif not a.nsp and objective not in ("mlm", "rtd"):
             raise BertforgeError(f"--no-nsp and --objective {objective} contradict each other; choose one")
         model = f"--config {a.config}" if a.init_from is None else f"--init-from {a.init_from}"
-        if objective != "mlm" and member.sentence_head is None:
+        if objective == "rtd" and member.model_type != "deberta-v2":
+            raise BertforgeError(f"--objective rtd contradicts {model}: replaced-token detection is DeBERTa-v3's "
+                                 f"(--config deberta-v3-SIZE), not {member.name}'s")
+        if a.generator_layers is not None and objective != "rtd":
+            raise BertforgeError(f"--generator-layers applies to --objective rtd only; {model} pretrains with "
+                                 f"{objective}")
+        if objective == "rtd":
+            generator_config(config, a.generator_layers)  # refuses a generator deeper than the model, before OUT changes
+        if objective in ("nsp", "sop") and member.sentence_head is None:
             raise BertforgeError(f"--objective {objective} contradicts {model}: {member.name} is pretrained with MLM "
                                  "only (it has no sentence head)")
         if objective == "nsp" and member.sentence_head == "SOP":
@@ -267,7 +294,13 @@ class PretrainArgs:
         "auto" as BERT's: NSP unless --no-nsp)."""
         if self.objective == "auto":
             return "nsp" if self.nsp else None
-        return None if self.objective == "mlm" else self.objective
+        return self.objective if self.objective in ("nsp", "sop") else None
+
+    @property
+    def mask_replacement(self) -> tuple[float, float]:
+        """Of the masked tokens, the shares that become [MASK] and a random token: BERT's 80 % and 10 %, or all
+        [MASK] for replaced-token detection (its generator's samples replace them)."""
+        return (1.0, 0.0) if self.objective == "rtd" else (0.8, 0.1)
 
     @property
     def masking_rate(self) -> float:
@@ -292,7 +325,7 @@ class PretrainArgs:
             config = BertConfig.from_pretrained(a.init_from)
         elif Path(a.config).exists():
             config = BertConfig.from_pretrained(a.config)
-        elif a.config.rpartition("-")[2] in PRESETS:
+        elif a.config.rpartition("-")[2] in PRESETS or "-" in a.config:  # FAMILY-SIZE: the preset names bad ones
             config = BertConfig.preset(a.config)  # a size, or FAMILY-SIZE; an unknown family is refused there
         else:
             raise BertforgeError(f"--config {a.config!r} is neither a preset ({', '.join(PRESETS)}, or FAMILY-SIZE such "

@@ -52,6 +52,8 @@ def pretraining_stream(args: PretrainArgs, corpus: list[str], tokenizer: Tokeniz
         masking=a.masking_kind,
         whole_word_mask=a.whole_word_mask,
         mlm_probability=a.masking_rate,
+        mask_token_prob=a.mask_replacement[0],
+        random_token_prob=a.mask_replacement[1],
         seed=a.seed,
         rank=rank,
         world_size=world_size,

@@ -31,12 +31,13 @@ from ..model.auto import AutoModelForMaskedLM
 from ..model.config import BertConfig
 from ..core.errors import BertforgeError
 from ..model import BertForMaskedLM, BertPreTrainedModel
-from ..core.options import option
+from ..core.options import check_choices, option
 from .args import PretrainArgs
 from .trainer import Pretrainer
 from .objectives import Objective, mlm_stats
 from .data import model_inputs
 from ..training.step import TrainStep
+from ..core.hub import model_path
 
 log = logging.getLogger("bertforge")
 
@@ -56,9 +57,10 @@ class DistillArgs(PretrainArgs):
     alpha_cos: float = option(1.0, "weight of the cosine loss between the last hidden states")
 
     def validate(self) -> None:
+        check_choices(self)
         if not self.teacher:
             raise BertforgeError("--teacher is required: the checkpoint directory to distil")
-        if not (Path(self.teacher) / "config.json").is_file():
+        if not (model_path(self.teacher) / "config.json").is_file():
             raise BertforgeError(f"--teacher {self.teacher}: no config.json there (a checkpoint directory is expected)")
         if not self.corpus:
             raise BertforgeError("--corpus is required: the text the student learns on")

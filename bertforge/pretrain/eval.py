@@ -66,9 +66,11 @@ class HeldOutEvaluation:
 
     def __init__(self, batches: list[dict[str, torch.Tensor]], every: int, patience: int | None, rt: Runtime,
                  autocast: Callable[[], Any], sharded: bool,
-                 sums: Callable[[Any, dict[str, torch.Tensor]], torch.Tensor] = Objective.eval_sums) -> None:
+                 sums: Callable[[Any, dict[str, torch.Tensor]], torch.Tensor] = Objective.eval_sums,
+                 results: Callable[[torch.Tensor], dict[str, float]] = Objective.eval_results) -> None:
         self.batches, self.every, self.patience = batches, every, patience
-        self.sums = sums  # a batch's (MLM loss sum, MLM correct, MLM targets, NSP correct, NSP count): the objective's
+        self.sums = sums  # a batch's sums (MLM loss sum, MLM correct, MLM targets, ...): the objective's
+        self.results = results  # the metrics of those sums over the set: the objective's
         self.rt, self.autocast, self.sharded = rt, autocast, sharded
         self.best_loss: float | None = None
         self.best_step: int | None = None
@@ -80,30 +82,30 @@ class HeldOutEvaluation:
 
     @torch.no_grad()
     def evaluate(self, model: torch.nn.Module) -> dict[str, float]:
-        """eval_loss (the mean MLM loss per masked token), eval_perplexity, eval_mlm_accuracy (and eval_nsp_accuracy)
-        of `model` on the set. Under FSDP every rank runs the same number of forwards (each one a collective); a
-        rank with no batch left repeats its first one and discards it."""
+        """The objective's metrics of `model` on the set (`Objective.eval_results`: eval_loss, eval_perplexity,
+        eval_mlm_accuracy, ...). Under FSDP every rank runs the same number of forwards (each one a collective); a
+        rank with no batch left repeats its first one and discards it. The forwards draw from torch's generators
+        (replaced-token detection samples) forked and seeded with EVAL_SEED: the same draws every evaluation, and
+        the training RNG untouched."""
         rt, n = self.rt, len(self.batches)
         was_training = model.training
         model.eval()
-        sums = torch.zeros(5, dtype=torch.float64)  # MLM loss sum, MLM correct, MLM targets, NSP correct, NSP count
-        rounds = math.ceil(n / rt.world_size) if self.sharded else len(range(rt.rank, n, rt.world_size))
-        for i in range(rounds):
-            index = rt.rank + i * rt.world_size
-            out, batch = self.forward(model, self.batches[index if index < n else 0])
-            if index < n:
-                sums += self.sums(out, batch)
+        sums: Any = 0.0
+        # a rank with no batch of its own (DDP, fewer batches than ranks) runs one and discards it: the objective's
+        # sums then have their length for the all-reduce
+        rounds = math.ceil(n / rt.world_size) if self.sharded else max(1, len(range(rt.rank, n, rt.world_size)))
+        with torch.random.fork_rng(devices=[rt.device] if rt.device.type == "cuda" else []):
+            torch.manual_seed(EVAL_SEED + rt.rank)
+            for i in range(rounds):
+                index = rt.rank + i * rt.world_size
+                out, batch = self.forward(model, self.batches[index if index < n else 0])
+                sums = sums + self.sums(out, batch) * (1.0 if index < n else 0.0)
         model.train(was_training)
         if rt.distributed:
             sums = sums.to(rt.device)
             dist.all_reduce(sums)
             sums = sums.cpu()
-        loss = sums[0].item() / max(1.0, sums[2].item())
-        result = {"eval_loss": loss, "eval_perplexity": math.exp(min(loss, 700.0)),
-                  "eval_mlm_accuracy": sums[1].item() / max(1.0, sums[2].item())}
-        if sums[4] > 0:
-            result["eval_nsp_accuracy"] = sums[3].item() / sums[4].item()
-        return result
+        return self.results(sums)
 
     def forward(self, model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> tuple[Any, dict[str, torch.Tensor]]:
         batch = {k: v.to(self.rt.device) for k, v in batch.items()}

@@ -7,16 +7,16 @@ metrics (`statistics`), reads the vocabulary logits of the masked positions for 
 a held-out batch's evaluation (`eval_sums`). The trainer never reads a model output's fields by name: a new objective
 brings its own.
 
-The seam for replaced-token detection (ELECTRA), not built yet: a generator and a discriminator sharing the
-embeddings are two networks of one objective, not a third trainer. Its `forward_backward` would sample replacements
-from the generator's MLM logits and add the discriminator's per-token loss (both terms through one `accumulate`, so
-the backward pass stays in train.py); `networks()` would name both, so that the optimizer gets one parameter group each
-and the export writes one directory each (`OUT/model/generator/`, `OUT/model/discriminator/`); the loop, the
-checkpoints and `TrainStep` stay as they are. Today every objective trains one network (`networks()`: OUT/model).
+Replaced-token detection (DeBERTa-v3) is another (`pretrain.rtd.ReplacedTokenObjective`): its model is a generator
+and a discriminator in one module (`model.rtd.ReplacedTokenDetection`), its `forward_backward` hands both loss terms
+to the one `accumulate`, and `exports` gives the models the run saves, by directory (`networks()` names them): the
+discriminator as OUT/model, the generator as OUT/generator. The loop, the checkpoints and `TrainStep` are the same.
 """
 
 from __future__ import annotations
 
+import math
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -80,6 +80,26 @@ class Objective:
         """The vocabulary logits of a forward without labels: [B, S, V]."""
         return out.prediction_logits
 
+    def exports(self, model: torch.nn.Module, weights: dict[str, Tensor], config: Any) -> dict[str, torch.nn.Module]:
+        """The models a run saves from the full state dict of its `model` (the network of `config`), by the name of
+        their directory ("": OUT/model itself). Built on the meta device: no initialisation, which would draw from
+        the training RNG."""
+        with torch.device("meta"):
+            export = type(model)(config)
+        export.load_state_dict(weights, assign=True)
+        return {"": export}
+
+    @staticmethod
+    def eval_results(sums: Tensor) -> dict[str, float]:
+        """The held-out metrics from the summed `eval_sums` of every batch: eval_loss (the mean MLM loss per masked
+        token), eval_perplexity, eval_mlm_accuracy (and eval_nsp_accuracy)."""
+        loss = sums[0].item() / max(1.0, sums[2].item())
+        result = {"eval_loss": loss, "eval_perplexity": math.exp(min(loss, 700.0)),
+                  "eval_mlm_accuracy": sums[1].item() / max(1.0, sums[2].item())}
+        if sums[4] > 0:
+            result["eval_nsp_accuracy"] = sums[3].item() / sums[4].item()
+        return result
+
     @staticmethod
     def eval_sums(out: Any, batch: Batch) -> Tensor:
         """(MLM loss sum, MLM correct, MLM targets, NSP correct, NSP count) of one held-out batch, in float64. The
@@ -110,6 +130,14 @@ def mlm_stats(loss: Tensor, mlm_loss: Tensor, logits: Tensor, batch: Batch, weig
         "mlm_count": torch.tensor(target.numel(), device=loss.device),
         "tokens": batch["attention_mask"].sum(),
     }
+
+
+def network_dir(target: Path, name: str) -> Path:
+    """Where the network an objective names `name` (`Objective.networks`) is exported beside `target`: "" in
+    `target` itself; another in OUT/NAME for OUT/model, in OUT/best-NAME for OUT/best."""
+    if not name:
+        return target
+    return target.with_name(name if target.name == "model" else f"{target.name}-{name}")
 
 
 def pretraining_counts(batch: Batch) -> dict[str, int]:

@@ -28,12 +28,14 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 from ..data.demo_world import DEMO_CORPUS
 from ..core.io import atomic_directory
 from ..model import BertForPreTraining, BertPreTrainedModel
+from ..model.card import ModelCard
 from ..model.config import BertConfig
 from ..training.optim import make_optimizer, warmup_decay
 from .args import PRETRAINING, PretrainArgs
 from .eval import HeldOutEvaluation, build_eval_set
 from .build import build_stream, check_fits, choose_tokenizer, initial_model, run_model_config, wrap_model
-from .objectives import Objective
+from .objectives import Objective, network_dir
+from .rtd import ReplacedTokenObjective, initial_rtd_model, memory_config
 from .report import metrics_summary, plot_metrics, show_predictions
 from ..training.run_dir import RunDirectory, list_checkpoints
 from ..core.system import barrier, setup_runtime, teardown_runtime
@@ -73,7 +75,8 @@ class Pretrainer:
         args = self.args
         self.lifecycle.lock()
         self.tokenizer, trained = choose_tokenizer(args, self.out, self.corpus, self.rt, base_config.model_type)
-        check_fits(run_model_config(base_config, self.tokenizer, args), args, self.rt)
+        sized = run_model_config(base_config, self.tokenizer, args)
+        check_fits(memory_config(sized, args.generator_layers) if args.objective == "rtd" else sized, args, self.rt)
         self.lifecycle.prepare()  # the first change to OUT
         if trained:
             if self.rt.is_main:
@@ -112,7 +115,8 @@ class Pretrainer:
         self.objective = self.build_objective()
         self.evaluation = None if not args.evaluates else HeldOutEvaluation(
             build_eval_set(args, self.corpus, self.tokenizer), args.eval_every or args.save_every,
-            args.early_stop_patience, self.rt, self.stepper.autocast, args.fsdp, self.objective.eval_sums)
+            args.early_stop_patience, self.rt, self.stepper.autocast, args.fsdp, self.objective.eval_sums,
+            self.objective.eval_results)
         self.tokens_seen = 0
         self.checkpoints = TrainingCheckpoints(self.out, self.rt, self.stepper, args.keep_last, self.config,
                                                counters=("tokens_seen",))
@@ -187,11 +191,17 @@ class Pretrainer:
 
     # ------------------------------------------------------------------ the step
     def build_model(self, resuming: bool) -> BertPreTrainedModel:
-        """The model this run trains (a trainer built on this one, distillation, brings its own)."""
+        """The model this run trains (a trainer built on this one, distillation, brings its own): replaced-token
+        detection's generator and discriminator in one module, or one network."""
+        if self.args.objective == "rtd":
+            return initial_rtd_model(self.config, self.args, resuming, self.rt.is_main)  # type: ignore[return-value]
         return initial_model(self.config, self.args, resuming, self.rt.is_main)
 
     def build_objective(self) -> Objective:
-        """What the model learns: MLM, with the sentence head the settings resolved (NSP, SOP) or none."""
+        """What the model learns: MLM, with the sentence head the settings resolved (NSP, SOP) or none; or
+        replaced-token detection."""
+        if self.args.objective == "rtd":
+            return ReplacedTokenObjective(self.args.rtd_weight)
         return Objective(self.args.sentence_objective)
 
     def forward_backward(self, batch: dict[str, torch.Tensor], weights: dict[str, float]) -> dict[str, torch.Tensor]:
@@ -309,20 +319,25 @@ class Pretrainer:
 
     def export(self, target: Path, evaluation: dict[str, Any] | None = None) -> None:
         """`OUT/model/` (or `OUT/best/`, with its `evaluation` in eval.json) in Hugging Face layout: config.json,
-        model.safetensors and the tokenizer files. Called on every rank (under FSDP the full state dict is gathered
+        model.safetensors and the tokenizer files; and, for replaced-token detection, the generator beside it
+        (`objectives.network_dir`). Called on every rank (under FSDP the full state dict is gathered
         collectively); rank 0 alone writes."""
         weights = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
         if not self.rt.is_main:
             return
         refuse_nonfinite(weights, str(target))
-        with torch.device("meta"):  # no storage and no initialisation: it would draw from the training RNG
-            export = type(self.model)(self.config)
-        export.load_state_dict(weights, assign=True)
-        with atomic_directory(target) as tmp:
-            export.save_pretrained(tmp)
-            self.tokenizer.save_pretrained(tmp)
-            if evaluation is not None:
-                (tmp / "eval.json").write_text(json.dumps(evaluation, indent=2) + "\n", encoding="utf-8")
+        a = self.args
+        recipe = {"objective": a.objective, "masking": a.masking, "mlm_probability": a.mlm_probability,
+                  "seq_len": a.seq_len, "batch_size": a.batch_size, "max_steps": a.max_steps, "lr": a.lr}
+        metrics = {k: v for k, v in (evaluation or {}).items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        card = ModelCard(base_model=a.init_from, datasets=tuple(self.corpus), recipe=recipe, metrics=metrics,
+                         metrics_on="the held-out text (eval.json)", trained_by="pretrain")
+        for name, export in self.objective.exports(self.model, weights, self.config).items():
+            with atomic_directory(network_dir(target, name)) as tmp:
+                export.save_pretrained(tmp, card)
+                self.tokenizer.save_pretrained(tmp)
+                if evaluation is not None:
+                    (tmp / "eval.json").write_text(json.dumps(evaluation, indent=2) + "\n", encoding="utf-8")
 
 
 def pretrain(args: PretrainArgs | None = None, **kwargs: Any) -> Path:

@@ -8,8 +8,9 @@ Endpoints (JSON in, JSON out):
   `openai` client works unchanged with `base_url="http://HOST:PORT/v1"`;
 * `GET /health`, `GET /metrics` (Prometheus text format).
 
-Dynamic batching: a request is validated and tokenized on the event loop, once, into the pipeline's features (their
-lengths size the batches), then queued. One worker thread takes the oldest waiting request and every later one of
+Dynamic batching: a request is validated and tokenized once, into the pipeline's features (their lengths size the
+batches), then queued; a large one (by its characters, and its body by its bytes, however it was sent) is parsed and
+tokenized in a thread, so no request holds the event loop for more than a few milliseconds. One worker thread takes the oldest waiting request and every later one of
 the same kind that still fits under `max_batch_tokens`, runs their features as one `run_features` call of the
 pipeline (which sorts by length and packs without padding; no tokenizing), and hands each request its rows, all of
 a batch's answers in one wake-up of the event loop. While one batch computes, the next one gathers: with one client
@@ -18,7 +19,11 @@ digits, which read back as the same float32 (17-digit float64 text was among the
 
 Back-pressure: at most `max_queue` requests wait; one more gets 503 at once (with `Retry-After`). Bodies over
 `max_body_bytes`, more than `max_client_batch_size` inputs and (without `truncate`) inputs longer than the model
-takes get 413; malformed bodies 400 and wrong fields 422, always with a JSON error. A failing batch is retried one
+takes get 413; malformed bodies 400 and wrong fields 422, always with a JSON error that says what the client can do
+on its route. An input past `max_input_chars` characters is refused, or cut with `truncate`, before any tokenizing:
+a request costs in proportion to what the model reads. A request's head and body must arrive within
+`head_timeout` and `body_timeout` (408, then the connection is closed), and connections past `max_connections` get
+503 at once (`connections.GuardedProtocol`). A client that hangs up before its body is read is counted as 499. A failing batch is retried one
 request at a time, so one bad request cannot fail the others; whatever fails gets a 500 JSON error and the server
 goes on serving.
 
@@ -28,8 +33,8 @@ factory; the options travel in the environment variable `BERTFORGE_SERVE_CONFIG`
 
 Modules: `config` (ServeConfig), `errors` (ApiError and its JSON shapes), `metrics` (Prometheus counters and the
 middleware), `batcher` (the queue and its worker thread), `engine` (the model's pipelines), `requests` (reading and
-checking bodies), `responses` (JSON and float32 vectors), `handlers` (one per route), `app` (the Starlette app and
-the uvicorn process).
+checking bodies), `responses` (JSON and float32 vectors), `handlers` (one per route), `connections` (deadlines and
+the connection cap in uvicorn's HTTP protocol; imports uvicorn), `app` (the Starlette app and the uvicorn process).
 """
 
 from __future__ import annotations
@@ -38,14 +43,14 @@ from .app import SWITCH_INTERVAL, app_from_environment, create_app, run_server
 from .batcher import Batcher, Job
 from .config import ENV_CONFIG, TASKS, ServeConfig
 from .engine import Engine, detect_task
-from .errors import ApiError, Overloaded
-from .handlers import LARGE_BODY, endpoint
+from .errors import TIMED_OUT, ApiError, Overloaded
+from .handlers import CLIENT_CLOSED, LARGE_REQUEST, endpoint
 from .metrics import ROUTES, Histogram, Metrics, MetricsMiddleware
 from .requests import read_json
 from .responses import _json_floats, finite_rows, json_bytes, json_response, vectors_json  # _json_floats: for its test
 
 __all__ = [
-    "ENV_CONFIG", "LARGE_BODY", "ROUTES", "SWITCH_INTERVAL", "TASKS",
+    "CLIENT_CLOSED", "ENV_CONFIG", "LARGE_REQUEST", "ROUTES", "SWITCH_INTERVAL", "TASKS", "TIMED_OUT",
     "ApiError", "Batcher", "Engine", "Histogram", "Job", "Metrics", "MetricsMiddleware", "Overloaded", "ServeConfig",
     "app_from_environment", "create_app", "detect_task", "endpoint", "finite_rows", "json_bytes", "json_response",
     "read_json", "run_server", "vectors_json",

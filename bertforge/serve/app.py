@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import signal
@@ -112,8 +113,11 @@ def run_server(config: ServeConfig, host: str = "127.0.0.1", port: int = 8080, w
         raise BertforgeError(f"serve: workers must be at least 1, got {workers}")
     if not 0 <= port <= 65535:
         raise BertforgeError(f"serve: port must be in 0..65535, got {port}")
+    from .connections import ensure_descriptors, protocol_options
+
+    ensure_descriptors(config.max_connections)
     options = dict(host=host, port=port, log_level=log_level, timeout_graceful_shutdown=graceful_timeout,
-                   lifespan="on", access_log=False, server_header=False)
+                   lifespan="on", access_log=False, server_header=False, **protocol_options(config))
     _tune_serving_process()
     if workers == 1:
         app = create_app(config)  # a bad model directory fails here, as one line
@@ -135,7 +139,8 @@ def run_server(config: ServeConfig, host: str = "127.0.0.1", port: int = 8080, w
     if config.num_threads is None:
         from ..core.system import available_cpus
 
-        config.num_threads = max(1, available_cpus() // workers)  # the processes share the machine's cores
+        # the processes share the machine's cores (a new settings value: the caller's is not changed)
+        config = dataclasses.replace(config, num_threads=max(1, available_cpus() // workers))
     Engine(config).stop()  # check the model once here: uvicorn would restart failing workers forever
     os.environ[ENV_CONFIG] = config.to_json()
     uvicorn.run("bertforge.serve:app_from_environment", factory=True, workers=workers, **options)

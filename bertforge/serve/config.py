@@ -7,6 +7,7 @@ import json
 from dataclasses import asdict, dataclass
 
 from ..core.errors import BertforgeError
+from ..core.options import option
 
 ENV_CONFIG = "BERTFORGE_SERVE_CONFIG"
 TASKS = ("auto", "embed", "classify")
@@ -25,17 +26,34 @@ class ServeConfig:
     max_body_bytes: int = 2_000_000  # request body size; more gets 413
     auto_truncate: bool = False  # the default of a request's "truncate" (and the only setting for /v1/embeddings)
     max_length: int | None = None  # the model's limit by default (sentence-transformers' max_seq_length for embed)
-    pooling: str | None = None  # embed: "mean" or "cls"; default: what the model directory declares
+    pooling: str | None = None  # embed: one of `POOLINGS`; default: what the model directory declares
     num_threads: int | None = None  # PyTorch threads
     quantize: str | None = None  # "int8": int8 dense layers (CPU); None: float32
+    device: str | None = None  # where the model runs (`core.system.inference_device`): cpu by default
+    # What one client may cost the server (the command line's options are generated from these declarations).
+    max_input_chars: int | None = option(
+        None, "characters of one input (each text of a pair) the server reads: longer ones get 413, or are cut to "
+              "this with truncate, before any tokenizing (default: 16 per token of the model's max length)",
+        metavar="N")
+    head_timeout: float = option(10.0, "seconds a connection may take to send a request's head (and stay idle "
+                                       "before its first one); then 408 and closed", metavar="SECONDS")
+    body_timeout: float = option(30.0, "seconds a request's body may take to arrive, from the end of its head; "
+                                       "then 408 and closed", metavar="SECONDS")
+    max_connections: int = option(1000, "open connections; one more is answered 503 and closed", metavar="N")
 
     def __post_init__(self) -> None:
         if self.task not in TASKS:
             raise BertforgeError(f"serve: task must be one of {', '.join(TASKS)}, got {self.task!r}")
-        for name in ("max_batch_tokens", "max_queue", "max_client_batch_size", "max_body_bytes"):
+        for name in ("max_batch_tokens", "max_queue", "max_client_batch_size", "max_body_bytes", "max_connections",
+                     "max_input_chars"):
             value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            if (value is not None or name != "max_input_chars") and (
+                    not isinstance(value, int) or isinstance(value, bool) or value < 1):
                 raise BertforgeError(f"serve: {name} must be a positive integer, got {value!r}")
+        for name in ("head_timeout", "body_timeout"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value < float("inf"):
+                raise BertforgeError(f"serve: {name} must be a positive number of seconds, got {value!r}")
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))

@@ -12,6 +12,13 @@ from .batcher import Batcher
 from .config import ServeConfig
 from .errors import ApiError
 from .metrics import Metrics
+from ..core.hub import model_path
+
+#: The default bound on one input's characters, per token of the model's max length: English averages 4-5
+#: characters a token, so a text cut there keeps every token the model reads unless it averages more than 16.
+CHARS_PER_TOKEN = 16
+#: What the client of a route that reads "truncate" can do about an input too long (/v1/embeddings reads none).
+TRUNCATE_HINT = 'shorten it, or send "truncate": true to cut it'
 
 
 def detect_task(model_dir: Path) -> str:
@@ -43,11 +50,11 @@ class Engine:
     """
 
     def __init__(self, config: ServeConfig) -> None:
-        model_dir = Path(config.model)
+        model_dir = model_path(config.model)
         if not model_dir.is_dir():
             raise BertforgeError(f"{model_dir}: no such model directory")
         self.config = config
-        self.model_name = config.model_name or model_dir.resolve().name
+        self.model_name = config.model_name or (model_dir.resolve().name if Path(config.model).exists() else config.model)
         self.task = detect_task(model_dir) if config.task == "auto" else config.task
         self.metrics = Metrics()
         self.batcher = Batcher({}, config.max_batch_tokens, config.max_queue, self.metrics)
@@ -60,7 +67,8 @@ class Engine:
 
         config = self.config
         common = dict(max_length=config.max_length, batch_tokens=config.max_batch_tokens,
-                      batch_size=config.max_batch_tokens, progress=False, num_threads=config.num_threads)
+                      batch_size=config.max_batch_tokens, progress=False, num_threads=config.num_threads,
+                      device=config.device)
         pipelines: dict[str, Any] = {}
         if self.task == "embed":
             # Unnormalised rows: each request says whether it wants them normalised.
@@ -93,20 +101,49 @@ class Engine:
     def stop(self) -> None:
         self.batcher.close(timeout=60)
 
-    def tokenize(self, kind: str, items: list[Any], truncate: bool) -> tuple[list[Any], int]:
-        """The features of a request's inputs for the pipeline of `kind`, and their tokens (special tokens
-        included; inputs cut to max_length with `truncate`); 413 for an input that is too long without it."""
+    @property
+    def max_chars(self) -> int:
+        """The most characters of one input (each text of a pair) that are tokenized: `max_input_chars`, by default
+        `CHARS_PER_TOKEN` for each token the model takes."""
+        return self.config.max_input_chars or CHARS_PER_TOKEN * self.max_length
+
+    def tokenize(self, kind: str, items: list[Any], truncate: bool,
+                 hint: str = TRUNCATE_HINT) -> tuple[list[Any], list[Any], int]:
+        """A request's inputs as read (each cut to `max_chars` with `truncate`), their features for the pipeline of
+        `kind`, and their tokens (special tokens included; inputs cut to max_length with `truncate`). An input too
+        long without `truncate` gets 413 whose message ends in `hint`, what the client can do on its route; one
+        past `max_chars` gets it before any tokenizing, so a request costs in proportion to what is computed."""
+        items = self._bound(items, truncate, hint)
         pipe = self.pipelines[kind]
         try:
             features, cut = pipe.features(items)
         except BertforgeError as err:
             raise ApiError(422, str(err)) from None
         if cut and not truncate:
-            raise self._too_long(items, features)
-        return features, sum(len(f.input_ids) for f in features)
+            raise self._too_long(items, features, hint)
+        return items, features, sum(len(f.input_ids) for f in features)
 
-    def _too_long(self, items: list[Any], features: list[Any]) -> ApiError:
-        """The 413 for the first input that was cut to max_length (its length counted again, untruncated)."""
+    def _bound(self, items: list[Any], truncate: bool, hint: str) -> list[Any]:
+        """`items` with every text past `max_chars` characters cut to it (`truncate`), or the 413 for the first.
+        The cut keeps what the model reads unless the kept text averages more than `CHARS_PER_TOKEN` characters
+        per token."""
+        limit, bounded = self.max_chars, items
+        for i, item in enumerate(items):
+            parts = item if isinstance(item, tuple) else (item,)
+            longest = max(len(text) for text in parts)
+            if longest <= limit:
+                continue
+            if not truncate:
+                raise ApiError(413, f"input {i} has {longest} characters, more than this server reads ({limit}, for "
+                                    f"the {self.max_length} tokens this model takes); {hint}")
+            if bounded is items:
+                bounded = list(items)
+            bounded[i] = tuple(text[:limit] for text in parts) if isinstance(item, tuple) else item[:limit]
+        return bounded
+
+    def _too_long(self, items: list[Any], features: list[Any], hint: str) -> ApiError:
+        """The 413 for the first input that was cut to max_length (its length counted again, untruncated: at most
+        `max_chars` characters)."""
         for feature in sorted(features, key=lambda f: f.item):
             if len(feature.input_ids) < self.max_length:
                 continue
@@ -115,6 +152,5 @@ class Engine:
             n = len(self.tokenizer([text], [pair] if pair is not None else None)["input_ids"][0])
             if n > self.max_length:
                 return ApiError(413, f"input {feature.item} has {n} tokens, more than this model takes "
-                                     f'({self.max_length}); send "truncate": true to cut it')
-        return ApiError(413, f"an input is longer than this model takes ({self.max_length} tokens); "
-                             'send "truncate": true to cut it')
+                                     f"({self.max_length}); {hint}")
+        return ApiError(413, f"an input is longer than this model takes ({self.max_length} tokens); {hint}")

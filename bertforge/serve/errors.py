@@ -6,6 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 
+#: The scope key set on a request whose body missed its deadline (`connections.GuardedProtocol`): its handler
+#: then counts it as 408, not as a client that hung up.
+TIMED_OUT = "bertforge.timed_out"
+
+
 class ApiError(Exception):
     """A request the server answers with `status` and a JSON error naming the problem."""
 

@@ -11,19 +11,26 @@ from typing import Any
 
 import numpy as np
 
-from .engine import Engine
-from .errors import ApiError, _error_body
+from .engine import TRUNCATE_HINT, Engine
+from .errors import TIMED_OUT, ApiError, _error_body
 from .requests import _flag, _json_type, _predict_items, _texts, read_json
 from .responses import finite_rows, json_bytes, json_response, vectors_json
 
 log = logging.getLogger("bertforge")
 
-#: Bodies larger than this are tokenized in a thread, so that one huge request does not stall the event loop.
-LARGE_BODY = 64 * 1024
+#: Requests of more characters than this (and bodies of more bytes) are parsed and tokenized in a thread, so that
+#: no request holds the event loop (every other client, /health included) for more than a few milliseconds.
+LARGE_REQUEST = 64 * 1024
+#: The status a request gets in /metrics when its client hung up before the answer (nginx's "client closed
+#: request"); the client never sees it.
+CLIENT_CLOSED = 499
 
 
 def endpoint(handler: Callable[[Any, Engine], Any]) -> Callable[[Any], Any]:
-    """A Starlette endpoint from `handler(request, engine)`: ApiError → its status, anything else → 500; JSON."""
+    """A Starlette endpoint from `handler(request, engine)`: ApiError → its status, anything else → 500; JSON.
+    A client that hung up (or whose body missed its deadline: `TIMED_OUT`) is counted as 499 (408)."""
+    from starlette.requests import ClientDisconnect
+    from starlette.responses import Response
 
     async def run(request: Any) -> Any:
         engine: Engine = request.app.state.engine
@@ -32,6 +39,11 @@ def endpoint(handler: Callable[[Any, Engine], Any]) -> Callable[[Any], Any]:
         except ApiError as err:
             headers = {"Retry-After": "1"} if err.status == 503 else None
             return json_response(_error_body(request.url.path, err), err.status, headers)
+        except ClientDisconnect:  # nobody to answer: the status is for /metrics only
+            timed_out = request.scope.get(TIMED_OUT, False)
+            log.debug("serve: %s: the client %s", request.url.path,
+                      "sent its body too slowly" if timed_out else "hung up before its body was read")
+            return Response(status_code=408 if timed_out else CLIENT_CLOSED)
         except asyncio.CancelledError:
             raise
         except Exception as err:
@@ -42,14 +54,17 @@ def endpoint(handler: Callable[[Any, Engine], Any]) -> Callable[[Any], Any]:
     return run
 
 
-async def _compute(engine: Engine, request: Any, kind: str, items: list[Any], truncate: bool) -> tuple[list[Any], int]:
-    """Tokenize a request's inputs (in a thread for a large body), queue them, wait: their results and tokens."""
-    if int(request.headers.get("content-length") or 0) > LARGE_BODY:
+async def _compute(engine: Engine, kind: str, items: list[Any], truncate: bool,
+                   hint: str = TRUNCATE_HINT) -> tuple[list[Any], int]:
+    """Tokenize a request's inputs (in a thread for a large request), queue them, wait: their results and tokens.
+    `hint`: what the client can do about an input that is too long, on its route."""
+    chars = sum(len(x) for item in items for x in (item if isinstance(item, tuple) else (item,)))
+    if chars > LARGE_REQUEST:
         from starlette.concurrency import run_in_threadpool
 
-        features, tokens = await run_in_threadpool(engine.tokenize, kind, items, truncate)
+        items, features, tokens = await run_in_threadpool(engine.tokenize, kind, items, truncate, hint)
     else:
-        features, tokens = engine.tokenize(kind, items, truncate)
+        items, features, tokens = engine.tokenize(kind, items, truncate, hint)
     return await engine.batcher.submit(kind, items, features, tokens), tokens
 
 
@@ -61,12 +76,12 @@ def _need(engine: Engine, task: str, path: str) -> None:
 
 
 async def handle_embed(request: Any, engine: Engine) -> Any:
-    body = await read_json(request, engine.config.max_body_bytes)
+    body = await read_json(request, engine.config.max_body_bytes, LARGE_REQUEST)
     _need(engine, "embed", "/embed")
     texts, _ = _texts(body.get("inputs"), "inputs", engine.config.max_client_batch_size)
     normalize = _flag(body, "normalize", True)
     truncate = _flag(body, "truncate", engine.config.auto_truncate)
-    results, _ = await _compute(engine, request, "embed", texts, truncate)
+    results, _ = await _compute(engine, "embed", texts, truncate)
     rows = np.stack(results)
     if normalize:
         rows = _normalize(rows)
@@ -81,7 +96,7 @@ def _normalize(rows: np.ndarray) -> np.ndarray:
 
 
 async def handle_openai_embeddings(request: Any, engine: Engine) -> Any:
-    body = await read_json(request, engine.config.max_body_bytes)
+    body = await read_json(request, engine.config.max_body_bytes, LARGE_REQUEST)
     _need(engine, "embed", "/v1/embeddings")
     value = body.get("input")
     if isinstance(value, list) and value and all(isinstance(x, int) or isinstance(x, list) for x in value):
@@ -96,7 +111,7 @@ async def handle_openai_embeddings(request: Any, engine: Engine) -> Any:
     if dimensions is not None and (not isinstance(dimensions, int) or isinstance(dimensions, bool)
                                    or not 1 <= dimensions <= engine.hidden_size):
         raise ApiError(422, f'"dimensions" must be an integer in 1..{engine.hidden_size}, got {dimensions!r:.40}')
-    results, total = await _compute(engine, request, "embed", texts, engine.config.auto_truncate)
+    results, total = await _compute(engine, "embed", texts, engine.config.auto_truncate, "shorten it")
     rows = np.stack(results)
     if dimensions is not None:
         rows = rows[:, :dimensions]  # Matryoshka: the leading dimensions
@@ -118,17 +133,17 @@ async def handle_openai_embeddings(request: Any, engine: Engine) -> Any:
 
 
 async def handle_predict(request: Any, engine: Engine) -> Any:
-    body = await read_json(request, engine.config.max_body_bytes)
+    body = await read_json(request, engine.config.max_body_bytes, LARGE_REQUEST)
     _need(engine, "classify", "/predict")
     items, single = _predict_items(body.get("inputs"), engine.config.max_client_batch_size)
     raw = _flag(body, "raw_scores", False)
     truncate = _flag(body, "truncate", engine.config.auto_truncate)
-    results, _ = await _compute(engine, request, "classify_raw" if raw else "classify", items, truncate)
+    results, _ = await _compute(engine, "classify_raw" if raw else "classify", items, truncate)
     return json_response(results[0] if single else list(results))
 
 
 async def handle_rerank(request: Any, engine: Engine) -> Any:
-    body = await read_json(request, engine.config.max_body_bytes)
+    body = await read_json(request, engine.config.max_body_bytes, LARGE_REQUEST)
     _need(engine, "classify", "/rerank")
     query = body.get("query")
     if not isinstance(query, str):
@@ -138,7 +153,7 @@ async def handle_rerank(request: Any, engine: Engine) -> Any:
     return_text = _flag(body, "return_text", False)
     truncate = _flag(body, "truncate", engine.config.auto_truncate)
     kind = "rerank_raw" if raw else "rerank"
-    scores, _ = await _compute(engine, request, kind, [(query, text) for text in texts], truncate)
+    scores, _ = await _compute(engine, kind, [(query, text) for text in texts], truncate)
     ranked = engine.pipelines[kind].ranking(scores, texts, return_documents=return_text)
     for entry in ranked:  # TEI's name for sentence-transformers' corpus_id
         entry["index"] = entry.pop("corpus_id")
@@ -150,6 +165,7 @@ async def handle_info(request: Any, engine: Engine) -> Any:
         "model_id": engine.model_name,
         "model_type": engine.task,
         "max_input_length": engine.max_length,
+        "max_input_chars": engine.max_chars,
         "max_batch_tokens": engine.config.max_batch_tokens,
         "max_client_batch_size": engine.config.max_client_batch_size,
         "max_queue": engine.config.max_queue,

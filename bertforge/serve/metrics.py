@@ -81,7 +81,8 @@ class Metrics:
     def render(self, queue_depth: int, queue_limit: int, in_flight: int) -> str:
         with self.lock:
             out = [
-                "# HELP bertforge_requests_total HTTP requests answered, by route and status code.",
+                "# HELP bertforge_requests_total HTTP requests, by route and status code (499: the client hung up "
+                "before its body was read).",
                 "# TYPE bertforge_requests_total counter",
             ]
             for (route, status), n in sorted(self.requests.items()):

@@ -9,18 +9,29 @@ from typing import Any
 from .errors import ApiError
 
 
-async def read_json(request: Any, limit: int) -> dict[str, Any]:
-    """The request's body as a JSON object; 413 past `limit` bytes, 400 if it is not JSON, 422 if not an object."""
+async def read_json(request: Any, limit: int, large: int) -> dict[str, Any]:
+    """The request's body as a JSON object; 413 past `limit` bytes, 400 if it is not JSON, 422 if not an object.
+    A body of more than `large` bytes is parsed in a thread (however it was sent: chunked bodies declare no size)."""
+    too_large = ApiError(413, f"the body is larger than {limit} bytes, the most this server takes; send fewer or "
+                              "shorter inputs per request", "Payload")
     length = request.headers.get("content-length")
     if length is not None and (not length.isdigit() or int(length) > limit):
-        raise ApiError(413, f"the body is larger than {limit} bytes", "Payload")
+        raise too_large
     body = bytearray()
     async for chunk in request.stream():
         body += chunk
         if len(body) > limit:
-            raise ApiError(413, f"the body is larger than {limit} bytes", "Payload")
+            raise too_large
+    if len(body) > large:
+        from starlette.concurrency import run_in_threadpool
+
+        return await run_in_threadpool(_parse, body)
+    return _parse(body)
+
+
+def _parse(body: bytes | bytearray) -> dict[str, Any]:
     try:
-        data = json.loads(bytes(body))
+        data = json.loads(body)
     except (ValueError, RecursionError) as err:  # UnicodeDecodeError is a ValueError
         raise ApiError(400, f"the body is not valid JSON ({str(err)[:200]})") from None
     if not isinstance(data, dict):
@@ -74,8 +85,8 @@ def _predict_items(value: Any, limit: int) -> tuple[list[Any], bool]:
     if not value:
         raise ApiError(422, '"inputs" is an empty array')
     if len(value) > limit:
-        raise ApiError(413, f'"inputs" has {len(value)} inputs, more than this server takes in one request ({limit})',
-                       "Payload")
+        raise ApiError(413, f'"inputs" has {len(value)} inputs, more than this server takes in one request '
+                            f"({limit}); split it", "Payload")
     items: list[Any] = []
     for i, item in enumerate(value):
         if isinstance(item, str):

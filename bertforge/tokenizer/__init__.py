@@ -12,7 +12,7 @@ truncation, padding, offsets) is done by a `tokenizers.Tokenizer` (the Rust back
 
 What is particular to a tokenizer family (special tokens, template, model, normalizer and pre-tokenizer) is a
 `TokenizerKind` value (`kinds.py`): `BERT` and `DISTILBERT` (WordPiece), `ROBERTA` and `MODERNBERT` (byte-level
-BPE), `ALBERT` and `XLM_ROBERTA` (Unigram); `kind_by_name("roberta")` or `kind_by_name("bpe")` finds one.
+BPE), `ALBERT`, `XLM_ROBERTA` and `DEBERTA` (Unigram); `kind_by_name("roberta")` or `kind_by_name("bpe")` finds one.
 """
 
 from bertforge.tokenizer.core import Tokenizer
@@ -20,6 +20,7 @@ from bertforge.tokenizer.files import DEFAULT_MODEL_MAX_LENGTH
 from bertforge.tokenizer.kinds import (
     ALBERT,
     BERT,
+    DEBERTA,
     DEFAULT_SPECIAL_TOKENS,
     DISTILBERT,
     KINDS,
@@ -31,6 +32,6 @@ from bertforge.tokenizer.kinds import (
     kind_by_name,
 )
 
-__all__ = ["ALBERT", "BERT", "DEFAULT_MODEL_MAX_LENGTH", "DEFAULT_SPECIAL_TOKENS", "DISTILBERT", "KINDS", "MODERNBERT",
+__all__ = ["ALBERT", "BERT", "DEBERTA", "DEFAULT_MODEL_MAX_LENGTH", "DEFAULT_SPECIAL_TOKENS", "DISTILBERT", "KINDS", "MODERNBERT",
            "ROBERTA",
            "XLM_ROBERTA", "Normalization", "Tokenizer", "TokenizerKind", "kind_by_name"]

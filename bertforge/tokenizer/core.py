@@ -36,6 +36,7 @@ from bertforge.tokenizer.files import (
 )
 from bertforge.tokenizer.kinds import BERT, Normalization, TokenizerKind, kind_by_name
 from bertforge.tokenizer.vocabulary import Vocabulary, special_added_tokens
+from bertforge.core.hub import model_path
 
 
 def _model_vocab_size(directory: Path) -> int | None:
@@ -114,7 +115,7 @@ class Tokenizer(Vocabulary):
         model several kinds use, the first whose special tokens the vocabulary holds), else the one whose
         vocabulary files the directory holds.
         """
-        files = read_pretrained(Path(path), kind_by_name(kind) if isinstance(kind, str) else kind)
+        files = read_pretrained(model_path(path), kind_by_name(kind) if isinstance(kind, str) else kind)
         tokenizer = cls(
             files.backend,
             special_tokens=files.special_tokens,

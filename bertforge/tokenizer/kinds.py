@@ -12,6 +12,7 @@ reads everything family-specific from its kind, so a family is a `TokenizerKind`
 | `ALBERT` | Unigram | ALBERT normalizer, whitespace split, Metaspace `▁` | `[CLS] A [SEP] B [SEP]` | 0 … 0 1 … 1 |
 | `XLM_ROBERTA` | Unigram | whitespace split, Metaspace `▁`, no normalizer | `<s> A </s></s> B </s>` | all 0 |
 | `MODERNBERT` | BPE | byte-level (no prefix space), no normalizer | `[CLS] A [SEP] B [SEP]` | 0 … 0 1 … 1 |
+| `DEBERTA` | Unigram | runs of spaces as one, NFC, Metaspace `▁` (no whitespace split) | `[CLS] A [SEP] B [SEP]` | 0 … 0 1 … 1 |
 
 (A single segment is the pair template cut after A's closing token: `[CLS] A [SEP]`, `<s> A </s>`.)
 
@@ -352,6 +353,23 @@ def _unigram_trainer(*, vocab_size: int, min_frequency: int, show_progress: bool
                           unk_token=unk_token)
 
 
+def _deberta_pipeline(model: Model, normalization: Normalization) -> tokenizers.Tokenizer:
+    """DeBERTa-v2/v3's backend, as `transformers.DebertaV2Tokenizer` builds it: lowercasing if asked, runs of
+    spaces and any newline or tab as one space, NFC, trailing spaces stripped; Metaspace "▁" splits the words."""
+    backend = tokenizers.Tokenizer(model)
+    steps = [normalizers.Lowercase()] if normalization.do_lower_case else []
+    backend.normalizer = normalizers.Sequence([*steps, normalizers.Replace(tokenizers.Regex(r"\s{2,}|[\n\r\t]"), " "),
+                                               normalizers.NFC(), normalizers.Strip(left=False, right=True)])
+    backend.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.Metaspace(replacement=METASPACE, prepend_scheme="always")])
+    backend.decoder = _metaspace_decoder()
+    return backend
+
+
+def _deberta_config(normalization: Normalization) -> dict[str, Any]:
+    return {"do_lower_case": normalization.do_lower_case, "split_by_punct": False, "add_prefix_space": True}
+
+
 def _albert_config(normalization: Normalization) -> dict[str, Any]:
     return {"do_lower_case": normalization.do_lower_case, "keep_accents": not normalization.strips_accents,
             "add_prefix_space": True, "trim_offsets": True}
@@ -408,21 +426,42 @@ XLM_ROBERTA = TokenizerKind(
 )
 
 
+DEBERTA = TokenizerKind(
+    name="deberta-v2",
+    family="DeBERTa",
+    tokenizer_class="DebertaV2Tokenizer",
+    model_type=Unigram,
+    # transformers' DebertaV2Tokenizer takes [UNK] to be id 1 unless its vocabulary says otherwise; cased by default
+    special_tokens={"pad_token": "[PAD]", "unk_token": "[UNK]", "cls_token": "[CLS]", "sep_token": "[SEP]",
+                    "mask_token": "[MASK]", "bos_token": "[CLS]", "eos_token": "[SEP]"},
+    single="{cls_token} $A {sep_token}",
+    pair="{cls_token} $A {sep_token} $B:1 {sep_token}:1",
+    pipeline=_deberta_pipeline,
+    decoder=_metaspace_decoder,
+    new_model=_unigram_model,
+    trainer=_unigram_trainer,
+    config=_deberta_config,
+    is_continuation=_metaspace_continuation,
+    default_normalization=Normalization(do_lower_case=False, strip_accents=False, tokenize_chinese_chars=False),
+    vocab_files=(),
+)
+
+
 # ---------------------------------------------------------------------- the registry
 
 #: Every kind by its family name.
 KINDS: dict[str, TokenizerKind] = {kind.name: kind for kind in (BERT, DISTILBERT, ROBERTA, ALBERT, XLM_ROBERTA,
-                                                                  MODERNBERT)}
+                                                                  MODERNBERT, DEBERTA)}
 
 #: The kind each model name trains by default (`bertforge train-tokenizer --model`).
 KINDS_BY_MODEL: dict[str, TokenizerKind] = {"wordpiece": BERT, "bpe": ROBERTA, "unigram": ALBERT}
 
 
 def kind_by_name(name: str) -> TokenizerKind:
-    """The kind of a family ("bert", "distilbert", "roberta", "albert", "xlm-roberta", "modernbert") or of a model ("wordpiece",
+    """The kind of a family ("bert", "distilbert", "roberta", "albert", "xlm-roberta", "modernbert", "deberta-v2") or of a model ("wordpiece",
     "bpe", "unigram": BERT's, RoBERTa's, ALBERT's)."""
     key = name.strip().lower().replace("_", "-")
-    kind = KINDS.get(key) or KINDS_BY_MODEL.get(key)
+    kind = KINDS.get(key) or KINDS_BY_MODEL.get(key) or (DEBERTA if key in ("deberta", "deberta-v3") else None)
     if kind is None:
         raise BertforgeError(f"unknown tokenizer kind {name!r}: expected one of "
                              f"{', '.join([*KINDS, *KINDS_BY_MODEL])}")

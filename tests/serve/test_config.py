@@ -16,7 +16,7 @@ def test_a_config_reads_back_from_its_json():
 
 
 @pytest.mark.parametrize("field,value", [("max_batch_tokens", 0), ("max_queue", -1), ("max_client_batch_size", True),
-                                         ("max_body_bytes", 1.5)])
+                                         ("max_body_bytes", 1.5), ("max_connections", 0), ("max_input_chars", 0)])
 def test_limits_must_be_positive_integers(field, value):
     with pytest.raises(BertforgeError, match=f"{field} must be a positive integer"):
         ServeConfig(model="m", **{field: value})
@@ -25,3 +25,26 @@ def test_limits_must_be_positive_integers(field, value):
 def test_the_task_must_be_one_it_knows():
     with pytest.raises(BertforgeError, match="task must be one of auto, embed, classify"):
         ServeConfig(model="m", task="generate")
+
+
+@pytest.mark.parametrize("field,value", [("head_timeout", 0), ("body_timeout", float("nan")), ("head_timeout", "5")])
+def test_timeouts_must_be_positive_seconds(field, value):
+    with pytest.raises(BertforgeError, match=f"{field} must be a positive number of seconds"):
+        ServeConfig(model="m", **{field: value})
+
+
+def test_the_limits_of_a_client_are_command_line_options_declared_once(monkeypatch):
+    """`bertforge serve --head-timeout ...`: the options come from ServeConfig's declarations (their defaults too)."""
+    import argparse
+
+    import bertforge.serve
+    from bertforge.commands import serve
+
+    seen = []
+    monkeypatch.setattr(bertforge.serve, "run_server", lambda config, **kwargs: seen.append(config) or 0)
+    parser = argparse.ArgumentParser()
+    serve.add_arguments(parser)
+    assert serve.run(parser.parse_args(["--model", "m", "--head-timeout", "2.5", "--max-connections", "7"])) == 0
+    (config,) = seen
+    assert (config.head_timeout, config.max_connections, config.body_timeout, config.max_input_chars) == (
+        2.5, 7, 30.0, None)

@@ -19,20 +19,22 @@ import transformers
 from transformers import AutoTokenizer
 
 from bertforge.core.errors import BertforgeError
-from bertforge.tokenizer import (ALBERT, BERT, DISTILBERT, KINDS, MODERNBERT, ROBERTA, XLM_ROBERTA, Tokenizer,
+from bertforge.tokenizer import (ALBERT, BERT, DEBERTA, DISTILBERT, KINDS, MODERNBERT, ROBERTA, XLM_ROBERTA, Tokenizer,
                                  kind_by_name)
 from tests.tokenizer.tokenizer_helpers import TRUNCATIONS, assert_same, hard_strings, training_corpus
 
-NEW_KINDS = [ROBERTA, ALBERT, XLM_ROBERTA, DISTILBERT, MODERNBERT]
+NEW_KINDS = [ROBERTA, ALBERT, XLM_ROBERTA, DISTILBERT, MODERNBERT, DEBERTA]
 FILES = {
     "roberta": ["merges.txt", "special_tokens_map.json", "tokenizer.json", "tokenizer_config.json", "vocab.json"],
     "albert": ["special_tokens_map.json", "tokenizer.json", "tokenizer_config.json"],
     "xlm-roberta": ["special_tokens_map.json", "tokenizer.json", "tokenizer_config.json"],
     "distilbert": ["special_tokens_map.json", "tokenizer.json", "tokenizer_config.json", "vocab.txt"],
     "modernbert": ["special_tokens_map.json", "tokenizer.json", "tokenizer_config.json"],
+    "deberta-v2": ["special_tokens_map.json", "tokenizer.json", "tokenizer_config.json"],
 }
 HF_CLASS = {"roberta": "RobertaTokenizer", "albert": "AlbertTokenizer", "xlm-roberta": "XLMRobertaTokenizer",
-            "distilbert": "DistilBertTokenizer", "modernbert": "PreTrainedTokenizerFast"}
+            "distilbert": "DistilBertTokenizer", "modernbert": "PreTrainedTokenizerFast",
+            "deberta-v2": "DebertaV2Tokenizer"}
 OPTIONS = dict(return_offsets_mapping=True, return_special_tokens_mask=True)
 
 
@@ -98,7 +100,8 @@ def test_special_tokens_come_first_in_the_kinds_order(saved):
                      "xlm-roberta": ["<s>", "<pad>", "</s>", "<unk>", "<mask>"],
                      "albert": ["<pad>", "<unk>", "[CLS]", "[SEP]", "[MASK]"],
                      "distilbert": ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"],
-                     "modernbert": ["[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]"]}[tok.kind.name]
+                     "modernbert": ["[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]"],
+                     "deberta-v2": ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]}[tok.kind.name]
     if tok.kind is ROBERTA:
         assert tok.pad_token_id == 1 and tok.vocab_size > 261  # roberta-base's padding id; 256 bytes + 5 specials
         assert all(tok.backend.token_to_id(c) is not None for c in ("Ġ", "Ã", "©"))  # the byte alphabet
@@ -278,8 +281,9 @@ def test_pickled_tokenizers_encode_alike(saved, texts):
 
 
 def test_kind_by_name_and_the_registry():
-    names = ("bert", "distilbert", "roberta", "albert", "xlm-roberta", "modernbert")
+    names = ("bert", "distilbert", "roberta", "albert", "xlm-roberta", "modernbert", "deberta-v2")
     assert {name: kind_by_name(name) for name in names} == KINDS
+    assert kind_by_name("deberta-v3") is kind_by_name("DeBERTa") is DEBERTA
     assert kind_by_name("wordpiece") is BERT and kind_by_name("bpe") is ROBERTA and kind_by_name("unigram") is ALBERT
     assert kind_by_name("XLM_RoBERTa") is XLM_ROBERTA
     assert [kind.model_name for kind in (BERT, ROBERTA, ALBERT)] == ["wordpiece", "bpe", "unigram"]
@@ -303,7 +307,7 @@ def test_continuation_mask(saved):
     tok = saved[0]
     flags = tok.continuation_mask()
     assert len(flags) == tok.vocab_size and not any(flags[i] for i in tok.all_special_ids)
-    marker = {"roberta": "Ġ", "modernbert": "Ġ", "albert": "▁", "xlm-roberta": "▁"}.get(tok.kind.name)
+    marker = {"roberta": "Ġ", "modernbert": "Ġ", "albert": "▁", "xlm-roberta": "▁", "deberta-v2": "▁"}.get(tok.kind.name)
     for i, flag in enumerate(flags):
         token = tok.convert_ids_to_tokens(i)
         if i not in tok.all_special_ids:
@@ -323,7 +327,7 @@ def test_an_unsupported_model_is_named_with_the_supported_ones(tmp_path):
     message = str(error.value)
     assert "\n" not in message and "tokenizer.json: model WordLevel is not a supported tokenizer model" in message
     assert "WordPiece (BERT, DistilBERT)" in message and "BPE (RoBERTa, ModernBERT)" in message
-    assert "Unigram (ALBERT, XLM-RoBERTa)" in message
+    assert "Unigram (ALBERT, XLM-RoBERTa, DeBERTa)" in message
 
 
 def test_bad_training_and_loading_arguments(tmp_path, corpus):

@@ -17,6 +17,9 @@ from .roberta import ROBERTA, XLM_ROBERTA
 FAMILIES: dict[str, Family] = {f.model_type: f for f in (BERT, ROBERTA, XLM_ROBERTA, DISTILBERT, ALBERT, MODERNBERT,
                                                                   DEBERTA_V2)}
 
+#: other names a preset may give a family (`--config deberta-v3-base`)
+ALIASES: dict[str, Family] = {"deberta-v3": DEBERTA_V2}
+
 
 def family(model_type: str | None, source: str = "config") -> Family:
     """The `Family` of a config's `model_type` (None: BERT), or an error naming the supported ones."""
@@ -30,5 +33,5 @@ def family(model_type: str | None, source: str = "config") -> Family:
         ) from None
 
 
-__all__ = ["ALBERT", "BERT", "DEBERTA_V2", "DISTILBERT", "FAMILIES", "Family", "INTERNAL_PREFIX", "MODERNBERT", "ROBERTA", "XLM_ROBERTA",
+__all__ = ["ALIASES", "ALBERT", "BERT", "DEBERTA_V2", "DISTILBERT", "FAMILIES", "Family", "INTERNAL_PREFIX", "MODERNBERT", "ROBERTA", "XLM_ROBERTA",
            "family"]

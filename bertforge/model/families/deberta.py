@@ -5,6 +5,10 @@ distances, normalised by the encoder's LayerNorm, projected by each block's own 
 `position_biased_input`, embeddings zeroed at padding, an E → H projection before the embeddings' norm where E < H,
 LayerNorm ε 1e-7, and the `ContextPooler` sequence head (dropout → dense → GELU → dropout → classifier on token 0).
 
+Presets: `deberta-v3-SIZE` (or `deberta-v2-SIZE`, the same), SIZE xsmall (12 x 384), small (6 x 768), base
+(12 x 768), large (24 x 1024), or a generic size (tiny for tests). Their pretraining recipe is DeBERTa-v3's
+replaced-token detection (`bertforge.model.rtd`), whose head (`mask_predictions.*`) the key table reads and writes.
+
 The MLM head loads under both of its names (`cls.predictions.*` as `transformers` names it, `lm_predictions.lm_head.*`
 as Microsoft's checkpoints do) and is saved under the first. Differences from `transformers` beyond 512 tokens:
 none (bertforge computes the same buckets for any length; Microsoft's code clamps distances to the table instead).
@@ -119,6 +123,8 @@ DEBERTA_V2 = Family(
         ("lm_predictions.lm_head.bias", "cls.predictions.bias"),
         ("pooler.dense.", "classifier.dense."),  # the ContextPooler
         ("classifier.", "classifier.out_proj."),  # the sequence head's; a token classifier keeps `classifier.`
+        ("mask_predictions.", "mask_predictions."),  # the RTD head, as Microsoft's checkpoints name it ...
+        ("mask_predictions.classifer.", "mask_predictions.classifier."),  # ... and its code spells it
     ),
     read_spec=deberta_spec,
     write_config=write_config,
@@ -126,6 +132,11 @@ DEBERTA_V2 = Family(
     preset=dict(type_vocab_size=0, layer_norm_eps=1e-7, extra=dict(
         relative_attention=True, pos_att_type=["p2c", "c2p"], position_buckets=256, max_relative_positions=-1,
         norm_rel_ebd="layer_norm", share_att_key=True, position_biased_input=False)),
+    # deberta-v3's sizes (layers, hidden, heads, intermediate); tiny, mini and medium are the generic ones
+    sizes=dict(xsmall=(12, 384, 6, 1536), small=(6, 768, 12, 3072), base=(12, 768, 12, 3072),
+               large=(24, 1024, 16, 4096)),
+    # DeBERTa-v3's replaced-token detection; --objective mlm pretrains as DeBERTa-v2 did
+    recipe=dict(objective="rtd"),
 )
 
 __all__ = ["DEBERTA_V2", "deberta_spec", "relative", "score_terms", "write_config"]

@@ -99,6 +99,22 @@ def test_a_preset_is_deberta_v3_shaped_and_transformers_loads_it(tmp_path):
         assert_close(ref.eval()(input_ids=ids, attention_mask=mask), model(ids, mask), mask)
 
 
+@pytest.mark.parametrize("size, shape", [("xsmall", (12, 384, 6, 1536)), ("small", (6, 768, 12, 3072)),
+                                         ("base", (12, 768, 12, 3072)), ("large", (24, 1024, 16, 4096)),
+                                         ("tiny", (2, 128, 2, 512))])
+def test_deberta_v3_presets_have_v3s_sizes_and_parts(size, shape):
+    config = BertConfig.preset(f"deberta-v3-{size}")
+    assert (config.num_hidden_layers, config.hidden_size, config.num_attention_heads,
+            config.intermediate_size) == shape
+    assert config.model_type == "deberta-v2" and config.family.recipe["objective"] == "rtd"
+    assert config.to_dict() == BertConfig.preset(f"deberta-v2-{size}").to_dict()  # v3 is v2's architecture
+    spec = config.spec
+    assert spec.positions == "none" and spec.relative.buckets == 256 and spec.relative.share_key
+    assert spec.relative.terms == ("p2c", "c2p") and spec.relative.norm and config.type_vocab_size == 0
+    with pytest.raises(BertforgeError, match="deberta-v3 also xsmall, small, base, large"):
+        BertConfig.preset("deberta-v3-huge")
+
+
 @pytest.mark.parametrize("change, message", [
     (dict(conv_kernel_size=3), "conv_kernel_size 3"),
     (dict(pos_att_type=["c2p", "p2p"]), "pos_att_type"),
@@ -110,3 +126,60 @@ def test_a_config_bertforge_cannot_follow_is_refused_in_one_line(change, message
             "pos_att_type": ["c2p"], **change}
     with pytest.raises(BertforgeError, match=message):
         bertforge.AutoModel.from_config(BertConfig.from_dict(data))
+
+
+def _large_activations(tmp_path, std: float):
+    """A DeBERTa-v3 saved by transformers whose query and key weights are drawn with `std` (0.02 by default)."""
+    torch.manual_seed(0)
+    ref = transformers.DebertaV2Model(hf_config()).eval()
+    with torch.no_grad():
+        for layer in ref.encoder.layer:
+            for dense in (layer.attention.self.query_proj, layer.attention.self.key_proj):
+                dense.weight.normal_(0.0, std)
+    ref.save_pretrained(tmp_path)
+    return tmp_path
+
+
+def _run_capturing_qkv(model, ids, mask, explicit: bool):
+    qkv = []
+    hooks = [layer.attention.self.register_forward_hook(lambda m, i, o: qkv.append(o)) for layer in model.encoder.layer]
+    with torch.no_grad():
+        out = model(ids, mask, output_attentions=explicit)
+    for hook in hooks:
+        hook.remove()
+    return out, qkv
+
+
+@pytest.mark.parametrize("explicit", [False, True], ids=["sdpa", "probabilities"])
+def test_float16_scores_are_scaled_before_the_products_so_they_do_not_overflow(tmp_path, explicit):
+    """Queries and keys ~100: q kᵀ (with c2p and p2c) reaches ~128,000, past float16's largest number (65,504), and
+    becomes inf when computed unscaled and divided after (NaN after the softmax); scaled by 1/√(3·hd) first it is
+    ~26,000. The float16 model stays finite and within float16's rounding of float32."""
+    directory = _large_activations(tmp_path, std=20.0)
+    ids, mask, _ = batch()
+    ours = bertforge.AutoModel.from_pretrained(directory).eval()
+    half = bertforge.AutoModel.from_pretrained(directory).to(torch.float16).eval()
+    full, _ = _run_capturing_qkv(ours, ids, mask, explicit)
+    out, qkv = _run_capturing_qkv(half, ids, mask, explicit)
+    q, k, _ = (x.view(3, 14, 4, 8).transpose(1, 2) for x in qkv[0].chunk(3, dim=-1))  # layer 0, [B, nh, S, hd]
+    assert (q @ k.transpose(-1, -2)).isinf().any()  # what post-scaling would compute: this test can fail
+    real = mask[..., None].bool()
+    assert out.last_hidden_state.isfinite().all()
+    assert ((out.last_hidden_state.float() - full.last_hidden_state) * real).abs().max() < 1e-2
+    if explicit:
+        assert all(a.isfinite().all() for a in out.attentions)
+        assert max((a.float() - b).abs().max() for a, b in zip(out.attentions, full.attentions)) < 1e-3
+
+
+def test_bfloat16_with_large_activations_stays_within_its_rounding_of_float32(tmp_path):
+    """bfloat16 has float32's range, so nothing overflows; scaled first or not, its scores carry its 8-bit
+    mantissa: the outputs within that rounding of float32 (per-position probabilities may flip where logits of
+    ~30,000 tie to within it, so the hidden states are compared)."""
+    directory = _large_activations(tmp_path, std=20.0)
+    ids, mask, _ = batch()
+    full, _ = _run_capturing_qkv(bertforge.AutoModel.from_pretrained(directory).eval(), ids, mask, False)
+    for explicit in (False, True):
+        half = bertforge.AutoModel.from_pretrained(directory).to(torch.bfloat16).eval()
+        out, _ = _run_capturing_qkv(half, ids, mask, explicit)
+        assert out.last_hidden_state.isfinite().all()
+        assert ((out.last_hidden_state.float() - full.last_hidden_state) * mask[..., None]).abs().max() < 0.1

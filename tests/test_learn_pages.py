@@ -1,0 +1,195 @@
+"""The course's pages run: every ```python block of docs/learn/*.md and docs/exercises/*.md, top to bottom.
+
+How a page's code is run (the docs site's runner should do the same):
+
+* each page starts with a fresh namespace (``{"__name__": "__main__"}``) in a fresh temporary working directory,
+  and its ```python blocks run in the order they appear, sharing that namespace (a later block may use what an
+  earlier one defined);
+* a fence that is not exactly ```python (```text, ```bash, ```console) is not run;
+* a block whose fence line carries ``title="slow"`` (```python title="slow"), or whose fence is preceded, on the
+  line just above it, by the HTML comment ``<!-- slow -->``, runs only under ``pytest -m slow``: by default it is
+  skipped, and no later block of the page may need what it defines.
+
+* the docs site's own runner (tests/test_docs.py) runs a page's blocks all or none: a page with a slow block also
+  carries ``<!-- docs-test: slow -->`` (checked below), so that the site's default run skips it while this file
+  still runs its quick blocks;
+* torch runs on one thread while a page runs (restored afterwards): the pages' models are tiny, and on a shared
+  machine one thread is several times faster than two that wait for each other.
+
+The default run keeps each page to a few seconds (tiny models from ``BertConfig.preset("tiny", ...)``); the slow
+run also executes the measured parts (head-only against full fine-tuning, the exercises' solutions).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+PAGES = sorted([*DOCS.glob("learn/*.md"), *DOCS.glob("exercises/*.md")])
+FENCE = re.compile(r"^```(\S*)(.*)$")
+SLOW_COMMENT = "<!-- slow -->"
+
+
+def python_blocks(text: str) -> list[tuple[int, str, bool]]:
+    """(line number of the fence, code, slow?) of each ```python block, in order."""
+    blocks: list[tuple[int, str, bool]] = []
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        match = FENCE.match(lines[i])
+        if not match:
+            i += 1
+            continue
+        lang, rest = match.group(1), match.group(2)
+        start = i
+        body: list[str] = []
+        i += 1
+        while i < len(lines) and not lines[i].startswith("```"):
+            body.append(lines[i])
+            i += 1
+        i += 1  # the closing fence
+        if lang == "python":
+            slow = 'title="slow"' in rest or (start > 0 and lines[start - 1].strip() == SLOW_COMMENT)
+            blocks.append((start + 1, "\n".join(body) + "\n", slow))
+    return blocks
+
+
+def run_page(page: Path, workdir: Path, slow: bool) -> int:
+    """Run the page's blocks in `workdir`; returns how many ran."""
+    import torch
+
+    namespace: dict[str, object] = {"__name__": "__main__"}
+    ran = 0
+    old, threads = Path.cwd(), torch.get_num_threads()
+    os.chdir(workdir)
+    torch.set_num_threads(1)
+    try:
+        for line, code, is_slow in python_blocks(page.read_text(encoding="utf-8")):
+            if is_slow and not slow:
+                continue
+            exec(compile(code, f"{page.relative_to(DOCS)}:{line}", "exec"), namespace)  # noqa: S102
+            ran += 1
+    finally:
+        os.chdir(old)
+        torch.set_num_threads(threads)
+    return ran
+
+
+def test_the_course_has_its_pages() -> None:
+    learn = sorted(p.name for p in DOCS.glob("learn/*.md") if p.name != "index.md")
+    exercises = sorted(p.name for p in DOCS.glob("exercises/*.md") if p.name != "checklist.md")
+    assert len(learn) >= 10, learn
+    assert len(exercises) >= 2, exercises
+    assert (DOCS / "exercises" / "checklist.md").exists()
+
+
+def test_the_block_reader_sees_fences_and_slow_marks() -> None:
+    text = "\n".join(["```python", "a = 1", "```", "```text", "not run", "```", SLOW_COMMENT, "```python", "b = 2",
+                      "```", '```python title="slow"', "c = 3", "```"])
+    assert [(code.strip(), slow) for _, code, slow in python_blocks(text)] == [("a = 1", False), ("b = 2", True),
+                                                                              ("c = 3", True)]
+
+
+def test_a_page_with_a_slow_block_carries_the_sites_slow_mark() -> None:
+    for page in PAGES:
+        text = page.read_text(encoding="utf-8")
+        if any(slow for _, _, slow in python_blocks(text)):
+            assert "<!-- docs-test: slow -->" in text, page.name
+
+
+def test_the_checklist_links_every_page() -> None:
+    checklist = (DOCS / "exercises" / "checklist.md").read_text(encoding="utf-8")
+    for page in DOCS.glob("learn/*.md"):
+        if page.name != "index.md":
+            assert f"../learn/{page.name}" in checklist, page.name
+
+
+def test_links_between_pages_resolve() -> None:
+    for page in PAGES + [DOCS / "learn" / "index.md"]:
+        for target in re.findall(r"\]\(([^)#:]+\.(?:md|png|py))(?:#[^)]*)?\)", page.read_text(encoding="utf-8")):
+            assert (page.parent / target).resolve().exists(), f"{page.name} links to missing {target}"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_page_runs(page: Path, tmp_path: Path) -> None:
+    start = time.perf_counter()
+    run_page(page, tmp_path, slow=False)
+    assert time.perf_counter() - start < 120, "a page's default blocks should take seconds, not minutes"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("page", [p for p in PAGES if any(s for _, _, s in python_blocks(p.read_text("utf-8")))],
+                         ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_page_runs_with_its_slow_blocks(page: Path, tmp_path: Path) -> None:
+    run_page(page, tmp_path, slow=True)
+
+
+# ---------------------------------------------------------------------------------------------- the pictures
+PICTURES = DOCS / "images" / "learn"
+
+
+def make_pictures():
+    """docs/make_pictures.py as a module."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("make_pictures", DOCS / "make_pictures.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
+
+
+def test_every_picture_is_committed_small_and_shown() -> None:
+    names = set(make_pictures().PICTURES)
+    pages = "".join(p.read_text(encoding="utf-8") for p in DOCS.glob("learn/*.md"))
+    for name in names:
+        png = PICTURES / f"{name}.png"
+        assert png.is_file(), f"{png} is missing: run python docs/make_pictures.py"
+        assert png.stat().st_size < 150_000, f"{png.name} is {png.stat().st_size:,} bytes"
+        assert f"../images/learn/{name}.png" in pages, f"no page shows {png.name}"
+
+
+def test_the_architecture_picture_records_the_real_shapes(tmp_path: Path) -> None:
+    import torch
+
+    from bertforge import BertConfig, BertForPreTraining
+
+    pictures = make_pictures()
+    model = BertForPreTraining(BertConfig.preset("tiny", vocab_size=1000)).eval()
+    shapes = pictures.recorded_shapes(model, ["bert.embeddings", "bert.encoder.layer.0.intermediate", "bert.pooler",
+                                              "cls.predictions"],
+                                      {"input_ids": torch.randint(5, 1000, (2, 12)), "sparse_mlm": False})
+    assert shapes == {"bert.embeddings": (2, 12, 128), "bert.encoder.layer.0.intermediate": (2, 12, 512),
+                      "bert.pooler": (2, 128), "cls.predictions": (2, 12, 1000)}
+    assert pictures.architecture(tmp_path).stat().st_size > 10_000
+
+
+def test_every_probe_has_a_kind_that_holds_its_answer() -> None:
+    kinds = make_pictures().probe_kinds()
+    assert len(kinds) == 12
+    assert all(answer in kind and len(kind) > 3 for _, answer, kind in kinds)
+
+
+@pytest.mark.slow
+def test_make_pictures_writes_every_picture(tmp_path: Path) -> None:
+    made = make_pictures().main(["--out", str(tmp_path), "--steps", "20"])
+    assert sorted(p.name for p in made) == sorted(f"{n}.png" for n in make_pictures().PICTURES)
+    assert all(p.stat().st_size < 150_000 for p in made)
+
+
+@pytest.mark.slow
+def test_head_vs_full_runs_both_ways_on_its_stand_in_data(tmp_path: Path) -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("head_vs_full", DOCS / "exercises" / "head_vs_full.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    head, full = module.main(["--data", str(tmp_path / "absent"), "--train-rows", "64", "--dev-rows", "32",
+                              "--epochs", "1"])
+    assert head["run"] == "head only" and full["run"] == "full fine-tuning"
+    assert head["trained"] < full["trained"] == full["total"] == head["total"]
+    assert all(0.0 <= r["accuracy"] <= 1.0 for r in (head, full))
