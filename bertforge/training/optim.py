@@ -49,8 +49,9 @@ def layer_decay_groups(model: nn.Module, lr: float, weight_decay: float, layer_l
     return groups
 
 
-class Lamb(torch.optim.Optimizer):
-    """LAMB (You et al., 2019): Adam's update rescaled per tensor by ‖w‖ / ‖update‖, for very large batches."""
+class AdamMoments(torch.optim.Optimizer):
+    """Adam's moments, kept in float32 per parameter (m, v and the step count t), for the optimizers below that
+    differ from AdamW only in how a tensor's update is scaled: each `apply(p, group, grad, m̂, v̂)`."""
 
     def __init__(self, params: Iterable, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-6, weight_decay: float = 0.0):
         super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
@@ -60,44 +61,6 @@ class Lamb(torch.optim.Optimizer):
         loss = closure() if closure is not None else None
         for group in self.param_groups:
             beta1, beta2 = group["betas"]
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
-                state = self.state[p]
-                if not state:
-                    state["step"] = torch.zeros((), dtype=torch.float32)
-                    state["exp_avg"] = torch.zeros_like(p)
-                    state["exp_avg_sq"] = torch.zeros_like(p)
-                state["step"] += 1
-                t = state["step"].item()
-                m, v = state["exp_avg"], state["exp_avg_sq"]
-                m.mul_(beta1).add_(p.grad, alpha=1 - beta1)
-                v.mul_(beta2).addcmul_(p.grad, p.grad, value=1 - beta2)
-                update = (m / (1 - beta1**t)) / ((v / (1 - beta2**t)).sqrt() + group["eps"])
-                if group["weight_decay"]:
-                    update.add_(p, alpha=group["weight_decay"])
-                w_norm, u_norm = p.norm(), update.norm()
-                trust = torch.where((w_norm > 0) & (u_norm > 0), w_norm / u_norm, torch.ones_like(w_norm))
-                p.add_(update * trust, alpha=-group["lr"])
-        return loss
-
-
-class StableAdamW(torch.optim.Optimizer):
-    """AdamW with per-tensor update clipping (Wortsman et al., 2023; ModernBERT's optimizer): each tensor's step
-    size is lr / max(1, RMS), RMS = sqrt(mean(g² / max(v̂, eps²))) of this step's gradient g over its bias-corrected
-    second-moment estimate v̂ (this step's included), so that a gradient far above what v̂ expects (a spike after a
-    quiet stretch) cannot make a huge update; decoupled weight decay uses the same clipped rate. Otherwise the
-    update is AdamW's: p ← p·(1 - η·wd) - η · m̂ / (sqrt(v̂) + eps)."""
-
-    def __init__(self, params: Iterable, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-6, weight_decay: float = 0.0):
-        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
-
-    @torch.no_grad()
-    def step(self, closure=None):  # type: ignore[override]
-        loss = closure() if closure is not None else None
-        for group in self.param_groups:
-            beta1, beta2 = group["betas"]
-            eps = group["eps"]
             for p in group["params"]:
                 if p.grad is None:
                     continue
@@ -111,14 +74,40 @@ class StableAdamW(torch.optim.Optimizer):
                 grad, m, v = p.grad.float(), state["exp_avg"], state["exp_avg_sq"]
                 m.lerp_(grad, 1 - beta1)
                 v.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-                v_hat = v / (1 - beta2**t)
-                rms = (grad.square() / v_hat.clamp(min=eps * eps)).mean().sqrt()
-                rate = group["lr"] / rms.clamp(min=1.0)  # a tensor: no device sync per parameter
-                update = (m / (1 - beta1**t)) / (v_hat.sqrt() + eps)
-                if group["weight_decay"]:
-                    p.mul_((1 - rate * group["weight_decay"]).to(p.dtype))
-                p.sub_((update * rate).to(p.dtype))
+                self.apply(p, group, grad, m / (1 - beta1**t), v / (1 - beta2**t))
         return loss
+
+    def apply(self, p: Tensor, group: dict, grad: Tensor, m_hat: Tensor, v_hat: Tensor) -> None:
+        raise NotImplementedError
+
+
+class Lamb(AdamMoments):
+    """LAMB (You et al., 2019): Adam's update rescaled per tensor by ‖w‖ / ‖update‖, for very large batches."""
+
+    def apply(self, p: Tensor, group: dict, grad: Tensor, m_hat: Tensor, v_hat: Tensor) -> None:
+        update = m_hat / (v_hat.sqrt() + group["eps"])
+        if group["weight_decay"]:
+            update.add_(p, alpha=group["weight_decay"])
+        w_norm, u_norm = p.norm(), update.norm()
+        trust = torch.where((w_norm > 0) & (u_norm > 0), w_norm / u_norm, torch.ones_like(w_norm))
+        p.sub_((update * trust * group["lr"]).to(p.dtype))
+
+
+class StableAdamW(AdamMoments):
+    """AdamW with per-tensor update clipping (Wortsman et al., 2023; ModernBERT's optimizer): each tensor's step
+    size is lr / max(1, RMS), RMS = sqrt(mean(g² / max(v̂, eps²))) of this step's gradient g over its bias-corrected
+    second-moment estimate v̂ (this step's included), so that a gradient far above what v̂ expects (a spike after a
+    quiet stretch) cannot make a huge update; decoupled weight decay uses the same clipped rate. Otherwise the
+    update is AdamW's: p ← p·(1 - η·wd) - η · m̂ / (sqrt(v̂) + eps)."""
+
+    def apply(self, p: Tensor, group: dict, grad: Tensor, m_hat: Tensor, v_hat: Tensor) -> None:
+        eps = group["eps"]
+        rms = (grad.square() / v_hat.clamp(min=eps * eps)).mean().sqrt()
+        rate = group["lr"] / rms.clamp(min=1.0)  # a tensor: no device sync per parameter
+        update = m_hat / (v_hat.sqrt() + eps)
+        if group["weight_decay"]:
+            p.mul_((1 - rate * group["weight_decay"]).to(p.dtype))
+        p.sub_((update * rate).to(p.dtype))
 
 
 OPTIMIZERS = ("adamw", "stable-adamw", "lamb")  # `make_optimizer`'s names
