@@ -70,3 +70,44 @@ def test_sigkill_and_resume_50_kills(subject, reference, tmp_path):
     assert not tally.failures, "\n".join(tally.failures)
     assert tally.survived == tally.with_checkpoint >= 50
     assert tally.inside_save >= 5, "too few kills landed inside a checkpoint write to say anything about it"
+
+
+# ------------------------------------------------------------------------- the families of this round: the same campaign
+FAMILY_PRESETS = {"modernbert": "modernbert-tiny", "deberta": "deberta-v3-tiny"}  # tokenizer kind -> preset
+
+
+def verify_any_checkpoint(path: Path, step: int) -> None:
+    """What a resume reads, for a model of any class (ModernBERT's MLM, DeBERTa-v3's generator + discriminator)."""
+    from safetensors.torch import load_file
+
+    trainer = json.loads((path / "trainer_state.json").read_text(encoding="utf-8"))
+    assert trainer["step"] == step, (path, trainer)
+    assert all(t.isfinite().all() for t in load_file(path / "model.safetensors").values())
+    for name in ("optimizer", "scheduler", "rng", "data"):
+        load_state(path, name)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", sorted(FAMILY_PRESETS))
+def test_sigkill_and_resume_new_families(kind, tmp_path_factory, tmp_path):
+    """ModernBERT (whole-document packing, WSD) and DeBERTa-v3 (replaced-token detection: two networks, the
+    generator's samples) survive SIGKILLs at random moments and end bitwise equal to an uninterrupted run (#34)."""
+    from bertforge.tokenizer import Tokenizer
+
+    corpus, _, _ = make_run_inputs(tmp_path_factory.mktemp(f"{kind}_inputs"))
+    tok = corpus.parent / f"tok-{kind}"
+    Tokenizer.train([str(corpus)], vocab_size=300, show_progress=False, kind=kind).save_pretrained(tok)
+
+    def argv(out: Path, resume: bool) -> list[str]:
+        return bertforge_cmd(
+            "pretrain", "--corpus", str(corpus), "--tokenizer", str(tok), "--config", FAMILY_PRESETS[kind],
+            "--out", str(out), "--max-steps", "12", "--save-every", "2", "--keep-last", "3", "--log-every", "2",
+            "--batch-size", "4", "--seq-len", "32", "--lr", "1e-3", "--warmup-steps", "2", "--no-progress",
+            "--device", "cpu", *(["--resume"] if resume else []))
+
+    subject = Subject(argv, "run_config.json", verify_any_checkpoint)
+    reference = run_reference(subject, tmp_path / "reference")
+    (tmp_path / "killed").mkdir()
+    tally = kill_campaign(subject, reference, tmp_path / "killed", kills=4, seed=11, per_episode=3)
+    assert not tally.failures, "\n".join(tally.failures)
+    assert tally.survived == tally.with_checkpoint >= 4
