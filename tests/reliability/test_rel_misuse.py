@@ -241,6 +241,40 @@ def test_pretrain_resume_on_a_changed_corpus_is_one_line(tmp_path, capsys):
                           f"was {corpus.name} (")
 
 
+@pytest.mark.parametrize("kind, preset, changed, named", [
+    ("modernbert", "modernbert-tiny", ["--mlm-probability", "0.2"], "mlm_probability: None -> 0.2"),
+    ("deberta", "deberta-v3-tiny", ["--rtd-weight", "10"], "rtd_weight: 50.0 -> 10.0"),
+])
+def test_new_families_refuse_a_resume_with_other_settings_and_a_tokenizer_that_does_not_fit(
+        tmp_path, capsys, kind, preset, changed, named):
+    """The families of this round get the guarantees of the others (#34): --resume with a setting that changes the
+    run is one line naming it; a tokenizer of another family's kind, or larger than the model's vocabulary, is
+    refused before anything is written."""
+    from bertforge.tokenizer import Tokenizer
+    from tests.helpers import make_corpus
+
+    corpus = make_corpus(tmp_path / "corpus.txt")
+    tok = tmp_path / "tok"
+    Tokenizer.train([str(corpus)], vocab_size=300, show_progress=False, kind=kind).save_pretrained(tok)
+    out = tmp_path / "run"
+    base = ["pretrain", "--corpus", str(corpus), "--tokenizer", str(tok), "--config", preset, "--seq-len", "32",
+            "--batch-size", "4", "--max-steps", "2", "--save-every", "1", "--out", str(out), "--no-progress"]
+    with one_torch_thread():
+        rc, _, err = invoke(base, capsys)
+    assert rc == 0, err
+    rc, _, err = invoke([*base, "--resume", "--max-steps", "3", *changed], capsys)
+    assert_one_line_error("pretrain", rc, err, "--resume with settings that differ from the run", named)
+    from bertforge.data.demo_world import DEMO_CORPUS
+    bigger = tmp_path / "bigger"  # the same kind, trained on more text: more ids than the model has rows for
+    Tokenizer.train([str(DEMO_CORPUS)], vocab_size=600, show_progress=False, kind=kind).save_pretrained(bigger)
+    other = tmp_path / "other"
+    rc, _, err = invoke(["pretrain", "--corpus", str(corpus), "--tokenizer", str(bigger), "--init-from",
+                         str(out / "model"), "--seq-len", "32", "--batch-size", "4", "--max-steps", "2", "--out",
+                         str(other), "--no-progress"], capsys)
+    assert_one_line_error("pretrain", rc, err, "vocabulary")
+    assert not other.exists()
+
+
 # ---------------------------------------------------------------------------------------------------- embeddings
 
 PAIRS = [("river stone light", "garden window"), ("morning letter", "winter castle forest"),
