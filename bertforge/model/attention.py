@@ -96,14 +96,21 @@ def attend(
     p = p if training else 0.0
     scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
     if explicit or (p > 0 and q.device.type == "cpu") or matmuls_beat_sdpa(q, training):
-        # the query scaled before the product: half-precision scores never hold the unscaled q kᵀ (fp16 overflows)
-        scores = (q if scale == 1.0 else q * scale) @ k.transpose(-1, -2)  # [n, nh, L, L]
+        # half precision scales the query before the product, so its scores never hold the unscaled q kᵀ (fp16
+        # overflows); float32 scales the product, as transformers' eager attention does (the same rounding)
+        half = q.dtype in (torch.float16, torch.bfloat16)
+        scores = (q * scale if half and scale != 1.0 else q) @ k.transpose(-1, -2)  # [n, nh, L, L]
+        post = 1.0 if half else scale
         if training or (torch.is_grad_enabled() and scores.requires_grad):  # the same maths with or without autograd
+            if post != 1.0:
+                scores = scores * post
             if mask is not None:
                 minimum = torch.finfo(scores.dtype).min
                 scores = scores.masked_fill(~mask, minimum) if mask.dtype == torch.bool else scores + mask
             probs = scores.softmax(dim=-1)
         else:  # inference: the new scores are changed in place
+            if post != 1.0:
+                scores.mul_(post)
             if mask is not None:
                 minimum = torch.finfo(scores.dtype).min
                 scores = scores.masked_fill_(~mask, minimum) if mask.dtype == torch.bool else scores.add_(mask)
