@@ -313,10 +313,10 @@ def test_a_deberta_v3_tiny_run_learns(tmp_path):
     all-original rates 0.886 / 0.918 / 0.931 (0.943 against 0.935 at step 800), replaced-token F1 0.02 → 0.01 → 0.30
     → 0.32 (it learns the base rate first,
     then the replacements); at 150 steps it had only the base rate."""
-    from bertforge.pretrain.trainer import pretrain as run
-    out = tmp_path / "learn"
-    run(PretrainArgs(config="deberta-v3-tiny", out=str(out), max_steps=600, seq_len=64, batch_size=32,
-                     eval_fraction=0.05, eval_every=300, progress=False, demo=False))
+    from bertforge.cli import main
+    out = tmp_path / "learn"  # the command as measured (its defaults for the tiny preset, e.g. the learning rate)
+    assert main(["pretrain", "--config", "deberta-v3-tiny", "--max-steps", "800", "--seq-len", "64", "--batch-size",
+                 "32", "--eval-fraction", "0.05", "--eval-every", "200", "--out", str(out), "--no-progress"]) == 0
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     evals = [r for r in rows if r.get("type") == "eval"]
     assert evals[-1]["eval_mlm_loss"] < evals[0]["eval_mlm_loss"] - 2.0
