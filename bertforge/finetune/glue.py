@@ -36,7 +36,7 @@ from ..core.system import setup_runtime
 from .api import check_output_dir, evaluate, finetune, make_settings
 from .config import FinetuneConfig, check_int
 from .data import TextExample, read_classification
-from ..core.hub import model_reference
+from ..core.hub import looks_like_hub_id, model_reference
 
 log = logging.getLogger("bertforge")
 
@@ -278,7 +278,7 @@ def glue_table(label: str, scores_by_task: dict[str, dict[str, float]]) -> str:
 
 def model_label(model: str | Path) -> str:
     """How the table names a model: its directory's name (and its parent's for a fine-tuning run's `model/`)."""
-    if model_reference(model) == str(model) and not Path(model).exists():  # a Hub id names itself
+    if looks_like_hub_id(str(model)) and not Path(model).exists():  # a Hub id names itself
         return str(model).replace("/", "-")
     path = Path(model).resolve()
     return f"{path.parent.name}/{path.name}" if path.name == "model" and path.parent.name else path.name

@@ -35,14 +35,14 @@ def _segments(hidden: Tensor, lengths: list[int]) -> Tensor:
     return torch.repeat_interleave(torch.arange(len(lengths), device=hidden.device), counts)
 
 
-def mean_pool(hidden: Tensor, lengths: list[int], weights: Tensor | None = None) -> Tensor:
+def mean_pool(hidden: Tensor, lengths: list[int], weights: Tensor | None = None, segment: Tensor | None = None) -> Tensor:
     """Mean of each sequence's rows of a packed [T, H] matrix (sequences end to end) → [B, H]; with `weights` [T],
-    the weighted mean.
+    the weighted mean (`segment`: each row's sequence number, when the caller has it already).
 
     One segment sum (`index_add` of every row into its sequence's row) instead of a mean per length group and a
     `cat`: one pass over [T, H] whatever the number of distinct lengths. Differentiable (the trainer uses it).
     """
-    segment = _segments(hidden, lengths)  # [T]: each row's sequence
+    segment = _segments(hidden, lengths) if segment is None else segment  # [T]: each row's sequence
     rows = hidden if weights is None else hidden * weights.unsqueeze(1).to(hidden.dtype)
     sums = hidden.new_zeros(len(lengths), hidden.shape[-1]).index_add(0, segment, rows)  # [B, H]
     if weights is None:
@@ -68,7 +68,7 @@ def pool(hidden: Tensor, lengths: list[int], starts: list[int], pooling: str, no
         segment = _segments(hidden, lengths)
         first = torch.tensor(starts, device=hidden.device)[segment]  # [T]: each row's sequence start
         weights = (torch.arange(hidden.shape[0], device=hidden.device) - first + 1).to(torch.float32)
-        pooled = mean_pool(hidden, lengths, weights)
+        pooled = mean_pool(hidden, lengths, weights, segment)
     elif pooling == "max":
         index = _segments(hidden, lengths).unsqueeze(1).expand_as(hidden)
         pooled = hidden.new_zeros(len(lengths), hidden.shape[-1]).scatter_reduce(
