@@ -1,5 +1,5 @@
 """The model, tokenizer and data of a pretraining run: the run's model config (the tokenizer's vocabulary), the
-memory check every rank agrees on, the weights it starts from, DDP/FSDP wrapping, the tokenizer it uses (or trains)
+memory check every rank agrees on, the weights it starts from, the tokenizer it uses (or trains)
 and its training stream (dynamic or static masking)."""
 
 from __future__ import annotations
@@ -22,27 +22,6 @@ from ..core.system import Runtime, all_ranks_agree, on_main
 
 if TYPE_CHECKING:
     from ..tokenizer import Tokenizer
-
-
-def wrap_model(model: torch.nn.Module, rt: Runtime, fsdp: bool, compile: bool) -> torch.nn.Module:
-    """DDP (or FSDP, per layer and whole) when several processes run, then torch.compile if asked."""
-    wrapped: torch.nn.Module = model
-    if fsdp:
-        if not rt.distributed:
-            raise BertforgeError("--fsdp needs several processes: launch with torchrun --nproc-per-node N")
-        from torch.distributed.fsdp import fully_shard
-
-        for block in model.blocks():  # type: ignore[operator]
-            fully_shard(block)
-        fully_shard(model)
-    elif rt.distributed:
-        from torch.nn.parallel import DistributedDataParallel
-
-        ids = [rt.local_rank] if rt.device.type == "cuda" else None
-        wrapped = DistributedDataParallel(model, device_ids=ids)
-    if compile:
-        wrapped = torch.compile(wrapped)
-    return wrapped
 
 
 def run_model_config(base: BertConfig, tokenizer: Tokenizer, args: PretrainArgs) -> BertConfig:

@@ -33,7 +33,8 @@ from ..model.config import BertConfig
 from ..training.optim import make_optimizer, warmup_decay
 from .args import PRETRAINING, PretrainArgs
 from .eval import HeldOutEvaluation, build_eval_set
-from .build import build_stream, check_fits, choose_tokenizer, initial_model, run_model_config, wrap_model
+from .build import build_stream, check_fits, choose_tokenizer, initial_model, run_model_config
+from ..training.parallel import wrap_model
 from .objectives import Objective, network_dir
 from .rtd import ReplacedTokenObjective, initial_rtd_model, memory_config
 from .report import metrics_summary, plot_metrics, show_predictions

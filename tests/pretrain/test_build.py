@@ -1,12 +1,12 @@
 """`bertforge.pretrain.build`: the run's model config (the tokenizer's vocabulary), the weights it starts from,
-the wrapping of one process, and the tokenizer it chooses."""
+and the tokenizer it chooses."""
 
 from __future__ import annotations
 
 import torch
 
 from bertforge.model import BertForPreTraining
-from bertforge.pretrain.build import choose_tokenizer, initial_model, run_model_config, wrap_model
+from bertforge.pretrain.build import choose_tokenizer, initial_model, run_model_config
 from bertforge.core.system import Runtime
 from tests.helpers import tiny_config, tiny_run_args
 
@@ -25,10 +25,9 @@ def test_the_run_config_takes_the_tokenizers_vocabulary(corpus_and_tokenizer, tm
     assert run_model_config(base, None, args).vocab_size == args.vocab_size  # rank > 0 before rank 0 trained one
 
 
-def test_initial_weights_come_from_the_seed_and_one_process_is_not_wrapped(corpus_and_tokenizer, tmp_path):
+def test_initial_weights_come_from_the_seed(corpus_and_tokenizer, tmp_path):
     args = tiny_run_args(corpus_and_tokenizer, tmp_path / "run", seed=3)
     config = tiny_config()
     first, again = initial_model(config, args, False, True), initial_model(config, args, False, True)
     assert isinstance(first, BertForPreTraining)
     assert all(torch.equal(a, b) for a, b in zip(first.state_dict().values(), again.state_dict().values()))
-    assert wrap_model(first, ONE_PROCESS, fsdp=False, compile=False) is first
