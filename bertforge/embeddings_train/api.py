@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import gc
 import json
 import logging
 from pathlib import Path
@@ -81,7 +82,10 @@ def train_embeddings(config: EmbeddingsConfig | None = None, **settings: Any) ->
     with lifecycle.guarded():  # a failure puts back a run --overwrite set aside; the lock goes either way
         lifecycle.lock(lambda: None if (out / RUN_MARKER).is_file() else _refuse_foreign(out))
         summary = _train(cfg, out, rt, lifecycle)
-    teardown_runtime(rt)  # on success only: after an error, other ranks may still be inside a collective
+    # on success only (after an error, other ranks may still be inside a collective), once the DDP wrapper, which
+    # holds the process group, is gone (see `Pretrainer.finish`: destroyed last inside the wrapper, it can hang)
+    gc.collect()
+    teardown_runtime(rt)
     return summary
 
 
@@ -127,6 +131,7 @@ def _train(cfg: EmbeddingsConfig, out: Path, rt: Runtime, lifecycle: RunLifecycl
     resumed = cfg.resume and run.resume()
     metrics = open_metrics(out, cfg.resume, resumed, run.stepper.step, enabled=rt.is_main)
     result = run_logged(run, metrics, "training embeddings", lifecycle)
+    run.encoder = getattr(run.encoder, "module", run.encoder)  # the DDP wrapper goes (see `train_embeddings`)
     lifecycle.checkpointed()  # (done at the first checkpoint already)
     summary = {
         "train": cfg.train, "shape": train_data.shape, "loss": loss_name, "dev": cfg.dev, "main_metric": metric,
