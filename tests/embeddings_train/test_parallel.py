@@ -79,19 +79,25 @@ def largest_gap(a: dict, b: dict) -> float:
     return max((a[k].double() - b[k].double()).abs().max().item() for k in a)
 
 
-@pytest.mark.parametrize("mini", [None, pytest.param(6, marks=pytest.mark.slow)], ids=["plain", "cached"])
-def test_two_processes_equal_one_at_the_same_global_batch(inputs, tmp_path, one_thread, mini):
+# (settings, optimizer steps): batches of 5 are shared 3 + 2, and with --mini-batch-size 4 the ranks run two and one
+# mini-batches (6 and 4 texts), the last batch (2 pairs) one each
+CASES = [({}, 4), pytest.param({"mini_batch_size": 6}, 4, marks=pytest.mark.slow),
+         pytest.param({"batch_size": 5, "mini_batch_size": 4, "symmetric": True, "matryoshka_dims": "32,16"}, 7,
+                      marks=pytest.mark.slow)]
+
+
+@pytest.mark.parametrize(("settings", "steps"), CASES, ids=["plain", "cached", "uneven-symmetric-matryoshka"])
+def test_two_processes_equal_one_at_the_same_global_batch(inputs, tmp_path, one_thread, settings, steps):
     model, _, train = inputs
-    settings = {"mini_batch_size": mini} if mini else {}
-    train_embeddings(model=str(model), train=str(train), out=str(tmp_path / "one"), **RUN, **settings)
+    train_embeddings(model=str(model), train=str(train), out=str(tmp_path / "one"), **{**RUN, **settings})
     done = two_processes(arguments(model, train, tmp_path / "two", **settings))
     assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.count('"train_steps": 4') == 1  # the summary, printed once (by rank 0)
+    assert done.stdout.count(f'"train_steps": {steps}') == 1  # the summary, printed once (by rank 0)
     one, two = train_losses(tmp_path / "one"), train_losses(tmp_path / "two")
-    assert len(one) == len(two) == 4
+    assert len(one) == len(two) == steps
     assert max(abs(a - b) for a, b in zip(one, two)) < 1e-5, (one, two)
     assert largest_gap(weights(tmp_path / "one"), weights(tmp_path / "two")) < 1e-5
-    assert [p.name for p in (tmp_path / "two" / "checkpoints").iterdir()] == ["step-4"]
+    assert [p.name for p in (tmp_path / "two" / "checkpoints").iterdir()] == [f"step-{steps}"]
 
 
 @pytest.mark.slow
