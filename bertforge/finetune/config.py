@@ -102,11 +102,9 @@ class FinetuneConfig(DataOptions):
         for name in ("model", "train", "dev", "out"):
             if not isinstance(getattr(self, name), str) or not getattr(self, name):
                 raise BertforgeError(f"finetune needs {name!r} (a path)")
-        for name in ("epochs", "batch_size", "grad_accum", "log_every", "max_skipped_steps", "keep_checkpoints"):
+        for name in ("epochs", "batch_size", "grad_accum", "log_every", "max_skipped_steps"):
             check_int(name, getattr(self, name), 1)
-        check_int("save_every", self.save_every, 0)
-        if self.resume and self.overwrite:
-            raise BertforgeError("--resume and --overwrite contradict each other; choose one")
+        check_checkpointing(self)
         for name in ("eval_every", "early_stop"):
             if getattr(self, name) is not None:
                 check_int(name, getattr(self, name), 1)
@@ -148,6 +146,15 @@ class FinetuneConfig(DataOptions):
         if not isinstance(data, dict):
             raise BertforgeError(f"{path}: expected a JSON object")
         return cls.from_dict(data, str(path))
+
+
+def check_checkpointing(settings: Any) -> None:
+    """The checkpoint settings every fine-tuning-style trainer shares: save_every, keep_checkpoints, resume (not
+    with overwrite)."""
+    check_int("keep_checkpoints", settings.keep_checkpoints, 1)
+    check_int("save_every", settings.save_every, 0)
+    if settings.resume and settings.overwrite:
+        raise BertforgeError("--resume and --overwrite contradict each other; choose one")
 
 
 def check_optimization(settings: Any) -> None:
