@@ -30,6 +30,7 @@ from .evaluation import main_metric, retrieval_metrics, retrieval_set, similarit
 from .losses import make_loss
 from .trainer import EmbeddingTraining, encode_pairs
 from ..core.hub import model_path, model_reference
+from ..data.tables import InMemory, split_in_memory
 
 log = logging.getLogger("bertforge")
 
@@ -50,18 +51,20 @@ def train_embeddings(config: EmbeddingsConfig | None = None, **settings: Any) ->
     Returns the contents of `eval.json`.
     """
     cfg = config if config is not None else make_settings(EmbeddingsConfig, settings)
+    cfg, rows = split_in_memory(cfg, ("train", "dev"))  # rows in memory: the settings record a description
     cfg.validate()
     device = setup_runtime(cfg.device, distributed=False).device
-    paths = {k: str(Path(getattr(cfg, k)).resolve()) for k in ("train", "dev", "out") if getattr(cfg, k)}
+    paths = {k: str(Path(getattr(cfg, k)).resolve()) for k in ("train", "dev", "out") if getattr(cfg, k)
+             and k not in rows}
     paths["model"] = model_reference(cfg.model) if cfg.model else cfg.model
     cfg = dataclasses.replace(cfg, **paths)
     out = Path(cfg.out)
     with lock_run_directory(out, "train-embeddings"):
         check_output_dir(out, cfg.overwrite, RUN_MARKER, "train-embeddings run")
-        return _train(cfg, out, device)
+        return _train(cfg, out, device, rows)
 
 
-def _train(cfg: EmbeddingsConfig, out: Path, device: torch.device) -> dict[str, Any]:
+def _train(cfg: EmbeddingsConfig, out: Path, device: torch.device, rows: dict[str, InMemory]) -> dict[str, Any]:
     from ..tokenizer import Tokenizer
 
     tokenizer = Tokenizer.from_pretrained(cfg.model)
@@ -69,8 +72,8 @@ def _train(cfg: EmbeddingsConfig, out: Path, device: torch.device) -> dict[str, 
     declared = sentence_transformers_settings(model_path(cfg.model))
     pooling = cfg.pooling or declared.get("pooling", "mean")
     max_length = _max_length(cfg, declared, model_config, tokenizer)
-    train_data = read_pairs(cfg.train)
-    dev_data = read_pairs(cfg.dev) if cfg.dev else None
+    train_data = read_pairs(rows.get("train", cfg.train))
+    dev_data = read_pairs(rows.get("dev", cfg.dev)) if cfg.dev else None
     loss_name = _loss_name(cfg, train_data)
     dims = cfg.dims()
     if dims and dims[0] > model_config.hidden_size:
