@@ -149,7 +149,11 @@ def refuse_description(path: str | Path) -> None:
 
 def split_in_memory(settings: Any, names: tuple[str, ...]) -> tuple[Any, dict[str, InMemory]]:
     """Settings whose `names` fields hold in-memory data get their description instead (a JSON string, what the
-    settings file records); the data itself comes back by field name."""
+    settings file records); the data itself comes back by field name. A description given as a path (a settings
+    file replayed) is refused."""
+    for name in names:
+        if is_path(getattr(settings, name)):
+            refuse_description(getattr(settings, name))
     data = {name: in_memory(getattr(settings, name), name) for name in names
             if getattr(settings, name) is not None and not is_path(getattr(settings, name))}
     if not data:

@@ -66,12 +66,17 @@ class TaggedSentence:
 # ---------------------------------------------------------------------------------------------------- helpers
 
 
-def read_text_file(path: str | Path) -> str:
-    if not is_path(path):
-        raise BertforgeError(f"rows in memory ({type(path).__name__}) are read for classification and "
+def file_path(data: Any) -> Path:
+    """The path of a task file; rows in memory are refused (readers of records take them: `record_source`)."""
+    if not is_path(data):
+        raise BertforgeError(f"rows in memory ({type(data).__name__}) are read for classification and "
                              f"train-embeddings; this task reads a file: pass its path")
-    refuse_description(path)
-    path = Path(path)
+    refuse_description(data)
+    return Path(data)
+
+
+def read_text_file(path: str | Path) -> str:
+    path = file_path(path)
     if not path.is_file():
         raise BertforgeError(f"{path}: no such file")
     try:
@@ -367,7 +372,7 @@ def read_conll(path: str | Path, require_labels: bool = True) -> list[TaggedSent
     Every word line must have as many columns as the first one. With `require_labels` False (prediction) a file
     of one column is words only; otherwise the file needs at least two columns.
     """
-    path = Path(path)
+    path = file_path(path)
     text = read_text_file(path)
     sentences: list[TaggedSentence] = []
     words: list[str] = []
@@ -444,7 +449,7 @@ def read_token_inputs(path: str | Path, split_words: Any) -> list[TaggedSentence
     """Unlabelled token-classification input: a CoNLL file, or JSONL objects with "tokens" (a list of words) or
     "text" (split into words by `split_words(text) -> [(word, (start, end)), ...]`, the tokenizer's
     pre-tokenizer, so that predicted entities can carry character offsets)."""
-    path = Path(path)
+    path = file_path(path)
     if file_format(path) != "jsonl":
         return read_conll(path, require_labels=False)
     sentences = []
