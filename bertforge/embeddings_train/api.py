@@ -42,7 +42,9 @@ def train_embeddings(config: EmbeddingsConfig | None = None, **settings: Any) ->
     """Train a sentence-embedding model on pairs, triplets or scored pairs; write a sentence-transformers model.
 
     Pass an `EmbeddingsConfig`, or its fields as keywords: `train_embeddings(model=..., train="pairs.tsv",
-    dev="dev.tsv", out=..., batch_size=256, mini_batch_size=32)`. Everything is read and checked before training;
+    dev="dev.tsv", out=..., batch_size=256, mini_batch_size=32)`; `train` and `dev` may also be rows in memory (a
+    list of dicts, a dict of lists, a `datasets.Dataset`), recorded in the settings file as `<in-memory: N rows,
+    sha256 …>` (such a run cannot be replayed from it). Everything is read and checked before training;
     `out` appears only when the run has finished, holding the model (config.json, model.safetensors, the tokenizer,
     `modules.json`, `sentence_bert_config.json`, `1_Pooling/`, `2_Normalize/`: `SentenceTransformer(out)` and
     `bertforge.pipeline("embed", model=out)` both load it), `eval.json` (dev metrics before training and at the best

@@ -47,7 +47,10 @@ def finetune(config: FinetuneConfig | None = None, **settings: Any) -> dict[str,
     """Fine-tune a pretrained model on a task and write the run's directory.
 
     Pass a `FinetuneConfig`, or its fields as keywords: `finetune(task="ner", model=..., train=..., dev=...,
-    out=..., epochs=2)`. Everything is read and checked before `out` changes. `out` holds:
+    out=..., epochs=2)`. For classification, `train` and `dev` may also be rows in memory (a list of dicts, a dict
+    of lists, a `datasets.Dataset`: `bertforge.data.tables`), which `finetune_config.json` records as
+    `<in-memory: N rows, sha256 …>` (such a run resumes, but cannot be replayed from that file). Everything is
+    read and checked before `out` changes. `out` holds:
 
     * `model/` — the best checkpoint and its tokenizer, in the Hugging Face layout (`id2label` / `label2id` in
       config.json), loadable by `transformers`' `BertFor...` class of the task;
@@ -154,7 +157,8 @@ def _finetune(cfg: FinetuneConfig, out: Path, rt: Runtime, lifecycle: RunLifecyc
 def evaluate(
     task: str, model: str | Path, data: str | Path, *, quantize: str | None = None, **options: Any
 ) -> dict[str, Any]:
-    """Score a fine-tuned model on a labelled file; returns the task's metrics (and the mean "loss").
+    """Score a fine-tuned model on a labelled file (classification: or rows in memory, as `finetune` takes them);
+    returns the task's metrics (and the mean "loss").
 
     `options` are `DataOptions` fields (max_length, text_column, doc_stride, eval_batch_size, device, ...); use the
     ones the model was fine-tuned with. `quantize="int8"`: score the model with int8 dense layers, on the CPU
@@ -168,9 +172,11 @@ def predict(
     task: str, model: str | Path, input: str | Path, output: str | Path | None = None, *,
     quantize: str | None = None, **options: Any
 ) -> list[dict[str, Any]]:
-    """Predictions of a fine-tuned model for each example of `input` (labels there are not needed, and ignored).
+    """Predictions of a fine-tuned model for each example of `input` (labels there are not needed, and ignored;
+    classification: a file or rows in memory, as `finetune` takes them).
 
-    Classification gives {"label", "score", "probabilities"} (or {"score"} for regression), NER {"tokens", "tags",
+    Classification gives {"label", "score", "probabilities"} ({"labels": [{"label", "score"}, ...],
+    "probabilities"} for a multi-label model: every label of probability at least 0.5; {"score"} for regression), NER {"tokens", "tags",
     "entities"}, QA {"id", "answer", "start", "end", "score", "null_score"}. With `output`, they are also written
     there as JSONL, atomically (never over `input` or a file of `model`). `quantize="int8"`: int8 dense layers, on
     the CPU (`bertforge.model.quantize`).
