@@ -34,6 +34,7 @@ from .evaluation import main_metric, retrieval_metrics, retrieval_set, similarit
 from .losses import make_loss
 from .trainer import EmbeddingTraining, encode_pairs
 from ..core.hub import model_path, model_reference
+from ..data.tables import InMemory, split_in_memory
 
 log = logging.getLogger("bertforge")
 
@@ -56,7 +57,9 @@ def train_embeddings(config: EmbeddingsConfig | None = None, **settings: Any) ->
     """Train a sentence-embedding model on pairs, triplets or scored pairs; write a sentence-transformers model.
 
     Pass an `EmbeddingsConfig`, or its fields as keywords: `train_embeddings(model=..., train="pairs.tsv",
-    dev="dev.tsv", out=..., batch_size=256, mini_batch_size=32)`. Everything is read and checked before `out`
+    dev="dev.tsv", out=..., batch_size=256, mini_batch_size=32)`; `train` and `dev` may also be rows in memory (a
+    list of dicts, a dict of lists, a `datasets.Dataset`), recorded in the settings file as `<in-memory: N rows,
+    sha256 …>` (such a run cannot be replayed from it). Everything is read and checked before `out`
     changes. At the end `out` holds the model (config.json, model.safetensors, the tokenizer, `modules.json`,
     `sentence_bert_config.json`, `1_Pooling/`, `2_Normalize/`: `SentenceTransformer(out)` and
     `bertforge.pipeline("embed", model=out)` both load it), `eval.json` (dev metrics before training and at the best
@@ -70,9 +73,11 @@ def train_embeddings(config: EmbeddingsConfig | None = None, **settings: Any) ->
     Returns the contents of `eval.json`.
     """
     cfg = config if config is not None else make_settings(EmbeddingsConfig, settings)
+    cfg, rows = split_in_memory(cfg, ("train", "dev"))  # rows in memory: the settings record a description
     cfg.validate()
     rt = setup_runtime(cfg.device)  # torchrun's process group, before anything is read or written
-    paths = {k: str(Path(getattr(cfg, k)).resolve()) for k in ("train", "dev", "out") if getattr(cfg, k)}
+    paths = {k: str(Path(getattr(cfg, k)).resolve()) for k in ("train", "dev", "out") if getattr(cfg, k)
+             and k not in rows}
     paths["model"] = model_reference(cfg.model) if cfg.model else cfg.model
     cfg = dataclasses.replace(cfg, **paths)
     out = Path(cfg.out)
@@ -81,7 +86,7 @@ def train_embeddings(config: EmbeddingsConfig | None = None, **settings: Any) ->
     lifecycle = RunLifecycle(RunDirectory(out, cfg.resume, cfg.overwrite, saved, EMBEDDINGS), rt)
     with lifecycle.guarded():  # a failure puts back a run --overwrite set aside; the lock goes either way
         lifecycle.lock(lambda: None if (out / RUN_MARKER).is_file() else _refuse_foreign(out))
-        summary = _train(cfg, out, rt, lifecycle)
+        summary = _train(cfg, out, rt, lifecycle, rows)
     # on success only (after an error, other ranks may still be inside a collective), once the DDP wrapper, which
     # holds the process group, is gone (see `Pretrainer.finish`: destroyed last inside the wrapper, it can hang)
     gc.collect()
@@ -96,7 +101,8 @@ def _refuse_foreign(out: Path) -> None:
                              f"directory")
 
 
-def _train(cfg: EmbeddingsConfig, out: Path, rt: Runtime, lifecycle: RunLifecycle) -> dict[str, Any]:
+def _train(cfg: EmbeddingsConfig, out: Path, rt: Runtime, lifecycle: RunLifecycle,
+           rows: dict[str, InMemory]) -> dict[str, Any]:
     from ..tokenizer import Tokenizer
 
     device = rt.device
@@ -105,8 +111,8 @@ def _train(cfg: EmbeddingsConfig, out: Path, rt: Runtime, lifecycle: RunLifecycl
     declared = sentence_transformers_settings(model_path(cfg.model))
     pooling = cfg.pooling or declared.get("pooling", "mean")
     max_length = _max_length(cfg, declared, model_config, tokenizer)
-    train_data = read_pairs(cfg.train)
-    dev_data = read_pairs(cfg.dev) if cfg.dev else None
+    train_data = read_pairs(rows.get("train", cfg.train))
+    dev_data = read_pairs(rows.get("dev", cfg.dev)) if cfg.dev else None
     loss_name = _loss_name(cfg, train_data)
     dims = cfg.dims()
     if dims and dims[0] > model_config.hidden_size:

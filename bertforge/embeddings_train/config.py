@@ -22,7 +22,7 @@ class EmbeddingsConfig:
 
     model: str = option(help="starting model directory (a BERT checkpoint or a sentence-transformers model)",
                         metavar="DIR")
-    train: str = option(help="training pairs, triplets or scored pairs (TSV/CSV/JSONL)", metavar="FILE")
+    train: str = option(help="training pairs, triplets or scored pairs (TSV/CSV/JSONL/Parquet/Arrow)", metavar="FILE")
     dev: str | None = option(None, "held-out pairs (retrieval: MRR@10, NDCG@10, recall@k) or scored pairs "
                              "(Spearman), scored before training and at each evaluation", metavar="FILE")
     out: str = option(help="output: a sentence-transformers model directory, with the run's logs", metavar="DIR")
