@@ -13,7 +13,8 @@ import numpy as np
 
 from .engine import TRUNCATE_HINT, Engine
 from .errors import TIMED_OUT, ApiError, _error_body
-from .requests import _flag, _json_type, _predict_items, _texts, read_json
+from .metrics import CONTENT_TYPE
+from .requests import _flag, _json_type, _left, _predict_items, _texts, read_json
 from .responses import finite_rows, json_bytes, json_response, vectors_json
 
 log = logging.getLogger("bertforge")
@@ -37,7 +38,7 @@ def endpoint(handler: Callable[[Any, Engine], Any]) -> Callable[[Any], Any]:
         try:
             return await handler(request, engine)
         except ApiError as err:
-            headers = {"Retry-After": "1"} if err.status == 503 else None
+            headers = {"Retry-After": "1"} if err.status in (429, 503) else None
             return json_response(_error_body(request.url.path, err), err.status, headers)
         except ClientDisconnect:  # nobody to answer: the status is for /metrics only
             timed_out = request.scope.get(TIMED_OUT, False)
@@ -55,16 +56,16 @@ def endpoint(handler: Callable[[Any, Engine], Any]) -> Callable[[Any], Any]:
 
 
 async def _compute(engine: Engine, kind: str, items: list[Any], truncate: bool,
-                   hint: str = TRUNCATE_HINT) -> tuple[list[Any], int]:
+                   hint: str = TRUNCATE_HINT, left: bool = False) -> tuple[list[Any], int]:
     """Tokenize a request's inputs (in a thread for a large request), queue them, wait: their results and tokens.
-    `hint`: what the client can do about an input that is too long, on its route."""
+    `hint`: what the client can do about an input that is too long, on its route; `left`: cut its start."""
     chars = sum(len(x) for item in items for x in (item if isinstance(item, tuple) else (item,)))
     if chars > LARGE_REQUEST:
         from starlette.concurrency import run_in_threadpool
 
-        items, features, tokens = await run_in_threadpool(engine.tokenize, kind, items, truncate, hint)
+        items, features, tokens = await run_in_threadpool(engine.tokenize, kind, items, truncate, hint, left)
     else:
-        items, features, tokens = engine.tokenize(kind, items, truncate, hint)
+        items, features, tokens = engine.tokenize(kind, items, truncate, hint, left)
     return await engine.batcher.submit(kind, items, features, tokens), tokens
 
 
@@ -81,7 +82,7 @@ async def handle_embed(request: Any, engine: Engine) -> Any:
     texts, _ = _texts(body.get("inputs"), "inputs", engine.config.max_client_batch_size)
     normalize = _flag(body, "normalize", True)
     truncate = _flag(body, "truncate", engine.config.auto_truncate)
-    results, _ = await _compute(engine, "embed", texts, truncate)
+    results, _ = await _compute(engine, "embed", texts, truncate, left=_left(body))
     rows = np.stack(results)
     if normalize:
         rows = _normalize(rows)
@@ -138,7 +139,7 @@ async def handle_predict(request: Any, engine: Engine) -> Any:
     items, single = _predict_items(body.get("inputs"), engine.config.max_client_batch_size)
     raw = _flag(body, "raw_scores", False)
     truncate = _flag(body, "truncate", engine.config.auto_truncate)
-    results, _ = await _compute(engine, "classify_raw" if raw else "classify", items, truncate)
+    results, _ = await _compute(engine, "classify_raw" if raw else "classify", items, truncate, left=_left(body))
     return json_response(results[0] if single else list(results))
 
 
@@ -153,7 +154,7 @@ async def handle_rerank(request: Any, engine: Engine) -> Any:
     return_text = _flag(body, "return_text", False)
     truncate = _flag(body, "truncate", engine.config.auto_truncate)
     kind = "rerank_raw" if raw else "rerank"
-    scores, _ = await _compute(engine, kind, [(query, text) for text in texts], truncate)
+    scores, _ = await _compute(engine, kind, [(query, text) for text in texts], truncate, left=_left(body))
     ranked = engine.pipelines[kind].ranking(scores, texts, return_documents=return_text)
     for entry in ranked:  # TEI's name for sentence-transformers' corpus_id
         entry["index"] = entry.pop("corpus_id")
@@ -191,5 +192,4 @@ async def handle_health(request: Any, engine: Engine) -> Any:
 async def handle_metrics(request: Any, engine: Engine) -> Any:
     from starlette.responses import Response
 
-    text = engine.metrics.render(engine.batcher.depth(), engine.config.max_queue, engine.batcher.in_flight)
-    return Response(text, media_type="text/plain; version=0.0.4; charset=utf-8")
+    return Response(engine.metrics.render(), media_type=CONTENT_TYPE)

@@ -112,12 +112,21 @@ def block_worker(engine: Engine, kind: str = "embed") -> tuple[threading.Event, 
 
 
 def metric(text: str, name: str, **labels: str) -> float:
-    """The value of one sample of a Prometheus text page."""
-    want = ",".join(f'{k}="{v}"' for k, v in labels.items())
-    pattern = rf"^{re.escape(name)}{re.escape('{' + want + '}') if want else ''} (\S+)$"
-    found = re.findall(pattern, text, flags=re.M)
-    assert len(found) == 1, f"{name}{{{want}}} not on the metrics page"
-    return float(found[0])
+    """The value of one sample of a Prometheus text page: `name` with exactly `labels`, in any order."""
+    found = [value for sample, sample_labels, value in samples(text) if sample == name and sample_labels == labels]
+    assert len(found) == 1, f"{name}{labels} not on the metrics page"
+    return found[0]
+
+
+def samples(text: str) -> list[tuple[str, dict[str, str], float]]:
+    """Every sample of a Prometheus text page: (name, labels, value)."""
+    out = []
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            m = re.fullmatch(r'([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)', line)
+            assert m, f"not a sample line: {line!r}"
+            out.append((m.group(1), dict(re.findall(r'(\w+)="([^"]*)"', m.group(2) or "")), float(m.group(3))))
+    return out
 
 
 def connect(s: ThreadServer) -> socket.socket:
@@ -159,6 +168,5 @@ class LogRecords(logging.Handler):
 
 def statuses(s: ThreadServer, route: str) -> dict[int, float]:
     """The requests of `route` counted on /metrics, by status."""
-    text = s.client.get("/metrics").text
-    return {status: metric(text, "bertforge_requests_total", route=route, status=str(status))
-            for status in (200, 408, 413, 499, 500) if f'route="{route}",status="{status}"' in text}
+    return {int(labels["status"]): value for name, labels, value in samples(s.client.get("/metrics").text)
+            if name == "bertforge_requests_total" and labels["route"] == route}
