@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from bertforge import BertForSequenceClassification, BertModel
+from bertforge import BertForMaskedLM, BertForSequenceClassification, BertModel
 from bertforge.serve import Engine, ServeConfig, create_app
 from tests.helpers import SPECIALS, tiny_config, write_uncased_tokenizer
 
@@ -46,11 +46,12 @@ def _save(directory: Path, cls: type, **labels) -> Path:
 
 
 def save_models(root: Path) -> dict[str, Path]:
-    """`models` under `root` (also the fixture of the command tests, `tests/commands/test_serve.py`)."""
+    """The embedding, classification and MLM models under `root` (also the fixture of the command tests, `tests/commands/test_serve.py`)."""
     return {
         "embed": _save(root / "embed", BertModel),
         "classify": _save(root / "classify", BertForSequenceClassification, id2label={0: "neg", 1: "pos"},
                           label2id={"neg": 0, "pos": 1}),
+        "mlm": _save(root / "mlm", BertForMaskedLM),  # an MLM head: /embed_sparse (SPLADE)
     }
 
 
