@@ -25,6 +25,9 @@ log = logging.getLogger("bertforge")
 
 #: The GIL switch interval of a serving process (Python's default: 5 ms); see `_tune_serving_process`.
 SWITCH_INTERVAL = 0.0005
+#: Seconds a worker of `--workers N` may leave uvicorn's supervisor's ping unanswered before it is killed and
+#: replaced (uvicorn's default, 5 s, killed workers still importing torch on a loaded machine, over and over).
+WORKER_HEALTHCHECK = 30
 
 
 def _require_server_stack() -> None:
@@ -162,6 +165,10 @@ def run_server(config: ServeConfig, host: str = "127.0.0.1", port: int = 8080, w
     os.environ[ENV_CONFIG] = config.to_json()
     # The workers' metrics: each keeps its values in files here, and /metrics sums them (`metrics.Metrics`).
     os.environ[MULTIPROC_ENV] = directory = tempfile.mkdtemp(prefix="bertforge-metrics-")
+    import inspect
+
+    if "timeout_worker_healthcheck" in inspect.signature(uvicorn.Config).parameters:  # uvicorn >= 0.30
+        options["timeout_worker_healthcheck"] = WORKER_HEALTHCHECK
     try:
         uvicorn.run("bertforge.serve:app_from_environment", factory=True, workers=workers, **options)
     finally:

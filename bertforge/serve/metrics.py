@@ -32,6 +32,30 @@ def multiprocess_mode() -> bool:
     return values.ValueClass is not values.MutexValue
 
 
+def _forget_dead_workers() -> None:
+    """Drop the gauges of workers that died without saying so (killed: uvicorn's supervisor replaces them), so the
+    summed gauges count the workers alive only. Their counters stay: what they served was served."""
+    directory = os.environ.get(MULTIPROC_ENV)
+    if not directory or not os.path.isdir(directory):
+        return
+    from prometheus_client import multiprocess
+
+    for name in os.listdir(directory):
+        pid = name.rsplit("_", 1)[-1].removesuffix(".db")
+        if name.startswith("gauge_live") and pid.isdigit() and not _alive(int(pid)):
+            multiprocess.mark_process_dead(int(pid), directory)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 class Metrics:
     """The server's metrics. In one process they live in this object's own registry (so several servers in one
     process, as in the tests, count apart); in multi-process mode in the worker's files."""
@@ -41,6 +65,8 @@ class Metrics:
 
         prom.disable_created_metrics()  # no `_created` series: the counters are what they were before
         self.multiprocess = multiprocess_mode()
+        if self.multiprocess:
+            _forget_dead_workers()
         self.registry = prom.CollectorRegistry()
         common: dict[str, Any] = {"registry": None if self.multiprocess else self.registry}
         live: dict[str, Any] = dict(common, multiprocess_mode="livesum")  # summed over the workers alive
