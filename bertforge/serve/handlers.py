@@ -55,10 +55,11 @@ def endpoint(handler: Callable[[Any, Engine], Any]) -> Callable[[Any], Any]:
     return run
 
 
-async def _compute(engine: Engine, kind: str, items: list[Any], truncate: bool,
-                   hint: str = TRUNCATE_HINT, left: bool = False) -> tuple[list[Any], int]:
+async def _compute(engine: Engine, kind: str, items: list[Any], truncate: bool, hint: str = TRUNCATE_HINT,
+                   left: bool = False, max_tokens: int | None = None) -> tuple[list[Any], int]:
     """Tokenize a request's inputs (in a thread for a large request), queue them, wait: their results and tokens.
-    `hint`: what the client can do about an input that is too long, on its route; `left`: cut its start."""
+    `hint`: what the client can do about an input that is too long, on its route; `left`: cut its start;
+    `max_tokens`: a request of more tokens gets 413 before it is queued."""
     chars = sum(len(x) for item in items for x in (item if isinstance(item, tuple) else (item,)))
     if chars > LARGE_REQUEST:
         from starlette.concurrency import run_in_threadpool
@@ -66,6 +67,9 @@ async def _compute(engine: Engine, kind: str, items: list[Any], truncate: bool,
         items, features, tokens = await run_in_threadpool(engine.tokenize, kind, items, truncate, hint, left)
     else:
         items, features, tokens = engine.tokenize(kind, items, truncate, hint, left)
+    if max_tokens is not None and tokens > max_tokens:
+        raise ApiError(413, f"the inputs hold {tokens} tokens, more than this route answers for in one request "
+                            f"({max_tokens}, --max-batch-tokens); send fewer inputs per request", "Payload")
     return await engine.batcher.submit(kind, items, features, tokens), tokens
 
 

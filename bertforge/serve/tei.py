@@ -18,13 +18,16 @@ from .responses import _json_floats, finite_rows, json_bytes, json_response
 
 async def handle_embed_all(request: Any, engine: Engine) -> Any:
     """Every token's last hidden state, special tokens included: `[[[float, ...], ...], ...]`, one array of
-    token vectors per input (the feature-extraction pipeline's)."""
+    token vectors per input (the feature-extraction pipeline's). The answer grows with the tokens, not the inputs:
+    a request may hold at most `max_batch_tokens` of them (413 past it), so one answer stays within about
+    10 bytes x max_batch_tokens x hidden size."""
     body = await read_json(request, engine.config.max_body_bytes, LARGE_REQUEST)
     _need(engine, "embed", "/embed_all")
     _no_prompt(body)
     texts, _ = _texts(body.get("inputs"), "inputs", engine.config.max_client_batch_size)
     truncate = _flag(body, "truncate", engine.config.auto_truncate)
-    results, _ = await _compute(engine, "embed_all", texts, truncate, left=_left(body))
+    results, _ = await _compute(engine, "embed_all", texts, truncate, left=_left(body),
+                                max_tokens=engine.config.max_batch_tokens)
     from starlette.responses import Response
 
     return Response(json_bytes([finite_rows(rows) for rows in results]), media_type="application/json")

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 import bertforge
-from tests.serve.serve_helpers import LONG, SENTENCES
+from bertforge.serve import ServeConfig
+from tests.serve.serve_helpers import LONG, SENTENCES, ThreadServer
 
 httpx = pytest.importorskip("httpx", reason="needs httpx: pip install -e '.[test]'")
 uvicorn = pytest.importorskip("uvicorn", reason="needs uvicorn: pip install -e '.[serve,test]'")
@@ -58,6 +59,12 @@ def test_embed_all_truncates_either_end(embed_server, models):
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-4)
         ends.append(got)
     assert np.abs(ends[0] - ends[1]).max() > 0.1  # the two ends of the text really differ
+    r = embed_server.client.post("/embed_all", json={"inputs": [text] * 8, "truncate": True})
+    assert r.status_code == 200 and len(r.json()) == 8  # 8 x 64 = 512 tokens
+    with ThreadServer(ServeConfig(model=str(models["embed"]), max_batch_tokens=500)) as small:
+        r = small.client.post("/embed_all", json={"inputs": [text] * 8, "truncate": True})
+        assert r.status_code == 413 and "512 tokens" in r.json()["error"]  # its answer is every token's vector
+        assert small.client.post("/embed", json={"inputs": [text] * 8, "truncate": True}).status_code == 200
     r = embed_server.client.post("/embed_all", json={"inputs": "x", "truncation_direction": "Up"})
     assert r.status_code == 422 and "truncation_direction" in r.json()["error"]
 
