@@ -89,10 +89,15 @@ class Metrics:
                                            buckets=TOKEN_BUCKETS, **common)
         self.batch_seconds = prom.Histogram("bertforge_batch_duration_seconds", "Compute time of one pipeline "
                                             "call.", buckets=LATENCY_BUCKETS, **common)
+        self._series: dict[tuple[str, int], tuple[Any, Any]] = {}  # (route, status) -> its counter and histogram
 
     def request(self, route: str, status: int, seconds: float) -> None:
-        self.requests.labels(route, str(status)).inc()
-        self.latency.labels(route).observe(seconds)
+        series = self._series.get((route, status))
+        if series is None:  # `labels` looks the series up under a lock: once per (route, status) is enough
+            series = self._series[route, status] = (self.requests.labels(route, str(status)),
+                                                    self.latency.labels(route))
+        series[0].inc()
+        series[1].observe(seconds)
 
     def batch(self, requests: int, inputs: int, tokens: int, seconds: float) -> None:
         self.batch_requests.observe(requests)

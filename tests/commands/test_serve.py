@@ -20,6 +20,9 @@ from bertforge.commands.serve import TEI_ENVIRONMENT
 from tests.serve.serve_helpers import LONG, SENTENCES, TIMEOUT, free_port, metric, save_models
 
 TEI_VARIABLES = {variable for variable, _, _ in TEI_ENVIRONMENT.values()}
+#: Seconds a server may take to answer /health, and --workers 2 to exit after SIGTERM: three processes load torch
+#: (on the shared 2-core machine at a load of 15, startup took 35 to over 60 s, shutdown 6 to over 15 s).
+STARTUP, SHUTDOWN = 180, 60
 
 httpx = pytest.importorskip("httpx", reason="needs httpx: pip install -e '.[test]'")
 uvicorn = pytest.importorskip("uvicorn", reason="needs uvicorn: pip install -e '.[serve,test]'")
@@ -37,8 +40,8 @@ def _start(args: list[str], port: int, environ: dict[str, str] | None = None) ->
     env.update(PYTHONUNBUFFERED="1", **(environ or {}))
     where = [] if "PORT" in env else ["--host", "127.0.0.1", "--port", str(port)]
     proc = subprocess.Popen([sys.executable, "-m", "bertforge", "serve", *args, *where, "--log-level", "warning"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
-    deadline = time.monotonic() + 60
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    deadline = time.monotonic() + STARTUP
     while True:
         try:
             if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1.0).status_code == 200:
@@ -46,7 +49,7 @@ def _start(args: list[str], port: int, environ: dict[str, str] | None = None) ->
         except httpx.TransportError:
             pass
         if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
+            os.killpg(proc.pid, signal.SIGKILL)  # its workers too: they hold the output pipe open
             raise AssertionError(f"the server did not start: {proc.communicate(timeout=TIMEOUT)[0].decode()}")
         time.sleep(0.1)
 
@@ -102,10 +105,10 @@ def test_several_worker_processes(models):
             sock.sendall(b"GET /health HTTP/1.1\r\n")
             assert sock.recv(4096).startswith(b"HTTP/1.1 408 ")
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(TIMEOUT) == 0
+        assert proc.wait(SHUTDOWN) == 0
     finally:
         if proc.poll() is None:
-            proc.kill()
+            os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(TIMEOUT)
 
 
@@ -230,7 +233,7 @@ def test_metrics_count_the_requests_of_every_worker(models):
     port = free_port()
     proc = _start(["--model", str(models["embed"]), "--workers", "2", "--max-concurrent-requests", "5"], port)
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + STARTUP
         while len(workers := _workers(proc)) < 2:  # /health answered: at least one is up; wait for the other
             assert time.monotonic() < deadline, "the second worker never started"
             time.sleep(0.2)
@@ -253,9 +256,9 @@ def test_metrics_count_the_requests_of_every_worker(models):
             assert metric(page, "bertforge_batch_size_count") == 7
             assert metric(page, "bertforge_queue_limit") == 10  # 5 per worker, both alive
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(TIMEOUT) == 0
+        assert proc.wait(SHUTDOWN) == 0
         assert not directory.exists()
     finally:
         if proc.poll() is None:
-            proc.kill()
+            os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(TIMEOUT)
