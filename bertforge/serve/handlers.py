@@ -174,12 +174,14 @@ async def handle_info(request: Any, engine: Engine) -> Any:
         "max_batch_tokens": engine.config.max_batch_tokens,
         "max_client_batch_size": engine.config.max_client_batch_size,
         "max_queue": engine.config.max_queue,
+        "max_concurrent_requests": engine.config.max_queue,  # TEI's name for it
         "auto_truncate": engine.config.auto_truncate,
         "hidden_size": engine.hidden_size,
         "quantize": engine.config.quantize,
     }
     if engine.task == "embed":
         info["normalize_default"] = engine.default_normalize
+        info["sparse"] = "embed_sparse" in engine.pipelines  # /embed_sparse answers (an MLM head)
     else:
         info["labels"] = [engine.id2label[i] for i in range(len(engine.id2label))]
         info["score_function"] = engine.function

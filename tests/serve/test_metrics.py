@@ -18,6 +18,7 @@ def test_health_info_and_metrics(embed_server):
     assert client.get("/health").json() == {"status": "ok", "model": "embed", "task": "embed", "queue_depth": 0}
     info = client.get("/info").json()
     assert info["max_input_length"] == 64 and info["hidden_size"] == 32 and info["max_client_batch_size"] == 8
+    assert info["max_concurrent_requests"] == info["max_queue"] == 512
     before = client.get("/metrics").text
     n = sum(v for name, labels, v in samples(before)
             if name == "bertforge_requests_total" and labels == {"route": "/embed", "status": "200"})

@@ -88,6 +88,7 @@ def test_similarity_is_the_cosine_of_the_embeddings(embed_server):
 
 def test_embed_sparse_is_splade_from_the_mlm_logits(mlm_server, models):
     texts = SENTENCES[:3]
+    assert mlm_server.client.get("/info").json()["sparse"] is True
     r = mlm_server.client.post("/embed_sparse", json={"inputs": texts})
     assert r.status_code == 200
     tok = transformers.BertTokenizerFast.from_pretrained(str(models["mlm"]))
@@ -104,6 +105,7 @@ def test_embed_sparse_is_splade_from_the_mlm_logits(mlm_server, models):
 
 
 def test_embed_sparse_needs_an_mlm_head(embed_server):
+    assert embed_server.client.get("/info").json()["sparse"] is False
     r = embed_server.client.post("/embed_sparse", json={"inputs": "good"})
     assert r.status_code == 424  # TEI's status for a model that is not SPLADE
     assert r.json()["error_type"] == "Backend" and "needs a model with an MLM head" in r.json()["error"]
