@@ -125,6 +125,9 @@ def app_from_environment() -> Any:
 def run_server(config: ServeConfig, host: str = "127.0.0.1", port: int = 8080, workers: int = 1,
                log_level: str = "info", graceful_timeout: float | None = 30.0) -> int:
     """Serve until SIGTERM or SIGINT; in-flight requests finish first. Returns 0 after a clean shutdown."""
+    # One process counts in memory, N workers in a directory of our own: not in one the environment names (read
+    # when prometheus_client is imported, which the next line does).
+    os.environ.pop(MULTIPROC_ENV, None)
     _require_server_stack()
     import uvicorn
 
@@ -135,7 +138,6 @@ def run_server(config: ServeConfig, host: str = "127.0.0.1", port: int = 8080, w
     from .connections import ensure_descriptors, protocol_options
 
     ensure_descriptors(config.max_connections)
-    os.environ.pop(MULTIPROC_ENV, None)  # one process counts in memory; N workers in a directory of our own
     options = dict(host=host, port=port, log_level=log_level, timeout_graceful_shutdown=graceful_timeout,
                    lifespan="on", access_log=False, server_header=False, **protocol_options(config))
     _tune_serving_process()
