@@ -14,7 +14,7 @@ import numpy as np
 from .engine import TRUNCATE_HINT, Engine
 from .errors import TIMED_OUT, ApiError, _error_body
 from .metrics import CONTENT_TYPE
-from .requests import _flag, _json_type, _left, _predict_items, _texts, read_json
+from .requests import _flag, _json_type, _left, _no_prompt, _predict_items, _texts, read_json
 from .responses import finite_rows, json_bytes, json_response, vectors_json
 
 log = logging.getLogger("bertforge")
@@ -83,6 +83,7 @@ def _need(engine: Engine, task: str, path: str) -> None:
 async def handle_embed(request: Any, engine: Engine) -> Any:
     body = await read_json(request, engine.config.max_body_bytes, LARGE_REQUEST)
     _need(engine, "embed", "/embed")
+    _no_prompt(body)
     texts, _ = _texts(body.get("inputs"), "inputs", engine.config.max_client_batch_size)
     normalize = _flag(body, "normalize", True)
     truncate = _flag(body, "truncate", engine.config.auto_truncate)

@@ -145,8 +145,9 @@ def test_tokenize_and_decode_refuse_what_they_cannot_take(embed_server):
     assert client.post("/decode", json={"ids": "2 3"}).status_code == 422
     assert client.post("/tokenize", json={"inputs": []}).status_code == 422
     assert client.post("/tokenize", json={"inputs": "x" * 1025}).status_code == 413  # past max_input_chars: 16 x 64
-    r = client.post("/tokenize", json={"inputs": "x", "prompt_name": "query"})
-    assert r.status_code == 422 and "prompt_name" in r.json()["error"]
+    for route in ("/tokenize", "/embed", "/embed_all"):  # a prompt this server would not prepend: refused, not ignored
+        r = client.post(route, json={"inputs": "x", "prompt_name": "query"})
+        assert r.status_code == 422 and "prompt_name" in r.json()["error"], route
 
 
 def test_the_huggingface_hub_inference_client_works_unchanged(embed_server, models):
