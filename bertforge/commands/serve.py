@@ -70,7 +70,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"the name /info and /v1/embeddings report; {_env('model_name')} when not given "
                              "(default: the directory's name)")
     parser.add_argument("--api-key", default=None, metavar="KEY",
-                        help="every route but /health and /metrics answers 401 without `Authorization: Bearer KEY`; "
+                        help="every route but the health probes and /metrics answers 401 without `Authorization: Bearer KEY`; "
                              f"{_env('api_key')} when not given")
     parser.add_argument("--max-batch-tokens", type=int, default=None, metavar="N",
                         help="tokens per forward pass: waiting requests are grouped up to this; "

@@ -10,7 +10,9 @@ Endpoints (JSON in, JSON out):
 * `GET /health`, `GET /metrics` (Prometheus text format, from `prometheus_client`; with `--workers N` summed over
   the workers through its multi-process mode).
 
-`--api-key KEY` (`ServeConfig.api_key`): every route but /health and /metrics needs `Authorization: Bearer KEY`.
+`--api-key KEY` (`ServeConfig.api_key`): every route but the health probes and /metrics needs `Authorization: Bearer
+KEY`. TEI's routes for hosted endpoints answer too: `POST /` and `/invocations` (the model's own route), `GET /`
+and `/ping` (health), `POST /embeddings` (as /v1/embeddings).
 
 Dynamic batching: a request is validated and tokenized once, into the pipeline's features (their lengths size the
 batches), then queued; a large one (by its characters, and its body by its bytes, however it was sent) is parsed and

@@ -16,8 +16,8 @@ from ..core.errors import BertforgeError
 from .config import ENV_CONFIG, ServeConfig
 from .engine import Engine
 from .errors import ApiError, _error_body
-from .handlers import (endpoint, handle_embed, handle_health, handle_info, handle_metrics, handle_openai_embeddings,
-                       handle_predict, handle_rerank)
+from .handlers import (endpoint, handle_default, handle_embed, handle_health, handle_info, handle_metrics,
+                       handle_openai_embeddings, handle_predict, handle_rerank)
 from .metrics import MULTIPROC_ENV, MetricsMiddleware
 from .responses import json_response
 
@@ -80,9 +80,16 @@ def create_app(config: ServeConfig | None = None, *, engine: Engine | None = Non
         Route("/tokenize", endpoint(handle_tokenize), methods=["POST"]),
         Route("/decode", endpoint(handle_decode), methods=["POST"]),
         Route("/v1/embeddings", endpoint(handle_openai_embeddings), methods=["POST"]),
+        Route("/embeddings", endpoint(handle_openai_embeddings), methods=["POST"]),  # TEI's alias of it
         Route("/info", endpoint(handle_info), methods=["GET"]),
         Route("/health", endpoint(handle_health), methods=["GET"]),
         Route("/metrics", endpoint(handle_metrics), methods=["GET"]),
+        # TEI's routes for hosted endpoints: the model's own route at / (and SageMaker's /invocations), health
+        # at GET / (and SageMaker's /ping)
+        Route("/", endpoint(handle_default), methods=["POST"]),
+        Route("/invocations", endpoint(handle_default), methods=["POST"]),
+        Route("/", endpoint(handle_health), methods=["GET"]),
+        Route("/ping", endpoint(handle_health), methods=["GET"]),
     ]
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: http_error})
     app.state.engine = engine

@@ -1,5 +1,6 @@
-"""`--api-key`: every route but `/health` and `/metrics` answers 401 unless the request carries
-`Authorization: Bearer KEY` (text-embeddings-inference's rule: its health and metrics routes are public too)."""
+"""`--api-key`: every route but the health probes (`GET /health`, `GET /`, `GET /ping`) and `GET /metrics` answers
+401 unless the request carries `Authorization: Bearer KEY` (text-embeddings-inference's rule: those are public
+there too)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ from typing import Any
 from .errors import ApiError, _error_body
 from .responses import json_bytes
 
-#: The routes a load balancer's probe and a Prometheus scraper reach without the key, as in TEI.
-PUBLIC = frozenset({"/health", "/metrics"})
+#: The routes a load balancer's probe and a Prometheus scraper reach without the key, as in TEI (GET only: POST /
+#: is the model's route).
+PUBLIC = frozenset({"/health", "/metrics", "/ping", "/"})
 
 
 class ApiKeyMiddleware:
@@ -22,7 +24,8 @@ class ApiKeyMiddleware:
         self.expected = f"Bearer {api_key}".encode()
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] != "http" or scope["path"] in PUBLIC or self._authorized(scope):
+        public = scope["type"] == "http" and scope["path"] in PUBLIC and scope["method"] in ("GET", "HEAD")
+        if scope["type"] != "http" or public or self._authorized(scope):
             await self.app(scope, receive, send)
             return
         error = ApiError(401, "missing or wrong API key: send the header `Authorization: Bearer <key>`",

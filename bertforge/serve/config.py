@@ -30,7 +30,7 @@ class ServeConfig:
     num_threads: int | None = None  # PyTorch threads
     quantize: str | None = None  # "int8": int8 dense layers (CPU); None: float32
     device: str | None = None  # where the model runs (`core.system.inference_device`): cpu by default
-    api_key: str | None = None  # every route but /health and /metrics needs `Authorization: Bearer KEY`
+    api_key: str | None = None  # every route but the health probes and /metrics needs `Authorization: Bearer KEY`
     # What one client may cost the server (the command line's options are generated from these declarations).
     max_input_chars: int | None = option(
         None, "characters of one input (each text of a pair) the server reads: longer ones get 413, or are cut to "

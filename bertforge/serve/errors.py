@@ -30,7 +30,7 @@ class Overloaded(ApiError):
 
 
 def _error_body(path: str, err: ApiError) -> dict[str, Any]:
-    if path.startswith("/v1/"):  # OpenAI's error shape, which its client reads
+    if path.startswith("/v1/") or path == "/embeddings":  # OpenAI's error shape, which its client reads
         kind = {424: "server_error", 429: "rate_limit_exceeded", 500: "server_error",
                 503: "server_error"}.get(err.status, "invalid_request_error")
         return {"error": {"message": err.message, "type": kind, "param": None, "code": None}}

@@ -166,6 +166,11 @@ async def handle_rerank(request: Any, engine: Engine) -> Any:
     return json_response(ranked)
 
 
+async def handle_default(request: Any, engine: Engine) -> Any:
+    """TEI's `POST /` (and SageMaker's `/invocations`): the model's own route, /embed or /predict."""
+    return await (handle_embed if engine.task == "embed" else handle_predict)(request, engine)
+
+
 async def handle_info(request: Any, engine: Engine) -> Any:
     info: dict[str, Any] = {
         "model_id": engine.model_name,

@@ -16,7 +16,7 @@ from typing import Any
 #: The environment variable that puts `prometheus_client` in multi-process mode (read when it is imported).
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 ROUTES = ("/embed", "/embed_all", "/embed_sparse", "/similarity", "/predict", "/rerank", "/tokenize", "/decode",
-          "/v1/embeddings", "/info", "/health", "/metrics")
+          "/v1/embeddings", "/embeddings", "/info", "/health", "/metrics", "/", "/invocations", "/ping")
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"  # Prometheus' text format, which `generate_latest` writes
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)

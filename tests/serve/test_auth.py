@@ -1,5 +1,6 @@
-"""Tests of `bertforge.serve.auth`: with an API key, every route but /health and /metrics answers 401 without
-`Authorization: Bearer KEY` and as usual with it; TEI's client and OpenAI's send the key as they would to TEI."""
+"""Tests of `bertforge.serve.auth`: with an API key, every route but the health probes and /metrics answers 401
+without `Authorization: Bearer KEY` and as usual with it; TEI's client and OpenAI's send the key as they would to
+TEI."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ uvicorn = pytest.importorskip("uvicorn", reason="needs uvicorn: pip install -e '
 KEY = "s3cret-key"
 POSTS = {"/embed": {"inputs": "good"}, "/embed_all": {"inputs": "good"}, "/similarity": {
     "inputs": {"source_sentence": "good", "sentences": ["bad"]}}, "/tokenize": {"inputs": "good"},
-    "/decode": {"ids": [2, 3]}, "/v1/embeddings": {"input": "good"}}
+    "/decode": {"ids": [2, 3]}, "/v1/embeddings": {"input": "good"}, "/embeddings": {"input": "good"}}
 
 
 @pytest.fixture(scope="module")
@@ -32,10 +33,12 @@ def test_every_route_but_health_and_metrics_needs_the_key(keyed_server):
             r = client.post(route, json=body, headers=headers)
             assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer", (route, headers)
             error = r.json()["error"]
-            assert "Authorization: Bearer" in (error["message"] if route.startswith("/v1/") else error)
+            assert "Authorization: Bearer" in (error["message"] if "embeddings" in route else error)
         assert client.post(route, json=body, headers=good).status_code == 200, route
     assert client.get("/info").status_code == 401 and client.get("/info", headers=good).status_code == 200
-    assert client.get("/health").status_code == 200  # a load balancer's probe and Prometheus need no key, as in TEI
+    for probe in ("/health", "/", "/ping"):  # a load balancer's probe and Prometheus need no key, as in TEI
+        assert client.get(probe).status_code == 200, probe
+    assert client.post("/", json={"inputs": "good"}).status_code == 401  # POST / is the model's route
     page = client.get("/metrics")
     assert page.status_code == 200
     assert metric(page.text, "bertforge_requests_total", route="/embed", status="401") == 3

@@ -165,3 +165,19 @@ def test_the_huggingface_hub_inference_client_works_unchanged(embed_server, mode
                                         model=embed_server.url + "/similarity")
     want = pipe(SENTENCES[1:4]) @ pipe(SENTENCES[0])
     np.testing.assert_allclose(scores, want, rtol=0, atol=1e-5)
+
+
+def test_teis_routes_for_hosted_endpoints(embed_server, classify_server):
+    """POST / and /invocations are the model's own route, GET / and /ping its health, /embeddings /v1/embeddings."""
+    for client, route in ((embed_server.client, "/embed"), (classify_server.client, "/predict")):
+        want = client.post(route, json={"inputs": ["good", "bad"]}).json()
+        for path in ("/", "/invocations"):
+            r = client.post(path, json={"inputs": ["good", "bad"]})
+            assert r.status_code == 200 and r.json() == want, (route, path)
+        for path in ("/", "/ping"):
+            assert client.get(path).json() == client.get("/health").json()
+    client = embed_server.client
+    assert client.post("/embeddings", json={"input": "good"}).json() == client.post(
+        "/v1/embeddings", json={"input": "good"}).json()
+    r = client.post("/embeddings", json={"input": []})
+    assert r.status_code == 422 and "empty array" in r.json()["error"]["message"]  # OpenAI's error shape
