@@ -94,39 +94,43 @@ def process_cpu(pid: int) -> float | None:
 
 class Tracked:
     """A subprocess whose CPU seconds are sampled while it runs: each new row of `metrics` (a metrics.jsonl) gets
-    the CPU seconds the process had used when the row appeared (polled every 0.5 s); `finish` waits for it and reads
-    its whole CPU time (and its children's) from wait4's rusage."""
+    the CPU seconds the process had used when the row appeared (polled every 0.5 s); when it exits, its whole CPU
+    time (its children's included) is read from wait4's rusage and its wall time taken."""
 
     def __init__(self, cmd: list[str], log: Path, metrics: Path | None = None) -> None:
         log.parent.mkdir(parents=True, exist_ok=True)
-        self.log, self.metrics, self.rows = log, metrics, []
+        self.log, self.metrics, self.rows, self.usage = log, metrics, [], {}
         self.started = time.perf_counter()
         self.proc = subprocess.Popen(cmd, env=child_env(), stdout=log.open("w"), stderr=subprocess.STDOUT)
         self.thread = threading.Thread(target=self._sample, daemon=True)
         self.thread.start()
 
     def _sample(self) -> None:
-        seen = 0
+        seen, cpu = 0, 0.0
         while True:
-            cpu = process_cpu(self.proc.pid)
+            pid, status, usage = os.wait4(self.proc.pid, os.WNOHANG)
+            if pid:  # exited: the rows it wrote last get its final CPU time
+                self.proc.returncode = os.waitstatus_to_exitcode(status)
+                cpu = usage.ru_utime + usage.ru_stime
+                self.usage = {"cpu_s": cpu, "wall_s": time.perf_counter() - self.started}
+            else:
+                cpu = process_cpu(self.proc.pid) or cpu
             if self.metrics is not None and self.metrics.is_file():
                 lines = self.metrics.read_text(encoding="utf-8").splitlines()
                 complete = [line for line in lines[seen:] if line.endswith("}")]
                 for line in complete:
                     self.rows.append({**json.loads(line), "cpu_s": cpu, "wall_s": time.perf_counter() - self.started})
                 seen += len(complete)
-            if cpu is None or self.proc.returncode is not None:
+            if pid:
                 return
             time.sleep(0.5)
 
     def finish(self) -> dict[str, float]:
-        _, status, usage = os.wait4(self.proc.pid, 0)
-        self.proc.returncode = os.waitstatus_to_exitcode(status)
         self.thread.join()
         if self.proc.returncode != 0:
             tail = self.log.read_text(errors="replace").splitlines()[-15:]
             raise SystemExit(f"{self.proc.args[3]} failed ({self.proc.returncode}); {self.log}:\n" + "\n".join(tail))
-        return {"cpu_s": usage.ru_utime + usage.ru_stime, "wall_s": time.perf_counter() - self.started}
+        return self.usage
 
 
 def shared_tokenizer(a: argparse.Namespace, train: list[str]) -> Path:
@@ -294,7 +298,7 @@ def plot(a: argparse.Namespace, pretrained: dict, finetuned: list[dict], png: Pa
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.4))
     for run, r in pretrained.items():
         train = [x for x in r["rows"] if x.get("type", "train") == "train"]
         evals = [x for x in r["rows"] if x.get("type") == "eval"]
@@ -321,7 +325,7 @@ def plot(a: argparse.Namespace, pretrained: dict, finetuned: list[dict], png: Pa
                     yerr=[scores.get((run, t), (0, 0, 0))[1] / 2 for t in tasks], label=model_name(a, run), capsize=3)
     axes[2].set_xticks([j + width * (len(pretrained) - 1) / 2 for j in range(len(tasks))],
                        [{"sst2": "SST-2 accuracy", "cola": "CoLA MCC"}[t] for t in tasks])
-    axes[2].set(title="fine-tuned, held out (mean of seeds; bars: half the spread)")
+    axes[2].set(title="fine-tuned, held out (mean of seeds, bar: half the spread)")
     for ax in axes:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
