@@ -58,6 +58,11 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--ft-lr", type=float, default=2e-4)
     p.add_argument("--ft-batch-size", type=int, default=32)
     p.add_argument("--parallel", type=int, default=2, help="fine-tuning runs at the same time")
+    p.add_argument("--no-scratch", dest="scratch", action="store_false",
+                   help="leave out the floor: the DeBERTa-v3 model never pretrained, fine-tuned the same way")
+    p.add_argument("--previous", type=Path, default=None,
+                   help="an earlier run's results.json: its pretrainings and fine-tunings are kept, only the "
+                        "fine-tunings it lacks run (the scratch model's, more seeds)")
     a = p.parse_args()
     a.runs = [r for r in a.runs.split(",") if r]
     if not set(a.runs) <= set(RUNS) or not 0 < a.cpu_minutes < float("inf"):
@@ -222,14 +227,16 @@ def task_files(a: argparse.Namespace) -> dict[str, dict]:
     }
 
 
-def finetune_all(a: argparse.Namespace, models: dict[str, str]) -> list[dict]:
-    """Every model x task x seed fine-tuned with the one recipe (`bertforge finetune`), --parallel at a time, then
-    scored on the task's held-out set."""
+def finetune_all(a: argparse.Namespace, models: dict[str, str], done: list[dict]) -> list[dict]:
+    """Every model x task x seed not in `done` fine-tuned with the one recipe (`bertforge finetune`), --parallel at
+    a time, then scored on the task's held-out set; `done` and these."""
     from bertforge.finetune import evaluate
 
     tasks = task_files(a)
-    jobs = [(name, task, seed) for task in tasks for seed in range(1, a.seeds + 1) for name in models]
-    running, results = [], []
+    have = {(r["model"], r["task"], r["seed"]) for r in done}
+    jobs = [(name, task, seed) for task in tasks for seed in range(1, a.seeds + 1) for name in models
+            if (name, task, seed) not in have]
+    running, results = [], list(done)
 
     def collect(job, tracked, out):
         name, task, seed = job
@@ -257,6 +264,24 @@ def finetune_all(a: argparse.Namespace, models: dict[str, str]) -> list[dict]:
     return results
 
 
+def scratch_model(a: argparse.Namespace, like: Path) -> str:
+    """The floor pretraining has to beat: a model of `like`'s config (the MLM run's) never pretrained, its weights
+    drawn by the family's init (seed 0), with `like`'s tokenizer files."""
+    import shutil
+
+    import torch
+
+    from bertforge.model import BertConfig, BertModel
+
+    out = a.work / "scratch" / "model"
+    torch.manual_seed(0)
+    BertModel(BertConfig.from_pretrained(like)).save_pretrained(out)
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt"):
+        if (like / name).is_file():
+            shutil.copy(like / name, out / name)
+    return str(out)
+
+
 def summary(finetuned: list[dict]) -> dict[tuple[str, str], tuple[float, float, int]]:
     """(model, task) -> (mean, spread (max - min), seeds) of the held-out score."""
     groups: dict[tuple[str, str], list[float]] = {}
@@ -280,7 +305,7 @@ def tables(a: argparse.Namespace, pretrained: dict, finetuned: list[dict]) -> st
     tasks = sorted({t for _, t in scores}, reverse=True)
     lines += ["", "| model | " + " | ".join(f"{t} ({'MCC' if t == 'cola' else 'accuracy'})" for t in tasks) + " |",
               "| --- |" + " ---: |" * len(tasks)]
-    for run in pretrained:
+    for run in [*pretrained, *(["scratch"] if a.scratch else [])]:
         cells = [f"{scores[run, t][0]:.3f} ± {scores[run, t][1] / 2:.3f} (n={scores[run, t][2]})"
                  if (run, t) in scores else "-" for t in tasks]
         lines.append(f"| {run} | " + " | ".join(cells) + " |")
@@ -289,7 +314,7 @@ def tables(a: argparse.Namespace, pretrained: dict, finetuned: list[dict]) -> st
 
 def model_name(a: argparse.Namespace, run: str) -> str:
     return {"rtd": f"deberta-v3-{a.size}, RTD (discriminator)", "mlm": f"deberta-v3-{a.size}, MLM",
-            "bert": f"BERT {a.size}, MLM + NSP"}[run]
+            "bert": f"BERT {a.size}, MLM + NSP", "scratch": f"deberta-v3-{a.size}, not pretrained"}[run]
 
 
 def plot(a: argparse.Namespace, pretrained: dict, finetuned: list[dict], png: Path, title: str) -> None:
@@ -318,12 +343,13 @@ def plot(a: argparse.Namespace, pretrained: dict, finetuned: list[dict], png: Pa
     axes[1].set(xlabel="training CPU seconds", ylabel="share", title="RTD discriminator, held out")
     scores = summary(finetuned)
     tasks = sorted({t for _, t in scores}, reverse=True)
-    width = 0.8 / max(1, len(pretrained))
-    for i, run in enumerate(pretrained):
+    bars = [*pretrained, *(["scratch"] if a.scratch else [])]
+    width = 0.8 / max(1, len(bars))
+    for i, run in enumerate(bars):
         xs = [j + i * width for j in range(len(tasks))]
         axes[2].bar(xs, [scores.get((run, t), (0, 0, 0))[0] for t in tasks], width,
                     yerr=[scores.get((run, t), (0, 0, 0))[1] / 2 for t in tasks], label=model_name(a, run), capsize=3)
-    axes[2].set_xticks([j + width * (len(pretrained) - 1) / 2 for j in range(len(tasks))],
+    axes[2].set_xticks([j + width * (len(bars) - 1) / 2 for j in range(len(tasks))],
                        [{"sst2": "SST-2 accuracy", "cola": "CoLA MCC"}[t] for t in tasks])
     axes[2].set(title="fine-tuned, held out (mean of seeds, bar: half the spread)")
     for ax in axes:
@@ -341,9 +367,12 @@ def main() -> None:
     train, held_out = corpus_files()
     load, started = os.getloadavg(), time.perf_counter()
     files = {"train": train, "held_out": held_out, "tokenizer": shared_tokenizer(a, train)}
-    per_step = calibrate(a, files)
-    pretrained = pretrain_all(a, files, per_step)
-    finetuned = finetune_all(a, {run: r["out"] + "/model" for run, r in pretrained.items()})
+    old = json.loads(a.previous.read_text(encoding="utf-8")) if a.previous else {}
+    pretrained = old.get("pretrain") or pretrain_all(a, files, calibrate(a, files))
+    models = {run: r["out"] + "/model" for run, r in pretrained.items()}
+    if a.scratch:
+        models["scratch"] = scratch_model(a, Path(models.get("mlm", next(iter(models.values())))))
+    finetuned = finetune_all(a, models, old.get("finetune", []))
     date = datetime.date.today().isoformat()
     title = (f"{a.size}: RTD vs MLM, {a.cpu_minutes:g} training CPU-minutes each, one thread, {a.batch_size} x "
              f"{a.seq_len} tokens, lr {a.lr:g}; {date}, {os.cpu_count()} shared CPUs, load {load[0]:.1f} at the start")
