@@ -49,6 +49,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--warmup-ratio", type=float, default=0.06)
     p.add_argument("--vocab-size", type=int, default=8000, help="the shared WordPiece vocabulary")
     p.add_argument("--calibration-steps", type=int, default=30, help="steps of each calibration run")
+    p.add_argument("--cpu-per-step", default=None,
+                   help="RUN=SECONDS,...: CPU seconds a step measured by an earlier calibration of the same settings "
+                        "(its lines 'calibration RUN: S CPU s a step'); the calibration runs are then skipped")
     p.add_argument("--evals", type=int, default=6, help="held-out evaluations per pretraining (and at step 0)")
     p.add_argument("--eval-instances", type=int, default=256, help="held-out sequences (fixed masks)")
     p.add_argument("--seeds", type=int, default=2, help="fine-tuning seeds per model and task")
@@ -65,6 +68,12 @@ def parse_args() -> argparse.Namespace:
                         "fine-tunings it lacks run (the scratch model's, more seeds)")
     a = p.parse_args()
     a.runs = [r for r in a.runs.split(",") if r]
+    try:
+        a.cpu_per_step = a.cpu_per_step and {k: float(v) for k, v in (x.split("=") for x in a.cpu_per_step.split(","))}
+    except ValueError:
+        p.error("--cpu-per-step: RUN=SECONDS,... (rtd=0.24,mlm=0.13,bert=0.09)")
+    if a.cpu_per_step and not set(a.runs) <= set(a.cpu_per_step):
+        p.error(f"--cpu-per-step: give every run of --runs ({', '.join(a.runs)})")
     if not set(a.runs) <= set(RUNS) or not 0 < a.cpu_minutes < float("inf"):
         p.error(f"--runs: choose from {', '.join(RUNS)}; --cpu-minutes: a positive number")
     return a
@@ -368,7 +377,7 @@ def main() -> None:
     load, started = os.getloadavg(), time.perf_counter()
     files = {"train": train, "held_out": held_out, "tokenizer": shared_tokenizer(a, train)}
     old = json.loads(a.previous.read_text(encoding="utf-8")) if a.previous else {}
-    pretrained = old.get("pretrain") or pretrain_all(a, files, calibrate(a, files))
+    pretrained = old.get("pretrain") or pretrain_all(a, files, a.cpu_per_step or calibrate(a, files))
     models = {run: r["out"] + "/model" for run, r in pretrained.items()}
     if a.scratch:
         models["scratch"] = scratch_model(a, Path(models.get("mlm", next(iter(models.values())))))
