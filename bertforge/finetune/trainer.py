@@ -299,7 +299,7 @@ class Finetuning:
         `save_every` optimizer steps; `resume()` continues from the newest one."""
         self.checkpoints, self.save_every = checkpoints, save_every
         # the files the run reads, as they are now: a checkpoint records them, a resume refuses other ones
-        self.data_files = files_fingerprint([self.cfg.train, self.cfg.dev], digest=True)
+        self.data_files = files_fingerprint([f for f in (self.cfg.train, self.cfg.dev) if f], digest=True)  # dev: optional for embeddings
 
     def save_checkpoint(self) -> None:
         """The run as it stands (nothing without checkpoints): the data position, the losses not logged yet, the
@@ -312,8 +312,13 @@ class Finetuning:
         record = {"evaluations": evaluations, "best": None if best is None else self.result.evaluations.index(best),
                   "best_weights": self.best_state if best is not None and best.step != step else None}
         data = {"epoch": self.epoch, "position": self.position, "generator": self.epoch_start, "files": self.data_files}
-        counters = {"losses": self.losses, "since_best": self.since_best, "stopped_early": self.result.stopped_early}
+        counters = {"losses": self.losses, "since_best": self.since_best, "stopped_early": self.result.stopped_early,
+                    **self.own_counters()}
         self.checkpoints.save(data, counters, {"evaluation": record})
+
+    def own_counters(self) -> dict[str, Any]:
+        """A subclass's JSON values for the checkpoint (read back by its `restore`)."""
+        return {}
 
     def restore(self, loaded: Loaded) -> None:
         """This trainer's part of a checkpoint being read (see `save_checkpoint`), checked."""
