@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -60,12 +61,16 @@ def launch(inputs: dict[str, Path], name: str, runs: list[dict]) -> Path:
     spec.write_text(json.dumps({"results": str(results), "runs": runs}))
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(WORKER),
            str(spec)]
+    # a session of its own: on a timeout the workers go with torchrun (killing torchrun alone leaves them waiting)
+    launched = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=dict(os.environ, OMP_NUM_THREADS="1"), start_new_session=True)
     try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=300,
-                              env=dict(os.environ, OMP_NUM_THREADS="1"))
+        _, stderr = launched.communicate(timeout=300)
     except subprocess.TimeoutExpired:
+        os.killpg(launched.pid, signal.SIGKILL)
+        launched.communicate()
         pytest.fail("torchrun with the fine-tuning worker hung for 300 s")
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert launched.returncode == 0, stderr[-3000:]
     return results
 
 
