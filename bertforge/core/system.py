@@ -276,16 +276,16 @@ def on_main(rt: Runtime, check: Callable[[], None]) -> None:
         raise error if error is not None else BertforgeError("rank 0 refused the run")
 
 
-def on_every_rank(rt: Runtime, make: Callable[[], T]) -> T:
+def on_every_rank(rt: Runtime, make: Callable[[], T], elsewhere: str = "another rank refused the run") -> T:
     """`make()` on every rank; a BertforgeError on any rank is raised on every rank (its own message where it was
-    raised), so that no rank goes on into a collective the others never reach."""
+    raised, `elsewhere` on the others), so that no rank goes on into a collective the others never reach."""
     error: BertforgeError | None = None
     try:
         value = make()
     except BertforgeError as err:
         error = err
     if not all_ranks_agree(rt, error is None):
-        raise error if error is not None else BertforgeError("another rank refused the run")
+        raise error if error is not None else BertforgeError(elsewhere)
     return value
 
 
