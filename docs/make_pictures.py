@@ -209,7 +209,7 @@ def probe_scores(directory: Path, tokenizer) -> tuple[int, int]:
 
 
 def pretrain_demo(steps: int, work: Path) -> Path:
-    from bertforge.commands.pretrain import DEMO
+    from bertforge.pretrain.args import DEMO
     from bertforge.pretrain.trainer import pretrain
 
     every = max(1, steps // 10)

@@ -1,4 +1,5 @@
-"""`bertforge embed`: sentence embeddings of every line of a .txt file (or text of a .jsonl file) into a .npy file."""
+"""`bertforge embed`: sentence embeddings of every line of a .txt file (or text of a .jsonl, Parquet or Arrow file)
+into a .npy file."""
 
 from __future__ import annotations
 
@@ -14,10 +15,11 @@ import numpy as np
 from ..core.constants import POOLINGS
 from ..core.errors import BertforgeError
 from ..core.io import atomic_write, check_output_file, check_text
+from ..data.tables import table_format, table_records
 from . import add_device_argument, add_quantize_argument
 
 NAME = "embed"
-HELP = "embed the texts of a .txt (one a line) or .jsonl file into a .npy array [n, hidden]"
+HELP = "embed the texts of a .txt (one a line), .jsonl, Parquet or Arrow file into a .npy array [n, hidden]"
 
 log = logging.getLogger("bertforge")
 
@@ -25,9 +27,10 @@ log = logging.getLogger("bertforge")
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, metavar="DIR", help="model directory (weights, config.json, tokenizer)")
     parser.add_argument("--input", required=True, metavar="FILE",
-                        help=".txt: one text a line (row i of the output is line i); .jsonl: one JSON object a line")
+                        help=".txt: one text a line (row i of the output is line i); .jsonl: one JSON object a line; "
+                             ".parquet, .arrow, .feather: one row a text (the pyarrow extra)")
     parser.add_argument("--output", required=True, metavar="FILE", help="the embeddings, a float32 .npy file [n, hidden]")
-    parser.add_argument("--text-key", default="text", metavar="KEY", help="JSON key holding the text in .jsonl input (text)")
+    parser.add_argument("--text-key", default="text", metavar="KEY", help="JSON key (or Parquet/Arrow column) holding the text (text)")
     parser.add_argument("--pooling", choices=POOLINGS, default=None,
                         help="default: what a sentence-transformers model declares, else mean")
     norm = parser.add_mutually_exclusive_group()
@@ -71,10 +74,13 @@ def read_lines(path: Path) -> list[str]:
 
 
 def read_texts(path: Path, text_key: str) -> list[str]:
-    """Texts of a .txt file (every line, empty ones too) or a .jsonl file (every non-blank line)."""
+    """Texts of a .txt file (every line, empty ones too), a .jsonl file (every non-blank line) or a Parquet or Arrow
+    file (every row)."""
     suffix = path.suffix.lower()
+    if table_format(path):
+        return _column_texts(path, table_records(path), text_key)
     if suffix not in (".txt", ".jsonl"):
-        raise BertforgeError(f"{path}: input must be a .txt (one text a line) or .jsonl file")
+        raise BertforgeError(f"{path}: input must be a .txt (one text a line), .jsonl, Parquet or Arrow file")
     lines = read_lines(path)
     if suffix == ".txt":
         return lines
@@ -90,6 +96,16 @@ def read_texts(path: Path, text_key: str) -> list[str]:
         if not isinstance(text, str):
             raise BertforgeError(f"{path}, line {number}: expected a JSON string or an object with a string {text_key!r}")
         texts.append(text)
+    return texts
+
+
+def _column_texts(path: Path, records: list[tuple[int, dict]], text_key: str) -> list[str]:
+    texts = []
+    for row, record in records:
+        if not isinstance(record.get(text_key), str):
+            problem = "no column" if text_key not in record else "not a string in column"
+            raise BertforgeError(f"{path}, row {row}: {problem} {text_key!r} (--text-key names it)")
+        texts.append(record[text_key])
     return texts
 
 

@@ -3,42 +3,29 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 from pathlib import Path
 
 NAME = "pretrain"
 HELP = "pretrain a BERT on your own corpus (with no arguments: a demo on the bundled corpus)"
 
-# The no-argument demo: a tiny BERT on the bundled demo world (`data/demo_world.py`) in about two minutes on 2 CPU
-# cores. Measured 2026-11-27 (2 cores, nothing else running): 138 s in all, MLM loss 6.70 -> 1.00 (71 %), and every
-# probe's top guess of the right kind (an animal's sound, a food, a capital, a day, a colour), 5 of 12 the corpus's
-# own word. 1,500 steps of 64 tokens (127 s) reached 2 of 12 and 600 (53 s) none; MLM alone was worse than NSP.
-DEMO = dict(vocab_size=8000, max_steps=2500, seq_len=32, lr=2e-3, warmup_steps=100, save_every=500, out="runs/demo")
-
-
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from ..core.options import add_options
-    from ..pretrain.args import PretrainArgs
+    from ..pretrain.args import DEMO, PretrainArgs
 
     add_options(p, PretrainArgs, notes={name: f"demo {value}" for name, value in DEMO.items()})
 
 
 def run(args: argparse.Namespace) -> int:
-    """The settings given on the command line over the defaults (the demo's when no --corpus is given, less those
-    a given option decides: --init-from's vocabulary, --warmup-ratio's warmup). Options that contradict each other
-    are refused in one line, before anything is written."""
+    """The settings given on the command line over the defaults (`pretrain.args.run_settings`: the demo's when no
+    --corpus is given), as `pretrain(**settings)` resolves them from Python."""
     from ..data.decoding import warn_replaced
     from ..core.options import given
-    from ..pretrain.args import PretrainArgs, decided_by, refuse_contradictions
+    from ..pretrain.args import PretrainArgs, run_settings
     from ..pretrain.trainer import pretrain
     from ..core.system import last_runtime
 
-    settings = given(args, PretrainArgs)
-    refuse_contradictions(set(settings))
-    demo = {name: value for name, value in DEMO.items() if name not in decided_by(set(settings))}
-    base = PretrainArgs() if args.corpus else PretrainArgs(**demo)
-    final = pretrain(dataclasses.replace(base, **settings))
+    final = pretrain(run_settings(given(args, PretrainArgs)))
     rt = last_runtime()  # the one the run set up
     if final is not None and (rt is None or rt.is_main):  # under torchrun, rank 0 speaks for the run
         replaced, passes = replaced_bytes(Path(final).parent)

@@ -25,7 +25,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..embeddings_train import EmbeddingsConfig, train_embeddings
     from ..core.options import given
+    from ..core.system import last_runtime
 
     summary = train_embeddings(EmbeddingsConfig(**given(args, EmbeddingsConfig)))
-    print(json.dumps(summary, indent=2))
+    rt = last_runtime()
+    if rt is None or rt.is_main:  # under torchrun, once
+        print(json.dumps(summary, indent=2))
     return 0

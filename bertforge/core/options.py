@@ -46,6 +46,13 @@ def option(
     return dataclasses.field(default=default, metadata={"cli": cli})
 
 
+def same_option(cls: type, name: str) -> Any:
+    """The field `name` of settings class `cls` (its default, help, flag), for another settings class that offers
+    the same option: one spelling and one help for both."""
+    f = next(f for f in dataclasses.fields(cls) if f.name == name)
+    return dataclasses.field(default=f.default, metadata=dict(f.metadata))
+
+
 def check_choices(settings: Any) -> None:
     """Refuse a setting outside its declared `choices` (the command line's parser checks them; this is for the
     Python API, where the same settings come as keywords), naming the field, the value and the choices."""

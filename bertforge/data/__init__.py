@@ -6,6 +6,7 @@ above use is exported here; the parts (instances, masking, spans) are imported f
 """
 
 from bertforge.data.corpus import DEFAULT_CORPUS, CorpusReader, Document, DocumentSplit, iter_documents, list_corpus_files, take_mb
+from bertforge.data.instance_stream import Buffers
 from bertforge.data.static import (
     StaticShardReader,
     index_sentence_objective,
@@ -15,6 +16,7 @@ from bertforge.data.static import (
 from bertforge.data.stream import PretrainingStream
 
 __all__ = [
+    "Buffers",
     "DEFAULT_CORPUS",
     "CorpusReader",
     "Document",

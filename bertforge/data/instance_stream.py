@@ -2,13 +2,9 @@
 pairs or packed sequences by the recipes of :mod:`bertforge.data.instances`, shuffled, and resumable.
 
 Streaming replaces BERT's "all documents in memory": the random other document is drawn from a window of the next
-``doc_buffer`` documents of the stream (default 1000, also bounded by ``doc_buffer_tokens``) - never the current
-document itself, nor another copy of it from a later epoch. Instances never mix documents except for a NotNext B.
-
-Instances then pass through a shuffle buffer of ``shuffle_buffer`` instances (random pick, refill), or of one
-epoch's worth when an epoch of the corpus makes fewer: filling the buffer never reads the corpus again (a small
-corpus whose epoch makes 30 instances was once re-read and re-tokenized 330 times to fill 10,000 places before the
-first batch; a document holding a 1 MB line made that minutes).
+documents of the stream - never the current document itself, nor another copy of it from a later epoch. Instances
+never mix documents except for a NotNext B. Instances then pass through a shuffle buffer (random pick, refill).
+:class:`Buffers` says how large the window and the shuffle buffer are.
 
 Randomness: each document's instances come from ``random.Random`` seeded by (seed, rank, epoch, document number),
 the shuffle buffer from one seeded by (seed, rank, epoch) (reseeded when the stream enters a new epoch); the global
@@ -37,8 +33,8 @@ from bertforge.data.instances import (
     SequencePacker,
     create_nsp_instances,
     create_sop_instances,
+    SENTENCE_OBJECTIVES,
     derive_seed,
-    resolve_sentence_objective,
 )
 from bertforge.core.errors import BertforgeError
 
@@ -79,6 +75,23 @@ def rng_state_from_json(state: list[Any]) -> tuple[Any, ...]:
     return (state[0], tuple(state[1]), state[2])
 
 
+@dataclass(frozen=True, slots=True)
+class Buffers:
+    """What the instance stream holds in memory.
+
+    ``shuffle``: the shuffle buffer, in instances (0 or 1: no shuffling), or one epoch's worth when an epoch of the
+    corpus makes fewer, so that filling it never reads the corpus again (a small corpus whose epoch makes 30
+    instances was once re-read and re-tokenized 330 times to fill 10,000 places before the first batch; a document
+    holding a 1 MB line made that minutes).
+    ``documents``: the NSP window the random other document is drawn from, in documents (at least 2 with NSP).
+    ``document_tokens``: the same window, in tokens (whichever bound is reached first).
+    """
+
+    shuffle: int = 10000
+    documents: int = 1000
+    document_tokens: int = 4_000_000
+
+
 @dataclass(slots=True)
 class _WindowDoc:
     index: int
@@ -100,18 +113,18 @@ class InstanceStream:
         cls_id: int,
         sep_id: int,
         max_seq_length: int = 128,
-        nsp: bool | None = None,
         sentence_objective: str | None = "nsp",
         short_seq_prob: float = 0.1,
         seed: int = 0,
         rank: int = 0,
-        shuffle_buffer: int = 10000,
-        doc_buffer: int = 1000,
-        doc_buffer_tokens: int = 4_000_000,
+        buffers: Buffers = Buffers(),
         max_epochs: int | None = None,
         packing: str = "stream",
     ) -> None:
-        objective = resolve_sentence_objective(nsp, sentence_objective)
+        objective = sentence_objective
+        if objective is not None and objective not in SENTENCE_OBJECTIVES:
+            raise BertforgeError(f"unknown sentence_objective {objective!r}; choose one of "
+                                 f"{', '.join(SENTENCE_OBJECTIVES)} or None (MLM only)")
         if packing not in PACKINGS or (packing == "documents" and objective is not None):
             raise BertforgeError(f"packing {packing!r}: choose {' or '.join(PACKINGS)}; documents only without a "
                                  f"sentence objective (not {objective!r})")
@@ -121,19 +134,18 @@ class InstanceStream:
             raise BertforgeError(f"max_seq_length must be at least {min_len} (got {max_seq_length})")
         if not 0.0 <= short_seq_prob <= 1.0:
             raise BertforgeError(f"short_seq_prob must be within [0, 1] (got {short_seq_prob})")
-        if shuffle_buffer < 0:
-            raise BertforgeError(f"shuffle_buffer must be >= 0 (got {shuffle_buffer})")
-        if nsp and doc_buffer < 2:
-            raise BertforgeError(f"doc_buffer must be at least 2 documents with NSP (got {doc_buffer})")
+        if buffers.shuffle < 0:
+            raise BertforgeError(f"buffers.shuffle must be >= 0 instances (got {buffers.shuffle})")
+        if nsp and buffers.documents < 2:
+            raise BertforgeError(f"buffers.documents must be at least 2 with NSP (got {buffers.documents})")
         self.reader = reader
         self.tokenize = tokenize
         self.pair_layout = PairLayout(max_seq_length, short_seq_prob, cls_id, sep_id)
         self.sentence_objective = objective
         self.nsp = nsp
         self.seed, self.rank = seed, rank
-        self.shuffle_capacity = max(1, shuffle_buffer)
-        self.doc_buffer = doc_buffer
-        self.doc_buffer_tokens = doc_buffer_tokens
+        self.buffers = buffers
+        self.shuffle_capacity = max(1, buffers.shuffle)
         self.max_epochs = max_epochs
         reader.min_docs = max(reader.min_docs, 2 if nsp else 1)
 
@@ -179,7 +191,7 @@ class InstanceStream:
         n = len(self.window)
         if n < 2:
             return False
-        if n >= self.doc_buffer or self.window_tokens >= self.doc_buffer_tokens:
+        if n >= self.buffers.documents or self.window_tokens >= self.buffers.document_tokens:
             return True
         per_epoch = self.reader.docs_per_epoch
         return per_epoch is not None and n >= per_epoch  # small corpus: never hold a document twice
@@ -284,7 +296,7 @@ class InstanceStream:
 
     @property
     def buffer_capacity(self) -> int:
-        """``shuffle_buffer``, or fewer: what one epoch of the corpus makes, once an epoch has been read, so that
+        """``buffers.shuffle``, or fewer: what one epoch of the corpus makes, once an epoch has been read, so that
         filling the buffer never re-reads (and re-tokenizes) a small corpus over and over."""
         if self.epoch_yield is None:
             return self.shuffle_capacity

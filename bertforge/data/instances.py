@@ -1,7 +1,6 @@
 """From a document's sentences to training instances: BERT's sentence pairs (NSP), ALBERT's sentence-order pairs
 (SOP) or RoBERTa's packed sequences. The stream (``instance_stream.InstanceStream(..., sentence_objective="nsp" |
-"sop" | None)``) picks one (None: packing, MLM only); the older ``nsp=True/False`` switch still works (see
-:func:`resolve_sentence_objective`).
+"sop" | None)``) picks one (None: packing, MLM only).
 
 NSP mode follows the BERT paper's data recipe (google-research/bert ``create_pretraining_data.py``):
 
@@ -57,24 +56,6 @@ IN_ORDER = 0  # SOP: the two segments in the document's order (transformers' sen
 SWAPPED = 1  # SOP: the two segments swapped
 
 SENTENCE_OBJECTIVES = ("nsp", "sop")  # or None: MLM only, RoBERTa FULL-SENTENCES packing
-
-
-def resolve_sentence_objective(nsp: bool | None, sentence_objective: str | None) -> str | None:
-    """The sentence objective from the two ways of asking for it: ``sentence_objective`` ("nsp", "sop" or None for
-    MLM only) and the older ``nsp`` switch (None: not given). ``nsp=True`` is "nsp" and contradicts any other
-    objective; ``nsp=False`` turns off the default "nsp" (giving None) and leaves "sop" or None as they are."""
-    if sentence_objective is not None and sentence_objective not in SENTENCE_OBJECTIVES:
-        raise BertforgeError(
-            f"unknown sentence_objective {sentence_objective!r}; choose one of {', '.join(SENTENCE_OBJECTIVES)} "
-            "or None (MLM only)"
-        )
-    if nsp is None:
-        return sentence_objective
-    if nsp:
-        if sentence_objective != "nsp":
-            raise BertforgeError(f"nsp=True contradicts sentence_objective={sentence_objective!r}")
-        return "nsp"
-    return None if sentence_objective == "nsp" else sentence_objective
 
 
 def derive_seed(*parts: Any) -> int:

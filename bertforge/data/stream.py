@@ -13,8 +13,9 @@ masking: tokens, whole words or n-grams). Each part's docstring has the details.
 The recipes: BERT ``sentence_objective="nsp"`` (the default); RoBERTa ``sentence_objective=None``; ModernBERT
 ``sentence_objective=None, packing="documents"`` (batches then carry ``document_ids``); ALBERT
 ``sentence_objective="sop", masking="ngram"`` (``max_ngram=3``). With "nsp" or "sop" the batches have
-``next_sentence_label`` (for SOP: 0 in order, 1 swapped). ``nsp=True/False`` is the older spelling of "nsp"/None
-and ``whole_word_mask=True`` of ``masking="whole_word"`` (with "ngram": n-grams of whole words).
+``next_sentence_label`` (for SOP: 0 in order, 1 swapped). ``whole_word_mask=True`` is the older spelling of
+``masking="whole_word"`` (with "ngram": n-grams of whole words). ``buffers``
+(:class:`~bertforge.data.instance_stream.Buffers`) bounds the document window and the shuffle buffer.
 
 Seeds: instance creation uses (seed, rank, epoch, document number), the shuffle buffer (seed, rank, epoch), the
 masking generator (seed, rank); so ranks and epochs all differ, and nothing touches a global RNG.
@@ -27,8 +28,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from bertforge.data.corpus import DEFAULT_CORPUS, CorpusReader, DocumentSplit, PathsLike
-from bertforge.data.instance_stream import InstanceStream, Tokenize
-from bertforge.data.instances import Instance, derive_seed, resolve_sentence_objective
+from bertforge.data.instance_stream import Buffers, InstanceStream, Tokenize
+from bertforge.data.instances import Instance, derive_seed
 from bertforge.data.masking import MaskingCollator
 from bertforge.core.errors import BertforgeError
 
@@ -53,7 +54,6 @@ class PretrainingStream:
         is_continuation: Sequence[bool] | Callable[[int], bool] | None = None,
         max_seq_length: int = 128,
         batch_size: int = 32,
-        nsp: bool | None = None,
         sentence_objective: str | None = "nsp",
         whole_word_mask: bool = False,
         masking: str = "token",
@@ -66,9 +66,7 @@ class PretrainingStream:
         rank: int = 0,
         world_size: int = 1,
         text_field: str = "text",
-        shuffle_buffer: int = 10000,
-        doc_buffer: int = 1000,
-        doc_buffer_tokens: int = 4_000_000,
+        buffers: Buffers = Buffers(),
         shard_by: str = "document",
         max_predictions: int | None = None,
         special_ids: Sequence[int] = (),
@@ -80,21 +78,18 @@ class PretrainingStream:
     ) -> None:
         if batch_size < 1:
             raise BertforgeError(f"batch_size must be at least 1 (got {batch_size})")
-        objective = resolve_sentence_objective(nsp, sentence_objective)
-        self.nsp = nsp = objective == "nsp"
         self.batch_size = batch_size
-        self.sentence_objective = objective
         self.max_seq_length = max_seq_length
         self.seed, self.rank, self.world_size = seed, rank, world_size
         self.reader = CorpusReader(DEFAULT_CORPUS if paths is None else paths, text_field=text_field, rank=rank,
-                                   world_size=world_size, shard_by=shard_by, min_docs=2 if nsp else 1,
-                                   allow_binary=allow_binary, split=split)
-        self.instances = InstanceStream(
+                                   world_size=world_size, shard_by=shard_by, allow_binary=allow_binary, split=split)
+        self.instances = InstanceStream(  # checks sentence_objective and the buffers, sets the reader's min_docs
             self.reader, tokenize, cls_id=cls_id, sep_id=sep_id, max_seq_length=max_seq_length,
-            sentence_objective=objective, short_seq_prob=short_seq_prob, seed=seed, rank=rank,
-            shuffle_buffer=shuffle_buffer, doc_buffer=doc_buffer, doc_buffer_tokens=doc_buffer_tokens,
-            max_epochs=max_epochs, packing=packing,
+            sentence_objective=sentence_objective, short_seq_prob=short_seq_prob, seed=seed, rank=rank,
+            buffers=buffers, max_epochs=max_epochs, packing=packing,
         )
+        self.sentence_objective = objective = self.instances.sentence_objective
+        self.nsp = self.instances.nsp
         self.collator = MaskingCollator(
             cls_id=cls_id, sep_id=sep_id, pad_id=pad_id, mask_id=mask_id, vocab_size=vocab_size,
             mlm_probability=mlm_probability, mask_token_prob=mask_token_prob, random_token_prob=random_token_prob,

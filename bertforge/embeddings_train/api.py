@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import gc
 import json
 import logging
 from pathlib import Path
@@ -14,15 +15,18 @@ from .. import __version__
 from ..model.card import ModelCard
 from ..model.config import BertConfig
 from ..core.errors import BertforgeError
-from ..finetune.api import check_output_dir, make_settings
-from ..core.io import atomic_directory, atomic_write_text, lock_run_directory
+from ..finetune.api import make_settings
+from ..core.io import atomic_write_text
 from ..model.memory import check_training_fits
 from ..model import BertModel
 from ..model.pooling import sentence_transformers_settings, write_sentence_transformers_files
-from ..core.system import setup_runtime
+from ..core.system import Runtime, barrier, on_main, setup_runtime, teardown_runtime
+from ..training.checkpoint import TrainingCheckpoints
+from ..training.loop import RunLifecycle, open_metrics
+from ..training.run_dir import RunDirectory, RunKind
 from ..training.step import refuse_nonfinite
-from ..training.log import MetricsLog, Panel, plot_curves, read_rows
-from ..finetune.trainer import run_logged
+from ..training.log import Panel, plot_curves, read_rows
+from ..finetune.trainer import TrainResult, run_logged
 from .config import EmbeddingsConfig
 from .data import PairData, normalized_scores, read_pairs
 from .encoder import embed_all
@@ -30,91 +34,141 @@ from .evaluation import main_metric, retrieval_metrics, retrieval_set, similarit
 from .losses import make_loss
 from .trainer import EmbeddingTraining, encode_pairs
 from ..core.hub import model_path, model_reference
+from ..data.tables import InMemory, split_in_memory
 
 log = logging.getLogger("bertforge")
 
 RUN_MARKER = "train_embeddings_config.json"  # marks a directory as this command's output
 DEFAULT_MAX_LENGTH = 128
+# OUT is the sentence-transformers model itself: its files (the tokenizer's vocabulary files of any kind among
+# them), the run's logs and checkpoints; what --overwrite replaces, and the settings a --resume may change
+EMBEDDINGS = RunKind(
+    command="train-embeddings", what="train-embeddings run", config_file=RUN_MARKER,
+    entries=("checkpoints", "config.json", "model.safetensors", "README.md", "tokenizer.json", "tokenizer_config.json",
+             "special_tokens_map.json", "vocab.txt", "vocab.json", "merges.txt", "modules.json",
+             "sentence_bert_config.json", "config_sentence_transformers.json", "1_Pooling", "2_Normalize",
+             "tensorboard", "metrics.jsonl", "eval.json", "training_curve.png", RUN_MARKER),
+    resumable=frozenset({"out", "resume", "overwrite", "progress", "save_every", "keep_checkpoints", "log_every",
+                         "max_skipped_steps", "versions"}),
+)
 
 
 def train_embeddings(config: EmbeddingsConfig | None = None, **settings: Any) -> dict[str, Any]:
     """Train a sentence-embedding model on pairs, triplets or scored pairs; write a sentence-transformers model.
 
     Pass an `EmbeddingsConfig`, or its fields as keywords: `train_embeddings(model=..., train="pairs.tsv",
-    dev="dev.tsv", out=..., batch_size=256, mini_batch_size=32)`. Everything is read and checked before training;
-    `out` appears only when the run has finished, holding the model (config.json, model.safetensors, the tokenizer,
-    `modules.json`, `sentence_bert_config.json`, `1_Pooling/`, `2_Normalize/`: `SentenceTransformer(out)` and
+    dev="dev.tsv", out=..., batch_size=256, mini_batch_size=32)`; `train` and `dev` may also be rows in memory (a
+    list of dicts, a dict of lists, a `datasets.Dataset`), recorded in the settings file as `<in-memory: N rows,
+    sha256 …>` (such a run cannot be replayed from it). Everything is read and checked before `out`
+    changes. At the end `out` holds the model (config.json, model.safetensors, the tokenizer, `modules.json`,
+    `sentence_bert_config.json`, `1_Pooling/`, `2_Normalize/`: `SentenceTransformer(out)` and
     `bertforge.pipeline("embed", model=out)` both load it), `eval.json` (dev metrics before training and at the best
-    evaluation), `metrics.jsonl`, `tensorboard/`, `training_curve.png` and `train_embeddings_config.json`.
+    evaluation; written last: the run is complete when it is there), `metrics.jsonl`, `tensorboard/`,
+    `training_curve.png`, `train_embeddings_config.json`, and `checkpoints/step-N/` (the newest `keep_checkpoints`,
+    at each epoch's end, where early stopping ends the run and every `save_every` steps): `resume=True` continues a
+    stopped run from the newest one, ending as if it had never stopped; `overwrite=True` keeps the run it replaces
+    aside until the new run's first checkpoint. Under `torchrun --nproc-per-node N`, `batch_size` is the global
+    batch: each process embeds its share and the loss sees the whole batch; rank 0 writes `out`.
 
     Returns the contents of `eval.json`.
     """
     cfg = config if config is not None else make_settings(EmbeddingsConfig, settings)
+    cfg, rows = split_in_memory(cfg, ("train", "dev"))  # rows in memory: the settings record a description
     cfg.validate()
-    device = setup_runtime(cfg.device, distributed=False).device
-    paths = {k: str(Path(getattr(cfg, k)).resolve()) for k in ("train", "dev", "out") if getattr(cfg, k)}
+    rt = setup_runtime(cfg.device)  # torchrun's process group, before anything is read or written
+    paths = {k: str(Path(getattr(cfg, k)).resolve()) for k in ("train", "dev", "out") if getattr(cfg, k)
+             and k not in rows}
     paths["model"] = model_reference(cfg.model) if cfg.model else cfg.model
     cfg = dataclasses.replace(cfg, **paths)
     out = Path(cfg.out)
-    with lock_run_directory(out, "train-embeddings"):
-        check_output_dir(out, cfg.overwrite, RUN_MARKER, "train-embeddings run")
-        return _train(cfg, out, device)
+    saved = {**cfg.to_dict(), "resume": False, "overwrite": False,
+             "versions": {"bertforge": __version__, "torch": torch.__version__}}
+    lifecycle = RunLifecycle(RunDirectory(out, cfg.resume, cfg.overwrite, saved, EMBEDDINGS), rt)
+    with lifecycle.guarded():  # a failure puts back a run --overwrite set aside; the lock goes either way
+        lifecycle.lock(lambda: None if (out / RUN_MARKER).is_file() else _refuse_foreign(out))
+        summary = _train(cfg, out, rt, lifecycle, rows)
+    # on success only (after an error, other ranks may still be inside a collective), once the DDP wrapper, which
+    # holds the process group, is gone (see `Pretrainer.finish`: destroyed last inside the wrapper, it can hang)
+    gc.collect()
+    teardown_runtime(rt)
+    return summary
 
 
-def _train(cfg: EmbeddingsConfig, out: Path, device: torch.device) -> dict[str, Any]:
+def _refuse_foreign(out: Path) -> None:
+    """--out holding files of something else than a train-embeddings run is refused, --overwrite or not."""
+    if out.is_dir() and any(not p.name.startswith(".") for p in out.iterdir()):
+        raise BertforgeError(f"{out}: --out holds files that are not a bertforge train-embeddings run; choose another "
+                             f"directory")
+
+
+def _train(cfg: EmbeddingsConfig, out: Path, rt: Runtime, lifecycle: RunLifecycle,
+           rows: dict[str, InMemory]) -> dict[str, Any]:
     from ..tokenizer import Tokenizer
 
+    device = rt.device
     tokenizer = Tokenizer.from_pretrained(cfg.model)
     model_config = BertConfig.from_pretrained(cfg.model)
     declared = sentence_transformers_settings(model_path(cfg.model))
     pooling = cfg.pooling or declared.get("pooling", "mean")
     max_length = _max_length(cfg, declared, model_config, tokenizer)
-    train_data = read_pairs(cfg.train)
-    dev_data = read_pairs(cfg.dev) if cfg.dev else None
+    train_data = read_pairs(rows.get("train", cfg.train))
+    dev_data = read_pairs(rows.get("dev", cfg.dev)) if cfg.dev else None
     loss_name = _loss_name(cfg, train_data)
     dims = cfg.dims()
     if dims and dims[0] > model_config.hidden_size:
         raise BertforgeError(f"--matryoshka-dims {dims[0]} is larger than the embedding ({model_config.hidden_size})")
     labels = normalized_scores(train_data, cfg.score_max) if train_data.shape == "scored" else None
     encoded = encode_pairs(tokenizer, train_data, max_length, labels)
-    texts_per_forward = cfg.mini_batch_size or cfg.batch_size * len(train_data.texts)
-    check_training_fits(model_config, min(texts_per_forward, cfg.batch_size * len(train_data.texts)), max_length,
-                        device, head="classification", what=f"training embeddings from {cfg.model}")
+    texts = -(-cfg.batch_size // rt.world_size) * len(train_data.texts)  # a rank's share of a batch
+    check_training_fits(model_config, min(cfg.mini_batch_size or texts, texts), max_length, device,
+                        head="classification", what=f"training embeddings from {cfg.model}")
     torch.manual_seed(cfg.seed)  # dropout, and a pooler the checkpoint lacks (unused, saved for transformers)
     model = BertModel.from_pretrained(cfg.model, quiet=True).to(device)
+    if rt.rank:
+        torch.manual_seed(cfg.seed + rt.rank)  # each rank its own dropout masks (rank 0: one process's)
     log.info("train-embeddings: %d %s from %s, loss %s%s, %s pooling, up to %d tokens a text", len(train_data),
              train_data.shape, cfg.train, loss_name, f" (matryoshka {dims})" if dims else "", pooling, max_length)
     evaluate = _evaluator(dev_data, tokenizer, model, pooling, max_length, device, cfg) if dev_data else None
     loss = make_loss(loss_name, cfg.scale, cfg.symmetric, dims)
-    run = EmbeddingTraining(model, encoded, evaluate, cfg, main_metric(dev_data) if dev_data else None, loss,
-                            pooling, device)
-    with atomic_directory(out) as work:
-        result = run_logged(run, MetricsLog(work / "metrics.jsonl", tensorboard=work / "tensorboard"), "training embeddings")
-        refuse_nonfinite(model.state_dict(), str(out))
-        best = None if result.best is None else result.best.metrics
-        model.save_pretrained(work, ModelCard(
-            base_model=cfg.model, datasets=(cfg.train,), trained_by="train-embeddings", library="sentence-transformers",
-            pipeline_tag="sentence-similarity", metrics=best or {}, metrics_on=f"`{cfg.dev}` (the best evaluation)",
-            recipe={"loss": loss_name, "pooling": pooling, "batch_size": cfg.batch_size, "lr": cfg.lr,
-                    "max_length": max_length, "seed": cfg.seed}))
-        tokenizer.save_pretrained(work)
-        write_sentence_transformers_files(work, model_config.hidden_size, pooling, cfg.normalize, max_length,
-                                          {"bertforge": __version__, "pytorch": torch.__version__})
-        summary = {
-            "train": cfg.train, "shape": train_data.shape, "loss": loss_name, "dev": cfg.dev,
-            "main_metric": main_metric(dev_data) if dev_data else None,
-            "before": run.baseline,
-            "best": None if result.best is None else {"step": result.best.step, "epoch": result.best.epoch,
-                                                      "metrics": result.best.metrics},
-            "train_steps": result.steps, "skipped_steps": result.skipped_steps,
-            "train_seconds": round(result.seconds, 2), "stopped_early": result.stopped_early,
-        }
-        atomic_write_text(work / "eval.json", json.dumps(summary, indent=2) + "\n")
-        saved = {**cfg.to_dict(), "versions": {"bertforge": __version__, "torch": torch.__version__}}
-        atomic_write_text(work / RUN_MARKER, json.dumps(saved, indent=2) + "\n")
-        _plot(work, summary["main_metric"])
-    log.info("sentence-transformers model written to %s", out)
+    metric = main_metric(dev_data) if dev_data else None
+    run = EmbeddingTraining(model, encoded, evaluate, cfg, metric, loss, pooling, device, rt)
+    run.enable_checkpoints(TrainingCheckpoints(out, rt, run.stepper, cfg.keep_checkpoints, model.config), cfg.save_every)
+    lifecycle.prepare()  # the first change to `out`
+    resumed = cfg.resume and run.resume()
+    metrics = open_metrics(out, cfg.resume, resumed, run.stepper.step, enabled=rt.is_main)
+    result = run_logged(run, metrics, "training embeddings", lifecycle)
+    run.encoder = getattr(run.encoder, "module", run.encoder)  # the DDP wrapper goes (see `train_embeddings`)
+    lifecycle.checkpointed()  # (done at the first checkpoint already)
+    summary = {
+        "train": cfg.train, "shape": train_data.shape, "loss": loss_name, "dev": cfg.dev, "main_metric": metric,
+        "before": run.baseline,
+        "best": None if result.best is None else {"step": result.best.step, "epoch": result.best.epoch,
+                                                  "metrics": result.best.metrics},
+        "train_steps": result.steps, "skipped_steps": result.skipped_steps,
+        "train_seconds": round(result.seconds, 2), "stopped_early": result.stopped_early,
+    }
+    recipe = {"loss": loss_name, "pooling": pooling, "batch_size": cfg.batch_size, "lr": cfg.lr,
+              "max_length": max_length, "seed": cfg.seed}
+    on_main(rt, lambda: _write_model(cfg, out, model, tokenizer, result, summary, recipe))
+    barrier(rt)
     return summary
+
+
+def _write_model(cfg: EmbeddingsConfig, out: Path, model: BertModel, tokenizer: Any, result: TrainResult,
+                 summary: dict[str, Any], recipe: dict[str, Any]) -> None:
+    """The sentence-transformers model, in `out` beside the run's logs (rank 0); eval.json last."""
+    refuse_nonfinite(model.state_dict(), str(out))
+    best = None if result.best is None else result.best.metrics
+    model.save_pretrained(out, ModelCard(
+        base_model=cfg.model, datasets=(cfg.train,), trained_by="train-embeddings", library="sentence-transformers",
+        pipeline_tag="sentence-similarity", metrics=best or {}, metrics_on=f"`{cfg.dev}` (the best evaluation)",
+        recipe=recipe))
+    tokenizer.save_pretrained(out)
+    write_sentence_transformers_files(out, model.config.hidden_size, recipe["pooling"], cfg.normalize,
+                                      recipe["max_length"], {"bertforge": __version__, "pytorch": torch.__version__})
+    _plot(out, summary["main_metric"])
+    atomic_write_text(out / "eval.json", json.dumps(summary, indent=2) + "\n")  # last: the run is complete
+    log.info("sentence-transformers model written to %s", out)
 
 
 def _max_length(cfg: EmbeddingsConfig, declared: dict[str, Any], config: BertConfig, tokenizer: Any) -> int:

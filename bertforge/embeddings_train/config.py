@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from ..core.errors import BertforgeError
-from ..finetune.config import check_int, check_optimization
-from ..core.options import check_choices, option
+from ..finetune.config import FinetuneConfig, check_checkpointing, check_int, check_optimization
+from ..core.options import check_choices, option, same_option
 from ..training.step import PRECISION_HELP, PRECISIONS, check_precision
 from ..model.pooling import POOLINGS
 
@@ -22,7 +22,7 @@ class EmbeddingsConfig:
 
     model: str = option(help="starting model directory (a BERT checkpoint or a sentence-transformers model)",
                         metavar="DIR")
-    train: str = option(help="training pairs, triplets or scored pairs (TSV/CSV/JSONL)", metavar="FILE")
+    train: str = option(help="training pairs, triplets or scored pairs (TSV/CSV/JSONL/Parquet/Arrow)", metavar="FILE")
     dev: str | None = option(None, "held-out pairs (retrieval: MRR@10, NDCG@10, recall@k) or scored pairs "
                              "(Spearman), scored before training and at each evaluation", metavar="FILE")
     out: str = option(help="output: a sentence-transformers model directory, with the run's logs", metavar="DIR")
@@ -57,7 +57,11 @@ class EmbeddingsConfig:
     early_stop: int | None = option(None, "stop after N evaluations without a better main metric", metavar="N")
     eval_batch_size: int = option(64, "texts per batch when embedding the dev set", metavar="N")
     log_every: int = option(10, "write the training loss to metrics.jsonl every N optimizer steps", metavar="N")
-    overwrite: bool = option(False, "replace an --out that already holds a train-embeddings run")
+    overwrite: bool = option(False, "replace an --out that already holds a train-embeddings run (kept aside until the "
+                             "new run's first checkpoint)")
+    save_every: int = same_option(FinetuneConfig, "save_every")
+    keep_checkpoints: int = same_option(FinetuneConfig, "keep_checkpoints")
+    resume: bool = same_option(FinetuneConfig, "resume")
     max_skipped_steps: int = option(10, "stop with an error after N optimizer steps in a row with a non-finite loss "
                                     "or gradient", metavar="N")
     device: str | None = option(None, "cpu, cuda, cuda:1, ... (default: cuda when available)")
@@ -95,6 +99,7 @@ class EmbeddingsConfig:
         if self.max_length is not None:
             check_int("max_length", self.max_length, 3)
         check_int("seed", self.seed, 0)
+        check_checkpointing(self)
         check_optimization(self)
         check_precision(self.precision)
         if not isinstance(self.scale, (int, float)) or not self.scale > 0:

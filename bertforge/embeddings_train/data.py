@@ -11,7 +11,9 @@ second its positive (or, in a scored pair, the other sentence), any further text
   one-word identifiers such as `english`, `src_text`) above rows most of which hold texts of several words;
   otherwise every row is data. With three
   columns or more, a last column that is a number on every data row is the score.
-* JSONL: one JSON object a line; its keys in order are the columns (the same keys on every line).
+* JSONL: one JSON object a line; its keys in order are the columns (the same keys on every line). Parquet and
+  Arrow files (`.parquet`, `.arrow`, `.feather`: their columns in order) and rows in memory (the Python API: a list
+  of dicts, a dict of lists, a `datasets.Dataset`) are read the same way (`bertforge.data.tables`).
 
 The shape follows: 2 texts and a score → scored pairs, 2 texts → pairs, 3 or more texts → triplets (anchor,
 positive, negatives). Anything else, an empty text, a score that is not a number or rows of different widths are
@@ -28,7 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import BertforgeError
-from ..finetune.data import file_format, jsonl_objects, read_text_file, table_rows
+from ..data.tables import Record
+from ..finetune.data import read_text_file, record_source, table_rows
 
 log = logging.getLogger("bertforge")
 
@@ -55,14 +58,15 @@ class PairData:
         return len(self.lines)
 
 
-def read_pairs(path: str | Path) -> PairData:
-    """Read a pair, triplet or scored-pair file (see the module docstring)."""
-    path = Path(path)
-    text = read_text_file(path)
-    if file_format(path) == "jsonl":
-        names, rows = _jsonl_rows(path, text)
+def read_pairs(data: Any) -> PairData:
+    """Read a pair, triplet or scored-pair file, or such rows in memory (see the module docstring)."""
+    source = record_source(data)
+    if source is not None:
+        path, records = source
+        names, rows = _record_rows(path, records)
     else:
-        names, rows = _table_rows(path, text)
+        path = Path(data)
+        names, rows = _table_rows(path, read_text_file(path))
     return _examples(path, names, rows)
 
 
@@ -98,8 +102,7 @@ def _other_names(first: list[str], data: list[tuple[int, list[Any]]]) -> bool:
     return True
 
 
-def _jsonl_rows(path: Path, text: str) -> tuple[list[str], list[tuple[int, list[Any]]]]:
-    records = jsonl_objects(path, text)
+def _record_rows(path: Path, records: list[Record]) -> tuple[list[str], list[tuple[int, list[Any]]]]:
     names = list(records[0][1])
     rows = []
     for line, record in records:

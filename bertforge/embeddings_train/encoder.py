@@ -64,3 +64,15 @@ def set_rng_state(state: tuple[Tensor, Tensor | None], device: torch.device) -> 
     torch.set_rng_state(state[0])
     if state[1] is not None:
         torch.cuda.set_rng_state(state[1], device)
+
+
+class SentenceEncoder(torch.nn.Module):
+    """The model as training calls it: token-id lists → pooled embeddings (`embed_ids`) as its `forward`, so that
+    DDP (`training.parallel.wrap_model`), which hooks the module's forward, sees every training pass."""
+
+    def __init__(self, model: BertModel, pooling: str) -> None:
+        super().__init__()
+        self.model, self.pooling = model, pooling
+
+    def forward(self, ids: Sequence[list[int]], device: torch.device) -> Tensor:
+        return embed_ids(self.model, ids, self.pooling, device)

@@ -15,10 +15,15 @@ gradient caching (Gao et al. 2021, "Scaling Deep Contrastive Learning Batch Size
 
 The parameter gradient is the one of the whole batch at once (tests check it to 1e-6) while only one mini-batch's
 activations are alive at a time, for one extra forward pass.
+
+Under `torchrun` each rank embeds its share of each batch (`parallel.shares`) through the DDP-wrapped model and the
+loss sees the whole batch (`parallel.gather_columns`; see `embeddings_train/parallel.py`); with gradient caching the
+mini-batches but the last re-run under DDP's `no_sync`, so that gradients are all-reduced once a step.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -28,9 +33,12 @@ import torch
 from torch import Tensor
 
 from ..core.errors import BertforgeError
+from ..core.system import Runtime
 from ..finetune.trainer import Finetuning
+from ..training.parallel import wrap_model
 from .data import PairData
-from .encoder import embed_ids, rng_state, set_rng_state
+from .encoder import SentenceEncoder, rng_state, set_rng_state
+from .parallel import gather_columns, shares
 from .losses import Loss
 
 log = logging.getLogger("bertforge")
@@ -120,7 +128,8 @@ class TextBatch:
 
     ids: list[list[int]]
     columns: int
-    labels: Tensor | None
+    labels: Tensor | None  # of the whole batch (every rank's share)
+    sizes: list[int] | None = None  # under torchrun: the examples of each rank's share; `ids` holds this rank's
 
     def split(self, embeddings: Tensor) -> list[Tensor]:
         """[columns * B, H] → one [B, H] tensor per column."""
@@ -133,10 +142,15 @@ class EmbeddingTraining(Finetuning):
     what, rows = "train-embeddings", "examples"
 
     def __init__(self, model, data: EncodedPairs, evaluate, cfg, main_metric: str | None, loss: Loss, pooling: str,
-                 device: torch.device) -> None:
+                 device: torch.device, rt: Runtime | None = None) -> None:
         self.data, self.loss, self.pooling = data, loss, pooling
+        self.rt = rt or Runtime(0, 1, 0, device)
         self.in_batch_negatives = data.labels is None
+        if getattr(model, "pooler", None) is not None:  # never used by sentence embeddings (kept for transformers):
+            model.pooler.requires_grad_(False)  # not trained, so that DDP finds a gradient for every trained weight
         super().__init__(model, data, evaluate, cfg, main_metric or "", False, 0, device)
+        self.stepper.world_size = self.rt.world_size  # the loss normalised over ranks (fine-tuning's runs one process)
+        self.encoder = wrap_model(SentenceEncoder(model, pooling), self.rt)  # DDP under torchrun
         self.has_dev = main_metric is not None
         self.baseline: dict[str, Any] | None = None  # the dev metrics before training
 
@@ -158,6 +172,11 @@ class EmbeddingTraining(Finetuning):
         if self.in_batch_negatives and len(self.data.columns) == 2 and min(sizes) < 2:
             log.warning("train-embeddings: %d of %d batches hold one pair: with no in-batch negative, their loss is 0 "
                         "and they teach nothing", sum(size < 2 for size in sizes), len(sizes))
+        if min(sizes) < self.rt.world_size:
+            raise BertforgeError(
+                f"train-embeddings: a batch of {min(sizes)} example(s) cannot be shared by {self.rt.world_size} "
+                f"processes (each needs at least one); use fewer processes or a --batch-size that leaves no batch that "
+                f"small (the batches without repeated texts: see the plan)")
         return [len(batches) for batches in self.plan]
 
     def epoch_batches(self) -> list[list[int]]:
@@ -172,24 +191,34 @@ class EmbeddingTraining(Finetuning):
         return distinct_batches(order, keys, self.cfg.batch_size)
 
     def make_batch(self, indices: list[int]) -> TextBatch:
-        ids = [self.data.tokens[column[i]] for column in self.data.columns for i in indices]
+        """This rank's share of a batch (all of it in one process): its texts, and the labels of the whole batch."""
         labels = None if self.data.labels is None else torch.tensor([self.data.labels[i] for i in indices])
-        return TextBatch(ids, len(self.data.columns), labels)
+        sizes = shares(len(indices), self.rt.world_size) if self.rt.distributed else None
+        if sizes is not None:
+            start = sum(sizes[: self.rt.rank])
+            indices = indices[start : start + sizes[self.rt.rank]]
+        ids = [self.data.tokens[column[i]] for column in self.data.columns for i in indices]
+        return TextBatch(ids, len(self.data.columns), labels, sizes)
 
     def counts(self, batch: TextBatch) -> dict[str, int]:
         return {"loss": len(batch.ids) // batch.columns}  # examples: every loss is a mean over them
 
     def embed(self, ids: list[list[int]]) -> Tensor:
         with self.stepper.autocast():
-            return embed_ids(self.model, ids, self.pooling, self.device).float()  # [n, H]
+            return self.encoder(ids, self.device).float()  # [n, H]
 
     def batch_loss(self, batch: TextBatch, embeddings: Tensor) -> Tensor:
+        """The loss of the whole batch; under torchrun from every rank's embeddings, gathered (`embeddings`: this
+        rank's share)."""
         labels = batch.labels.to(self.device) if batch.labels is not None else None
-        return self.loss(batch.split(embeddings), labels)
+        if batch.sizes is None:
+            return self.loss(batch.split(embeddings), labels)
+        return self.loss(gather_columns(embeddings, batch.columns, batch.sizes, self.rt.rank), labels)
 
     def forward_backward(self, batch: TextBatch, weights: dict[str, float]) -> dict[str, Tensor]:
         mini = self.cfg.mini_batch_size
-        if mini is None or mini >= len(batch.ids):
+        texts = len(batch.ids) if batch.sizes is None else max(batch.sizes) * batch.columns  # every rank alike
+        if mini is None or mini >= texts:
             return {"loss": self.stepper.accumulate({"loss": self.batch_loss(batch, self.embed(batch.ids))}, weights)}
         return {"loss": self.cached_forward_backward(batch, weights["loss"], mini)}
 
@@ -203,17 +232,30 @@ class EmbeddingTraining(Finetuning):
                 cached.append(self.embed(chunk))
         embeddings = torch.cat(cached).requires_grad_()  # [n, H], a leaf: the loss's graph ends here
         loss = self.batch_loss(batch, embeddings)
-        (grad,) = self.stepper.output_gradients(loss, [embeddings])
-        for chunk, state, rows in zip(chunks, states, grad.split(mini)):
+        # weighted before the gradient: under torchrun the gather's backward sums every rank's weighted loss
+        (grad,) = self.stepper.output_gradients(loss * weight, [embeddings])
+        no_sync = getattr(self.encoder, "no_sync", contextlib.nullcontext)  # DDP: all-reduce after the last only
+        for i, (chunk, state, rows) in enumerate(zip(chunks, states, grad.split(mini))):
             set_rng_state(state, self.device)
-            self.stepper.backward_from([self.embed(chunk)], [rows], weight)
+            with no_sync() if i < len(chunks) - 1 else contextlib.nullcontext():
+                self.stepper.backward_from([self.embed(chunk)], [rows])
         return loss.detach() * weight
 
     def run(self):
-        if self.has_dev:  # the starting point, for comparison (not a candidate for the best weights)
-            self.baseline = self.evaluate()
+        if self.has_dev and self.baseline is None:  # the starting point, for comparison (not a candidate for the
+            self.baseline = self.evaluate()  # best weights); a resumed run has it from its checkpoint
             self.record({"type": "eval", "step": 0, "epoch": 0.0, **self.baseline})
         return super().run()
+
+    def own_counters(self) -> dict[str, Any]:
+        return {"baseline": self.baseline}
+
+    def restore(self, loaded) -> None:
+        super().restore(loaded)
+        baseline = loaded.trainer.get("baseline")
+        if baseline is not None and not isinstance(baseline, dict):
+            raise ValueError(f"{loaded.path}: the dev metrics before training are not a JSON object")
+        self.baseline = baseline
 
     def run_evaluation(self, epoch: float) -> bool:
         return super().run_evaluation(epoch) if self.has_dev else False

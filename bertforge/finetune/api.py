@@ -29,6 +29,7 @@ from .tasks import Encoded, Task, get_task, lower_is_better
 from ..core.system import Runtime, from_main, on_every_rank, on_main, setup_runtime, teardown_runtime
 from .trainer import Finetuning, plot_curve, run_logged, run_model
 from ..core.hub import model_reference
+from ..data.tables import InMemory, in_memory, is_path, split_in_memory
 
 log = logging.getLogger("bertforge")
 
@@ -48,7 +49,10 @@ def finetune(config: FinetuneConfig | None = None, **settings: Any) -> dict[str,
     """Fine-tune a pretrained model on a task and write the run's directory.
 
     Pass a `FinetuneConfig`, or its fields as keywords: `finetune(task="ner", model=..., train=..., dev=...,
-    out=..., epochs=2)`. Everything is read and checked before `out` changes. `out` holds:
+    out=..., epochs=2)`. For classification, `train` and `dev` may also be rows in memory (a list of dicts, a dict
+    of lists, a `datasets.Dataset`: `bertforge.data.tables`), which `finetune_config.json` records as
+    `<in-memory: N rows, sha256 …>` (such a run resumes, but cannot be replayed from that file). Everything is
+    read and checked before `out` changes. `out` holds:
 
     * `model/` — the best checkpoint and its tokenizer, in the Hugging Face layout (`id2label` / `label2id` in
       config.json), loadable by `transformers`' `BertFor...` class of the task;
@@ -66,17 +70,18 @@ def finetune(config: FinetuneConfig | None = None, **settings: Any) -> dict[str,
     Returns the contents of `eval.json` (on every rank).
     """
     cfg = config if config is not None else make_settings(FinetuneConfig, settings)
+    cfg, rows = split_in_memory(cfg, ("train", "dev"))  # rows in memory: the settings record a description
     cfg.validate()
     rt = setup_runtime(cfg.device)  # before anything is read or written; joins torchrun's process group
-    cfg = dataclasses.replace(cfg, model=model_reference(cfg.model),
-                              **{k: str(Path(getattr(cfg, k)).resolve()) for k in ("train", "dev", "out")})
+    cfg = dataclasses.replace(cfg, model=model_reference(cfg.model), **{
+        k: str(Path(getattr(cfg, k)).resolve()) for k in ("train", "dev", "out") if k not in rows})
     out = Path(cfg.out)
     lifecycle = RunLifecycle(RunDirectory(out, cfg.resume, cfg.overwrite, saved_settings(cfg), FINETUNING), rt)
     # a failure puts back a run --overwrite set aside (before this one's first checkpoint); the lock goes either way
     with lifecycle.guarded():
         # a second run into `out` is refused while this one runs
         lifecycle.lock(lambda: None if (out / RUN_MARKER).is_file() else refuse_foreign(out))
-        summary = _finetune(cfg, out, rt, lifecycle)
+        summary = _finetune(cfg, out, rt, lifecycle, rows)
     gc.collect()  # the DDP wrapper (in a reference cycle, maybe) lets go of the process group first
     teardown_runtime(rt)  # on success only: after an error, other ranks may still be inside a collective
     return summary
@@ -95,11 +100,13 @@ def refuse_foreign(out: Path, what: str = FINETUNING.what) -> None:
         raise BertforgeError(f"{out}: --out holds files that are not a bertforge {what}; choose another directory")
 
 
-def _finetune(cfg: FinetuneConfig, out: Path, rt: Runtime, lifecycle: RunLifecycle) -> dict[str, Any]:
+def _finetune(cfg: FinetuneConfig, out: Path, rt: Runtime, lifecycle: RunLifecycle,
+              rows: dict[str, InMemory] | None = None) -> dict[str, Any]:
     task = get_task(cfg.task)
     opts = cfg.data_options()
     # read, encode and size the run on every rank: a refusal on one rank is one on all
-    tokenizer, main_metric, train_data, dev_data, model = on_every_rank(rt, lambda: _build_run(cfg, task, opts, rt))
+    tokenizer, main_metric, train_data, dev_data, model = on_every_rank(
+        rt, lambda: _build_run(cfg, task, opts, rt, rows or {}))
 
     def evaluate_dev() -> dict[str, Any]:  # rank 0 scores, every rank learns the metrics (the same decisions)
         return from_main(rt, lambda: _score(task, model, dev_data, opts, tokenizer.pad_token_id, rt.device))
@@ -129,12 +136,14 @@ def _finetune(cfg: FinetuneConfig, out: Path, rt: Runtime, lifecycle: RunLifecyc
     return summary
 
 
-def _build_run(cfg: FinetuneConfig, task: Task, opts: DataOptions, rt: Runtime) -> tuple[Any, ...]:
-    """The tokenizer, the main metric, the encoded training and dev data, and the model (its new head initialised
-    from the seed), each checked: the memory estimate before the model is built."""
+def _build_run(cfg: FinetuneConfig, task: Task, opts: DataOptions, rt: Runtime,
+               rows: dict[str, InMemory]) -> tuple[Any, ...]:
+    """The tokenizer, the main metric, the encoded training and dev data (from `rows` in memory, or the files),
+    and the model (its new head initialised from the seed), each checked: the memory estimate before the model is
+    built."""
     tokenizer = _load_tokenizer(cfg.model)
-    train_examples, _ = task.read(cfg.train, opts, labelled=True)
-    dev_examples, _ = task.read(cfg.dev, opts, labelled=True)
+    train_examples, _ = task.read(rows.get("train", cfg.train), opts, labelled=True)
+    dev_examples, _ = task.read(rows.get("dev", cfg.dev), opts, labelled=True)
     overrides = {**task.label_overrides(train_examples, Path(cfg.train)), "finetuning_task": cfg.task}
     model_config = BertConfig.from_pretrained(cfg.model, **overrides)
     main_metric = task.main_metric(model_config, cfg.metric)
@@ -172,7 +181,8 @@ def _write_run(cfg: FinetuneConfig, out: Path, model: Any, tokenizer: Any, best:
 def evaluate(
     task: str, model: str | Path, data: str | Path, *, quantize: str | None = None, **options: Any
 ) -> dict[str, Any]:
-    """Score a fine-tuned model on a labelled file; returns the task's metrics (and the mean "loss").
+    """Score a fine-tuned model on a labelled file (classification: or rows in memory, as `finetune` takes them);
+    returns the task's metrics (and the mean "loss").
 
     `options` are `DataOptions` fields (max_length, text_column, doc_stride, eval_batch_size, device, ...); use the
     ones the model was fine-tuned with. `quantize="int8"`: score the model with int8 dense layers, on the CPU
@@ -186,15 +196,17 @@ def predict(
     task: str, model: str | Path, input: str | Path, output: str | Path | None = None, *,
     quantize: str | None = None, **options: Any
 ) -> list[dict[str, Any]]:
-    """Predictions of a fine-tuned model for each example of `input` (labels there are not needed, and ignored).
+    """Predictions of a fine-tuned model for each example of `input` (labels there are not needed, and ignored;
+    classification: a file or rows in memory, as `finetune` takes them).
 
-    Classification gives {"label", "score", "probabilities"} (or {"score"} for regression), NER {"tokens", "tags",
+    Classification gives {"label", "score", "probabilities"} ({"labels": [{"label", "score"}, ...],
+    "probabilities"} for a multi-label model: every label of probability at least 0.5; {"score"} for regression), NER {"tokens", "tags",
     "entities"}, QA {"id", "answer", "start", "end", "score", "null_score"}. With `output`, they are also written
     there as JSONL, atomically (never over `input` or a file of `model`). `quantize="int8"`: int8 dense layers, on
     the CPU (`bertforge.model.quantize`).
     """
     if output is not None:
-        check_output_file(output, inputs=(input,), model=model)
+        check_output_file(output, inputs=(input,) if is_path(input) else (), model=model)
     the_task, opts, tokenizer, net, encoded = _prepare(task, model, input, options, labelled=False, quantize=quantize)
     outputs, _ = run_model(
         net, encoded.features, opts.eval_batch_size, tokenizer.pad_token_id, _device(opts), opts.progress,
@@ -217,11 +229,13 @@ def _prepare(
         check_quantize(quantize, opts.device or "cpu", "evaluate/predict")
         opts = dataclasses.replace(opts, device="cpu")  # a new value: settings are not changed once validated
     the_task = get_task(task)
+    if not is_path(data):
+        data = in_memory(data)
     examples, _ = the_task.read(data, opts, labelled=labelled)
     tokenizer = _load_tokenizer(model)
     net = quantize_model(load_finetuned(the_task, model).eval(), quantize,
                          calibration=calibration_ids(tokenizer) if quantize else None)
-    encoded = the_task.encode(tokenizer, examples, opts, net.config, Path(data), labelled=labelled)
+    encoded = the_task.encode(tokenizer, examples, opts, net.config, Path(str(data)), labelled=labelled)
     return the_task, opts, tokenizer, net, encoded
 
 

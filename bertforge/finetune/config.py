@@ -31,6 +31,9 @@ class DataOptions:
                                      "--no-header (default: text, sentence or sentence1)", metavar="NAME")
     text_pair_column: str | None = option(None, "classification: second text of a sentence pair", metavar="NAME")
     label_column: str = option("label", "classification: label column", metavar="NAME")
+    label_separator: str | None = option(None, "classification: split each text label on SEP into several labels "
+                                         "(multi-label, e.g. '|'; an empty label: none); a list label (JSONL, "
+                                         "Parquet) needs none", metavar="SEP")
     no_header: bool = option(False, "CSV/TSV without a header row; columns are then 0-based indices")
     lenient_rows: bool = option(False, "CSV/TSV: skip rows with more or fewer fields than the header, or broken "
                                 "quotes, with a warning counting them (default: such a row is an error naming its line)")
@@ -49,6 +52,8 @@ class DataOptions:
             check_int(name, getattr(self, name), 1)
         if self.max_length is not None:
             check_int("max_length", self.max_length, 8)
+        if self.label_separator is not None and (not isinstance(self.label_separator, str) or not self.label_separator):
+            raise BertforgeError(f"label_separator must be a non-empty string, got {self.label_separator!r}")
 
 
 @dataclass(kw_only=True)
@@ -57,7 +62,7 @@ class FinetuneConfig(DataOptions):
 
     task: str = option(help="the task: classification, ner or qa", choices=FINETUNE_TASKS)
     model: str = option(help="model directory (weights, config.json, tokenizer)", metavar="DIR")
-    train: str = option(help="training data (CSV/TSV/JSONL, CoNLL, or SQuAD JSON)", metavar="FILE")
+    train: str = option(help="training data (CSV/TSV/JSONL/Parquet/Arrow, CoNLL, or SQuAD JSON)", metavar="FILE")
     dev: str = option(help="dev data, scored at each evaluation", metavar="FILE")
     out: str = option(help="output directory: model/, eval.json, metrics.jsonl, ...", metavar="DIR")
     epochs: int = option(3, "passes over the training data", metavar="N")
@@ -78,7 +83,7 @@ class FinetuneConfig(DataOptions):
                                     metavar="N")
     early_stop: int | None = option(None, "stop after N evaluations without a better main metric", metavar="N")
     metric: str | None = option(None, "main metric that picks the best checkpoint (default: accuracy; pearson for "
-                                "regression; f1 for ner and qa)")
+                                "regression; micro_f1 for multi-label; f1 for ner and qa)")
     group_by_length: bool = option(False, "batches of examples of similar length instead of plain shuffled ones "
                                    "(less attention padding, but worse scores: see docs/guides/finetuning.md)")
     log_every: int = option(10, "write the training loss to metrics.jsonl every N optimizer steps", metavar="N")
@@ -103,11 +108,9 @@ class FinetuneConfig(DataOptions):
         for name in ("model", "train", "dev", "out"):
             if not isinstance(getattr(self, name), str) or not getattr(self, name):
                 raise BertforgeError(f"finetune needs {name!r} (a path)")
-        for name in ("epochs", "batch_size", "grad_accum", "log_every", "max_skipped_steps", "keep_checkpoints"):
+        for name in ("epochs", "batch_size", "grad_accum", "log_every", "max_skipped_steps"):
             check_int(name, getattr(self, name), 1)
-        check_int("save_every", self.save_every, 0)
-        if self.resume and self.overwrite:
-            raise BertforgeError("--resume and --overwrite contradict each other; choose one")
+        check_checkpointing(self)
         for name in ("eval_every", "early_stop"):
             if getattr(self, name) is not None:
                 check_int(name, getattr(self, name), 1)
@@ -149,6 +152,15 @@ class FinetuneConfig(DataOptions):
         if not isinstance(data, dict):
             raise BertforgeError(f"{path}: expected a JSON object")
         return cls.from_dict(data, str(path))
+
+
+def check_checkpointing(settings: Any) -> None:
+    """The checkpoint settings every fine-tuning-style trainer shares: save_every, keep_checkpoints, resume (not
+    with overwrite)."""
+    check_int("keep_checkpoints", settings.keep_checkpoints, 1)
+    check_int("save_every", settings.save_every, 0)
+    if settings.resume and settings.overwrite:
+        raise BertforgeError("--resume and --overwrite contradict each other; choose one")
 
 
 def check_optimization(settings: Any) -> None:

@@ -1,8 +1,10 @@
 """Readers for the fine-tuning file formats. Every problem is a `BertforgeError` naming the file and line.
 
-* Classification: CSV or TSV with a header row (or without one, columns then named by 0-based index), or JSONL
-  (one JSON object a line). The format follows the file name: `.tsv`/`.tab` → TSV, `.jsonl`/`.json`/`.ndjson` →
-  JSONL, anything else → CSV.
+* Classification: CSV or TSV with a header row (or without one, columns then named by 0-based index), JSONL
+  (one JSON object a line), Parquet or Arrow (`bertforge.data.tables`: read as JSONL objects are, row by row), or
+  rows in memory. The format follows the file name: `.tsv`/`.tab` → TSV, `.jsonl`/`.json`/`.ndjson` → JSONL,
+  `.parquet`/`.pq` → Parquet, `.arrow`/`.feather`/`.ipc` → Arrow, anything else → CSV. A multi-label example's
+  labels are a list (JSONL, a Parquet list column, rows in memory) or a text split on `--label-separator`.
   Every row must have as many fields as the header (or, without one, as the first row): a row with more or fewer
   (an unquoted comma in a CSV text, a tab inside a TSV text) is refused naming the file, the line and the counts,
   as is a CSV quote left open or followed by text. `lenient=True` (`--lenient-rows`) skips such rows instead, with
@@ -33,6 +35,7 @@ from typing import Any
 
 from ..core.errors import BertforgeError
 from ..core.io import check_text, json_object
+from ..data.tables import InMemory, Record, in_memory, is_path, refuse_description, table_format, table_records
 
 log = logging.getLogger("bertforge")
 
@@ -63,8 +66,17 @@ class TaggedSentence:
 # ---------------------------------------------------------------------------------------------------- helpers
 
 
+def file_path(data: Any) -> Path:
+    """The path of a task file; rows in memory are refused (readers of records take them: `record_source`)."""
+    if not is_path(data):
+        raise BertforgeError(f"rows in memory ({type(data).__name__}) are read for classification and "
+                             f"train-embeddings; this task reads a file: pass its path")
+    refuse_description(data)
+    return Path(data)
+
+
 def read_text_file(path: str | Path) -> str:
-    path = Path(path)
+    path = file_path(path)
     if not path.is_file():
         raise BertforgeError(f"{path}: no such file")
     try:
@@ -82,8 +94,10 @@ def read_text_file(path: str | Path) -> str:
 
 
 def file_format(path: str | Path) -> str:
-    """"tsv", "jsonl" or "csv", from the file name."""
+    """"tsv", "jsonl", "parquet", "arrow" or "csv", from the file name."""
     suffix = Path(path).suffix.lower()
+    if table_format(path):
+        return table_format(path)  # type: ignore[return-value]
     if suffix in (".tsv", ".tab"):
         return "tsv"
     if suffix in (".jsonl", ".json", ".ndjson"):
@@ -212,31 +226,67 @@ def default_text_columns(columns: list[str]) -> tuple[str | None, str | None]:
 
 
 def read_classification(
-    path: str | Path,
+    data: Any,
     text_column: str | None = None,
     text_pair_column: str | None = None,
     label_column: str | None = "label",
     no_header: bool = False,
     require_labels: bool = True,
     lenient: bool = False,
+    label_separator: str | None = None,
 ) -> list[TextExample]:
-    """Read a CSV/TSV/JSONL classification file.
+    """Read a CSV/TSV/JSONL/Parquet/Arrow classification file, or rows in memory (`bertforge.data.tables`).
 
     Args:
         text_column / text_pair_column: where the text (and the optional second text of a pair) is; a header name,
-            a 0-based index with `no_header`, or a JSON key. None picks "text", "sentence" or "sentence1" (and
-            then "sentence2") when the file has them.
+            a 0-based index with `no_header`, or a JSON key / column name. None picks "text", "sentence" or
+            "sentence1" (and then "sentence2") when the data has them.
         label_column: where the label is. With `require_labels` False (prediction) the label is read when the
-            column exists and otherwise left as None.
+            column exists and otherwise left as None. A list there (JSONL, a Parquet list column, rows in memory)
+            is a multi-label example's labels, any number of them.
         no_header: the CSV/TSV file has no header row (GLUE's CoLA files, for one).
         lenient: skip CSV/TSV rows with the wrong number of fields or broken quoting (counted in a warning)
             instead of refusing the file.
+        label_separator: a text label is split on it into several labels (multi-label: "sports|politics"; an
+            empty label is then an example with none).
     """
-    path = Path(path)
-    text = read_text_file(path)
-    if file_format(path) == "jsonl":
-        return _read_classification_jsonl(path, text, text_column, text_pair_column, label_column, require_labels)
-    header, rows = table_rows(path, text, no_header, lenient)
+    source = record_source(data)
+    if source is not None:
+        path, records = source
+        examples = _classification_records(path, records, text_column, text_pair_column, label_column, require_labels)
+    else:
+        path = Path(data)
+        examples = _classification_table(path, text_column, text_pair_column, label_column, no_header,
+                                         require_labels, lenient, empty_label_ok=label_separator is not None)
+    if label_separator is not None:
+        for example in examples:
+            if isinstance(example.label, str):
+                example.label = [part.strip() for part in example.label.split(label_separator) if part.strip()]
+    return examples
+
+
+def record_source(data: Any) -> tuple[Path, list[Record]] | None:
+    """(what messages name, records) of data read as records: rows in memory (a list of dicts, a dict of lists,
+    a `datasets.Dataset`), a Parquet or Arrow file, a JSONL file; None for a CSV or TSV file."""
+    if not is_path(data):
+        rows = data if isinstance(data, InMemory) else in_memory(data)
+        return Path(rows.description), rows.records
+    refuse_description(data)
+    kind = file_format(data)
+    if kind in ("parquet", "arrow"):
+        return Path(data), table_records(data)
+    if kind == "jsonl":
+        return Path(data), jsonl_objects(Path(data), read_text_file(data))
+    return None
+
+
+def _classification_table(
+    path: Path, text_column: str | None, text_pair_column: str | None, label_column: str | None, no_header: bool,
+    require_labels: bool, lenient: bool, empty_label_ok: bool = False,
+) -> list[TextExample]:
+    """CSV/TSV examples; `require_labels` False still reads the label column when the header has it;
+    `empty_label_ok` (labels split on a separator): an empty label is an example without labels."""
+    header, rows = table_rows(path, read_text_file(path), no_header, lenient)
     if header is not None and text_column is None:
         text_column, guessed_pair = default_text_columns(header)
         text_pair_column = text_pair_column or guessed_pair
@@ -253,7 +303,7 @@ def read_classification(
         if len(cells) < needed:
             raise BertforgeError(f"{path}:{line}: {len(cells)} column(s), expected at least {needed}")
         label = cells[label_at].strip() if label_at is not None else None
-        if require_labels and label == "":
+        if require_labels and label == "" and not empty_label_ok:
             raise BertforgeError(f"{path}:{line}: the label is empty")
         examples.append(TextExample(cells[text_at], cells[pair_at] if pair_at is not None else None, label, line))
     if not examples:
@@ -261,16 +311,16 @@ def read_classification(
     return examples
 
 
-def _read_classification_jsonl(
+def _classification_records(
     path: Path,
-    text: str,
+    records: list[Record],
     text_column: str | None,
     text_pair_column: str | None,
     label_column: str | None,
     require_labels: bool,
 ) -> list[TextExample]:
     examples = []
-    for line, record in jsonl_objects(path, text):
+    for line, record in records:
         if text_column is None:
             text_column, guessed_pair = default_text_columns(list(record))
             text_pair_column = text_pair_column or guessed_pair
@@ -289,10 +339,17 @@ def _read_classification_jsonl(
         if require_labels:
             if label_column not in record:
                 raise BertforgeError(f"{path}:{line}: no key {label_column!r} (the label)")
-            if isinstance(label, bool) or not isinstance(label, (str, int, float)) or label == "":
-                raise BertforgeError(f"{path}:{line}: the label must be a non-empty string or a number, got {label!r}")
-        examples.append(TextExample(values[0], values[1], label, line))
+            _check_label(path, line, label)
+        examples.append(TextExample(values[0], values[1], list(label) if isinstance(label, tuple) else label, line))
     return examples
+
+
+def _check_label(path: Path, line: int, label: Any) -> None:
+    """A label is a non-empty string or a number; a multi-label example's, a list of them (empty: no label)."""
+    for value in label if isinstance(label, (list, tuple)) else [label]:
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)) or value == "":
+            what = "each label in a list" if isinstance(label, (list, tuple)) else "the label"
+            raise BertforgeError(f"{path}:{line}: {what} must be a non-empty string or a number, got {value!r}")
 
 
 def jsonl_objects(path: Path, text: str) -> list[tuple[int, dict[str, Any]]]:
@@ -315,7 +372,7 @@ def read_conll(path: str | Path, require_labels: bool = True) -> list[TaggedSent
     Every word line must have as many columns as the first one. With `require_labels` False (prediction) a file
     of one column is words only; otherwise the file needs at least two columns.
     """
-    path = Path(path)
+    path = file_path(path)
     text = read_text_file(path)
     sentences: list[TaggedSentence] = []
     words: list[str] = []
@@ -392,7 +449,7 @@ def read_token_inputs(path: str | Path, split_words: Any) -> list[TaggedSentence
     """Unlabelled token-classification input: a CoNLL file, or JSONL objects with "tokens" (a list of words) or
     "text" (split into words by `split_words(text) -> [(word, (start, end)), ...]`, the tokenizer's
     pre-tokenizer, so that predicted entities can carry character offsets)."""
-    path = Path(path)
+    path = file_path(path)
     if file_format(path) != "jsonl":
         return read_conll(path, require_labels=False)
     sentences = []

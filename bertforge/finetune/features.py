@@ -1,7 +1,8 @@
 """Model inputs: tokenising examples into features, padding each batch to its own longest row, and batch orders.
 
 A feature is a plain dict: "input_ids" and "token_type_ids" (lists of ints, no padding) and the targets the
-model's head takes ("labels" — an int, a float or, for token classification, a list of ints — or
+model's head takes ("labels" — an int, a float, a multi-label example's multi-hot tuple of floats or, for token
+classification, a list of ints — or
 "start_positions" / "end_positions"). Padding happens per batch in `collate`, so a batch of short sentences costs
 what short sentences cost; `training_batches` groups sentences of similar length to cut padding further.
 """
@@ -23,7 +24,7 @@ GROUPING_SPAN = 50
 
 
 def encode_classification(
-    tokenizer: Any, examples: Sequence[TextExample], max_length: int, labels: Sequence[int | float] | None
+    tokenizer: Any, examples: Sequence[TextExample], max_length: int, labels: Sequence[int | float | tuple[float, ...]] | None
 ) -> list[Feature]:
     """[CLS] text [SEP] (or [CLS] text [SEP] pair [SEP], segment ids 0 then 1), truncated to `max_length`."""
     texts = [e.text for e in examples]
@@ -74,7 +75,8 @@ def encode_tagged(
 
 def collate(features: Sequence[Feature], pad_token_id: int) -> dict[str, torch.Tensor]:
     """Pad a batch to its longest row: input_ids with `pad_token_id`, token_type_ids with 0, per-token labels with
-    -100; attention_mask is 1 on real tokens. Scalar targets become a [B] tensor (float for regression)."""
+    -100; attention_mask is 1 on real tokens. Scalar targets become a [B] tensor (float for regression), multi-hot
+    tuples a float [B, num_labels] one."""
     length = max(len(f["input_ids"]) for f in features)
     batch = len(features)
     input_ids = torch.full((batch, length), pad_token_id, dtype=torch.long)  # [B, S]
@@ -93,6 +95,8 @@ def collate(features: Sequence[Feature], pad_token_id: int) -> dict[str, torch.T
             for row, f in enumerate(features):
                 labels[row, : len(f["labels"])] = torch.tensor(f["labels"])
             out["labels"] = labels
+        elif isinstance(first, tuple):  # multi-label: one multi-hot row per example
+            out["labels"] = torch.tensor([f["labels"] for f in features], dtype=torch.float)  # [B, num_labels]
         else:
             dtype = torch.float if isinstance(first, float) else torch.long
             out["labels"] = torch.tensor([f["labels"] for f in features], dtype=dtype)  # [B]

@@ -1,6 +1,7 @@
 """Evaluation metrics, written from their definitions (no scikit-learn, scipy or seqeval needed).
 
-* Classification: accuracy, F1 (binary and macro), Matthews correlation.
+* Classification: accuracy, F1 (binary and macro), Matthews correlation; multi-label: micro and macro F1, subset
+  accuracy.
 * Regression: Pearson and Spearman correlation, mean squared error.
 * Token classification: entity-level precision / recall / F1, overall and per entity type, with the span rules of
   the CoNLL `conlleval` script (which `seqeval` follows in its default mode), so IOB1, IOB2 and IOBES tags all work.
@@ -75,6 +76,29 @@ def classification_metrics(gold: Sequence[int], pred: Sequence[int], num_labels:
     metrics["macro_f1"] = macro_f1(gold, pred)
     metrics["mcc"] = matthews_corrcoef(gold, pred)
     return metrics
+
+
+def multi_label_metrics(gold: Sequence[Sequence[int]], pred: Sequence[Sequence[int]], num_labels: int) -> dict[str, float]:
+    """Multi-label scores from each example's label ids (gold and predicted sets): micro_f1 (true positives, predicted
+    and actual labels counted over every label), macro_f1 (the mean of each of the `num_labels` labels' F1, 0 for a
+    label never true nor predicted, as scikit-learn's `f1_score(average="macro")`) and subset_accuracy (the share
+    of examples whose predicted set is exactly the gold one)."""
+    _check_lengths(gold, pred)
+    gold_sets, pred_sets = [set(g) for g in gold], [set(p) for p in pred]
+    tp = [0] * num_labels
+    predicted = [0] * num_labels
+    actual = [0] * num_labels
+    for g, p in zip(gold_sets, pred_sets):
+        for label in g & p:
+            tp[label] += 1
+        for label in p:
+            predicted[label] += 1
+        for label in g:
+            actual[label] += 1
+    micro = precision_recall_f1(sum(tp), sum(predicted), sum(actual))[2]
+    macro = sum(precision_recall_f1(tp[k], predicted[k], actual[k])[2] for k in range(num_labels)) / num_labels
+    subset = sum(g == p for g, p in zip(gold_sets, pred_sets)) / len(gold_sets) if gold_sets else 0.0
+    return {"micro_f1": micro, "macro_f1": macro, "subset_accuracy": subset}
 
 
 # ---------------------------------------------------------------------------------------------------- regression

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import BertforgeError
-from .data import file_format, jsonl_objects, read_text_file
+from .data import file_format, file_path, jsonl_objects, read_text_file
 
 
 @dataclass
@@ -42,7 +42,7 @@ def read_squad(path: str | Path, require_answers: bool = True) -> tuple[list[QAE
     answer when `require_answers` is set. Prediction input may also be JSONL with "question" and "context"
     (and an optional "id").
     """
-    path = Path(path)
+    path = file_path(path)
     text = read_text_file(path)
     if file_format(path) == "jsonl" and path.suffix.lower() != ".json":
         return _read_qa_jsonl(path, text), False

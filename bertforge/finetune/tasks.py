@@ -158,16 +158,19 @@ class Classification(Task):
     model_class = BertForSequenceClassification
     metric_names = ("accuracy", "f1", "macro_f1", "mcc")
     regression_metric_names = ("pearson", "spearman", "mse")
+    multi_label_metric_names = ("micro_f1", "macro_f1", "subset_accuracy")
 
     def read(self, path: str | Path, opts: DataOptions, labelled: bool) -> tuple[list[TextExample], bool]:
         examples = read_classification(
             path, opts.text_column, opts.text_pair_column, opts.label_column, opts.no_header, require_labels=labelled,
-            lenient=opts.lenient_rows,
+            lenient=opts.lenient_rows, label_separator=opts.label_separator,
         )
         return examples, False
 
     def label_overrides(self, examples: list[TextExample], path: Path) -> dict[str, Any]:
         values = [e.label for e in examples]
+        if any(isinstance(v, list) for v in values):
+            return _multi_label_overrides(values, path)
         check_numeric_labels(examples, path)
         numeric = all(_number(v) is not None for v in values)
         if numeric and any(_written_as_float(v) for v in values):
@@ -184,7 +187,10 @@ class Classification(Task):
         }
 
     def metrics_for(self, config: BertConfig) -> tuple[str, ...]:
-        """Correlations and MSE for a regression model, class metrics otherwise."""
+        """Correlations and MSE for a regression model, label-set metrics for a multi-label one, class metrics
+        otherwise."""
+        if _is_multi_label(config):
+            return self.multi_label_metric_names
         return self.regression_metric_names if _is_regression(config) else self.metric_names
 
     def encode(
@@ -197,23 +203,41 @@ class Classification(Task):
         features = encode_classification(tokenizer, examples, self.max_length(opts, config), labels)
         return Encoded(path, examples, features)
 
-    def _label_id(self, example: TextExample, config: BertConfig, path: Path) -> int | float:
+    def _label_id(self, example: TextExample, config: BertConfig, path: Path) -> int | float | tuple[float, ...]:
+        """The target of an example: a class id, a number (regression), or a multi-hot tuple (multi-label, where a
+        single label is a list of one)."""
+        if _is_multi_label(config):
+            hot = [0.0] * config.num_labels
+            for value in example.label if isinstance(example.label, list) else [example.label]:
+                hot[self._class_id(value, example.line, config, path)] = 1.0
+            return tuple(hot)
+        if isinstance(example.label, list):
+            raise BertforgeError(f"{path}:{example.line}: a list of labels, but the model has one label per example "
+                                 f"(its problem_type is {config.problem_type!r})")
         if _is_regression(config):
             number = _number(example.label)
             if number is None:
                 raise BertforgeError(f"{path}:{example.line}: label {example.label!r} is not a number (the model does regression)")
             return number
+        return self._class_id(example.label, example.line, config, path)
+
+    @staticmethod
+    def _class_id(label: Any, line: int, config: BertConfig, path: Path) -> int:
         label2id = config.label2id or {f"LABEL_{i}": i for i in range(config.num_labels)}
-        key = _label_key(example.label)
+        key = _label_key(label)
         if key not in label2id and key.isdigit() and set(label2id) == {f"LABEL_{i}" for i in range(len(label2id))}:
             key = f"LABEL_{key}"  # transformers' default names: label i is LABEL_i
         if key not in label2id:
             known = ", ".join(sorted(label2id))
-            raise BertforgeError(f"{path}:{example.line}: label {example.label!r} was not seen in training (known: {known})")
+            raise BertforgeError(f"{path}:{line}: label {label!r} was not seen in training (known: {known})")
         return label2id[key]
 
     def score(self, data: Encoded, outputs: list[Output], config: BertConfig, opts: DataOptions) -> dict[str, Any]:
         gold = [f["labels"] for f in data.features]
+        if _is_multi_label(config):
+            chosen = [np.flatnonzero(np.asarray(g)) for g in gold]
+            return M.multi_label_metrics(chosen, [np.flatnonzero(_sigmoid(o["logits"]) >= MULTI_LABEL_THRESHOLD)
+                                                  for o in outputs], config.num_labels)
         if _is_regression(config):
             return M.regression_metrics(gold, [float(o["logits"][0]) for o in outputs])
         pred = [int(o["logits"].argmax()) for o in outputs]
@@ -225,7 +249,9 @@ class Classification(Task):
             record: dict[str, Any] = {"line": example.line, "text": example.text}
             if example.text_pair is not None:
                 record["text_pair"] = example.text_pair
-            if _is_regression(config):
+            if _is_multi_label(config):
+                record.update(_multi_label_record(output["logits"], config))
+            elif _is_regression(config):
                 record["score"] = float(output["logits"][0])
             else:
                 probs = _softmax(output["logits"])
@@ -240,6 +266,43 @@ class Classification(Task):
 
 def _is_regression(config: BertConfig) -> bool:
     return config.problem_type == "regression" or config.num_labels == 1
+
+
+def _is_multi_label(config: BertConfig) -> bool:
+    return config.problem_type == "multi_label_classification" and config.num_labels > 1
+
+
+MULTI_LABEL_THRESHOLD = 0.5  # a multi-label model predicts every label of probability (sigmoid) at least this
+
+
+def _multi_label_overrides(values: list[Any], path: Path) -> dict[str, Any]:
+    """The label space of multi-label training data: every label of every example's list (a single label counts
+    as a list of one)."""
+    keys = {_label_key(v) for labels in values for v in (labels if isinstance(labels, list) else [labels])}
+    numeric = all(k.lstrip("-").isdigit() for k in keys)
+    names = sorted(keys, key=int) if numeric else sorted(keys)
+    if len(names) < 2:
+        raise BertforgeError(f"{path}: the examples' labels are {names}; multi-label classification needs at least two")
+    return {
+        "num_labels": len(names),
+        "problem_type": "multi_label_classification",
+        "id2label": dict(enumerate(names)),
+        "label2id": {name: i for i, name in enumerate(names)},
+    }
+
+
+def _multi_label_record(logits: np.ndarray, config: BertConfig) -> dict[str, Any]:
+    """A multi-label prediction: every label of probability at least the threshold, the likeliest first, and
+    every label's probability."""
+    probs = _sigmoid(logits)
+    names = config.id2label or {i: str(i) for i in range(len(probs))}
+    chosen = [int(i) for i in np.argsort(-probs, kind="stable") if probs[i] >= MULTI_LABEL_THRESHOLD]
+    return {"labels": [{"label": names[i], "score": float(probs[i])} for i in chosen],
+            "probabilities": {names[i]: float(p) for i, p in enumerate(probs)}}
+
+
+def _sigmoid(logits: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-logits.astype(np.float64)))
 
 
 def _softmax(logits: np.ndarray) -> np.ndarray:

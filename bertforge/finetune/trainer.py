@@ -146,8 +146,10 @@ class Finetuning:
     def __init__(self, model, train_features, evaluate, cfg, main_metric, lower_is_better, pad_token_id, device,
                  rt: Runtime | None = None) -> None:
         self.model, self.features, self.evaluate, self.cfg = model, train_features, evaluate, cfg
-        # under torchrun (`rt`): every rank trains on its share of each global batch of `cfg.batch_size`
-        self.rt = rt if rt is not None else Runtime(0, 1, 0, device)
+        # under torchrun (`rt`): every rank trains on its share of each global batch of `cfg.batch_size` (a
+        # subclass that shares batches and wraps a module its own way, train-embeddings, sets `self.rt` first)
+        if rt is not None or not hasattr(self, "rt"):
+            self.rt = rt if rt is not None else Runtime(0, 1, 0, device)
         model.to(device)  # before the optimizer takes its parameters and DDP wraps it
         self.main_metric, self.lower_is_better, self.pad_token_id, self.device = main_metric, lower_is_better, pad_token_id, device
         self.generator = torch.Generator().manual_seed(cfg.seed)
@@ -163,7 +165,9 @@ class Finetuning:
                                  precision=pick_precision(cfg.precision, device), world_size=self.rt.world_size,
                                  max_skipped_steps=cfg.max_skipped_steps)
         # what training steps call: DDP under torchrun, compiled with --compile
-        self.train_model = wrap_model(model, self.rt, compile=cfg.compile)
+        self.train_model = (wrap_model(model, self.rt, compile=cfg.compile) if rt is not None
+                            else torch.compile(model) if cfg.compile else model)
+        self.stand_ins: list[Any] = []  # this step's micro-batches that stand in for a share with no example
         per_epoch = (f"{epoch_steps[0]} step(s)" if len(set(epoch_steps)) == 1
                      else f"{min(epoch_steps)}-{max(epoch_steps)} step(s), {self.total_steps} in all")
         if self.rt.is_main:
@@ -201,12 +205,17 @@ class Finetuning:
         return training_batches(lengths, self.cfg.batch_size, self.generator, self.cfg.group_by_length)
 
     def make_batch(self, indices: list[int]) -> Any:
-        """The micro-batch `forward_backward` takes, for these examples."""
-        return collate([self.features[i] for i in indices], self.pad_token_id)
+        """The micro-batch `forward_backward` takes: this rank's share of these examples (`rank_share`)."""
+        share, real = rank_share(indices, self.rt)
+        batch = collate([self.features[i] for i in share], self.pad_token_id)
+        if not real:
+            self.stand_ins.append(batch)
+        return batch
 
     def counts(self, batch: Any) -> dict[str, int]:
-        """What a micro-batch's loss is normalised by (see `TrainStep`)."""
-        return finetuning_counts(batch)
+        """What a micro-batch's loss is normalised by (see `TrainStep`): nothing for a stand-in."""
+        own = finetuning_counts(batch)
+        return dict.fromkeys(own, 0) if any(batch is s for s in self.stand_ins) else own
 
     def forward_backward(self, batch: dict[str, torch.Tensor], weights: dict[str, float]) -> dict[str, torch.Tensor]:
         with self.stepper.autocast():
@@ -251,15 +260,9 @@ class Finetuning:
             batches = self.epoch_batches()
             ga = self.cfg.grad_accum
             self.batch_count, self.groups = len(batches), [batches[i : i + ga] for i in range(0, len(batches), ga)]
-        shares = [rank_share(indices, self.rt) for indices in self.groups[self.position]]
-        micro = [self.make_batch(share) for share, _ in shares]
-        stand_ins = [batch for batch, (_, real) in zip(micro, shares) if not real]
-
-        def counts(batch: Any) -> dict[str, int]:
-            own = self.counts(batch)
-            return dict.fromkeys(own, 0) if any(batch is s for s in stand_ins) else own
-
-        outcome = self.stepper.run(micro, self.forward_backward, counts, self.train_model)
+        self.stand_ins = []
+        micro = [self.make_batch(indices) for indices in self.groups[self.position]]
+        outcome = self.stepper.run(micro, self.forward_backward, self.counts, self.train_model)
         self.position += 1
         return outcome
 
@@ -326,7 +329,7 @@ class Finetuning:
         `save_every` optimizer steps; `resume()` continues from the newest one."""
         self.checkpoints, self.save_every = checkpoints, save_every
         # the files the run reads, as they are now: a checkpoint records them, a resume refuses other ones
-        self.data_files = files_fingerprint([self.cfg.train, self.cfg.dev], digest=True)
+        self.data_files = files_fingerprint([f for f in (self.cfg.train, self.cfg.dev) if f], digest=True)  # dev: optional for embeddings
 
     def save_checkpoint(self) -> None:
         """The run as it stands (nothing without checkpoints): the data position, the losses not logged yet, the
@@ -339,8 +342,13 @@ class Finetuning:
         record = {"evaluations": evaluations, "best": None if best is None else self.result.evaluations.index(best),
                   "best_weights": self.best_state if best is not None and best.step != step else None}
         data = {"epoch": self.epoch, "position": self.position, "generator": self.epoch_start, "files": self.data_files}
-        counters = {"losses": self.losses, "since_best": self.since_best, "stopped_early": self.result.stopped_early}
+        counters = {"losses": self.losses, "since_best": self.since_best, "stopped_early": self.result.stopped_early,
+                    **self.own_counters()}
         self.checkpoints.save(data, counters, {"evaluation": record})
+
+    def own_counters(self) -> dict[str, Any]:
+        """A subclass's JSON values for the checkpoint (read back by its `restore`)."""
+        return {}
 
     def restore(self, loaded: Loaded) -> None:
         """This trainer's part of a checkpoint being read (see `save_checkpoint`), checked."""

@@ -85,8 +85,9 @@ def require_sentence_head(config: BertConfig, cls: str, kinds: tuple[str, ...]) 
 
 
 class FirstTokenHead(nn.Module):
-    """The sequence head of RoBERTa and DistilBERT, on the first token's hidden state (they have no pooler there):
-    (dropout →) dense → tanh or ReLU → dropout → out_proj."""
+    """The sequence head of RoBERTa, DistilBERT and DeBERTa, on the first token's hidden state (they have no pooler
+    there): (dropout →) dense → tanh, ReLU or GELU → dropout → out_proj; the first dropout's rate is the second's
+    unless the spec says otherwise (DeBERTa's ContextPooler: `pooler_dropout`, then `cls_dropout`)."""
 
     def __init__(self, spec: EncoderSpec, num_labels: int, p: float) -> None:
         super().__init__()
@@ -95,10 +96,11 @@ class FirstTokenHead(nn.Module):
         self.out_proj = Dense(h, num_labels, role="final")
         self.p = p
         self.dropout_first = spec.heads.dropout_before_dense
+        self.p_first = p if spec.heads.first_dropout is None else spec.heads.first_dropout
 
     def forward(self, first: Tensor) -> Tensor:
         if self.dropout_first:
-            first = dropout(first, self.p, self.training)
+            first = dropout(first, self.p_first, self.training)
         return self.out_proj(dropout(self.dense(first), self.p, self.training))
 
 

@@ -71,6 +71,7 @@ class HeadSpec:
     sequence: str = "pooler"
     sequence_act: str = "tanh"
     dropout_before_dense: bool = True  # "first-token": RoBERTa drops out token 0 before the dense layer
+    first_dropout: float | None = None  # that dropout's rate; None: the classifier's (DeBERTa: its pooler_dropout)
     pooling: str = "cls"
     token_transform: bool = False
 

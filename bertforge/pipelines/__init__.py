@@ -4,9 +4,10 @@
     >>> embed(["a sentence", "another one"]).shape
     (2, 384)
 
-Tasks: "embed", "fill-mask", "text-classification", "token-classification", "question-answering", "rerank". Every
-pipeline takes one input or a list of any length (`pipe.stream(iterable)` yields results one by one), tokenizes in a
-background thread, sorts inputs by length into batches with no padding at all, and returns results in input order.
+Tasks: "embed", "sparse-embed" (SPLADE), "fill-mask", "text-classification", "token-classification",
+"question-answering", "rerank". Every pipeline takes one input or a list of any length (`pipe.stream(iterable)` yields
+results one by one), tokenizes in a background thread, sorts inputs by length into batches with no padding at all,
+and returns results in input order.
 `rerank(query, passages)` scores (query, passage) pairs with a cross-encoder and returns them best first. A caller
 that has tokenized already (the server) runs `pipe.run_features(inputs, pipe.features(inputs)[0])`.
 """
@@ -27,6 +28,7 @@ PIPELINE_CLASSES: dict[str, str] = {  # pipeline task -> its class
     "token-classification": "TokenClassificationPipeline",
     "question-answering": "QuestionAnsweringPipeline",
     "rerank": "RerankPipeline",
+    "sparse-embed": "SparseEmbedPipeline",
 }
 MODULES = {
     "embed": "embed",
@@ -36,6 +38,7 @@ MODULES = {
     "token-classification": "classification",
     "question-answering": "question_answering",
     "rerank": "rerank",
+    "sparse-embed": "sparse",
 }
 ALIASES = {
     "sentence-embedding": "embed",
@@ -50,6 +53,8 @@ ALIASES = {
     "reranker": "rerank",
     "text-ranking": "rerank",
     "cross-encoder": "rerank",
+    "splade": "sparse-embed",
+    "sparse_embed": "sparse-embed",
 }
 
 

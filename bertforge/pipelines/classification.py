@@ -46,16 +46,23 @@ class TextClassificationPipeline(Pipeline):
             all labels), best first.
         function_to_apply: "softmax", "sigmoid" or "none"; by default, as transformers: none for regression,
             sigmoid for multi-label or one-label models, softmax otherwise.
+        threshold: gives, for each input, a list of every label whose score is at least this, best first (maybe
+            none): a multi-label model's labels with `threshold=0.5`, as `bertforge predict` gives them. It
+            replaces top_k.
     """
 
     task = "text-classification"
     input_description = 'a string, a (text, text_pair) tuple or a {"text", "text_pair"} dict'
     model_class = BertForSequenceClassification
 
-    def __init__(self, model: Any, *, top_k: int | None = 1, function_to_apply: str | None = None, **kwargs: Any) -> None:
+    def __init__(self, model: Any, *, top_k: int | None = 1, function_to_apply: str | None = None,
+                 threshold: float | None = None, **kwargs: Any) -> None:
         super().__init__(model, **kwargs)
         if top_k is not None and (not isinstance(top_k, int) or top_k < 1):
             raise BertforgeError(f"text-classification: top_k must be a positive integer or None, got {top_k!r}")
+        if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, (int, float))):
+            raise BertforgeError(f"text-classification: threshold must be a number or None, got {threshold!r}")
+        self.threshold = threshold
         config = self.model.config
         if function_to_apply is None:
             if config.problem_type == "regression":
@@ -132,6 +139,9 @@ class TextClassificationPipeline(Pipeline):
 
     def postprocess(self, item: Any, outputs: list[np.ndarray], features: list[Feature]) -> Any:
         scores = self.scores(outputs[0])
+        if self.threshold is not None:
+            order = [int(i) for i in np.argsort(-scores, kind="stable") if scores[i] >= self.threshold]
+            return [{"label": self.id2label[i], "score": float(scores[i])} for i in order]
         if self.top_k == 1:
             best = int(scores.argmax())
             return {"label": self.id2label[best], "score": float(scores[best])}

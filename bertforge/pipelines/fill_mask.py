@@ -45,13 +45,7 @@ class FillMaskPipeline(Pipeline):
         self.top_k = min(top_k, vocab_size)
 
     def check_model(self, model: BertPreTrainedModel, source: str) -> None:
-        if self.missing(model, "cls.predictions."):
-            architectures = ", ".join(model.config.architectures or []) or "no head"
-            raise BertforgeError(
-                f"{source} has no MLM head (cls.predictions.*; the checkpoint is {architectures}): pretrain one with "
-                f"`bertforge pretrain --corpus FILE ...`, or use a checkpoint saved from BertForMaskedLM or "
-                f"BertForPreTraining"
-            )
+        check_mlm_head(model, source)
 
     def check_input(self, item: Any, index: int) -> None:
         super().check_input(item, index)
@@ -104,3 +98,14 @@ class FillMaskPipeline(Pipeline):
                 })
             result.append(predictions)
         return result[0] if single else result
+
+
+def check_mlm_head(model: BertPreTrainedModel, source: str) -> None:
+    """Raise BertforgeError when `model`'s MLM head was not in its checkpoint (the pipelines that read its logits)."""
+    if Pipeline.missing(model, "cls.predictions."):
+        architectures = ", ".join(model.config.architectures or []) or "no head"
+        raise BertforgeError(
+            f"{source} has no MLM head (cls.predictions.*; the checkpoint is {architectures}): pretrain one with "
+            f"`bertforge pretrain --corpus FILE ...`, or use a checkpoint saved from BertForMaskedLM or "
+            f"BertForPreTraining"
+        )

@@ -46,6 +46,14 @@ CONTRADICTIONS = (
      "the warmup in steps"),
 )
 
+# The no-argument demo (no corpus given: the bundled demo world, `data/demo_world.py`): a tiny BERT in about two
+# minutes on 2 CPU cores. Measured 2026-11-27 (2 cores, nothing else running): 138 s in all, MLM loss 6.70 -> 1.00
+# (71 %), and every probe's top guess of the right kind (an animal's sound, a food, a capital, a day, a colour), 5 of
+# 12 the corpus's own word. 1,500 steps of 64 tokens (127 s) reached 2 of 12 and 600 (53 s) none; MLM alone was
+# worse than NSP. These are the defaults of every setting a run without a corpus is not given (`run_settings`).
+DEMO: dict[str, Any] = dict(vocab_size=8000, max_steps=2500, seq_len=32, lr=2e-3, warmup_steps=100, save_every=500,
+                            out="runs/demo")
+
 # the pretraining recipe of a family that says nothing else (`Family.recipe` overrides it: RoBERTa's beta2, ALBERT's
 # n-gram masking, ModernBERT's 30 % masking, document packing and warmup-stable-decay)
 RECIPE_DEFAULTS: dict[str, Any] = {"masking": "token", "adam_beta2": 0.999, "mlm_probability": 0.15,
@@ -366,3 +374,16 @@ def refuse_contradictions(chosen: set[str]) -> None:
 def decided_by(chosen: set[str]) -> set[str]:
     """The settings that `chosen` ones decide (`CONTRADICTIONS`): a base such as the demo's must not set them."""
     return {name for setting, decided, _ in CONTRADICTIONS if setting in chosen for name in decided}
+
+
+def run_settings(settings: dict[str, Any]) -> PretrainArgs:
+    """The run's settings from those given (on the command line, or as `pretrain(**settings)`'s keywords), the one
+    place defaults are resolved: with no corpus, over the demo's defaults (`DEMO`, less those a given setting
+    decides: --init-from's vocabulary, --warmup-ratio's warmup); with one, over `PretrainArgs`' own. Settings that
+    contradict each other are refused in one line, before anything is written."""
+    refuse_contradictions(set(settings))
+    base = {} if settings.get("corpus") else {k: v for k, v in DEMO.items() if k not in decided_by(set(settings))}
+    try:
+        return PretrainArgs(**{**base, **settings})
+    except TypeError as err:
+        raise BertforgeError(f"bad pretraining settings: {err}") from None

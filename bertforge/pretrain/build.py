@@ -35,7 +35,17 @@ def run_model_config(base: BertConfig, tokenizer: Tokenizer, args: PretrainArgs)
         return base
     vocab = tokenizer.vocab_size if tokenizer is not None else args.vocab_size
     pad = tokenizer.pad_token_id if tokenizer is not None else base.pad_token_id
-    return dataclasses.replace(base, vocab_size=vocab, pad_token_id=pad)
+    return dataclasses.replace(base, vocab_size=vocab, pad_token_id=pad, extra={**base.extra, **special_ids(base, tokenizer)})
+
+
+def special_ids(config: BertConfig, tokenizer: Tokenizer | None) -> dict[str, int]:
+    """The token-id fields the family's config.json carries besides pad (ModernBERT's bos, eos, cls, sep), from the
+    run's tokenizer: [CLS] begins a sequence and [SEP] ends it, as in transformers' ModernBERT configs."""
+    if tokenizer is None:
+        return {}
+    ids = {"cls_token_id": tokenizer.cls_token_id, "sep_token_id": tokenizer.sep_token_id,
+           "bos_token_id": tokenizer.cls_token_id, "eos_token_id": tokenizer.sep_token_id}
+    return {name: ids[name] for name in config.family.special_ids if ids.get(name) is not None}
 
 
 def check_fits(config: BertConfig, args: PretrainArgs, rt: Runtime) -> None:

@@ -40,11 +40,13 @@ STATE_VERSION = 1
 
 def build_eval_set(args: PretrainArgs, corpus: list[str], tokenizer: Tokenizer) -> list[dict[str, torch.Tensor]]:
     """The fixed evaluation batches (`args.batch_size` sequences each) of the run `args` (`PretrainArgs`)."""
+    from ..data import Buffers
+
     a = args
     paths = list(a.eval_corpus) or corpus
     what = "--eval-corpus" if a.eval_corpus else f"the documents --eval-fraction {a.eval_fraction} holds out"
     stream = pretraining_stream(a, paths, tokenizer, 0, 1, a.batch_size, seed=EVAL_SEED, max_epochs=1,
-                                shuffle_buffer=a.eval_max_instances, split=document_split(a, held_out=True))
+                                buffers=Buffers(shuffle=a.eval_max_instances), split=document_split(a, held_out=True))
     try:
         instances = stream.next_instances(a.eval_max_instances)
     except BertforgeError as err:

@@ -26,12 +26,13 @@ import torch
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
 from ..data.demo_world import DEMO_CORPUS
+from ..core.errors import BertforgeError
 from ..core.io import atomic_directory
 from ..model import BertForPreTraining, BertPreTrainedModel
 from ..model.card import ModelCard
 from ..model.config import BertConfig
 from ..training.optim import make_optimizer, warmup_decay
-from .args import PRETRAINING, PretrainArgs
+from .args import PRETRAINING, PretrainArgs, run_settings
 from .eval import HeldOutEvaluation, build_eval_set
 from .build import build_stream, check_fits, choose_tokenizer, initial_model, run_model_config
 from ..training.parallel import wrap_model
@@ -341,9 +342,15 @@ class Pretrainer:
                     (tmp / "eval.json").write_text(json.dumps(evaluation, indent=2) + "\n", encoding="utf-8")
 
 
-def pretrain(args: PretrainArgs | None = None, **kwargs: Any) -> Path:
-    """Train a BERT from raw text; returns the directory of the final Hugging Face-layout model."""
-    args = args or PretrainArgs(**kwargs)
+def pretrain(args: PretrainArgs | None = None, **settings: Any) -> Path:
+    """Train a BERT from raw text; returns the directory of the final Hugging Face-layout model.
+
+    Pass a `PretrainArgs` (every setting as it stands), or its fields as keywords, which resolve their defaults as
+    `bertforge pretrain` does (`run_settings`: with no corpus, the demo's): `pretrain(config="deberta-v3-tiny",
+    max_steps=800)` is the same run as `bertforge pretrain --config deberta-v3-tiny --max-steps 800`."""
+    if args is not None and settings:
+        raise BertforgeError("pass a PretrainArgs or settings as keywords, not both")
+    args = args if args is not None else run_settings(settings)
     trainer = Pretrainer(args)
     final = trainer.run()
     trainer.finish()

@@ -2,11 +2,17 @@
 
 Endpoints (JSON in, JSON out):
 
-* text-embeddings-inference's API: `POST /embed`, `POST /predict` (classification models), `POST /rerank`
-  (cross-encoders: a sequence-classification model scoring (query, text) pairs), `GET /info`;
+* text-embeddings-inference's API: `POST /embed`, `/embed_all` (every token's vector), `/embed_sparse` (SPLADE, for a
+  model with an MLM head), `/similarity`, `POST /predict` (classification models), `POST /rerank` (cross-encoders:
+  a sequence-classification model scoring (query, text) pairs), `POST /tokenize`, `POST /decode`, `GET /info`;
 * OpenAI's embeddings API: `POST /v1/embeddings` (`encoding_format` "float" or "base64", `dimensions`), so the
   `openai` client works unchanged with `base_url="http://HOST:PORT/v1"`;
-* `GET /health`, `GET /metrics` (Prometheus text format).
+* `GET /health`, `GET /metrics` (Prometheus text format, from `prometheus_client`; with `--workers N` summed over
+  the workers through its multi-process mode).
+
+`--api-key KEY` (`ServeConfig.api_key`): every route but the health probes and /metrics needs `Authorization: Bearer
+KEY`. TEI's routes for hosted endpoints answer too: `POST /` and `/invocations` (the model's own route), `GET /`
+and `/ping` (health), `POST /embeddings` (as /v1/embeddings).
 
 Dynamic batching: a request is validated and tokenized once, into the pipeline's features (their lengths size the
 batches), then queued; a large one (by its characters, and its body by its bytes, however it was sent) is parsed and
@@ -17,7 +23,8 @@ a batch's answers in one wake-up of the event loop. While one batch computes, th
 there is no waiting at all, with many the batches grow by themselves. Vectors are written to JSON with 9 significant
 digits, which read back as the same float32 (17-digit float64 text was among the largest costs of a response).
 
-Back-pressure: at most `max_queue` requests wait; one more gets 503 at once (with `Retry-After`). Bodies over
+Back-pressure: at most `max_queue` requests wait (TEI's `--max-concurrent-requests`); one more gets 429 at once (with
+`Retry-After`), as TEI answers. Bodies over
 `max_body_bytes`, more than `max_client_batch_size` inputs and (without `truncate`) inputs longer than the model
 takes get 413; malformed bodies 400 and wrong fields 422, always with a JSON error that says what the client can do
 on its route. An input past `max_input_chars` characters is refused, or cut with `truncate`, before any tokenizing:
@@ -33,7 +40,8 @@ factory; the options travel in the environment variable `BERTFORGE_SERVE_CONFIG`
 
 Modules: `config` (ServeConfig), `errors` (ApiError and its JSON shapes), `metrics` (Prometheus counters and the
 middleware), `batcher` (the queue and its worker thread), `engine` (the model's pipelines), `requests` (reading and
-checking bodies), `responses` (JSON and float32 vectors), `handlers` (one per route), `connections` (deadlines and
+checking bodies), `responses` (JSON and float32 vectors), `handlers` (one per route; TEI's token, sparse and
+similarity routes in `tei`), `auth` (the API key), `connections` (deadlines and
 the connection cap in uvicorn's HTTP protocol; imports uvicorn), `app` (the Starlette app and the uvicorn process).
 """
 
@@ -45,13 +53,13 @@ from .config import ENV_CONFIG, TASKS, ServeConfig
 from .engine import Engine, detect_task
 from .errors import TIMED_OUT, ApiError, Overloaded
 from .handlers import CLIENT_CLOSED, LARGE_REQUEST, endpoint
-from .metrics import ROUTES, Histogram, Metrics, MetricsMiddleware
+from .metrics import MULTIPROC_ENV, ROUTES, Metrics, MetricsMiddleware
 from .requests import read_json
 from .responses import _json_floats, finite_rows, json_bytes, json_response, vectors_json  # _json_floats: for its test
 
 __all__ = [
-    "CLIENT_CLOSED", "ENV_CONFIG", "LARGE_REQUEST", "ROUTES", "SWITCH_INTERVAL", "TASKS", "TIMED_OUT",
-    "ApiError", "Batcher", "Engine", "Histogram", "Job", "Metrics", "MetricsMiddleware", "Overloaded", "ServeConfig",
+    "CLIENT_CLOSED", "ENV_CONFIG", "LARGE_REQUEST", "MULTIPROC_ENV", "ROUTES", "SWITCH_INTERVAL", "TASKS", "TIMED_OUT",
+    "ApiError", "Batcher", "Engine", "Job", "Metrics", "MetricsMiddleware", "Overloaded", "ServeConfig",
     "app_from_environment", "create_app", "detect_task", "endpoint", "finite_rows", "json_bytes", "json_response",
     "read_json", "run_server", "vectors_json",
 ]

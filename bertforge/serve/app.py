@@ -6,29 +6,35 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import shutil
 import signal
 import sys
+import tempfile
 from typing import Any
 
 from ..core.errors import BertforgeError
 from .config import ENV_CONFIG, ServeConfig
 from .engine import Engine
 from .errors import ApiError, _error_body
-from .handlers import (endpoint, handle_embed, handle_health, handle_info, handle_metrics, handle_openai_embeddings,
-                       handle_predict, handle_rerank)
-from .metrics import MetricsMiddleware
+from .handlers import (endpoint, handle_default, handle_embed, handle_health, handle_info, handle_metrics,
+                       handle_openai_embeddings, handle_predict, handle_rerank)
+from .metrics import MULTIPROC_ENV, MetricsMiddleware
 from .responses import json_response
 
 log = logging.getLogger("bertforge")
 
 #: The GIL switch interval of a serving process (Python's default: 5 ms); see `_tune_serving_process`.
 SWITCH_INTERVAL = 0.0005
+#: Seconds a worker of `--workers N` may leave uvicorn's supervisor's ping unanswered before it is killed and
+#: replaced (uvicorn's default, 5 s, killed workers still importing torch on a loaded machine, over and over).
+WORKER_HEALTHCHECK = 30
 
 
 def _require_server_stack() -> None:
     try:
         import starlette  # noqa: F401
         import uvicorn  # noqa: F401
+        import prometheus_client  # noqa: F401
     except ModuleNotFoundError as err:
         raise BertforgeError(f"serve needs {err.name}: pip install 'bertforge[serve]'") from None
 
@@ -56,23 +62,43 @@ def create_app(config: ServeConfig | None = None, *, engine: Engine | None = Non
             yield
         finally:
             engine.stop()
+            engine.metrics.close()
 
     async def http_error(request: Any, exc: Any) -> Any:
         error = ApiError(exc.status_code, exc.detail or "error", "Http")
         return json_response(_error_body(request.url.path, error), exc.status_code, exc.headers)
 
+    from .tei import handle_decode, handle_embed_all, handle_embed_sparse, handle_similarity, handle_tokenize
+
     routes = [
         Route("/embed", endpoint(handle_embed), methods=["POST"]),
+        Route("/embed_all", endpoint(handle_embed_all), methods=["POST"]),
+        Route("/embed_sparse", endpoint(handle_embed_sparse), methods=["POST"]),
+        Route("/similarity", endpoint(handle_similarity), methods=["POST"]),
         Route("/predict", endpoint(handle_predict), methods=["POST"]),
         Route("/rerank", endpoint(handle_rerank), methods=["POST"]),
+        Route("/tokenize", endpoint(handle_tokenize), methods=["POST"]),
+        Route("/decode", endpoint(handle_decode), methods=["POST"]),
         Route("/v1/embeddings", endpoint(handle_openai_embeddings), methods=["POST"]),
+        Route("/embeddings", endpoint(handle_openai_embeddings), methods=["POST"]),  # TEI's alias of it
         Route("/info", endpoint(handle_info), methods=["GET"]),
         Route("/health", endpoint(handle_health), methods=["GET"]),
         Route("/metrics", endpoint(handle_metrics), methods=["GET"]),
+        # TEI's routes for hosted endpoints: the model's own route at / (and SageMaker's /invocations), health
+        # at GET / (and SageMaker's /ping)
+        Route("/", endpoint(handle_default), methods=["POST"]),
+        Route("/invocations", endpoint(handle_default), methods=["POST"]),
+        Route("/", endpoint(handle_health), methods=["GET"]),
+        Route("/ping", endpoint(handle_health), methods=["GET"]),
     ]
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: http_error})
     app.state.engine = engine
-    app.add_middleware(MetricsMiddleware, metrics=engine.metrics)
+    api_key = getattr(getattr(engine, "config", None), "api_key", None)
+    if api_key:
+        from .auth import ApiKeyMiddleware
+
+        app.add_middleware(ApiKeyMiddleware, api_key=api_key)
+    app.add_middleware(MetricsMiddleware, metrics=engine.metrics)  # outermost: it counts the 401s too
     return app
 
 
@@ -106,6 +132,9 @@ def app_from_environment() -> Any:
 def run_server(config: ServeConfig, host: str = "127.0.0.1", port: int = 8080, workers: int = 1,
                log_level: str = "info", graceful_timeout: float | None = 30.0) -> int:
     """Serve until SIGTERM or SIGINT; in-flight requests finish first. Returns 0 after a clean shutdown."""
+    # One process counts in memory, N workers in a directory of our own: not in one the environment names (read
+    # when prometheus_client is imported, which the next line does).
+    os.environ.pop(MULTIPROC_ENV, None)
     _require_server_stack()
     import uvicorn
 
@@ -143,5 +172,15 @@ def run_server(config: ServeConfig, host: str = "127.0.0.1", port: int = 8080, w
         config = dataclasses.replace(config, num_threads=max(1, available_cpus() // workers))
     Engine(config).stop()  # check the model once here: uvicorn would restart failing workers forever
     os.environ[ENV_CONFIG] = config.to_json()
-    uvicorn.run("bertforge.serve:app_from_environment", factory=True, workers=workers, **options)
+    # The workers' metrics: each keeps its values in files here, and /metrics sums them (`metrics.Metrics`).
+    os.environ[MULTIPROC_ENV] = directory = tempfile.mkdtemp(prefix="bertforge-metrics-")
+    import inspect
+
+    if "timeout_worker_healthcheck" in inspect.signature(uvicorn.Config).parameters:  # uvicorn >= 0.30
+        options["timeout_worker_healthcheck"] = WORKER_HEALTHCHECK
+    try:
+        uvicorn.run("bertforge.serve:app_from_environment", factory=True, workers=workers, **options)
+    finally:
+        os.environ.pop(MULTIPROC_ENV, None)
+        shutil.rmtree(directory, ignore_errors=True)
     return 0

@@ -65,6 +65,7 @@ class Batcher:
         self.max_batch_tokens = max_batch_tokens
         self.max_queue = max_queue
         self.metrics = metrics or Metrics()
+        self.metrics.queue_limit.set(max_queue)
         self.queue: deque[Job] = deque()
         self.cond = threading.Condition()
         self.closing = False
@@ -111,8 +112,9 @@ class Batcher:
             if self.closing or not self.alive:
                 raise Overloaded("the server is shutting down")
             if len(self.queue) >= self.max_queue:
-                raise Overloaded(f"the queue is full ({self.max_queue} requests waiting); retry later")
+                raise Overloaded(f"the queue is full ({self.max_queue} requests waiting); retry later", status=429)
             self.queue.append(Job(kind, items, features, tokens, loop, future))
+            self.metrics.queue(len(self.queue), self.in_flight)
             self.cond.notify()
         return future
 
@@ -145,6 +147,7 @@ class Batcher:
                 tokens += job.tokens
             self.queue.extendleft(reversed(skipped))  # other kinds keep their places at the front
             self.in_flight = len(jobs)
+            self.metrics.queue(len(self.queue), self.in_flight)
             return jobs
 
     def _run(self) -> None:
@@ -158,7 +161,9 @@ class Batcher:
                 log.exception("serve: batch failed")
                 _answer(jobs, None, err)
             finally:
-                self.in_flight = 0
+                with self.cond:
+                    self.in_flight = 0
+                    self.metrics.queue(len(self.queue), 0)
 
     def _execute(self, jobs: list[Job]) -> None:
         items: list[Any] = []
@@ -173,8 +178,7 @@ class Batcher:
             if len(results) != len(items):
                 raise RuntimeError(f"the pipeline gave {len(results)} results for {len(items)} inputs")
         except Exception as err:
-            with self.metrics.lock:
-                self.metrics.batch_failures += 1
+            self.metrics.batch_failed()
             if len(jobs) > 1:  # find the culprit: one request at a time
                 for job in jobs:
                     self._execute([job])

@@ -21,7 +21,7 @@ class ServeConfig:
     task: str = "auto"  # "embed", "classify" (predict + rerank), or "auto": from the checkpoint's architecture
     model_name: str | None = None  # reported by /info and /v1/embeddings; default: the directory's name
     max_batch_tokens: int = 4096  # real tokens per forward pass (requests are grouped up to this)
-    max_queue: int = 512  # requests waiting for the model; one more gets 503
+    max_queue: int = 512  # requests waiting for the model (--max-concurrent-requests); one more gets 429
     max_client_batch_size: int = 256  # inputs in one request; more gets 413
     max_body_bytes: int = 2_000_000  # request body size; more gets 413
     auto_truncate: bool = False  # the default of a request's "truncate" (and the only setting for /v1/embeddings)
@@ -30,6 +30,7 @@ class ServeConfig:
     num_threads: int | None = None  # PyTorch threads
     quantize: str | None = None  # "int8": int8 dense layers (CPU); None: float32
     device: str | None = None  # where the model runs (`core.system.inference_device`): cpu by default
+    api_key: str | None = None  # every route but the health probes and /metrics needs `Authorization: Bearer KEY`
     # What one client may cost the server (the command line's options are generated from these declarations).
     max_input_chars: int | None = option(
         None, "characters of one input (each text of a pair) the server reads: longer ones get 413, or are cut to "
@@ -50,6 +51,8 @@ class ServeConfig:
             if (value is not None or name != "max_input_chars") and (
                     not isinstance(value, int) or isinstance(value, bool) or value < 1):
                 raise BertforgeError(f"serve: {name} must be a positive integer, got {value!r}")
+        if self.api_key is not None and (not isinstance(self.api_key, str) or not self.api_key.strip()):
+            raise BertforgeError("serve: api_key must be a non-empty string (or None: no key needed)")
         for name in ("head_timeout", "body_timeout"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value < float("inf"):

@@ -21,16 +21,27 @@ CHARS_PER_TOKEN = 16
 TRUNCATE_HINT = 'shorten it, or send "truncate": true to cut it'
 
 
-def detect_task(model_dir: Path) -> str:
-    """"classify" for a sequence-classification checkpoint, else "embed"."""
+def _architectures(model_dir: Path) -> list[str]:
+    """The "architectures" of the directory's config.json ([] where it names none or cannot be read)."""
     try:
         config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return "embed"  # the pipeline will name the problem
+        return []  # the pipeline will name the problem
     architectures = config.get("architectures") if isinstance(config, dict) else None
-    if isinstance(architectures, list) and any(str(a).endswith("ForSequenceClassification") for a in architectures):
+    return [str(a) for a in architectures] if isinstance(architectures, list) else []
+
+
+def detect_task(model_dir: Path) -> str:
+    """"classify" for a sequence-classification checkpoint, else "embed"."""
+    if any(a.endswith("ForSequenceClassification") for a in _architectures(model_dir)):
         return "classify"
     return "embed"
+
+
+def has_mlm_head(model_dir: Path) -> bool:
+    """Whether the checkpoint was saved with an MLM head (BertForMaskedLM, BertForPreTraining, ...): what
+    /embed_sparse (SPLADE) reads."""
+    return any(a.endswith(("ForMaskedLM", "ForPreTraining")) for a in _architectures(model_dir))
 
 
 class Engine:
@@ -77,6 +88,12 @@ class Engine:
             self.default_normalize = bool(sentence_transformers_settings(model_dir).get("normalize", False))
             self.hidden_size = embed.hidden_size
             pipelines["embed"] = main = embed
+            # /embed_all: every token's vector, from the same weights (and the same max_length)
+            pipelines["embed_all"] = pipeline("feature-extraction", model=embed.model, tokenizer=embed.tokenizer,
+                                              **dict(common, max_length=embed.max_length))
+            if has_mlm_head(model_dir):  # /embed_sparse: SPLADE from the MLM head (a second copy of the encoder)
+                pipelines["embed_sparse"] = pipeline("sparse-embed", model=model_dir, quantize=config.quantize,
+                                                     **dict(common, max_length=embed.max_length))
         else:
             if config.pooling is not None:
                 raise BertforgeError("serve: --pooling is for embedding models, not classification")
@@ -94,7 +111,7 @@ class Engine:
         self.tokenizer = main.tokenizer
         self.max_length = main.max_length
         for kind, pipe in pipelines.items():  # the first call builds kernels and caches: not a client's
-            items = ["warm up"] if kind == "embed" else [("warm", "up")]
+            items = ["warm up"] if self.task == "embed" else [("warm", "up")]
             pipe.run_features(items, pipe.features(items)[0])
         self.batcher.runners.update({kind: pipe.run_features for kind, pipe in pipelines.items()})
 
@@ -107,13 +124,16 @@ class Engine:
         `CHARS_PER_TOKEN` for each token the model takes."""
         return self.config.max_input_chars or CHARS_PER_TOKEN * self.max_length
 
-    def tokenize(self, kind: str, items: list[Any], truncate: bool,
-                 hint: str = TRUNCATE_HINT) -> tuple[list[Any], list[Any], int]:
+    def tokenize(self, kind: str, items: list[Any], truncate: bool, hint: str = TRUNCATE_HINT,
+                 left: bool = False) -> tuple[list[Any], list[Any], int]:
         """A request's inputs as read (each cut to `max_chars` with `truncate`), their features for the pipeline of
-        `kind`, and their tokens (special tokens included; inputs cut to max_length with `truncate`). An input too
-        long without `truncate` gets 413 whose message ends in `hint`, what the client can do on its route; one
-        past `max_chars` gets it before any tokenizing, so a request costs in proportion to what is computed."""
-        items = self._bound(items, truncate, hint)
+        `kind`, and their tokens (special tokens included; inputs cut to max_length with `truncate`, keeping their
+        first tokens, or their last ones with `left`). An input too long without `truncate` gets 413 whose message
+        ends in `hint`, what the client can do on its route; one past `max_chars` gets it before any tokenizing,
+        so a request costs in proportion to what is computed."""
+        if left and any(isinstance(item, tuple) for item in items):
+            raise ApiError(422, '"truncation_direction": "Left" is for single texts, not [text, text_pair] pairs')
+        items = self.bound(items, truncate, hint, left)
         pipe = self.pipelines[kind]
         try:
             features, cut = pipe.features(items)
@@ -121,12 +141,27 @@ class Engine:
             raise ApiError(422, str(err)) from None
         if cut and not truncate:
             raise self._too_long(items, features, hint)
+        if cut and left:
+            self._keep_the_end(items, features)
         return items, features, sum(len(f.input_ids) for f in features)
 
-    def _bound(self, items: list[Any], truncate: bool, hint: str) -> list[Any]:
-        """`items` with every text past `max_chars` characters cut to it (`truncate`), or the 413 for the first.
-        The cut keeps what the model reads unless the kept text averages more than `CHARS_PER_TOKEN` characters
-        per token."""
+    def _keep_the_end(self, items: list[Any], features: list[Any]) -> None:
+        """Features cut to max_length get the last tokens of their text instead of the first (TEI's
+        "truncation_direction": "Left"), between the template's special tokens."""
+        long = [f for f in features if len(f.input_ids) >= self.max_length]
+        enc = self.tokenizer([items[f.item] for f in long], return_special_tokens_mask=True)
+        for feature, ids, special in zip(long, enc["input_ids"], enc["special_tokens_mask"]):
+            if len(ids) <= self.max_length:
+                continue
+            head = next(i for i, s in enumerate(special) if not s)  # the template's leading special tokens
+            tail = next(i for i, s in enumerate(reversed(special)) if not s)  # ... and trailing ones
+            keep = self.max_length - head - tail
+            feature.input_ids = ids[:head] + ids[len(ids) - tail - keep:]
+
+    def bound(self, items: list[Any], truncate: bool, hint: str, left: bool = False) -> list[Any]:
+        """`items` with every text past `max_chars` characters cut to it (`truncate`; its last characters with
+        `left`), or the 413 for the first. The cut keeps what the model reads unless the kept text averages more
+        than `CHARS_PER_TOKEN` characters per token."""
         limit, bounded = self.max_chars, items
         for i, item in enumerate(items):
             parts = item if isinstance(item, tuple) else (item,)
@@ -138,7 +173,8 @@ class Engine:
                                     f"the {self.max_length} tokens this model takes); {hint}")
             if bounded is items:
                 bounded = list(items)
-            bounded[i] = tuple(text[:limit] for text in parts) if isinstance(item, tuple) else item[:limit]
+            bounded[i] = tuple(text[:limit] for text in parts) if isinstance(item, tuple) else (
+                item[-limit:] if left else item[:limit])
         return bounded
 
     def _too_long(self, items: list[Any], features: list[Any], hint: str) -> ApiError:

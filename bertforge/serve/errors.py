@@ -22,13 +22,16 @@ class ApiError(Exception):
 
 
 class Overloaded(ApiError):
-    def __init__(self, message: str) -> None:
-        super().__init__(503, message, "Overloaded")
+    """The server takes no more now: 429 when the queue is full (TEI's answer to a request past
+    --max-concurrent-requests), 503 while it shuts down; both with Retry-After."""
+
+    def __init__(self, message: str, status: int = 503) -> None:
+        super().__init__(status, message, "Overloaded")
 
 
 def _error_body(path: str, err: ApiError) -> dict[str, Any]:
-    if path.startswith("/v1/"):  # OpenAI's error shape, which its client reads
-        kind = {400: "invalid_request_error", 413: "invalid_request_error", 422: "invalid_request_error",
-                503: "server_error", 500: "server_error"}.get(err.status, "invalid_request_error")
+    if path.startswith("/v1/") or path == "/embeddings":  # OpenAI's error shape, which its client reads
+        kind = {424: "server_error", 429: "rate_limit_exceeded", 500: "server_error",
+                503: "server_error"}.get(err.status, "invalid_request_error")
         return {"error": {"message": err.message, "type": kind, "param": None, "code": None}}
     return {"error": err.message, "error_type": err.kind}

@@ -13,7 +13,8 @@ import numpy as np
 
 from .engine import TRUNCATE_HINT, Engine
 from .errors import TIMED_OUT, ApiError, _error_body
-from .requests import _flag, _json_type, _predict_items, _texts, read_json
+from .metrics import CONTENT_TYPE
+from .requests import _flag, _json_type, _left, _no_prompt, _predict_items, _texts, read_json
 from .responses import finite_rows, json_bytes, json_response, vectors_json
 
 log = logging.getLogger("bertforge")
@@ -37,7 +38,7 @@ def endpoint(handler: Callable[[Any, Engine], Any]) -> Callable[[Any], Any]:
         try:
             return await handler(request, engine)
         except ApiError as err:
-            headers = {"Retry-After": "1"} if err.status == 503 else None
+            headers = {"Retry-After": "1"} if err.status in (429, 503) else None
             return json_response(_error_body(request.url.path, err), err.status, headers)
         except ClientDisconnect:  # nobody to answer: the status is for /metrics only
             timed_out = request.scope.get(TIMED_OUT, False)
@@ -54,17 +55,21 @@ def endpoint(handler: Callable[[Any, Engine], Any]) -> Callable[[Any], Any]:
     return run
 
 
-async def _compute(engine: Engine, kind: str, items: list[Any], truncate: bool,
-                   hint: str = TRUNCATE_HINT) -> tuple[list[Any], int]:
+async def _compute(engine: Engine, kind: str, items: list[Any], truncate: bool, hint: str = TRUNCATE_HINT,
+                   left: bool = False, max_tokens: int | None = None) -> tuple[list[Any], int]:
     """Tokenize a request's inputs (in a thread for a large request), queue them, wait: their results and tokens.
-    `hint`: what the client can do about an input that is too long, on its route."""
+    `hint`: what the client can do about an input that is too long, on its route; `left`: cut its start;
+    `max_tokens`: a request of more tokens gets 413 before it is queued."""
     chars = sum(len(x) for item in items for x in (item if isinstance(item, tuple) else (item,)))
     if chars > LARGE_REQUEST:
         from starlette.concurrency import run_in_threadpool
 
-        items, features, tokens = await run_in_threadpool(engine.tokenize, kind, items, truncate, hint)
+        items, features, tokens = await run_in_threadpool(engine.tokenize, kind, items, truncate, hint, left)
     else:
-        items, features, tokens = engine.tokenize(kind, items, truncate, hint)
+        items, features, tokens = engine.tokenize(kind, items, truncate, hint, left)
+    if max_tokens is not None and tokens > max_tokens:
+        raise ApiError(413, f"the inputs hold {tokens} tokens, more than this route answers for in one request "
+                            f"({max_tokens}, --max-batch-tokens); send fewer inputs per request", "Payload")
     return await engine.batcher.submit(kind, items, features, tokens), tokens
 
 
@@ -78,10 +83,11 @@ def _need(engine: Engine, task: str, path: str) -> None:
 async def handle_embed(request: Any, engine: Engine) -> Any:
     body = await read_json(request, engine.config.max_body_bytes, LARGE_REQUEST)
     _need(engine, "embed", "/embed")
+    _no_prompt(body)
     texts, _ = _texts(body.get("inputs"), "inputs", engine.config.max_client_batch_size)
     normalize = _flag(body, "normalize", True)
     truncate = _flag(body, "truncate", engine.config.auto_truncate)
-    results, _ = await _compute(engine, "embed", texts, truncate)
+    results, _ = await _compute(engine, "embed", texts, truncate, left=_left(body))
     rows = np.stack(results)
     if normalize:
         rows = _normalize(rows)
@@ -138,7 +144,7 @@ async def handle_predict(request: Any, engine: Engine) -> Any:
     items, single = _predict_items(body.get("inputs"), engine.config.max_client_batch_size)
     raw = _flag(body, "raw_scores", False)
     truncate = _flag(body, "truncate", engine.config.auto_truncate)
-    results, _ = await _compute(engine, "classify_raw" if raw else "classify", items, truncate)
+    results, _ = await _compute(engine, "classify_raw" if raw else "classify", items, truncate, left=_left(body))
     return json_response(results[0] if single else list(results))
 
 
@@ -153,11 +159,16 @@ async def handle_rerank(request: Any, engine: Engine) -> Any:
     return_text = _flag(body, "return_text", False)
     truncate = _flag(body, "truncate", engine.config.auto_truncate)
     kind = "rerank_raw" if raw else "rerank"
-    scores, _ = await _compute(engine, kind, [(query, text) for text in texts], truncate)
+    scores, _ = await _compute(engine, kind, [(query, text) for text in texts], truncate, left=_left(body))
     ranked = engine.pipelines[kind].ranking(scores, texts, return_documents=return_text)
     for entry in ranked:  # TEI's name for sentence-transformers' corpus_id
         entry["index"] = entry.pop("corpus_id")
     return json_response(ranked)
+
+
+async def handle_default(request: Any, engine: Engine) -> Any:
+    """TEI's `POST /` (and SageMaker's `/invocations`): the model's own route, /embed or /predict."""
+    return await (handle_embed if engine.task == "embed" else handle_predict)(request, engine)
 
 
 async def handle_info(request: Any, engine: Engine) -> Any:
@@ -169,12 +180,14 @@ async def handle_info(request: Any, engine: Engine) -> Any:
         "max_batch_tokens": engine.config.max_batch_tokens,
         "max_client_batch_size": engine.config.max_client_batch_size,
         "max_queue": engine.config.max_queue,
+        "max_concurrent_requests": engine.config.max_queue,  # TEI's name for it
         "auto_truncate": engine.config.auto_truncate,
         "hidden_size": engine.hidden_size,
         "quantize": engine.config.quantize,
     }
     if engine.task == "embed":
         info["normalize_default"] = engine.default_normalize
+        info["sparse"] = "embed_sparse" in engine.pipelines  # /embed_sparse answers (an MLM head)
     else:
         info["labels"] = [engine.id2label[i] for i in range(len(engine.id2label))]
         info["score_function"] = engine.function
@@ -191,5 +204,4 @@ async def handle_health(request: Any, engine: Engine) -> Any:
 async def handle_metrics(request: Any, engine: Engine) -> Any:
     from starlette.responses import Response
 
-    text = engine.metrics.render(engine.batcher.depth(), engine.config.max_queue, engine.batcher.in_flight)
-    return Response(text, media_type="text/plain; version=0.0.4; charset=utf-8")
+    return Response(engine.metrics.render(), media_type=CONTENT_TYPE)

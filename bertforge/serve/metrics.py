@@ -1,123 +1,137 @@
-"""Prometheus metrics: counters and histograms of requests and batches (one process's view), rendered as text for
-`GET /metrics`, and the ASGI middleware that counts and times every HTTP request."""
+"""Prometheus metrics on Prometheus' own client library (`prometheus_client`): counters and histograms of requests
+and batches, gauges of the queue, rendered for `GET /metrics`; and the ASGI middleware that counts and times every
+HTTP request.
+
+One process keeps them in memory. With `--workers N`, `run_server` points $PROMETHEUS_MULTIPROC_DIR at a private
+temporary directory before the workers start; `prometheus_client` then keeps each worker's values in files there,
+and `/metrics` sums them over every worker, whichever answers (the gauges over the workers alive). A worker marks
+its files dead as it exits; the directory goes with the server."""
 
 from __future__ import annotations
 
-import math
-import threading
+import os
 import time
-from collections.abc import Sequence
 from typing import Any
 
-ROUTES = ("/embed", "/predict", "/rerank", "/v1/embeddings", "/info", "/health", "/metrics")
-
-
-class Histogram:
-    def __init__(self, buckets: Sequence[float]) -> None:
-        self.buckets = list(buckets)
-        self.counts = [0] * (len(self.buckets) + 1)  # the last one is +Inf
-        self.sum = 0.0
-        self.count = 0
-
-    def observe(self, value: float) -> None:
-        for i, bound in enumerate(self.buckets):
-            if value <= bound:
-                self.counts[i] += 1
-                break
-        else:
-            self.counts[-1] += 1
-        self.sum += value
-        self.count += 1
-
-    def lines(self, name: str, labels: str = "") -> list[str]:
-        out, total = [], 0
-        sep = "," if labels else ""
-        for bound, n in zip([*self.buckets, math.inf], self.counts):
-            total += n
-            le = "+Inf" if bound == math.inf else _number(bound)
-            out.append(f'{name}_bucket{{{labels}{sep}le="{le}"}} {total}')
-        braces = f"{{{labels}}}" if labels else ""
-        out.append(f"{name}_sum{braces} {_number(self.sum)}")
-        out.append(f"{name}_count{braces} {self.count}")
-        return out
-
-
-def _number(value: float) -> str:
-    return repr(float(value)) if not float(value).is_integer() else str(int(value))
-
+#: The environment variable that puts `prometheus_client` in multi-process mode (read when it is imported).
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+ROUTES = ("/embed", "/embed_all", "/embed_sparse", "/similarity", "/predict", "/rerank", "/tokenize", "/decode",
+          "/v1/embeddings", "/embeddings", "/info", "/health", "/metrics", "/", "/invocations", "/ping")
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"  # Prometheus' text format, which `generate_latest` writes
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 TOKEN_BUCKETS = (16, 64, 256, 1024, 2048, 4096, 8192, 16384, 32768)
 
 
+def multiprocess_mode() -> bool:
+    """Whether `prometheus_client` keeps its values in $PROMETHEUS_MULTIPROC_DIR's files (decided when it was
+    imported)."""
+    from prometheus_client import values
+
+    return values.ValueClass is not values.MutexValue
+
+
+def _forget_dead_workers() -> None:
+    """Drop the gauges of workers that died without saying so (killed: uvicorn's supervisor replaces them), so the
+    summed gauges count the workers alive only. Their counters stay: what they served was served."""
+    directory = os.environ.get(MULTIPROC_ENV)
+    if not directory or not os.path.isdir(directory):
+        return
+    from prometheus_client import multiprocess
+
+    for name in os.listdir(directory):
+        pid = name.rsplit("_", 1)[-1].removesuffix(".db")
+        if name.startswith("gauge_live") and pid.isdigit() and not _alive(int(pid)):
+            multiprocess.mark_process_dead(int(pid), directory)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 class Metrics:
-    """Counters and histograms, rendered in Prometheus' text format (one process's view)."""
+    """The server's metrics. In one process they live in this object's own registry (so several servers in one
+    process, as in the tests, count apart); in multi-process mode in the worker's files."""
 
     def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.requests: dict[tuple[str, int], int] = {}
-        self.latency: dict[str, Histogram] = {}
-        self.batch_inputs = Histogram(SIZE_BUCKETS)
-        self.batch_requests = Histogram(SIZE_BUCKETS)
-        self.batch_tokens = Histogram(TOKEN_BUCKETS)
-        self.batch_seconds = Histogram(LATENCY_BUCKETS)
-        self.inputs = 0
-        self.batch_failures = 0
+        import prometheus_client as prom
+
+        prom.disable_created_metrics()  # no `_created` series: the counters are what they were before
+        self.multiprocess = multiprocess_mode()
+        if self.multiprocess:
+            _forget_dead_workers()
+        self.registry = prom.CollectorRegistry()
+        common: dict[str, Any] = {"registry": None if self.multiprocess else self.registry}
+        live: dict[str, Any] = dict(common, multiprocess_mode="livesum")  # summed over the workers alive
+        self.requests = prom.Counter("bertforge_requests", "HTTP requests, by route and status code (499: the "
+                                     "client hung up before its body was read).", ["route", "status"], **common)
+        self.latency = prom.Histogram("bertforge_request_duration_seconds", "Time from the request's arrival to "
+                                      "its response.", ["route"], buckets=LATENCY_BUCKETS, **common)
+        self.queue_depth = prom.Gauge("bertforge_queue_depth", "Requests waiting for the model.", **live)
+        self.queue_limit = prom.Gauge("bertforge_queue_limit", "Most requests that may wait (--max-concurrent-"
+                                      "requests, per worker); more get 429.", **live)
+        self.in_flight = prom.Gauge("bertforge_batch_in_flight", "Requests in the batch the model is computing "
+                                    "now.", **live)
+        self.inputs = prom.Counter("bertforge_inputs", "Inputs (texts or pairs) the model has computed.", **common)
+        self.failures = prom.Counter("bertforge_batch_failures", "Batches whose pipeline call raised.", **common)
+        self.batch_requests = prom.Histogram("bertforge_batch_requests", "Requests grouped into one pipeline call.",
+                                             buckets=SIZE_BUCKETS, **common)
+        self.batch_inputs = prom.Histogram("bertforge_batch_size", "Inputs in one pipeline call.",
+                                           buckets=SIZE_BUCKETS, **common)
+        self.batch_tokens = prom.Histogram("bertforge_batch_tokens", "Tokens in one pipeline call.",
+                                           buckets=TOKEN_BUCKETS, **common)
+        self.batch_seconds = prom.Histogram("bertforge_batch_duration_seconds", "Compute time of one pipeline "
+                                            "call.", buckets=LATENCY_BUCKETS, **common)
+        self._series: dict[tuple[str, int], tuple[Any, Any]] = {}  # (route, status) -> its counter and histogram
 
     def request(self, route: str, status: int, seconds: float) -> None:
-        with self.lock:
-            self.requests[route, status] = self.requests.get((route, status), 0) + 1
-            self.latency.setdefault(route, Histogram(LATENCY_BUCKETS)).observe(seconds)
+        series = self._series.get((route, status))
+        if series is None:  # `labels` looks the series up under a lock: once per (route, status) is enough
+            series = self._series[route, status] = (self.requests.labels(route, str(status)),
+                                                    self.latency.labels(route))
+        series[0].inc()
+        series[1].observe(seconds)
 
     def batch(self, requests: int, inputs: int, tokens: int, seconds: float) -> None:
-        with self.lock:
-            self.batch_requests.observe(requests)
-            self.batch_inputs.observe(inputs)
-            self.batch_tokens.observe(tokens)
-            self.batch_seconds.observe(seconds)
-            self.inputs += inputs
+        self.batch_requests.observe(requests)
+        self.batch_inputs.observe(inputs)
+        self.batch_tokens.observe(tokens)
+        self.batch_seconds.observe(seconds)
+        self.inputs.inc(inputs)
 
-    def render(self, queue_depth: int, queue_limit: int, in_flight: int) -> str:
-        with self.lock:
-            out = [
-                "# HELP bertforge_requests_total HTTP requests, by route and status code (499: the client hung up "
-                "before its body was read).",
-                "# TYPE bertforge_requests_total counter",
-            ]
-            for (route, status), n in sorted(self.requests.items()):
-                out.append(f'bertforge_requests_total{{route="{route}",status="{status}"}} {n}')
-            out += [
-                "# HELP bertforge_request_duration_seconds Time from the request's arrival to its response.",
-                "# TYPE bertforge_request_duration_seconds histogram",
-            ]
-            for route, hist in sorted(self.latency.items()):
-                out += hist.lines("bertforge_request_duration_seconds", f'route="{route}"')
-            out += [
-                "# HELP bertforge_queue_depth Requests waiting for the model.",
-                "# TYPE bertforge_queue_depth gauge",
-                f"bertforge_queue_depth {queue_depth}",
-                "# HELP bertforge_queue_limit Most requests that may wait (max_queue); more get 503.",
-                "# TYPE bertforge_queue_limit gauge",
-                f"bertforge_queue_limit {queue_limit}",
-                "# HELP bertforge_batch_in_flight Requests in the batch the model is computing now.",
-                "# TYPE bertforge_batch_in_flight gauge",
-                f"bertforge_batch_in_flight {in_flight}",
-                "# HELP bertforge_inputs_total Inputs (texts or pairs) the model has computed.",
-                "# TYPE bertforge_inputs_total counter",
-                f"bertforge_inputs_total {self.inputs}",
-                "# HELP bertforge_batch_failures_total Batches whose pipeline call raised.",
-                "# TYPE bertforge_batch_failures_total counter",
-                f"bertforge_batch_failures_total {self.batch_failures}",
-            ]
-            for name, hist, text in (
-                ("bertforge_batch_requests", self.batch_requests, "Requests grouped into one pipeline call."),
-                ("bertforge_batch_size", self.batch_inputs, "Inputs in one pipeline call."),
-                ("bertforge_batch_tokens", self.batch_tokens, "Tokens in one pipeline call."),
-                ("bertforge_batch_duration_seconds", self.batch_seconds, "Compute time of one pipeline call."),
-            ):
-                out += [f"# HELP {name} {text}", f"# TYPE {name} histogram", *hist.lines(name)]
-        return "\n".join(out) + "\n"
+    def batch_failed(self) -> None:
+        self.failures.inc()
+
+    def queue(self, depth: int, in_flight: int) -> None:
+        """The queue as it is now (set by the batcher as it changes, so other workers' pages see it)."""
+        self.queue_depth.set(depth)
+        self.in_flight.set(in_flight)
+
+    def render(self) -> bytes:
+        """The metrics page: this process's, or in multi-process mode every worker's, summed."""
+        import prometheus_client as prom
+
+        if not self.multiprocess:
+            return prom.generate_latest(self.registry)
+        from prometheus_client import multiprocess
+
+        registry = prom.CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)
+        return prom.generate_latest(registry)
+
+    def close(self) -> None:
+        """In multi-process mode, mark this worker's gauges dead (it is exiting): the others' pages drop them."""
+        if self.multiprocess and os.environ.get(MULTIPROC_ENV):
+            from prometheus_client import multiprocess
+
+            multiprocess.mark_process_dead(os.getpid())
 
 
 class MetricsMiddleware:

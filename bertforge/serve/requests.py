@@ -96,3 +96,38 @@ def _predict_items(value: Any, limit: int) -> tuple[list[Any], bool]:
         else:
             raise ApiError(422, f'"inputs"[{i}] must be a string or a [text, text_pair] array of two strings')
     return items, False
+
+
+def _left(body: dict[str, Any]) -> bool:
+    """Whether "truncation_direction" asks to cut an input's start (TEI's "Left") rather than its end ("Right",
+    the default)."""
+    value = body.get("truncation_direction")
+    if value is None or value in ("Right", "right"):
+        return False
+    if value in ("Left", "left"):
+        return True
+    raise ApiError(422, f'"truncation_direction" must be "Left" or "Right", got {value!r:.40}')
+
+
+def _no_prompt(body: dict[str, Any]) -> None:
+    """TEI's "prompt_name" picks a sentence-transformers prompt; this server has none to pick."""
+    if body.get("prompt_name") is not None:
+        raise ApiError(422, '"prompt_name" is not supported: this server prepends no prompts; put it in the text')
+
+
+def _ids(value: Any, limit: int, vocab_size: int) -> list[list[int]]:
+    """"ids" of /decode: an array of token ids, or an array of such arrays (at most `limit`)."""
+    if not isinstance(value, list):
+        raise ApiError(422, f'"ids" must be an array of token ids or an array of such arrays, got {_json_type(value)}')
+    batch = [value] if not value or not isinstance(value[0], list) else value
+    if len(batch) > limit:
+        raise ApiError(413, f'"ids" has {len(batch)} sequences, more than this server takes in one request '
+                            f"({limit}); split it", "Payload")
+    for i, ids in enumerate(batch):
+        if not isinstance(ids, list):
+            raise ApiError(422, f'"ids"[{i}] must be an array of token ids, got {_json_type(ids)}')
+        for j, token in enumerate(ids):
+            if not isinstance(token, int) or isinstance(token, bool) or not 0 <= token < vocab_size:
+                where = f"[{j}]" if batch is not value else f"[{i}][{j}]"
+                raise ApiError(422, f'"ids"{where} must be a token id in 0..{vocab_size - 1}, got {token!r:.40}')
+    return batch

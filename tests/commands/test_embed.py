@@ -100,6 +100,24 @@ def test_embed_text_key_reads_that_key_of_jsonl(tmp_path, model_dir, capsys):
     assert np.allclose(default, np.repeat(expected[3:4], len(TEXTS), axis=0), atol=1e-5)
 
 
+def test_embed_reads_the_text_column_of_parquet_and_arrow(tmp_path, model_dir, capsys):
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.feather as feather
+    import pyarrow.parquet as pq
+
+    table = pa.Table.from_pylist([{"id": i, "body": body} for i, body in enumerate(TEXTS)])
+    pq.write_table(table, tmp_path / "texts.parquet", row_group_size=2)
+    feather.write_feather(table, tmp_path / "texts.feather")
+    expected = torch.stack([s.mean(0) for s in reference_states(model_dir, TEXTS)]).numpy()
+    for name in ("texts.parquet", "texts.feather"):
+        got = embed(tmp_path, model_dir, None, "--text-key", "body", input=tmp_path / name)
+        assert np.allclose(got, expected, atol=1e-5), name
+    out = tmp_path / "o.npy"
+    assert main(["embed", "--model", str(model_dir), "--input", str(tmp_path / "texts.parquet"), "--output",
+                 str(out)]) == 2
+    assert "texts.parquet, row 1: no column 'text' (--text-key names it)" in capsys.readouterr().err
+
+
 def test_embed_batch_tokens_caps_the_real_tokens_per_batch(tmp_path, model_dir, capsys, monkeypatch):
     from bertforge.pipelines import base
 

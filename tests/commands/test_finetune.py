@@ -34,6 +34,7 @@ FINETUNE_OPTIONS = [
     (["--weight-decay", "0.3"], dict(weight_decay=0.3)),
     (["--group-by-length"], dict(group_by_length=True)),
     (["--text-pair-column", "b"], dict(text_pair_column="b")),
+    (["--label-separator", "|"], dict(label_separator="|")),
     (["--max-query-length", "9"], dict(max_query_length=9)),
     (["--max-answer-length", "2"], dict(max_answer_length=2)),
     (["--n-best", "3"], dict(n_best=3)),

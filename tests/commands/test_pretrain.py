@@ -95,7 +95,7 @@ def tiny_trainer(monkeypatch, tiny, out: Path, *argv: str, tokenizer: bool = Tru
         base += ["--tokenizer", tok]
     settings = pretrain_settings(monkeypatch, *base, *argv)
     # a 10,000-instance shuffle buffer takes ~1.5 s to fill from this corpus; 64 shuffles enough here
-    monkeypatch.setattr(data, "PretrainingStream", functools.partial(STREAM, shuffle_buffer=64))
+    monkeypatch.setattr(data, "PretrainingStream", functools.partial(STREAM, buffers=data.Buffers(shuffle=64)))
     return Pretrainer(dataclasses.replace(settings, demo=False))
 
 

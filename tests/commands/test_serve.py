@@ -16,7 +16,13 @@ import numpy as np
 import pytest
 
 import bertforge
-from tests.serve.serve_helpers import LONG, SENTENCES, TIMEOUT, free_port, save_models
+from bertforge.commands.serve import TEI_ENVIRONMENT
+from tests.serve.serve_helpers import LONG, SENTENCES, TIMEOUT, free_port, metric, save_models
+
+TEI_VARIABLES = {variable for variable, _, _ in TEI_ENVIRONMENT.values()}
+#: Seconds a server may take to answer /health, and --workers 2 to exit after SIGTERM: three processes load torch
+#: (on the shared 2-core machine at a load of 15, startup took 35 to over 60 s, shutdown 6 to over 15 s).
+STARTUP, SHUTDOWN = 180, 60
 
 httpx = pytest.importorskip("httpx", reason="needs httpx: pip install -e '.[test]'")
 uvicorn = pytest.importorskip("uvicorn", reason="needs uvicorn: pip install -e '.[serve,test]'")
@@ -28,12 +34,14 @@ def models(tmp_path_factory) -> dict[str, Path]:
     return save_models(tmp_path_factory.mktemp("serve_models"))
 
 
-def _start(args: list[str], port: int) -> subprocess.Popen:
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen([sys.executable, "-m", "bertforge", "serve", *args, "--host", "127.0.0.1",
-                             "--port", str(port), "--log-level", "warning"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
-    deadline = time.monotonic() + 60
+def _start(args: list[str], port: int, environ: dict[str, str] | None = None) -> subprocess.Popen:
+    """`bertforge serve ARGS` on 127.0.0.1:`port` (given as --port, or in `environ` as $PORT), once /health answers."""
+    env = {k: v for k, v in os.environ.items() if k not in TEI_VARIABLES}
+    env.update(PYTHONUNBUFFERED="1", **(environ or {}))
+    where = [] if "PORT" in env else ["--host", "127.0.0.1", "--port", str(port)]
+    proc = subprocess.Popen([sys.executable, "-m", "bertforge", "serve", *args, *where, "--log-level", "warning"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    deadline = time.monotonic() + STARTUP
     while True:
         try:
             if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1.0).status_code == 200:
@@ -41,7 +49,7 @@ def _start(args: list[str], port: int) -> subprocess.Popen:
         except httpx.TransportError:
             pass
         if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
+            os.killpg(proc.pid, signal.SIGKILL)  # its workers too: they hold the output pipe open
             raise AssertionError(f"the server did not start: {proc.communicate(timeout=TIMEOUT)[0].decode()}")
         time.sleep(0.1)
 
@@ -97,10 +105,10 @@ def test_several_worker_processes(models):
             sock.sendall(b"GET /health HTTP/1.1\r\n")
             assert sock.recv(4096).startswith(b"HTTP/1.1 408 ")
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(TIMEOUT) == 0
+        assert proc.wait(SHUTDOWN) == 0
     finally:
         if proc.poll() is None:
-            proc.kill()
+            os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(TIMEOUT)
 
 
@@ -130,3 +138,127 @@ def test_the_client_cost_options_reach_the_server_config(monkeypatch):
     defaults = ServeConfig(model="m")
     assert (seen[1].head_timeout, seen[1].body_timeout, seen[1].max_input_chars) == (
         defaults.head_timeout, defaults.body_timeout, defaults.max_input_chars)
+
+
+def test_tei_option_names_and_environment_variables(monkeypatch):
+    """TEI's option names are the options (the older names stay as the same options); TEI's environment variables
+    are their defaults; a flag on the command line wins; a variable that does not read is one line."""
+    from bertforge.cli import build_parser, main
+    from bertforge.commands import serve as serve_command
+
+    seen = []
+    monkeypatch.setattr("bertforge.serve.run_server", lambda config, **kw: seen.append((config, kw)) or 0)
+    for variable in TEI_VARIABLES:
+        monkeypatch.delenv(variable, raising=False)
+    parse = build_parser().parse_args
+    assert serve_command.run(parse(["serve", "--model-id", "m", "--served-model-name", "n", "--hostname", "0.0.0.0",
+                                    "-p", "3000", "--max-concurrent-requests", "7", "--api-key", "k",
+                                    "--payload-limit", "999"])) == 0
+    config, kw = seen.pop()
+    assert (config.model, config.model_name, config.max_queue, config.api_key, config.max_body_bytes) == (
+        "m", "n", 7, "k", 999)
+    assert (kw["host"], kw["port"]) == ("0.0.0.0", 3000)
+    assert serve_command.run(parse(["serve", "--model", "m", "--model-name", "n", "--max-queue", "7"])) == 0
+    config, kw = seen.pop()
+    assert (config.model_name, config.max_queue, config.api_key, kw["host"], kw["port"]) == ("n", 7, None,
+                                                                                             "127.0.0.1", 8080)
+    environment = {"MODEL_ID": "env-model", "SERVED_MODEL_NAME": "env-name", "HOSTNAME": "0.0.0.0", "PORT": "3001",
+                   "API_KEY": "env-key", "MAX_CONCURRENT_REQUESTS": "9", "MAX_BATCH_TOKENS": "1024",
+                   "MAX_CLIENT_BATCH_SIZE": "4", "PAYLOAD_LIMIT": "5000", "AUTO_TRUNCATE": "true", "POOLING": "cls"}
+    for variable, value in environment.items():
+        monkeypatch.setenv(variable, value)
+    assert serve_command.run(parse(["serve"])) == 0
+    config, kw = seen.pop()
+    assert (config.model, config.model_name, config.api_key, config.max_queue, config.max_batch_tokens,
+            config.max_client_batch_size, config.max_body_bytes, config.auto_truncate, config.pooling) == (
+        "env-model", "env-name", "env-key", 9, 1024, 4, 5000, True, "cls")
+    assert (kw["host"], kw["port"]) == ("0.0.0.0", 3001)
+    assert serve_command.run(parse(["serve", "--model-id", "flag", "--port", "3002", "--max-queue", "3"])) == 0
+    config, kw = seen.pop()
+    assert (config.model, kw["port"], config.max_queue, config.api_key) == ("flag", 3002, 3, "env-key")  # flags win
+    monkeypatch.setenv("PORT", "eighty")
+    assert main(["serve"]) == 2
+    monkeypatch.delenv("PORT")
+    monkeypatch.delenv("MODEL_ID")
+    assert main(["serve"]) == 2
+
+
+def test_bad_environment_and_a_missing_model_are_one_line(monkeypatch, capsys):
+    from bertforge.cli import main
+
+    for variable in TEI_VARIABLES:
+        monkeypatch.delenv(variable, raising=False)
+    assert main(["serve"]) == 2
+    assert "give the model: --model-id DIR (or set $MODEL_ID)" in capsys.readouterr().err
+    monkeypatch.setenv("MODEL_ID", "m")
+    monkeypatch.setenv("MAX_CONCURRENT_REQUESTS", "many")
+    assert main(["serve"]) == 2
+    err = capsys.readouterr().err
+    assert "$MAX_CONCURRENT_REQUESTS must be int, got 'many'" in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_environment_configures_a_real_server(models):
+    """`bertforge serve` with no options, configured as TEI is, by MODEL_ID, PORT, API_KEY, SERVED_MODEL_NAME and
+    MAX_CLIENT_BATCH_SIZE (HOSTNAME: 127.0.0.1)."""
+    port = free_port()
+    key = {"Authorization": "Bearer k3y"}
+    proc = _start([], port, {"MODEL_ID": str(models["embed"]), "PORT": str(port), "HOSTNAME": "127.0.0.1",
+                             "API_KEY": "k3y", "SERVED_MODEL_NAME": "from-env", "MAX_CLIENT_BATCH_SIZE": "2"})
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=TIMEOUT) as client:
+            assert client.get("/info").status_code == 401
+            info = client.get("/info", headers=key).json()
+            assert (info["model_id"], info["max_client_batch_size"]) == ("from-env", 2)
+            assert client.post("/embed", json={"inputs": ["a", "b", "c"]}, headers=key).status_code == 413
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(TIMEOUT) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(TIMEOUT)
+
+
+def _workers(proc: subprocess.Popen) -> list[int]:
+    """The worker processes of `bertforge serve --workers N` (multiprocessing's spawned children)."""
+    children = []
+    for task in Path(f"/proc/{proc.pid}/task").iterdir():
+        children += [int(pid) for pid in (task / "children").read_text().split()]
+    return [pid for pid in children if b"spawn_main" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+
+
+@pytest.mark.slow  # three processes load torch and the model: ~15 s on 2 cores
+def test_metrics_count_the_requests_of_every_worker(models):
+    """With --workers 2, each worker serves requests while the other is stopped (SIGSTOP: it cannot accept), and
+    /metrics, whichever worker answers it, counts both workers' requests; the metrics directory goes at exit."""
+    port = free_port()
+    proc = _start(["--model", str(models["embed"]), "--workers", "2", "--max-concurrent-requests", "5"], port)
+    try:
+        deadline = time.monotonic() + STARTUP
+        while len(workers := _workers(proc)) < 2:  # /health answered: at least one is up; wait for the other
+            assert time.monotonic() < deadline, "the second worker never started"
+            time.sleep(0.2)
+        directory = Path(dict(line.split("=", 1) for line in Path(f"/proc/{workers[0]}/environ").read_text()
+                              .split("\0") if "=" in line)["PROMETHEUS_MULTIPROC_DIR"])
+        assert directory.is_dir()
+        url = f"http://127.0.0.1:{port}"
+        served = []
+        for busy, count in zip(workers, (3, 4)):
+            os.kill(busy, signal.SIGSTOP)  # the other worker accepts every connection now
+            try:
+                served += [httpx.post(f"{url}/embed", json={"inputs": "hello"}, timeout=TIMEOUT, headers={
+                    "Connection": "close"}).status_code for _ in range(count)]
+            finally:
+                os.kill(busy, signal.SIGCONT)
+        assert served == [200] * 7
+        for _ in range(4):  # fresh connections: either worker may answer; each page counts all 7
+            page = httpx.get(f"{url}/metrics", timeout=TIMEOUT, headers={"Connection": "close"}).text
+            assert metric(page, "bertforge_requests_total", route="/embed", status="200") == 7
+            assert metric(page, "bertforge_batch_size_count") == 7
+            assert metric(page, "bertforge_queue_limit") == 10  # 5 per worker, both alive
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(SHUTDOWN) == 0
+        assert not directory.exists()
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(TIMEOUT)

@@ -10,6 +10,7 @@ import torch
 from tests.data.data_helpers import CLS, SEP, WordVocab, make_stream, tagged_docs, write_txt
 
 from bertforge.core.constants import IGNORE_INDEX
+from bertforge.data.instance_stream import Buffers
 from bertforge.data.instances import DocumentPacker
 from bertforge.core.errors import BertforgeError
 
@@ -43,7 +44,7 @@ def test_document_stream_rows_keep_documents_apart_and_resume_exactly(tmp_path):
     docs = tagged_docs(40, seed=3, sentences=(1, 6))
     path = write_txt(tmp_path / "c.txt", docs)
     vocab = WordVocab(docs)
-    kw = dict(batch_size=6, max_seq_length=40, shuffle_buffer=30, seed=5, sentence_objective=None,
+    kw = dict(batch_size=6, max_seq_length=40, buffers=Buffers(shuffle=30), seed=5, sentence_objective=None,
               packing="documents", mlm_probability=0.3)
     stream = make_stream(path, vocab, **kw)
     for _ in range(25):
@@ -88,7 +89,7 @@ def test_static_shards_of_packed_documents_carry_their_pieces(tmp_path):
 
     docs = tagged_docs(30, seed=4, sentences=(1, 6))
     path, vocab = write_txt(tmp_path / "c.txt", docs), WordVocab(docs)
-    stream = make_stream(path, vocab, max_seq_length=40, shuffle_buffer=0, sentence_objective=None,
+    stream = make_stream(path, vocab, max_seq_length=40, buffers=Buffers(shuffle=0), sentence_objective=None,
                          packing="documents")
     index = write_static_shards(stream, tmp_path / "shards", 2, 50)
     assert index["packing"] == "documents"

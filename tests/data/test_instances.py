@@ -9,7 +9,7 @@ import pytest
 from tests.data.data_helpers import CLS, SEP, WordVocab, at_least_half, make_stream, split_pair, tagged_docs, take, write_txt
 
 from bertforge.data import CorpusReader
-from bertforge.data.instance_stream import InstanceStream
+from bertforge.data.instance_stream import Buffers, InstanceStream
 from bertforge.data.instances import (
     IN_ORDER,
     IS_NEXT,
@@ -20,7 +20,6 @@ from bertforge.data.instances import (
     SequencePacker,
     create_nsp_instances,
     create_sop_instances,
-    resolve_sentence_objective,
     truncate_pair,
 )
 from bertforge.core.constants import IGNORE_INDEX
@@ -41,7 +40,7 @@ def positions(vocab, docs, tokens):
 
 def test_nsp_layout_lengths_and_segment_ids(tagged_corpus):
     path, docs, vocab = tagged_corpus
-    stream = make_stream(path, vocab, max_seq_length=24, batch_size=16, shuffle_buffer=50)
+    stream = make_stream(path, vocab, max_seq_length=24, batch_size=16, buffers=Buffers(shuffle=50))
     instances = take(stream, 600)
     labels = [inst.next_sentence_label for inst in instances]
     for inst in instances:
@@ -68,7 +67,7 @@ def test_nsp_segments_respect_documents(tagged_corpus):
     """A is a contiguous run of one document; IsNext B follows it in the same document; NotNext B comes from
     another document (tags name the document of every token)."""
     path, docs, vocab = tagged_corpus
-    stream = make_stream(path, vocab, max_seq_length=20, shuffle_buffer=30, short_seq_prob=0.3)
+    stream = make_stream(path, vocab, max_seq_length=20, buffers=Buffers(shuffle=30), short_seq_prob=0.3)
     counts = {IS_NEXT: 0, NOT_NEXT: 0}
     for inst in take(stream, 800):
         a, b = split_pair(inst)
@@ -96,7 +95,7 @@ def test_is_next_half_the_time_where_there_is_a_choice(tmp_path):
     docs = tagged_docs(100, seed=3, sentences=(2, 4), words=(1, 2))
     vocab = WordVocab(docs)
     stream = make_stream(write_txt(tmp_path / "c.txt", docs), vocab, max_seq_length=32, short_seq_prob=0.0,
-                         shuffle_buffer=0)
+                         buffers=Buffers(shuffle=0))
     is_next = choices = 0
     for inst in take(stream, 8000):
         a, b = split_pair(inst)
@@ -118,7 +117,7 @@ def test_is_next_is_the_exact_continuation(tagged_corpus):
     """Without truncation (long max length): A is whole sentences i..j-1, IsNext B exactly sentences j..k-1 of
     the same document, NotNext B whole sentences of another document."""
     path, docs, vocab = tagged_corpus
-    stream = make_stream(path, vocab, max_seq_length=512, short_seq_prob=0.0, shuffle_buffer=10)
+    stream = make_stream(path, vocab, max_seq_length=512, short_seq_prob=0.0, buffers=Buffers(shuffle=10))
     seen_is_next = 0
     for inst in take(stream, 300):
         a, b = split_pair(inst)
@@ -162,7 +161,8 @@ def test_short_seq_prob_makes_shorter_sequences(tmp_path):
 def test_no_nsp_packs_full_sequences_across_documents(tmp_path):
     docs = tagged_docs(6, seed=5)
     vocab = WordVocab(docs)
-    stream = make_stream(write_txt(tmp_path / "c.txt", docs), vocab, nsp=False, max_seq_length=16, shuffle_buffer=0)
+    stream = make_stream(write_txt(tmp_path / "c.txt", docs), vocab, sentence_objective=None, max_seq_length=16,
+                         buffers=Buffers(shuffle=0))
     instances = take(stream, 60)  # several epochs of this corpus
     content = []
     for inst in instances:
@@ -340,7 +340,7 @@ def test_sop_pairs_are_consecutive_segments_of_one_document(tagged_corpus):
     path, docs, vocab = tagged_corpus
     labels = {IN_ORDER: 0, SWAPPED: 0}
     cut_inside = 0
-    for inst in take(sop_stream(path, vocab, max_seq_length=512, short_seq_prob=0.0, shuffle_buffer=10), 400):
+    for inst in take(sop_stream(path, vocab, max_seq_length=512, short_seq_prob=0.0, buffers=Buffers(shuffle=10)), 400):
         first, second = split_pair(inst)
         doc_1, pos_1, offsets = positions(vocab, docs, first)
         doc_2, pos_2, _ = positions(vocab, docs, second)
@@ -358,7 +358,7 @@ def test_sop_pairs_are_consecutive_segments_of_one_document(tagged_corpus):
 
 def test_sop_truncated_pairs_stay_in_one_document_and_in_order(tagged_corpus):
     path, docs, vocab = tagged_corpus
-    for inst in take(sop_stream(path, vocab, max_seq_length=20, short_seq_prob=0.3, shuffle_buffer=30), 800):
+    for inst in take(sop_stream(path, vocab, max_seq_length=20, short_seq_prob=0.3, buffers=Buffers(shuffle=30)), 800):
         assert len(inst.input_ids) <= 20 and inst.input_ids[0] == CLS and inst.input_ids.count(SEP) == 2
         first, second = split_pair(inst)
         assert first and second
@@ -377,7 +377,7 @@ def test_sop_swaps_half_the_time(tmp_path):
     docs = tagged_docs(300, seed=8, sentences=(1, 6), words=(1, 6))
     vocab = WordVocab(docs)
     stream = sop_stream(write_txt(tmp_path / "c.txt", docs), vocab, max_seq_length=16, short_seq_prob=0.2,
-                        shuffle_buffer=0)
+                        buffers=Buffers(shuffle=0))
     instances = take(stream, 8000)
     swapped = sum(inst.next_sentence_label == SWAPPED for inst in instances)
     assert {inst.next_sentence_label for inst in instances} == {IN_ORDER, SWAPPED}
@@ -439,18 +439,17 @@ def test_sop_uses_nsp_chunks_and_split_points():
     assert same > 5
 
 
-def test_sentence_objective_switches(tagged_corpus):
+def test_sentence_objective_is_nsp_sop_or_none(tagged_corpus):
     path, docs, vocab = tagged_corpus
-    assert resolve_sentence_objective(None, "sop") == "sop"
-    assert resolve_sentence_objective(True, "nsp") == "nsp"
-    assert resolve_sentence_objective(False, "nsp") is None  # nsp=False turns the default off
-    assert resolve_sentence_objective(False, "sop") == "sop"
-    assert resolve_sentence_objective(None, None) is None
-    with pytest.raises(BertforgeError, match="nsp=True contradicts sentence_objective='sop'"):
-        resolve_sentence_objective(True, "sop")
-    with pytest.raises(BertforgeError, match="unknown sentence_objective 'nso'"):
-        InstanceStream(CorpusReader(path), vocab.tokenize, cls_id=CLS, sep_id=SEP, sentence_objective="nso")
-    with pytest.raises(BertforgeError, match="nsp=True contradicts sentence_objective=None"):
-        make_stream(path, vocab, nsp=True, sentence_objective=None)
-    assert make_stream(path, vocab, nsp=False).sentence_objective is None
-    assert make_stream(path, vocab, nsp=False, sentence_objective="sop").instances.sentence_objective == "sop"
+    for objective in ("nsp", "sop", None):
+        stream = make_stream(path, vocab, sentence_objective=objective)
+        assert stream.sentence_objective == stream.instances.sentence_objective == objective
+        assert stream.nsp == (objective == "nsp")
+    assert make_stream(path, vocab).sentence_objective == "nsp"  # the default
+    for bad in ("nso", "NSP", True, False):  # a bool is not an objective: the old nsp= switch is gone
+        with pytest.raises(BertforgeError, match=f"unknown sentence_objective {bad!r}; choose one of nsp, sop or None"):
+            InstanceStream(CorpusReader(path), vocab.tokenize, cls_id=CLS, sep_id=SEP, sentence_objective=bad)
+        with pytest.raises(BertforgeError, match=f"unknown sentence_objective {bad!r}"):
+            make_stream(path, vocab, sentence_objective=bad)
+    with pytest.raises(TypeError, match="nsp"):
+        make_stream(path, vocab, nsp=False)

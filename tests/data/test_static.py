@@ -8,7 +8,7 @@ import torch
 from tests.data.data_helpers import WordVocab, tagged_docs, write_txt
 from safetensors.numpy import load_file
 
-from bertforge.data import PretrainingStream, StaticShardReader, write_static_shards
+from bertforge.data import Buffers, PretrainingStream, StaticShardReader, write_static_shards
 from bertforge.core.errors import BertforgeError
 
 
@@ -24,9 +24,10 @@ def corpus(tmp_path):
 
 def test_write_static_shards_with_dupe_factor(tmp_path, corpus):
     path, vocab = corpus
-    one = write_static_shards(make_stream(path, vocab, max_seq_length=32, shuffle_buffer=0), tmp_path / "s1", 1, 50)
+    unshuffled = Buffers(shuffle=0)
+    one = write_static_shards(make_stream(path, vocab, max_seq_length=32, buffers=unshuffled), tmp_path / "s1", 1, 50)
     index = write_static_shards(
-        make_stream(path, vocab, max_seq_length=32, shuffle_buffer=0), tmp_path / "s3", dupe_factor=3, shard_size=50
+        make_stream(path, vocab, max_seq_length=32, buffers=unshuffled), tmp_path / "s3", dupe_factor=3, shard_size=50
     )
     assert index["nsp"] and index["dupe_factor"] == 3
     on_disk = json.loads((tmp_path / "s3" / "index.json").read_text())
@@ -116,7 +117,8 @@ def test_static_shards_with_sop_and_ngram_masking(tmp_path, corpus):
     streamed = torch.cat([b["next_sentence_label"] for b in one_pass])
     assert torch.equal(on_disk, torch.cat([streamed, streamed]))  # the SOP labels, once per duplicate
     assert set(on_disk.tolist()) == {0, 1}
-    mlm = write_static_shards(make_stream(path, vocab, max_seq_length=32, nsp=False), tmp_path / "mlm", 1, 100)
+    mlm_stream = make_stream(path, vocab, max_seq_length=32, sentence_objective=None)
+    mlm = write_static_shards(mlm_stream, tmp_path / "mlm", 1, 100)
     assert mlm["sentence_objective"] is None and mlm["masking"] == "token" and mlm["max_ngram"] is None
     assert "next_sentence_label" not in next(StaticShardReader(tmp_path / "mlm", 4))
     # an index written before SOP existed says only nsp

@@ -9,7 +9,7 @@ import pytest
 import torch
 from tests.data.data_helpers import WordVocab, tagged_docs, write_gz, write_jsonl, write_txt
 
-from bertforge.data import DEFAULT_CORPUS, PretrainingStream, iter_documents
+from bertforge.data import DEFAULT_CORPUS, Buffers, PretrainingStream, iter_documents
 from bertforge.core.errors import BertforgeError
 
 KEYS_NSP = ["input_ids", "token_type_ids", "attention_mask", "next_sentence_label", "labels"]
@@ -36,7 +36,7 @@ def test_batch_format(mixed_corpus):
     assert all(t.dtype == torch.long for t in batch.values())
     assert batch["next_sentence_label"].shape == (8,)
     assert set(batch["next_sentence_label"].tolist()) <= {0, 1}
-    no_nsp = next(make_stream(path, vocab, batch_size=8, max_seq_length=32, nsp=False))
+    no_nsp = next(make_stream(path, vocab, batch_size=8, max_seq_length=32, sentence_objective=None))
     assert "next_sentence_label" not in no_nsp and no_nsp["input_ids"].shape == (8, 32)
     assert no_nsp["token_type_ids"].sum() == 0 and no_nsp["attention_mask"].all()
     sop = next(make_stream(path, vocab, batch_size=8, max_seq_length=32, sentence_objective="sop", masking="ngram"))
@@ -48,8 +48,8 @@ def test_batch_format(mixed_corpus):
     "options",
     [
         {},
-        {"nsp": False},
-        {"whole_word_mask": True, "shuffle_buffer": 7, "doc_buffer": 3},
+        {"sentence_objective": None},
+        {"whole_word_mask": True, "buffers": Buffers(shuffle=7, documents=3)},
         {"rank": 1, "world_size": 2, "short_seq_prob": 0.5, "shard_by": "file"},
         {"sentence_objective": "sop", "masking": "ngram"},
         {"sentence_objective": "sop", "masking": "ngram", "whole_word_mask": True, "rank": 1, "world_size": 2},
@@ -59,7 +59,7 @@ def test_batch_format(mixed_corpus):
 )
 def test_exact_resume(mixed_corpus, options):
     path, vocab = mixed_corpus
-    kw = {"batch_size": 6, "max_seq_length": 24, "shuffle_buffer": 40, "seed": 3, **options}
+    kw = {"batch_size": 6, "max_seq_length": 24, "buffers": Buffers(shuffle=40), "seed": 3, **options}
     if kw.pop("words", False) or options.get("whole_word_mask"):
         kw["is_continuation"] = [w.endswith("w1") for w in vocab.words]  # pretend "...w1" words are pieces
     stream = make_stream(path, vocab, **kw)
@@ -89,12 +89,12 @@ def test_resume_at_start_and_config_mismatch(mixed_corpus):
     with pytest.raises(BertforgeError, match="max_seq_length=128 but this run has max_seq_length=64"):
         make_stream(path, vocab, batch_size=4, max_seq_length=64).load_state_dict(state)
     with pytest.raises(BertforgeError, match="nsp"):
-        make_stream(path, vocab, batch_size=4, nsp=False).load_state_dict(state)
+        make_stream(path, vocab, batch_size=4, sentence_objective=None).load_state_dict(state)
     with pytest.raises(BertforgeError, match="masking='token' but this run has masking='ngram'"):
         make_stream(path, vocab, batch_size=4, masking="ngram").load_state_dict(state)
     sop = make_stream(path, vocab, batch_size=4, sentence_objective="sop")
     with pytest.raises(BertforgeError, match="sentence_objective='sop' but this run has sentence_objective=None"):
-        make_stream(path, vocab, batch_size=4, nsp=False).load_state_dict(sop.state_dict())
+        make_stream(path, vocab, batch_size=4, sentence_objective=None).load_state_dict(sop.state_dict())
     ngram = make_stream(path, vocab, batch_size=4, masking="ngram").state_dict()
     with pytest.raises(BertforgeError, match="max_ngram=3 but this run has max_ngram=2"):
         make_stream(path, vocab, batch_size=4, masking="ngram", max_ngram=2).load_state_dict(ngram)
@@ -103,7 +103,7 @@ def test_resume_at_start_and_config_mismatch(mixed_corpus):
 def test_resume_from_a_state_written_before_sop_and_ngram(mixed_corpus):
     """A data state from before SOP and n-gram masking has only nsp and whole_word_mask in its config."""
     path, vocab = mixed_corpus
-    for kw in ({}, {"nsp": False}):
+    for kw in ({}, {"sentence_objective": None}):
         stream = make_stream(path, vocab, batch_size=4, **kw)
         next(stream)
         state = stream.state_dict()
@@ -124,7 +124,7 @@ def test_stats_count_epochs_docs_and_replaced_bytes(tmp_path):
     vocab = WordVocab(docs)
     path = tmp_path / "c.txt"
     path.write_bytes(write_txt(tmp_path / "x.txt", docs).read_bytes() + b"\n\nbroken \xc3( bytes\n")
-    stream = make_stream(path, vocab, batch_size=4, max_seq_length=16, shuffle_buffer=4)
+    stream = make_stream(path, vocab, batch_size=4, max_seq_length=16, buffers=Buffers(shuffle=4))
     for _ in range(30):
         next(stream)
     stats = stream.stats
@@ -138,9 +138,9 @@ def test_empty_and_missing_corpus_errors(tmp_path):
     with pytest.raises(BertforgeError, match="does not exist"):
         make_stream(tmp_path / "missing", vocab)
     (tmp_path / "blank.txt").write_text("\n \n\n")
-    for nsp in (True, False):
+    for objective in ("nsp", None):
         with pytest.raises(BertforgeError, match="has no text"):
-            next(make_stream(tmp_path / "blank.txt", vocab, nsp=nsp))
+            next(make_stream(tmp_path / "blank.txt", vocab, sentence_objective=objective))
 
 
 def test_default_corpus_with_a_real_wordpiece_tokenizer():
@@ -166,7 +166,7 @@ def test_default_corpus_with_a_real_wordpiece_tokenizer():
         is_continuation=[inverse[i].startswith("##") for i in range(size)],
         whole_word_mask=True,
         batch_size=16,
-        shuffle_buffer=200,
+        buffers=Buffers(shuffle=200),
     )
     batch = next(stream)
     assert batch["input_ids"].shape[0] == 16 and batch["input_ids"].shape[1] <= 128
@@ -189,7 +189,7 @@ def test_first_batch_arrives_without_reading_the_whole_file(tmp_path):
     vocab = _write_big_corpus(path, 60)
     size = os.path.getsize(path)
     start = time.perf_counter()
-    stream = make_stream(path, vocab, batch_size=32, shuffle_buffer=500, doc_buffer=100)
+    stream = make_stream(path, vocab, batch_size=32, buffers=Buffers(shuffle=500, documents=100))
     next(stream)
     assert time.perf_counter() - start < 10
     assert stream.stats["bytes_read"] < size / 20
@@ -212,7 +212,8 @@ def test_memory_stays_constant_over_a_full_pass(tmp_path):
         for _ in range(60 * 1024 * 1024 // len(block)):
             fh.write(block)
     vocab = WordVocab([[sentence]])
-    stream = make_stream(path, vocab, batch_size=64, shuffle_buffer=2000, doc_buffer=200, nsp=False)
+    stream = make_stream(path, vocab, batch_size=64, buffers=Buffers(shuffle=2000, documents=200),
+                         sentence_objective=None)
     next(stream)
     base = _rss_mb()
     peak = base
@@ -227,12 +228,12 @@ def test_resume_refuses_a_changed_corpus_but_not_a_moved_one(tmp_path):
     docs = tagged_docs(8, seed=4)
     vocab = WordVocab(docs)
     write_txt(tmp_path / "a" / "c.txt", docs)
-    stream = make_stream(tmp_path / "a", vocab, batch_size=4, max_seq_length=16, shuffle_buffer=8)
+    stream = make_stream(tmp_path / "a", vocab, batch_size=4, max_seq_length=16, buffers=Buffers(shuffle=8))
     next(stream)
     state = stream.state_dict()
     want = next(stream)
     (tmp_path / "a").rename(tmp_path / "b")
-    moved = make_stream(tmp_path / "b", vocab, batch_size=4, max_seq_length=16, shuffle_buffer=8)
+    moved = make_stream(tmp_path / "b", vocab, batch_size=4, max_seq_length=16, buffers=Buffers(shuffle=8))
     moved.load_state_dict(state)
     assert torch.equal(next(moved)["input_ids"], want["input_ids"])
     write_txt(tmp_path / "b" / "c.txt", docs[:-1])
@@ -246,7 +247,7 @@ def test_a_corpus_smaller_than_one_batch_is_warned_about_loudly_once(tmp_path, c
     corpus that fills a batch is not warned about."""
     docs = [["the dog barks", "the cat meows"], ["the cow moos", "the bird sings"]]
     path = write_txt(tmp_path / "small.txt", docs)
-    stream = make_stream(path, WordVocab(docs), batch_size=64, max_seq_length=16, nsp=False)
+    stream = make_stream(path, WordVocab(docs), batch_size=64, max_seq_length=16, sentence_objective=None)
     with caplog.at_level("WARNING", logger="bertforge"):
         for _ in range(3):
             assert next(stream)["input_ids"].shape[0] == 64
@@ -256,7 +257,8 @@ def test_a_corpus_smaller_than_one_batch_is_warned_about_loudly_once(tmp_path, c
     assert f"only {made} training sequence" in warnings[0] and "one batch of 64" in warnings[0]
     caplog.clear()
     big = tagged_docs(40, seed=3, sentences=(4, 10))
-    stream = make_stream(write_txt(tmp_path / "big.txt", big), WordVocab(big), batch_size=8, max_seq_length=16, nsp=False)
+    stream = make_stream(write_txt(tmp_path / "big.txt", big), WordVocab(big), batch_size=8, max_seq_length=16,
+                         sentence_objective=None)
     with caplog.at_level("WARNING", logger="bertforge"):
         for _ in range(3):
             next(stream)

@@ -31,6 +31,8 @@ def test_training_raises_retrieval_mrr(trained):
 
 
 def test_sentence_transformers_loads_the_output_identically(trained):
+    """...with the run's checkpoints/ (a directory holding config.json and weights) beside the model's files."""
+    assert [p.name for p in (trained / "checkpoints").iterdir()] == ["step-24"]
     texts = [a for a, _ in pairs(DEV_TEMPLATES)] + ["the a3 and b4 is here now", "see"]
     model = st.SentenceTransformer(str(trained), device="cpu")
     reference = model.encode(texts, batch_size=5)

@@ -38,3 +38,28 @@ def test_score_scale(tmp_path):
         scores([0, 7])
     with pytest.raises(BertforgeError, match="beyond --score-max 4"):
         scores([0, 5], score_max=4)
+
+
+def test_parquet_arrow_and_rows_in_memory_read_as_jsonl(tmp_path):
+    import json
+
+    pa = pytest.importorskip("pyarrow")
+    datasets = pytest.importorskip("datasets")
+    import pyarrow.feather as feather
+    import pyarrow.parquet as pq
+
+    for rows in ([{"anchor": f"q {i}", "positive": f"p {i}", "negative": f"n {i}"} for i in range(5)],
+                 [{"sentence1": f"a {i}", "sentence2": f"b {i}", "score": i / 5} for i in range(5)]):
+        jsonl = tmp_path / "d.jsonl"
+        jsonl.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+        expected = read_pairs(jsonl)
+        table = pa.Table.from_pylist(rows)
+        pq.write_table(table, tmp_path / "d.parquet", row_group_size=2)
+        feather.write_feather(table, tmp_path / "d.feather")
+        columns = {k: [r[k] for r in rows] for k in rows[0]}
+        for data in (tmp_path / "d.parquet", tmp_path / "d.feather", rows, columns, datasets.Dataset.from_list(rows)):
+            got = read_pairs(data)
+            assert (got.shape, got.texts, got.scores, got.lines) == (expected.shape, expected.texts, expected.scores,
+                                                                      expected.lines), data
+    with pytest.raises(BertforgeError, match=r"<in-memory: 2 rows, sha256 [0-9a-f]+>:2: positive is empty"):
+        read_pairs([{"anchor": "a", "positive": "b"}, {"anchor": "c", "positive": " "}])

@@ -76,3 +76,71 @@ def test_conll_errors(tmp_path, content, message):
     path.write_text(content, encoding="utf-8")
     with pytest.raises(BertforgeError, match=message):
         read_conll(path)
+
+
+# ---------------------------------------------------------------------------------------------------- other formats
+
+FORMAT_ROWS = [{"sentence1": f"first text {i}", "sentence2": f"second {i}", "label": ["neg", "pos"][i % 2]}
+               for i in range(7)]
+
+
+def _write_formats(root, rows):
+    """The same rows as JSONL, CSV, TSV, Parquet and Feather."""
+    import csv
+    import json
+
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.feather as feather
+    import pyarrow.parquet as pq
+
+    paths = {k: root / f"d.{k}" for k in ("jsonl", "csv", "tsv", "parquet", "feather")}
+    paths["jsonl"].write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    for kind, delimiter in (("csv", ","), ("tsv", "\t")):
+        with open(paths[kind], "w", newline="", encoding="utf-8") as fh:
+            writer = csv.DictWriter(fh, fieldnames=list(rows[0]), delimiter=delimiter)
+            writer.writeheader()
+            writer.writerows([{k: "|".join(v) if isinstance(v, list) else v for k, v in r.items()} for r in rows])
+    pq.write_table(pa.Table.from_pylist(rows), paths["parquet"], row_group_size=3)
+    feather.write_feather(pa.Table.from_pylist(rows), paths["feather"])
+    return paths
+
+
+def _as_tuples(examples):
+    return [(e.text, e.text_pair, e.label) for e in examples]
+
+
+def test_every_format_and_rows_in_memory_read_as_jsonl(tmp_path):
+    paths = _write_formats(tmp_path, FORMAT_ROWS)
+    expected = read_classification(paths["jsonl"])
+    assert [e.line for e in expected] == list(range(1, 8))
+    for kind in ("csv", "tsv", "parquet", "feather"):
+        assert _as_tuples(read_classification(paths[kind])) == _as_tuples(expected), kind
+    for kind in ("parquet", "feather"):  # rows numbered from 1, as a JSONL file's lines
+        assert read_classification(paths[kind]) == expected
+    datasets = pytest.importorskip("datasets")
+    columns = {k: [r[k] for r in FORMAT_ROWS] for k in FORMAT_ROWS[0]}
+    for rows in (FORMAT_ROWS, columns, datasets.Dataset.from_list(FORMAT_ROWS)):
+        assert read_classification(rows) == expected
+    unlabelled = [{"text": r["sentence1"]} for r in FORMAT_ROWS]
+    assert [e.label for e in read_classification(unlabelled, require_labels=False)] == [None] * 7
+
+
+def test_multi_label_rows_are_lists_or_split_on_the_separator(tmp_path):
+    rows = [{"text": f"text {i}", "label": [["sports"], ["sports", "politics"], []][i % 3]} for i in range(6)]
+    paths = _write_formats(tmp_path, rows)
+    expected = read_classification(paths["jsonl"])
+    assert [e.label for e in expected] == [r["label"] for r in rows]
+    for kind in ("parquet", "feather"):  # a list column
+        assert read_classification(paths[kind]) == expected
+    for kind in ("csv", "tsv"):  # "sports|politics", "" for no label
+        assert _as_tuples(read_classification(paths[kind], label_separator="|")) == _as_tuples(expected)
+        with pytest.raises(BertforgeError, match="the label is empty"):
+            read_classification(paths[kind])
+    assert read_classification(rows) == expected
+    with pytest.raises(BertforgeError, match=r":2: each label in a list must be a non-empty string or a number"):
+        read_classification([{"text": "a", "label": ["x"]}, {"text": "b", "label": ["x", None]}])
+
+
+def test_a_task_that_reads_only_files_refuses_rows_in_memory():
+    with pytest.raises(BertforgeError, match="this task reads a file: pass its path"):
+        read_conll([{"tokens": ["a"], "tags": ["O"]}])

@@ -160,3 +160,21 @@ def test_squad_best_null_threshold_by_hand():
     assert scores["best_f1"] == pytest.approx(75.0) and scores["best_f1_thresh"] == -2.0
     hopeless = M.squad_metrics(final, gold, {q: "x" for q in gold}, margins)
     assert hopeless["best_f1"] == pytest.approx(50.0) and hopeless["best_f1_thresh"] is None
+
+
+def test_multi_label_metrics_equal_scikit_learns():
+    import random
+
+    sklearn = pytest.importorskip("sklearn.metrics")
+    from bertforge.finetune.metrics import multi_label_metrics
+
+    rng = random.Random(0)
+    for trial in range(20):
+        n, k = rng.randint(1, 30), rng.randint(2, 6)
+        gold = [[j for j in range(k) if rng.random() < 0.4] for _ in range(n)]
+        pred = [[j for j in range(k) if rng.random() < 0.4] for _ in range(n)]
+        hot = lambda sets: [[int(j in s) for j in range(k)] for s in sets]  # noqa: E731
+        ours = multi_label_metrics(gold, pred, k)
+        assert ours["micro_f1"] == pytest.approx(sklearn.f1_score(hot(gold), hot(pred), average="micro", zero_division=0))
+        assert ours["macro_f1"] == pytest.approx(sklearn.f1_score(hot(gold), hot(pred), average="macro", zero_division=0))
+        assert ours["subset_accuracy"] == pytest.approx(sklearn.accuracy_score(hot(gold), hot(pred)))

@@ -31,6 +31,28 @@ def test_text_classification_equals_transformers(heads):
     assert np.allclose([r["score"] for r in everything], [r["score"] for r in reference], atol=1e-4)
 
 
+def test_a_multi_label_model_scores_by_sigmoid_as_transformers_and_keeps_labels_over_a_threshold(heads, tmp_path):
+    import json
+    import shutil
+
+    model = shutil.copytree(heads["tc"], tmp_path / "multi")
+    config = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps({**config, "problem_type": "multi_label_classification"}))
+    ref = transformers.pipeline("text-classification", model=str(model), device="cpu")
+    for text in SENTENCES[:3]:
+        reference = {r["label"]: r["score"] for r in ref(text, top_k=None)}
+        everything = bertforge.pipeline("text-classification", model=model, top_k=None)(text)
+        assert {r["label"]: r["score"] for r in everything} == pytest.approx(reference, abs=1e-4)
+        ordered = sorted(reference.values())
+        threshold = (ordered[len(ordered) // 2 - 1] + ordered[len(ordered) // 2]) / 2  # about half the labels pass
+        kept = bertforge.pipeline("text-classification", model=model, threshold=threshold)(text)
+        assert [r["label"] for r in kept] == [k for k, v in sorted(reference.items(), key=lambda kv: -kv[1])
+                                              if v >= threshold]
+        assert 0 < len(kept) < len(reference)
+    with pytest.raises(BertforgeError, match="threshold must be a number or None"):
+        bertforge.pipeline("text-classification", model=model, threshold="high")
+
+
 @pytest.mark.parametrize("strategy", ["none", "simple", "first", "average", "max"])
 def test_token_classification_equals_transformers(heads, strategy):
     text = "John Smith lives in New York and works at Googleplex incorporated, ünïcode 中文 ☃ [UNK]."

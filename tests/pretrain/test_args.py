@@ -50,3 +50,37 @@ def test_a_value_outside_an_options_choices_is_refused_from_python_too():
     from bertforge.pretrain.args import PretrainArgs
     with pytest.raises(BertforgeError, match="masking must be one of auto, token, ngram, got 'whole_word'"):
         PretrainArgs(masking="whole_word").validate()
+
+
+def test_run_settings_resolve_defaults_as_the_command_does(monkeypatch):
+    """One resolution of defaults: `pretrain(**settings)` from Python and `bertforge pretrain` on the command line
+    make the same PretrainArgs of the same settings (with no corpus, the demo's defaults: a deberta-v3-tiny run
+    from Python had trained at PretrainArgs' lr 1e-4 where the command used the demo's 2e-3, and learned far less)."""
+    from bertforge.cli import main
+    from bertforge.pretrain import trainer
+    from bertforge.pretrain.args import DEMO, run_settings
+
+    seen: list[PretrainArgs] = []
+    monkeypatch.setattr(trainer.Pretrainer, "__init__", lambda self, args: seen.append(args) or None)
+    monkeypatch.setattr(trainer.Pretrainer, "run", lambda self: None)
+    monkeypatch.setattr(trainer.Pretrainer, "finish", lambda self: None)  # both reach the trainer with their settings
+    trainer.pretrain(config="deberta-v3-tiny", max_steps=800, seq_len=64)
+    assert main(["pretrain", "--config", "deberta-v3-tiny", "--max-steps", "800", "--seq-len", "64"]) == 0
+    from_python, from_cli = seen
+    assert from_python == from_cli
+    assert (from_python.lr, from_python.vocab_size, from_python.warmup_steps) == (DEMO["lr"], DEMO["vocab_size"], 100)
+    assert from_python.max_steps == 800 and from_python.out == DEMO["out"]
+    on_a_corpus = run_settings({"corpus": ["a.txt"], "config": "mini"})
+    assert on_a_corpus == PretrainArgs(corpus=["a.txt"], config="mini")  # a corpus: PretrainArgs' own defaults
+
+
+def test_run_settings_refuse_contradictions_and_unknown_settings():
+    from bertforge.pretrain.args import run_settings
+    from bertforge.pretrain.trainer import pretrain
+
+    with pytest.raises(BertforgeError, match="--warmup-ratio contradicts --warmup-steps"):
+        run_settings({"warmup_ratio": 0.1, "warmup_steps": 5})
+    with pytest.raises(BertforgeError, match="bad pretraining settings: .*learning_rate"):
+        run_settings({"learning_rate": 1e-3})
+    with pytest.raises(BertforgeError, match="not both"):
+        pretrain(PretrainArgs(), max_steps=3)

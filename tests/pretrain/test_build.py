@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 
 from bertforge.model import BertForPreTraining
+from bertforge.model.config import BertConfig
 from bertforge.pretrain.build import choose_tokenizer, initial_model, run_model_config
 from bertforge.core.system import Runtime
 from tests.helpers import tiny_config, tiny_run_args
@@ -31,3 +32,17 @@ def test_initial_weights_come_from_the_seed(corpus_and_tokenizer, tmp_path):
     first, again = initial_model(config, args, False, True), initial_model(config, args, False, True)
     assert isinstance(first, BertForPreTraining)
     assert all(torch.equal(a, b) for a, b in zip(first.state_dict().values(), again.state_dict().values()))
+
+
+def test_a_modernbert_run_config_names_the_tokenizers_special_ids(corpus_and_tokenizer, tmp_path):
+    """ModernBERT's config.json carries bos/eos/cls/sep ids: a run's are its tokenizer's ([CLS] begins a sequence,
+    [SEP] ends it, as in transformers' ModernBERT configs), not None; BERT's config has no such fields."""
+    from bertforge.tokenizer import Tokenizer
+
+    args = tiny_run_args(corpus_and_tokenizer, tmp_path / "run")
+    tokenizer = Tokenizer.from_pretrained(str(corpus_and_tokenizer[1]))
+    config = run_model_config(BertConfig.preset("modernbert-tiny"), tokenizer, args)
+    cls, sep = tokenizer.cls_token_id, tokenizer.sep_token_id
+    assert {k: config.extra[k] for k in ("bos_token_id", "eos_token_id", "cls_token_id", "sep_token_id")} == dict(
+        bos_token_id=cls, eos_token_id=sep, cls_token_id=cls, sep_token_id=sep)
+    assert "cls_token_id" not in run_model_config(tiny_config(), tokenizer, args).extra

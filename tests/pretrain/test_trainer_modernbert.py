@@ -72,6 +72,8 @@ def assert_transformers_loads_it(model_dir, corpus):
         assert ours_tok(text)["input_ids"] == hf_tok(text)["input_ids"]
         assert ours_tok(text, pair)["input_ids"] == hf_tok(text, pair)["input_ids"]
     assert hf_tok(lines[0])["input_ids"][0] == hf_tok.cls_token_id and hf_tok(lines[0])["input_ids"][-1] == hf_tok.sep_token_id
+    # config.json names the run's own special ids, as transformers' ModernBERT configs do
+    assert (config["cls_token_id"], config["sep_token_id"]) == (hf_tok.cls_token_id, hf_tok.sep_token_id)
     reference, info = transformers.ModernBertForMaskedLM.from_pretrained(model_dir, output_loading_info=True)
     assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"], info
     ours = AutoModelForMaskedLM.from_pretrained(model_dir).eval()

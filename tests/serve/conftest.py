@@ -33,3 +33,10 @@ def guarded_server(models):
     """The embedding model's server with head and body deadlines of `DEADLINE` seconds."""
     with ThreadServer(ServeConfig(model=str(models["embed"]), head_timeout=DEADLINE, body_timeout=DEADLINE)) as s:
         yield s
+
+
+@pytest.fixture(scope="module")
+def mlm_server(models):
+    """The MLM model served for embeddings: /embed_sparse answers from its MLM head."""
+    with ThreadServer(ServeConfig(model=str(models["mlm"]))) as s:
+        yield s

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from bertforge import BertForSequenceClassification, BertModel
+from bertforge import BertForMaskedLM, BertForSequenceClassification, BertModel
 from bertforge.serve import Engine, ServeConfig, create_app
 from tests.helpers import SPECIALS, tiny_config, write_uncased_tokenizer
 
@@ -46,11 +46,12 @@ def _save(directory: Path, cls: type, **labels) -> Path:
 
 
 def save_models(root: Path) -> dict[str, Path]:
-    """`models` under `root` (also the fixture of the command tests, `tests/commands/test_serve.py`)."""
+    """The embedding, classification and MLM models under `root` (also the fixture of the command tests, `tests/commands/test_serve.py`)."""
     return {
         "embed": _save(root / "embed", BertModel),
         "classify": _save(root / "classify", BertForSequenceClassification, id2label={0: "neg", 1: "pos"},
                           label2id={"neg": 0, "pos": 1}),
+        "mlm": _save(root / "mlm", BertForMaskedLM),  # an MLM head: /embed_sparse (SPLADE)
     }
 
 
@@ -112,12 +113,21 @@ def block_worker(engine: Engine, kind: str = "embed") -> tuple[threading.Event, 
 
 
 def metric(text: str, name: str, **labels: str) -> float:
-    """The value of one sample of a Prometheus text page."""
-    want = ",".join(f'{k}="{v}"' for k, v in labels.items())
-    pattern = rf"^{re.escape(name)}{re.escape('{' + want + '}') if want else ''} (\S+)$"
-    found = re.findall(pattern, text, flags=re.M)
-    assert len(found) == 1, f"{name}{{{want}}} not on the metrics page"
-    return float(found[0])
+    """The value of one sample of a Prometheus text page: `name` with exactly `labels`, in any order."""
+    found = [value for sample, sample_labels, value in samples(text) if sample == name and sample_labels == labels]
+    assert len(found) == 1, f"{name}{labels} not on the metrics page"
+    return found[0]
+
+
+def samples(text: str) -> list[tuple[str, dict[str, str], float]]:
+    """Every sample of a Prometheus text page: (name, labels, value)."""
+    out = []
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            m = re.fullmatch(r'([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)', line)
+            assert m, f"not a sample line: {line!r}"
+            out.append((m.group(1), dict(re.findall(r'(\w+)="([^"]*)"', m.group(2) or "")), float(m.group(3))))
+    return out
 
 
 def connect(s: ThreadServer) -> socket.socket:
@@ -159,6 +169,5 @@ class LogRecords(logging.Handler):
 
 def statuses(s: ThreadServer, route: str) -> dict[int, float]:
     """The requests of `route` counted on /metrics, by status."""
-    text = s.client.get("/metrics").text
-    return {status: metric(text, "bertforge_requests_total", route=route, status=str(status))
-            for status in (200, 408, 413, 499, 500) if f'route="{route}",status="{status}"' in text}
+    return {int(labels["status"]): value for name, labels, value in samples(s.client.get("/metrics").text)
+            if name == "bertforge_requests_total" and labels["route"] == route}

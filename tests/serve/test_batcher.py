@@ -30,7 +30,7 @@ def test_overload_is_refused_at_once_and_waiting_requests_are_batched(models):
             time.sleep(0.01)
         start = time.monotonic()
         r = server.client.post("/embed", json={"inputs": "one too many"})
-        assert r.status_code == 503 and "queue is full" in r.json()["error"] and r.headers["retry-after"] == "1"
+        assert r.status_code == 429 and "queue is full" in r.json()["error"] and r.headers["retry-after"] == "1"
         assert time.monotonic() - start < 2.0  # refused at once, not queued
         page = server.client.get("/metrics").text
         assert metric(page, "bertforge_queue_depth") == 2
@@ -42,9 +42,9 @@ def test_overload_is_refused_at_once_and_waiting_requests_are_batched(models):
                                    rtol=0, atol=1e-5)
         page = server.client.get("/metrics").text
         # the two that waited together went through the model together: one batch of 2 requests
-        assert metric(page, "bertforge_batch_requests_bucket", le="1") == 1
+        assert metric(page, "bertforge_batch_requests_bucket", le="1.0") == 1
         assert metric(page, "bertforge_batch_requests_count") == 2
-        assert metric(page, "bertforge_requests_total", route="/embed", status="503") == 1
+        assert metric(page, "bertforge_requests_total", route="/embed", status="429") == 1
         assert metric(page, "bertforge_queue_depth") == 0
 
 

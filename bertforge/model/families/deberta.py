@@ -3,7 +3,8 @@ attention — content→position and position→content score terms from one rel
 distances, normalised by the encoder's LayerNorm, projected by each block's own query and key projections with
 `share_att_key`) and the scale √(d · (1 + terms)) — no absolute positions at the input unless
 `position_biased_input`, embeddings zeroed at padding, an E → H projection before the embeddings' norm where E < H,
-LayerNorm ε 1e-7, and the `ContextPooler` sequence head (dropout → dense → GELU → dropout → classifier on token 0).
+LayerNorm ε 1e-7, and the `ContextPooler` sequence head (dropout at `pooler_dropout` → dense → GELU → dropout at `cls_dropout` →
+classifier on token 0).
 
 Presets: `deberta-v3-SIZE` (or `deberta-v2-SIZE`, the same), SIZE xsmall (12 x 384), small (6 x 768), base
 (12 x 768), large (24 x 1024), or a generic size (tiny for tests). Their pretraining recipe is DeBERTa-v3's
@@ -26,7 +27,7 @@ from .family import INTERNAL_LAYER, Family
 PART_DEFAULTS: dict[str, Any] = dict(
     relative_attention=False, max_relative_positions=-1, position_buckets=-1, pos_att_type=None,
     share_att_key=True, norm_rel_ebd="none", position_biased_input=True, pooler_hidden_act="gelu",
-    conv_kernel_size=0, legacy=True,
+    pooler_dropout=0.0, conv_kernel_size=0, legacy=True,
 )
 TERMS = ("c2p", "p2c")
 
@@ -80,7 +81,8 @@ def deberta_spec(family: Family, config: Any) -> EncoderSpec:
         zero_padding_embeddings=True, norm_eps=config.layer_norm_eps, relative=relative(config),
         hidden_dropout=config.hidden_dropout_prob, attention_dropout=config.attention_probs_dropout_prob,
         pooler=False, init_std=config.initializer_range,
-        heads=HeadSpec(mlm_act=config.hidden_act, sequence="first-token", sequence_act=act, dropout_before_dense=True),
+        heads=HeadSpec(mlm_act=config.hidden_act, sequence="first-token", sequence_act=act, dropout_before_dense=True,
+                       first_dropout=float(part(config, "pooler_dropout") or 0.0)),
     )
 
 

@@ -54,6 +54,7 @@ class Family:
     unused: tuple[str, ...] = ()  # internal fields the family does not have (not written to its config.json)
     written: dict[str, Any] = field(default_factory=lambda: dict(WRITTEN))  # fixed keys its config.json gets
     write_config: Callable[[dict[str, Any], Any], dict[str, Any]] | None = None  # completes config.json's dict
+    special_ids: tuple[str, ...] = ()  # config.json's token-id fields besides pad (ModernBERT's bos/eos/cls/sep)
     # parameter names
     keys: tuple[tuple[str, str], ...] = ()  # (hf, internal) key prefixes, {n} = a layer number
     dropped: tuple[str, ...] = ()  # regexes of file keys that are not parameters here (tied decoders)

@@ -29,8 +29,8 @@ PART_DEFAULTS: dict[str, Any] = dict(
     norm_bias=False, attention_bias=False, mlp_bias=False, decoder_bias=True, classifier_bias=False,
     classifier_activation="gelu", classifier_pooling="cls", mlp_dropout=0.0,
 )
-_QKV = ("Wq", "Wk", "Wv")
-SPECIAL_IDS = ("bos_token_id", "eos_token_id", "cls_token_id", "sep_token_id")  # config.json fields it may carry  # the file's fused Wqkv, split in this order
+_QKV = ("Wq", "Wk", "Wv")  # the file's fused Wqkv, split in this order
+SPECIAL_IDS = ("bos_token_id", "eos_token_id", "cls_token_id", "sep_token_id")  # config.json fields it may carry
 
 
 def part(config: Any, name: str) -> Any:
@@ -154,7 +154,7 @@ def write_config(out: dict[str, Any], config: Any) -> dict[str, Any]:
     for name, value in PART_DEFAULTS.items():
         if name != "global_attn_every_n_layers":
             out.setdefault(name, value)
-    for name in SPECIAL_IDS:  # unknown to a model made here: None, not transformers' ids of modernbert-base's vocabulary
+    for name in SPECIAL_IDS:  # unknown (no tokenizer said): None, not transformers' ids of modernbert-base's vocabulary
         out.setdefault(name, None)
     return out
 
@@ -166,6 +166,7 @@ MODERNBERT = Family(
     class_prefix="ModernBert",
     prefix="model",
     body=("embeddings", "layers", "final_norm"),
+    special_ids=SPECIAL_IDS,
     sentence_head=None,
     config_keys=dict(hidden_activation="hidden_act", norm_eps="layer_norm_eps",
                      embedding_dropout="hidden_dropout_prob", attention_dropout="attention_probs_dropout_prob"),

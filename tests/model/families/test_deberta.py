@@ -183,3 +183,30 @@ def test_bfloat16_with_large_activations_stays_within_its_rounding_of_float32(tm
         out, _ = _run_capturing_qkv(half, ids, mask, explicit)
         assert out.last_hidden_state.isfinite().all()
         assert ((out.last_hidden_state.float() - full.last_hidden_state) * mask[..., None]).abs().max() < 0.1
+
+
+def test_the_sequence_head_drops_out_at_pooler_dropout_then_cls_dropout(tmp_path):
+    """transformers' ContextPooler drops token 0 out at `pooler_dropout` (default 0) before its dense layer, and the
+    classifier's input at `cls_dropout`: two rates, read from config.json and saved back. With pooler_dropout 1 and
+    cls_dropout 0, training-mode logits no longer depend on the input; with pooler_dropout 0 and cls_dropout 0 they
+    equal evaluation's (to rounding; a head that used cls_dropout for both would fail either way round)."""
+    def logits_of(pooler_dropout: float, cls_dropout: float, train: bool) -> torch.Tensor:
+        torch.manual_seed(0)
+        directory = tmp_path / f"{pooler_dropout}-{cls_dropout}"
+        transformers.DebertaV2ForSequenceClassification(hf_config(pooler_dropout=pooler_dropout,
+                                                                  cls_dropout=cls_dropout)).save_pretrained(directory)
+        model = bertforge.AutoModelForSequenceClassification.from_pretrained(directory).train(train)
+        assert model.config.extra["pooler_dropout"] == pooler_dropout
+        model.save_pretrained(tmp_path / "back")
+        assert transformers.DebertaV2Config.from_pretrained(tmp_path / "back").pooler_dropout == pooler_dropout
+        ids, mask, _ = batch()
+        with torch.no_grad():
+            return model(ids, mask).logits
+
+    dropped = logits_of(1.0, 0.0, train=True)
+    assert torch.allclose(dropped, dropped[0].expand_as(dropped))  # token 0 dropped entirely: one answer for all rows
+    assert not torch.allclose(logits_of(0.0, 0.0, train=False), logits_of(0.0, 0.0, train=False)[0].expand(3, 3))
+    # (training mode attends by another path: equal to float32 rounding)
+    assert torch.allclose(logits_of(0.0, 0.0, train=True), logits_of(0.0, 0.0, train=False), atol=1e-6)
+    cls_on = logits_of(0.0, 0.5, train=True) - logits_of(0.0, 0.5, train=False)
+    assert cls_on.abs().max() > 1e-4  # cls_dropout still on

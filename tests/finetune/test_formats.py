@@ -1,0 +1,127 @@
+"""Fine-tuning, evaluation and prediction from a Parquet file, a `datasets.Dataset` or rows in memory give what the
+same rows in a JSONL file give (same seed: the same weights, bit for bit); a run of rows in memory records them as
+a description, resumes, and cannot be replayed from its settings file."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from bertforge.core.errors import BertforgeError
+from bertforge.finetune import evaluate, finetune, predict
+from bertforge.finetune.config import FinetuneConfig
+from bertforge.training.step import TrainStep
+
+from .conftest import NEGATIVE, POSITIVE
+
+pa = pytest.importorskip("pyarrow")
+datasets = pytest.importorskip("datasets")
+import pyarrow.parquet as pq  # noqa: E402
+
+RUN = dict(task="classification", epochs=2, batch_size=4, lr=1e-3, max_length=16, seed=3, progress=False,
+           device="cpu", log_every=2)
+
+
+def sentiment_rows(n: int) -> list[dict]:
+    return [{"text": (POSITIVE if i % 2 else NEGATIVE)[(i // 2) % 6], "label": "pos" if i % 2 else "neg"}
+            for i in range(n)]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("formats")
+    out = {}
+    for split, n in (("train", 16), ("dev", 8)):
+        rows = sentiment_rows(n)
+        out[f"{split}.jsonl"] = root / f"{split}.jsonl"
+        out[f"{split}.jsonl"].write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+        out[f"{split}.parquet"] = root / f"{split}.parquet"
+        pq.write_table(pa.Table.from_pylist(rows), out[f"{split}.parquet"], row_group_size=5)
+    return out
+
+
+@pytest.fixture(scope="module")
+def reference(tiny_model, files, tmp_path_factory) -> tuple[dict, Path]:
+    out = tmp_path_factory.mktemp("reference") / "run"
+    return finetune(model=str(tiny_model), train=str(files["train.jsonl"]), dev=str(files["dev.jsonl"]), out=str(out),
+                    **RUN), out
+
+
+def same_weights(a: Path, b: Path) -> None:
+    wa, wb = (load_file(str(d / "model" / "model.safetensors")) for d in (a, b))
+    assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa), "weights differ"
+
+
+@pytest.mark.parametrize("form", ["parquet", "dataset", "list of dicts", "dict of lists"])
+def test_a_fine_tune_from_any_form_equals_the_jsonl_one(tiny_model, files, reference, tmp_path, form):
+    data = {}
+    for split, n in (("train", 16), ("dev", 8)):
+        rows = sentiment_rows(n)
+        data[split] = {"parquet": str(files[f"{split}.parquet"]), "dataset": datasets.Dataset.from_list(rows),
+                       "list of dicts": rows, "dict of lists": {k: [r[k] for r in rows] for k in rows[0]}}[form]
+    out = tmp_path / "run"
+    summary = finetune(model=str(tiny_model), train=data["train"], dev=data["dev"], out=str(out), **RUN)
+    expected, reference_out = reference
+    assert summary["metrics"] == expected["metrics"] and summary["train_steps"] == expected["train_steps"] == 8
+    same_weights(reference_out, out)
+    saved = json.loads((out / "finetune_config.json").read_text())
+    if form == "parquet":
+        assert saved["train"] == str(files["train.parquet"])
+    else:  # recorded as what they are
+        assert saved["train"].startswith("<in-memory: 16 rows, sha256 ") and saved["dev"].startswith("<in-memory: 8 rows")
+        assert summary["dev"] == saved["dev"]
+
+
+def test_evaluate_and_predict_take_rows_in_memory(reference, files):
+    _, out = reference
+    model = out / "model"
+    rows = sentiment_rows(8)
+    from_file = evaluate("classification", model, files["dev.jsonl"], device="cpu", progress=False)
+    for data in (rows, datasets.Dataset.from_list(rows), files["dev.parquet"]):
+        assert evaluate("classification", model, data, device="cpu", progress=False) == from_file
+    expected = predict("classification", model, files["dev.jsonl"], device="cpu", progress=False)
+    unlabelled = [{"text": r["text"]} for r in rows]
+    assert predict("classification", model, unlabelled, device="cpu", progress=False) == expected
+    assert [r["line"] for r in expected] == list(range(1, 9))
+
+
+class Stop(Exception):
+    pass
+
+
+def test_a_run_of_rows_in_memory_resumes_and_refuses_other_rows(tiny_model, reference, tmp_path, monkeypatch):
+    train, dev = sentiment_rows(16), datasets.Dataset.from_list(sentiment_rows(8))
+    out = tmp_path / "run"
+    real = TrainStep.run
+
+    def run_then_stop(self, *a, **kw):
+        outcome = real(self, *a, **kw)
+        if self.step == 5:
+            raise Stop()
+        return outcome
+
+    with monkeypatch.context() as patch:
+        patch.setattr(TrainStep, "run", run_then_stop)
+        with pytest.raises(Stop):
+            finetune(model=str(tiny_model), train=train, dev=dev, out=str(out), save_every=2, **RUN)
+    other = [dict(r, label="neg" if r["label"] == "pos" else "pos") for r in train]  # the same count, other rows
+    with pytest.raises(BertforgeError, match=r"--resume with settings that differ.*train: '<in-memory: 16 rows"):
+        finetune(model=str(tiny_model), train=other, dev=dev, out=str(out), save_every=2, resume=True, **RUN)
+    finetune(model=str(tiny_model), train=train, dev=dev, out=str(out), save_every=2, resume=True, **RUN)
+    same_weights(reference[1], out)
+    replay = FinetuneConfig.from_json(out / "finetune_config.json")
+    with pytest.raises(BertforgeError, match="cannot be replayed from its settings file; pass the data again"):
+        finetune(dataclasses.replace(replay, out=str(tmp_path / "replay")))
