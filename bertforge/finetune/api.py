@@ -67,7 +67,7 @@ def finetune(config: FinetuneConfig | None = None, **settings: Any) -> dict[str,
     Under `torchrun --nproc-per-node N` each process trains on its share of every batch of `batch_size` (the
     global batch: the run takes the steps of one process with that batch), and rank 0 alone evaluates and writes.
 
-    Returns the contents of `eval.json` (on every rank).
+    Returns the contents of `eval.json` (on every rank; `train_seconds` by its own clock).
     """
     cfg = config if config is not None else make_settings(FinetuneConfig, settings)
     cfg, rows = split_in_memory(cfg, ("train", "dev"))  # rows in memory: the settings record a description
