@@ -41,6 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..finetune import FinetuneConfig, finetune
     from ..finetune.api import RUN_MARKER
+    from ..core.system import last_runtime
 
     settings = {}
     source = args.config
@@ -54,5 +55,7 @@ def run(args: argparse.Namespace) -> int:
         hint = f" (--resume found no {RUN_MARKER} in {args.out} to take them from)" if args.resume and args.out else ""
         raise BertforgeError(f"missing required option(s): {', '.join(missing)}{hint}")
     summary = finetune(FinetuneConfig.from_dict(settings, source or "options"))
-    print(json.dumps(summary, indent=2))
+    rt = last_runtime()  # the one the run set up
+    if rt is None or rt.is_main:  # under torchrun, rank 0 speaks for the run
+        print(json.dumps(summary, indent=2))
     return 0

@@ -28,7 +28,12 @@ def run(args: argparse.Namespace) -> int:
     from ..finetune.glue import GlueOptions, glue
     from ..core.options import given
 
+    from ..core.system import last_runtime
+
     report = glue(args.model, **given(args, GlueOptions), **given(args, FinetuneConfig, only=FINETUNE_OPTIONS))
+    rt = last_runtime()
+    if rt is not None and not rt.is_main:  # under torchrun, rank 0 speaks for the run
+        return 0
     print(report["table"], end="")
     for name, reason in report["skipped"].items():
         print(f"{name} skipped: {reason}")

@@ -22,6 +22,7 @@ import os
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from typing import TypeVar
 
 import torch
 import torch.distributed as dist
@@ -29,6 +30,8 @@ import torch.distributed as dist
 from .errors import BertforgeError
 
 log = logging.getLogger("bertforge")
+
+T = TypeVar("T")
 
 _M_TRIM_THRESHOLD = -1  # mallopt parameters, from glibc's malloc.h
 _M_MMAP_MAX = -4
@@ -271,3 +274,37 @@ def on_main(rt: Runtime, check: Callable[[], None]) -> None:
             error = err
     if not all_ranks_agree(rt, error is None):
         raise error if error is not None else BertforgeError("rank 0 refused the run")
+
+
+def on_every_rank(rt: Runtime, make: Callable[[], T], elsewhere: str = "another rank refused the run") -> T:
+    """`make()` on every rank; a BertforgeError on any rank is raised on every rank (its own message where it was
+    raised, `elsewhere` on the others), so that no rank goes on into a collective the others never reach."""
+    error: BertforgeError | None = None
+    try:
+        value = make()
+    except BertforgeError as err:
+        error = err
+    if not all_ranks_agree(rt, error is None):
+        raise error if error is not None else BertforgeError(elsewhere)
+    return value
+
+
+def from_main(rt: Runtime, compute: Callable[[], T]) -> T:
+    """`compute()` on rank 0 alone, its value handed to every rank (one broadcast); an error there is raised on
+    every rank (rank 0's own exception on rank 0, its message as a BertforgeError elsewhere)."""
+    if not rt.distributed:
+        return compute()
+    box: list[object] = [None]
+    failure: BaseException | None = None
+    if rt.is_main:
+        try:
+            box = [("ok", compute())]
+        except Exception as err:  # the other ranks wait in the broadcast: they must learn of it
+            failure, box = err, [("error", f"rank 0 failed: {type(err).__name__}: {err}")]
+    dist.broadcast_object_list(box, src=0, device=rt.device if rt.device.type == "cuda" else None)
+    kind, value = box[0]  # type: ignore[misc]
+    if failure is not None:
+        raise failure
+    if kind == "error":
+        raise BertforgeError(str(value))
+    return value  # type: ignore[return-value]

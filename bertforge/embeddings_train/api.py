@@ -85,20 +85,13 @@ def train_embeddings(config: EmbeddingsConfig | None = None, **settings: Any) ->
              "versions": {"bertforge": __version__, "torch": torch.__version__}}
     lifecycle = RunLifecycle(RunDirectory(out, cfg.resume, cfg.overwrite, saved, EMBEDDINGS), rt)
     with lifecycle.guarded():  # a failure puts back a run --overwrite set aside; the lock goes either way
-        lifecycle.lock(lambda: None if (out / RUN_MARKER).is_file() else _refuse_foreign(out))
+        lifecycle.lock(lifecycle.run_dir.refuse_foreign)
         summary = _train(cfg, out, rt, lifecycle, rows)
     # on success only (after an error, other ranks may still be inside a collective), once the DDP wrapper, which
     # holds the process group, is gone (see `Pretrainer.finish`: destroyed last inside the wrapper, it can hang)
     gc.collect()
     teardown_runtime(rt)
     return summary
-
-
-def _refuse_foreign(out: Path) -> None:
-    """--out holding files of something else than a train-embeddings run is refused, --overwrite or not."""
-    if out.is_dir() and any(not p.name.startswith(".") for p in out.iterdir()):
-        raise BertforgeError(f"{out}: --out holds files that are not a bertforge train-embeddings run; choose another "
-                             f"directory")
 
 
 def _train(cfg: EmbeddingsConfig, out: Path, rt: Runtime, lifecycle: RunLifecycle,

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import gc
 import json
 import logging
+import math
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +26,7 @@ from ..training.checkpoint import TrainingCheckpoints
 from ..training.loop import RunLifecycle, open_metrics
 from .config import DataOptions, FinetuneConfig
 from .tasks import Encoded, Task, get_task, lower_is_better
-from ..core.system import Runtime, setup_runtime
+from ..core.system import Runtime, from_main, on_every_rank, on_main, setup_runtime, teardown_runtime
 from .trainer import Finetuning, plot_curve, run_logged, run_model
 from ..core.hub import model_reference
 from ..data.tables import InMemory, in_memory, is_path, split_in_memory
@@ -62,12 +64,15 @@ def finetune(config: FinetuneConfig | None = None, **settings: Any) -> dict[str,
       one, ending as if it had never stopped. `overwrite=True` keeps the run it replaces aside until the new run's
       first checkpoint.
 
-    Returns the contents of `eval.json`.
+    Under `torchrun --nproc-per-node N` each process trains on its share of every batch of `batch_size` (the
+    global batch: the run takes the steps of one process with that batch), and rank 0 alone evaluates and writes.
+
+    Returns the contents of `eval.json` (on every rank; `train_seconds` by its own clock).
     """
     cfg = config if config is not None else make_settings(FinetuneConfig, settings)
     cfg, rows = split_in_memory(cfg, ("train", "dev"))  # rows in memory: the settings record a description
     cfg.validate()
-    rt = setup_runtime(cfg.device, distributed=False)  # before anything is read or written
+    rt = setup_runtime(cfg.device)  # before anything is read or written; joins torchrun's process group
     cfg = dataclasses.replace(cfg, model=model_reference(cfg.model), **{
         k: str(Path(getattr(cfg, k)).resolve()) for k in ("train", "dev", "out") if k not in rows})
     out = Path(cfg.out)
@@ -75,8 +80,11 @@ def finetune(config: FinetuneConfig | None = None, **settings: Any) -> dict[str,
     # a failure puts back a run --overwrite set aside (before this one's first checkpoint); the lock goes either way
     with lifecycle.guarded():
         # a second run into `out` is refused while this one runs
-        lifecycle.lock(lambda: None if (out / RUN_MARKER).is_file() else refuse_foreign(out))
-        return _finetune(cfg, out, rt, lifecycle, rows)
+        lifecycle.lock(lifecycle.run_dir.refuse_foreign)
+        summary = _finetune(cfg, out, rt, lifecycle, rows)
+    gc.collect()  # the DDP wrapper (in a reference cycle, maybe) lets go of the process group first
+    teardown_runtime(rt)  # on success only: after an error, other ranks may still be inside a collective
+    return summary
 
 
 def saved_settings(cfg: FinetuneConfig) -> dict[str, Any]:
@@ -86,58 +94,27 @@ def saved_settings(cfg: FinetuneConfig) -> dict[str, Any]:
             "versions": {"bertforge": __version__, "torch": torch.__version__}}
 
 
-def refuse_foreign(out: Path) -> None:
-    """--out holding files of something else than a fine-tuning run is refused, --overwrite or not."""
-    if out.is_dir() and any(not p.name.startswith(".") for p in out.iterdir()):
-        raise BertforgeError(f"{out}: --out holds files that are not a bertforge fine-tuning run; choose another directory")
-
-
 def _finetune(cfg: FinetuneConfig, out: Path, rt: Runtime, lifecycle: RunLifecycle,
               rows: dict[str, InMemory] | None = None) -> dict[str, Any]:
-    device = rt.device
     task = get_task(cfg.task)
     opts = cfg.data_options()
-    tokenizer = _load_tokenizer(cfg.model)
+    # read, encode and size the run on every rank: a refusal on one rank is one on all
+    tokenizer, main_metric, train_data, dev_data, model = on_every_rank(
+        rt, lambda: _build_run(cfg, task, opts, rt, rows or {}))
 
-    rows = rows or {}
-    train_examples, _ = task.read(rows.get("train", cfg.train), opts, labelled=True)
-    dev_examples, _ = task.read(rows.get("dev", cfg.dev), opts, labelled=True)
-    overrides = {**task.label_overrides(train_examples, Path(cfg.train)), "finetuning_task": cfg.task}
-    model_config = BertConfig.from_pretrained(cfg.model, **overrides)
-    main_metric = task.main_metric(model_config, cfg.metric)
-    train_data = task.encode(tokenizer, train_examples, opts, model_config, Path(cfg.train), labelled=True)
-    task.check_trainable(train_data)
-    dev_data = task.encode(tokenizer, dev_examples, opts, model_config, Path(cfg.dev), labelled=True)
-
-    seq_len = task.max_length(opts, model_config)
-    check_training_fits(model_config, cfg.batch_size, seq_len, device, head="classification",
-                        what=f"fine-tuning {cfg.model}")  # before the model is built
-    torch.manual_seed(cfg.seed)  # the new head's initialisation and dropout
-    # a checkpoint fine-tuned for other labels gets a new head (with a warning that names it)
-    model = task.model_class.from_pretrained(cfg.model, ignore_mismatched_sizes=True, **overrides)
-
-    def evaluate_dev() -> dict[str, Any]:
-        return _score(task, model, dev_data, opts, tokenizer.pad_token_id, device)
+    def evaluate_dev() -> dict[str, Any]:  # rank 0 scores, every rank learns the metrics (the same decisions)
+        return from_main(rt, lambda: _score(task, model, dev_data, opts, tokenizer.pad_token_id, rt.device))
 
     run = Finetuning(model, train_data.features, evaluate_dev, cfg, main_metric, lower_is_better(main_metric),
-                     tokenizer.pad_token_id, device)
+                     tokenizer.pad_token_id, rt.device, rt)
     run.enable_checkpoints(TrainingCheckpoints(out, rt, run.stepper, cfg.keep_checkpoints, model.config), cfg.save_every)
     lifecycle.prepare()  # the first change to `out`
     resumed = cfg.resume and run.resume()
-    metrics = open_metrics(out, cfg.resume, resumed, run.stepper.step)
+    metrics = open_metrics(out, cfg.resume, resumed, run.stepper.step, enabled=rt.is_main)
     result = run_logged(run, metrics, "fine-tuning", lifecycle)
+    run.train_model = model  # DDP's wrapper goes (see `finetune`)
     lifecycle.checkpointed()  # (done at the first checkpoint already)
     assert result.best is not None  # every run evaluates at least once
-    refuse_nonfinite(model.state_dict(), str(out / "model"))
-    with atomic_directory(out / "model") as work:
-        best = result.best
-        recipe = {k: getattr(cfg, k) for k in ("task", "epochs", "batch_size", "lr", "max_length", "seed")}
-        model.save_pretrained(work, ModelCard(
-            base_model=cfg.model, datasets=(cfg.train,), recipe=recipe, metrics=best.metrics, trained_by="finetune",
-            metrics_on=f"`{cfg.dev}` (the best evaluation: step {best.step}, epoch {best.epoch})"))
-        tokenizer.save_pretrained(work)
-    with open(out / "metrics.jsonl", encoding="utf-8") as records:
-        plot_curve((json.loads(line) for line in records), main_metric, out / "training_curve.png")
     summary = {
         "task": cfg.task,
         "dev": cfg.dev,
@@ -149,9 +126,50 @@ def _finetune(cfg: FinetuneConfig, out: Path, rt: Runtime, lifecycle: RunLifecyc
         "train_seconds": round(result.seconds, 2),
         "stopped_early": result.stopped_early,
     }
-    atomic_write_text(out / "eval.json", json.dumps(summary, indent=2) + "\n")  # last: the run is complete
-    log.info("fine-tuned model written to %s (dev %s %.4f)", out / "model", main_metric, result.best.metrics[main_metric])
+    on_main(rt, lambda: _write_run(cfg, out, model, tokenizer, result.best, summary))
     return summary
+
+
+def _build_run(cfg: FinetuneConfig, task: Task, opts: DataOptions, rt: Runtime,
+               rows: dict[str, InMemory]) -> tuple[Any, ...]:
+    """The tokenizer, the main metric, the encoded training and dev data (from `rows` in memory, or the files),
+    and the model (its new head initialised from the seed), each checked: the memory estimate before the model is
+    built."""
+    tokenizer = _load_tokenizer(cfg.model)
+    train_examples, _ = task.read(rows.get("train", cfg.train), opts, labelled=True)
+    dev_examples, _ = task.read(rows.get("dev", cfg.dev), opts, labelled=True)
+    overrides = {**task.label_overrides(train_examples, Path(cfg.train)), "finetuning_task": cfg.task}
+    model_config = BertConfig.from_pretrained(cfg.model, **overrides)
+    main_metric = task.main_metric(model_config, cfg.metric)
+    train_data = task.encode(tokenizer, train_examples, opts, model_config, Path(cfg.train), labelled=True)
+    task.check_trainable(train_data)
+    dev_data = task.encode(tokenizer, dev_examples, opts, model_config, Path(cfg.dev), labelled=True)
+
+    seq_len = task.max_length(opts, model_config)
+    # each rank's share of the global batch, against its own device (every rank of a run holds the same model)
+    check_training_fits(model_config, math.ceil(cfg.batch_size / rt.world_size), seq_len, rt.device,
+                        head="classification", what=f"fine-tuning {cfg.model}")  # before the model is built
+    torch.manual_seed(cfg.seed)  # the new head's initialisation and dropout (the same head on every rank)
+    # a checkpoint fine-tuned for other labels gets a new head (with a warning that names it, from rank 0)
+    model = task.model_class.from_pretrained(cfg.model, ignore_mismatched_sizes=True, quiet=not rt.is_main,
+                                             **overrides)
+    return tokenizer, main_metric, train_data, dev_data, model
+
+
+def _write_run(cfg: FinetuneConfig, out: Path, model: Any, tokenizer: Any, best: Any, summary: dict[str, Any]) -> None:
+    """Rank 0's end of the run: OUT/model (the best weights), the training curve, and eval.json last."""
+    refuse_nonfinite(model.state_dict(), str(out / "model"))
+    with atomic_directory(out / "model") as work:
+        recipe = {k: getattr(cfg, k) for k in ("task", "epochs", "batch_size", "lr", "max_length", "seed")}
+        model.save_pretrained(work, ModelCard(
+            base_model=cfg.model, datasets=(cfg.train,), recipe=recipe, metrics=best.metrics, trained_by="finetune",
+            metrics_on=f"`{cfg.dev}` (the best evaluation: step {best.step}, epoch {best.epoch})"))
+        tokenizer.save_pretrained(work)
+    with open(out / "metrics.jsonl", encoding="utf-8") as records:
+        plot_curve((json.loads(line) for line in records), summary["main_metric"], out / "training_curve.png")
+    atomic_write_text(out / "eval.json", json.dumps(summary, indent=2) + "\n")  # last: the run is complete
+    log.info("fine-tuned model written to %s (dev %s %.4f)", out / "model", summary["main_metric"],
+             best.metrics[summary["main_metric"]])
 
 
 def evaluate(
@@ -256,16 +274,3 @@ def make_settings(cls: type, settings: dict[str, Any]) -> Any:
         return cls(**settings)
     except TypeError as err:
         raise BertforgeError(f"bad settings: {err}") from None
-
-
-def check_output_dir(out: Path, overwrite: bool, marker: str = RUN_MARKER, what: str = "fine-tuning run") -> None:
-    """Refuse an output directory that holds anything but (with `overwrite`) an earlier run of this command, which
-    the command recognises by the file `marker` it writes there."""
-    if out.exists() and not out.is_dir():
-        raise BertforgeError(f"{out}: --out exists and is not a directory")
-    if not out.is_dir() or not any(out.iterdir()):
-        return
-    if not (out / marker).is_file():
-        raise BertforgeError(f"{out}: --out holds files that are not a bertforge {what}; choose another directory")
-    if not overwrite:
-        raise BertforgeError(f"{out}: --out already holds a {what}; pass --overwrite to replace it")

@@ -66,7 +66,8 @@ class FinetuneConfig(DataOptions):
     dev: str = option(help="dev data, scored at each evaluation", metavar="FILE")
     out: str = option(help="output directory: model/, eval.json, metrics.jsonl, ...", metavar="DIR")
     epochs: int = option(3, "passes over the training data", metavar="N")
-    batch_size: int = option(32, "examples per batch", metavar="N")
+    batch_size: int = option(32, "examples per batch (under torchrun, the global batch: each process takes its share)",
+                            metavar="N")
     lr: float = option(5e-5, "peak learning rate", metavar="LR")
     warmup_ratio: float = option(0.1, "fraction of the optimizer steps with a linearly rising learning rate",
                                  metavar="R")

@@ -30,10 +30,12 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import BertforgeError
-from ..core.io import atomic_write_text, json_line, lock_run_directory
+from ..core.io import atomic_write_text, json_line
 from ..core.options import option
-from ..core.system import setup_runtime
-from .api import check_output_dir, evaluate, finetune, make_settings
+from ..core.system import Runtime, from_main, on_every_rank, on_main, setup_runtime, teardown_runtime
+from ..training.loop import RunLifecycle
+from ..training.run_dir import RunDirectory, RunKind
+from .api import evaluate, finetune, make_settings
 from .config import FinetuneConfig, check_int
 from .data import TextExample, read_classification
 from ..core.hub import looks_like_hub_id, model_reference
@@ -91,6 +93,12 @@ GLUE_TASKS = (
     GlueTask("QNLI", text="question", pair="sentence", label="label"),
     GlueTask("RTE", text="sentence1", pair="sentence2", label="label"),
 )
+
+# A GLUE run's directory: its table, its report, its settings and one fine-tuning run per task (`--overwrite`
+# replaces them all, the previous run kept aside until the new run's first task is done); no --resume
+GLUE_RUN = RunKind(command="glue", what="GLUE run", config_file=MARKER,
+                   entries=("glue.json", "glue.md", MARKER, *(task.name for task in GLUE_TASKS)),
+                   resumable=frozenset(), resume_option=False)
 
 # FinetuneConfig fields that glue sets for each task itself
 SET_BY_GLUE = ("task", "model", "train", "dev", "out", "metric", "text_column", "text_pair_column", "label_column",
@@ -307,27 +315,34 @@ def glue(
                           max_train_examples=max_train_examples)
     options.validate()
     template = finetune_template(model, settings)
-    setup_runtime(template.device, distributed=False)  # a bad --device fails before anything is read
-    _check_model(template.model)
-    found, skipped = find_tasks(options.data_dir, options.tasks)
-    for name, reason in skipped.items():
+    # a bad --device fails before anything is read; under torchrun, every task's fine-tuning shares the process group
+    rt = setup_runtime(template.device)
+    found, skipped = on_every_rank(rt, lambda: _check_model(template.model) or find_tasks(options.data_dir,
+                                                                                        options.tasks))
+    for name, reason in skipped.items() if rt.is_main else ():
         log.warning("GLUE: skipping %s (%s)", name, reason)
     target = Path(options.out or f"glue-{model_label(model)}").resolve()
-    with lock_run_directory(target, "glue"):
-        check_output_dir(target, template.overwrite, marker=MARKER, what="GLUE run")
+    saved = {**dataclasses.asdict(options), "model": template.model, "finetune": _settings_of(template)}
+    lifecycle = RunLifecycle(RunDirectory(target, False, template.overwrite, saved, GLUE_RUN), rt)
+    with lifecycle.guarded():  # rank 0 locks, checks and prepares `target`; a failure puts a replaced run back
+        lifecycle.lock(lifecycle.run_dir.refuse_foreign)
         with tempfile.TemporaryDirectory(prefix="bertforge-glue-") as work:
-            prepared = [prepare_task(task, directory, Path(work), options.max_train_examples, template.seed,
-                                     template.lenient_rows) for task, directory in found]
-            target.mkdir(parents=True, exist_ok=True)
-            saved = {**dataclasses.asdict(options), "model": template.model, "finetune": _settings_of(template)}
-            atomic_write_text(target / MARKER, json.dumps(saved, indent=2) + "\n")
-            results = _run_tasks(prepared, template, target)
+            prepared = on_every_rank(rt, lambda: [
+                prepare_task(task, directory, Path(work), options.max_train_examples, template.seed,
+                             template.lenient_rows) for task, directory in found])
+            lifecycle.prepare()  # the first change to `target`: glue_config.json
+            results = _run_tasks(prepared, template, target, rt, lifecycle)
         report = glue_report(model, options, results, skipped)
         report["settings"] = saved
-        atomic_write_text(target / "glue.json", json.dumps(report, indent=2) + "\n")
-        atomic_write_text(target / "glue.md", glue_markdown(report))
-    log.info("GLUE table written to %s", target / "glue.md")
+        on_main(rt, lambda: _write_report(target, report))
+    teardown_runtime(rt)  # the process group, where glue set it up (on success only, as `finetune`)
     return report
+
+
+def _write_report(target: Path, report: dict[str, Any]) -> None:
+    atomic_write_text(target / "glue.json", json.dumps(report, indent=2) + "\n")
+    atomic_write_text(target / "glue.md", glue_markdown(report))
+    log.info("GLUE table written to %s", target / "glue.md")
 
 
 def finetune_template(model: str | Path, settings: dict[str, Any]) -> FinetuneConfig:
@@ -342,7 +357,7 @@ def finetune_template(model: str | Path, settings: dict[str, Any]) -> FinetuneCo
 
 
 def _check_model(model: str) -> None:
-    """The model's config and tokenizer load (a bad model directory fails before any data is read)."""
+    """The model's config and tokenizer load (a bad model directory fails before any data is read); None."""
     from ..model.config import BertConfig
     from ..tokenizer import Tokenizer
 
@@ -354,20 +369,23 @@ def _settings_of(template: FinetuneConfig) -> dict[str, Any]:
     return {k: v for k, v in dataclasses.asdict(template).items() if k not in SET_BY_GLUE}
 
 
-def _run_tasks(prepared: list[PreparedTask], template: FinetuneConfig, target: Path) -> dict[str, dict[str, Any]]:
-    """Fine-tune and score each prepared task in turn, under a progress bar of the tasks."""
+def _run_tasks(prepared: list[PreparedTask], template: FinetuneConfig, target: Path, rt: Runtime,
+               lifecycle: RunLifecycle) -> dict[str, dict[str, Any]]:
+    """Fine-tune and score each prepared task in turn, under a progress bar of the tasks (rank 0's). Once the first
+    task is done, the run `--overwrite` replaced goes."""
     from tqdm.auto import tqdm
 
     results = {}
     disable = None if template.progress is None else not template.progress  # None: a bar on a terminal only
-    with tqdm(prepared, desc="GLUE", unit="task", disable=disable) as bar:
+    with tqdm(prepared, desc="GLUE", unit="task", disable=disable if rt.is_main else True) as bar:
         for task in bar:
             bar.set_postfix_str(task.task.name)
-            results[task.task.name] = run_task(task, template, target)
+            results[task.task.name] = run_task(task, template, target, rt)
+            lifecycle.checkpointed()
     return results
 
 
-def run_task(prepared: PreparedTask, template: FinetuneConfig, target: Path) -> dict[str, Any]:
+def run_task(prepared: PreparedTask, template: FinetuneConfig, target: Path, rt: Runtime | None = None) -> dict[str, Any]:
     """Fine-tune on the task's training sample, scored on its first dev split (which picks the best checkpoint);
     score that checkpoint on any further split (MNLI mismatched). Returns the task's entry of glue.json."""
     task = prepared.task
@@ -379,9 +397,11 @@ def run_task(prepared: PreparedTask, template: FinetuneConfig, target: Path) -> 
                               metric=task.metrics[0], **columns)
     summary = finetune(cfg)
     metrics = {first.stem: summary["metrics"]}
-    for split in more:
-        metrics[split.stem] = evaluate("classification", run_dir / "model", split.data,
-                                       **dataclasses.asdict(cfg.data_options()))
+    for split in more:  # rank 0 scores the saved model, every rank learns the metrics
+        def score(data: Path = split.data) -> dict[str, Any]:
+            return evaluate("classification", run_dir / "model", data, **dataclasses.asdict(cfg.data_options()))
+
+        metrics[split.stem] = score() if rt is None else from_main(rt, score)
     scores = task_scores(task, metrics)
     return {
         "scores": scores,

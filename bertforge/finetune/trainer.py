@@ -34,6 +34,8 @@ from ..training.time_budget import RunLength
 from ..training.log import MetricsLog, Panel, plot_curves
 from ..training.step import TrainStep, autocast as train_autocast, labelled_count, pick_precision
 from ..training.loop import Cadence, RunLifecycle, TrainLoop, progress_bar
+from ..training.parallel import wrap_model
+from ..core.system import Runtime
 
 # Former names of `bertforge.training.optim`'s functions, kept so that existing imports work: the same objects, not copies.
 # `linear_schedule(optimizer, warmup_steps, total_steps)` is `warmup_decay`, whose warm-up is (step + 1) / warmup.
@@ -114,8 +116,8 @@ def run_logged(run: Finetuning, metrics: MetricsLog, description: str,
                lifecycle: RunLifecycle | None = None) -> TrainResult:
     """`run.run()` with its records written to `metrics` (closed at the end) and a progress bar of its steps;
     `lifecycle` (the run directory's) learns of every checkpoint."""
-    with metrics, progress_bar(run.total_steps, run.stepper.step, description, _disable(run.cfg.progress),
-                               redirect_logging=True) as bar:
+    disable = _disable(run.cfg.progress) if run.rt.is_main else True  # under torchrun, rank 0's bar alone
+    with metrics, progress_bar(run.total_steps, run.stepper.step, description, disable, redirect_logging=True) as bar:
         run.record, run.bar, run.lifecycle = metrics.write, bar, lifecycle
         return run.run()
 
@@ -128,13 +130,27 @@ def finetuning_counts(batch: dict[str, torch.Tensor]) -> dict[str, int]:
     return {"loss": batch["start_positions"].numel()}
 
 
+def rank_share(indices: list[int], rt: Runtime) -> tuple[list[int], bool]:
+    """This rank's share of a global batch (every `world_size`-th example from its rank on), and whether it holds
+    any: a rank left with none (a last batch smaller than the world) gets the batch's first example as a stand-in
+    whose loss counts no target (`TrainStep.accumulate` gives it zero gradients)."""
+    share = indices[rt.rank :: rt.world_size]
+    return (share, True) if share else (indices[:1], False)
+
+
 class Finetuning:
     """The state of one fine-tuning run: the shared `TrainStep` plus batching by epoch, evaluation, best-weights
     keeping and early stopping; `run_logged` runs it with a progress bar. Another trainer (sentence embeddings)
     subclasses it with its own `epoch_batches`, `make_batch`, `forward_backward` and `counts`."""
 
-    def __init__(self, model, train_features, evaluate, cfg, main_metric, lower_is_better, pad_token_id, device) -> None:
+    def __init__(self, model, train_features, evaluate, cfg, main_metric, lower_is_better, pad_token_id, device,
+                 rt: Runtime | None = None) -> None:
         self.model, self.features, self.evaluate, self.cfg = model, train_features, evaluate, cfg
+        # under torchrun (`rt`): every rank trains on its share of each global batch of `cfg.batch_size` (a
+        # subclass that shares batches and wraps a module its own way, train-embeddings, sets `self.rt` first)
+        if rt is not None or not hasattr(self, "rt"):
+            self.rt = rt if rt is not None else Runtime(0, 1, 0, device)
+        model.to(device)  # before the optimizer takes its parameters and DDP wraps it
         self.main_metric, self.lower_is_better, self.pad_token_id, self.device = main_metric, lower_is_better, pad_token_id, device
         self.generator = torch.Generator().manual_seed(cfg.seed)
         epoch_steps = self.plan_steps()
@@ -146,13 +162,19 @@ class Finetuning:
                                    layer_lr_decay=cfg.layer_lr_decay)
         scheduler = warmup_decay(optimizer, warmup_steps, self.total_steps)
         self.stepper = TrainStep(model, optimizer, scheduler, max_grad_norm=MAX_GRAD_NORM, device=device,
-                                 precision=pick_precision(cfg.precision, device), max_skipped_steps=cfg.max_skipped_steps)
-        self.train_model = torch.compile(model) if cfg.compile else model  # what training steps call
+                                 precision=pick_precision(cfg.precision, device), world_size=self.rt.world_size,
+                                 max_skipped_steps=cfg.max_skipped_steps)
+        # what training steps call: DDP under torchrun, compiled with --compile
+        self.train_model = (wrap_model(model, self.rt, compile=cfg.compile) if rt is not None
+                            else torch.compile(model) if cfg.compile else model)
+        self.stand_ins: list[Any] = []  # this step's micro-batches that stand in for a share with no example
         per_epoch = (f"{epoch_steps[0]} step(s)" if len(set(epoch_steps)) == 1
                      else f"{min(epoch_steps)}-{max(epoch_steps)} step(s), {self.total_steps} in all")
-        log.info("%s on %d %s: %d epoch(s) x %s, batch %d x %d accumulated, warm-up %d step(s), on %s", self.what,
-                 len(train_features), self.rows, cfg.epochs, per_epoch, cfg.batch_size, cfg.grad_accum, warmup_steps,
-                 device)
+        if self.rt.is_main:
+            processes = f" split over {self.rt.world_size} processes" if self.rt.distributed else ""
+            log.info("%s on %d %s: %d epoch(s) x %s, batch %d x %d accumulated%s, warm-up %d step(s), on %s",
+                     self.what, len(train_features), self.rows, cfg.epochs, per_epoch, cfg.batch_size, cfg.grad_accum,
+                     processes, warmup_steps, device)
         self.result = TrainResult()
         self.best_state: dict[str, torch.Tensor] | None = None
         self.since_best = 0
@@ -183,12 +205,17 @@ class Finetuning:
         return training_batches(lengths, self.cfg.batch_size, self.generator, self.cfg.group_by_length)
 
     def make_batch(self, indices: list[int]) -> Any:
-        """The micro-batch `forward_backward` takes, for these examples."""
-        return collate([self.features[i] for i in indices], self.pad_token_id)
+        """The micro-batch `forward_backward` takes: this rank's share of these examples (`rank_share`)."""
+        share, real = rank_share(indices, self.rt)
+        batch = collate([self.features[i] for i in share], self.pad_token_id)
+        if not real:
+            self.stand_ins.append(batch)
+        return batch
 
     def counts(self, batch: Any) -> dict[str, int]:
-        """What a micro-batch's loss is normalised by (see `TrainStep`)."""
-        return finetuning_counts(batch)
+        """What a micro-batch's loss is normalised by (see `TrainStep`): nothing for a stand-in."""
+        own = finetuning_counts(batch)
+        return dict.fromkeys(own, 0) if any(batch is s for s in self.stand_ins) else own
 
     def forward_backward(self, batch: dict[str, torch.Tensor], weights: dict[str, float]) -> dict[str, torch.Tensor]:
         with self.stepper.autocast():
@@ -233,8 +260,9 @@ class Finetuning:
             batches = self.epoch_batches()
             ga = self.cfg.grad_accum
             self.batch_count, self.groups = len(batches), [batches[i : i + ga] for i in range(0, len(batches), ga)]
+        self.stand_ins = []
         micro = [self.make_batch(indices) for indices in self.groups[self.position]]
-        outcome = self.stepper.run(micro, self.forward_backward, self.counts)
+        outcome = self.stepper.run(micro, self.forward_backward, self.counts, self.train_model)
         self.position += 1
         return outcome
 
@@ -290,7 +318,9 @@ class Finetuning:
             self.since_best = 0
         else:
             self.since_best += 1
-        log.info("step %d (epoch %g): dev %s = %.4f%s", step, entry.epoch, self.main_metric, value, " (best)" if better else "")
+        if self.rt.is_main:
+            log.info("step %d (epoch %g): dev %s = %.4f%s", step, entry.epoch, self.main_metric, value,
+                     " (best)" if better else "")
         return self.cfg.early_stop is not None and self.since_best >= self.cfg.early_stop
 
     # ------------------------------------------------------------------ checkpoints

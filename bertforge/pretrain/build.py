@@ -18,7 +18,7 @@ from ..model import BertPreTrainedModel
 from ..model.config import BertConfig
 from .args import PretrainArgs
 from .data import check_run_corpora, pretraining_stream, static_reader, train_run_tokenizer
-from ..core.system import Runtime, all_ranks_agree, on_main
+from ..core.system import Runtime, on_every_rank, on_main
 
 if TYPE_CHECKING:
     from ..tokenizer import Tokenizer
@@ -51,15 +51,11 @@ def special_ids(config: BertConfig, tokenizer: Tokenizer | None) -> dict[str, in
 def check_fits(config: BertConfig, args: PretrainArgs, rt: Runtime) -> None:
     """Refuse a run that does not fit in memory: each rank against its own device; every rank learns whether all
     of them fit."""
-    refused: BertforgeError | None = None
-    try:
-        check_training_fits(config, args.batch_size, args.seq_len, rt.device,
-                            gradient_checkpointing=args.gradient_checkpointing, shards=rt.world_size if args.fsdp else 1,
-                            what=f"pretraining --init-from {args.init_from}" if args.init_from else f"pretraining --config {args.config}")
-    except BertforgeError as err:
-        refused = err
-    if not all_ranks_agree(rt, refused is None):
-        raise refused if refused is not None else BertforgeError("the run does not fit in memory on another rank")
+    on_every_rank(rt, lambda: check_training_fits(
+        config, args.batch_size, args.seq_len, rt.device, gradient_checkpointing=args.gradient_checkpointing,
+        shards=rt.world_size if args.fsdp else 1,
+        what=f"pretraining --init-from {args.init_from}" if args.init_from else f"pretraining --config {args.config}",
+    ), "the run does not fit in memory on another rank")
 
 
 def initial_model(config: BertConfig, args: PretrainArgs, resuming: bool, is_main: bool) -> BertPreTrainedModel:

@@ -1,7 +1,7 @@
 """The output directory of a training run (OUT): its lock, the checks made before anything is written, the
 settings it records, and `--overwrite`'s care for the run it replaces. Rank 0 alone acts on it. Each trainer
-describes its directory with a `RunKind` (pretraining's in `pretrain/args.py`, fine-tuning's in `finetune/api.py`):
-its settings file, its entries and the settings a resume may change.
+describes its directory with a `RunKind` (pretraining's in `pretrain/args.py`, fine-tuning's in `finetune/api.py`,
+the GLUE suite's in `finetune/glue.py`): its settings file, its entries and the settings a resume may change.
 
 `--overwrite` never loses the previous run before the new one is worth keeping: the previous run's entries are
 moved (renamed, nothing deleted) into OUT/.replaced-run/ once the new run has been checked, deleted when the new run
@@ -39,6 +39,7 @@ class RunKind:
     config_file: str
     entries: tuple[str, ...]
     resumable: frozenset[str]
+    resume_option: bool = True  # whether the command has --resume (GLUE's has not)
 
 
 def list_checkpoints(out: Path) -> list[tuple[int, Path]]:
@@ -87,10 +88,23 @@ class RunDirectory:
                     f"to start a new run there"
                 )
             self.check_resumable(config)
+        elif holds_files and not self.overwrite and not self.kind.resume_option:
+            held = f"a {self.kind.what}" if config.is_file() else "files (another run?)"
+            raise BertforgeError(f"--out {out} already holds {held}; pass --overwrite to replace it")
         elif holds_files and not self.overwrite:
             raise BertforgeError(
                 f"--out {out} already holds files (another run?); pass --resume to continue it or --overwrite to replace it"
             )
+
+    def refuse_foreign(self) -> None:
+        """OUT holding files but no run of this kind (no settings file of its kind) is refused, --overwrite or not:
+        for trainers whose OUT is theirs alone (--overwrite would otherwise set aside only the entries it knows)."""
+        out = self.out
+        if (out / self.kind.config_file).is_file() or not out.is_dir():
+            return
+        if any(not p.name.startswith(".") for p in out.iterdir()):
+            raise BertforgeError(f"{out}: --out holds files that are not a bertforge {self.kind.what}; choose another "
+                                 "directory")
 
     def prepare(self) -> None:
         """The first change to OUT, once the run has been checked: --overwrite moves the previous run's entries into

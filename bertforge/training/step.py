@@ -138,6 +138,10 @@ class TrainStep:
         the step's loss). Terms that are None or weigh 0 are left out."""
         terms = [loss * weights[k] for k, loss in losses.items() if loss is not None and weights.get(k)]
         if not terms:
+            present = [loss for loss in losses.values() if loss is not None]
+            if self.world_size > 1 and present:  # DDP all-reduces gradients in backward: a rank whose micro-batch
+                # has no target (a stand-in, see `finetune.trainer.rank_share`) joins with zero gradients
+                self.scaler.scale(sum(loss.sum() * 0.0 for loss in present)).backward()  # type: ignore[union-attr]
             return torch.zeros((), device=self.device)
         objective = terms[0]
         for term in terms[1:]:

@@ -125,3 +125,21 @@ def test_read_switches_takes_them_as_given():
     assert read_switches({}) == Switches()
     assert read_switches({"BERTFORGE_LINEAR": "aten", "BERTFORGE_SKIP_MEMORY_CHECK": "yes"}) == Switches("aten")
     assert read_switches({"BERTFORGE_SKIP_MEMORY_CHECK": "1"}).skip_memory_check
+
+
+def test_one_process_runs_on_main_and_on_every_rank_checks_as_they_are():
+    """Without torchrun: `from_main` and `on_every_rank` return the value computed here and raise its error as
+    it is (the two-process behaviour: tests/finetune/test_api_distributed.py)."""
+    from bertforge.core.errors import BertforgeError
+    from bertforge.core.system import Runtime, from_main, on_every_rank
+
+    rt = Runtime(0, 1, 0, __import__("torch").device("cpu"))
+    assert from_main(rt, lambda: {"accuracy": 0.5}) == {"accuracy": 0.5}
+    assert on_every_rank(rt, lambda: 3) == 3
+
+    def refuse():
+        raise BertforgeError("no")
+
+    for call in (from_main, on_every_rank):
+        with pytest.raises(BertforgeError, match="^no$"):
+            call(rt, refuse)

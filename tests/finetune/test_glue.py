@@ -204,6 +204,72 @@ def test_bad_settings_are_refused(tmp_path, tiny_model):
     assert not (tmp_path / "out").exists()
 
 
+# ------------------------------------------------------------------------------------------ the output directory
+
+
+def previous_run(out: Path) -> dict[str, str]:
+    """A GLUE run's files in `out` (as an earlier run left them); returns their contents by path."""
+    (out / "CoLA").mkdir(parents=True)
+    files = {"glue_config.json": '{"before": true}\n', "glue.md": "old table\n", "CoLA/eval.json": "{}\n"}
+    for name, text in files.items():
+        (out / name).write_text(text)
+    return files
+
+
+def test_the_output_directory_is_refused_when_it_holds_something_else_or_a_run(tmp_path, tiny_model):
+    data = write_glue(tmp_path / "data", ["RTE"])
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("mine")
+    for overwrite in (False, True):  # --overwrite or not, a directory of something else is never replaced
+        with pytest.raises(BertforgeError, match="already holds files|not a bertforge GLUE run"):
+            glue(tiny_model, data, foreign, overwrite=overwrite, device="cpu")
+    assert sorted(p.name for p in foreign.iterdir()) == ["notes.txt"]
+    out = tmp_path / "out"
+    files = previous_run(out)
+    with pytest.raises(BertforgeError, match="already holds a GLUE run; pass --overwrite"):
+        glue(tiny_model, data, out, device="cpu")
+    assert {name: (out / name).read_text() for name in files} == files
+
+
+def test_overwrite_puts_the_previous_run_back_when_the_new_one_fails_before_its_first_task(
+    tmp_path, tiny_model, monkeypatch
+):
+    data = write_glue(tmp_path / "data", ["RTE", "CoLA"])
+    out = tmp_path / "out"
+    files = previous_run(out)
+
+    def fails(*args, **kwargs):
+        assert not (out / "glue.md").exists() and (out / ".replaced-run" / "glue.md").is_file()  # set aside
+        raise BertforgeError("the first task failed")
+
+    monkeypatch.setattr("bertforge.finetune.glue.run_task", fails)
+    with pytest.raises(BertforgeError, match="the first task failed"):
+        glue(tiny_model, data, out, overwrite=True, device="cpu", progress=False)
+    assert {name: (out / name).read_text() for name in files} == files
+    assert not (out / ".replaced-run").exists()
+
+
+def test_overwrite_drops_the_previous_run_once_the_first_task_is_done(tmp_path, tiny_model, monkeypatch):
+    data = write_glue(tmp_path / "data", ["CoLA", "RTE"])
+    out = tmp_path / "out"
+    previous_run(out)
+    done = []
+
+    def one_task(prepared, template, target, rt=None):
+        if done:  # the second task: the first one's run is worth keeping, the previous GLUE run has gone
+            assert not (out / ".replaced-run").exists() and not (out / "CoLA" / "eval.json").exists()
+            raise BertforgeError("the second task failed")
+        done.append(prepared.task.name)
+        assert (out / ".replaced-run" / "CoLA" / "eval.json").is_file()
+
+    monkeypatch.setattr("bertforge.finetune.glue.run_task", one_task)
+    with pytest.raises(BertforgeError, match="the second task failed"):
+        glue(tiny_model, data, out, overwrite=True, device="cpu", progress=False)
+    assert done == ["CoLA"] and json.loads((out / "glue_config.json").read_text())["finetune"]["overwrite"] is True
+    assert not (out / "glue.md").exists()  # the previous run's table went with it
+
+
 # ------------------------------------------------------------------------------------------ the table
 
 

@@ -185,3 +185,22 @@ def test_prepare_removes_the_remains_of_a_killed_save(tmp_path):
     run.prepare()
     run.close()
     assert not stale.exists() and [s for s, _ in list_checkpoints(out)] == [5]
+
+
+def test_a_directory_holding_something_else_is_refused_by_name(tmp_path):
+    """`refuse_foreign`: files without the kind's settings file are another thing's, refused (--overwrite or not);
+    the kind's own run, an empty directory, hidden remains and a missing directory pass."""
+    from bertforge.core.errors import BertforgeError
+    from bertforge.training.run_dir import RunDirectory, RunKind
+
+    kind = RunKind(command="x", what="x run", config_file="x.json", entries=("x.json",), resumable=frozenset())
+    out = tmp_path / "out"
+    RunDirectory(out, False, True, {}, kind).refuse_foreign()  # missing
+    out.mkdir()
+    (out / ".hidden").write_text("")
+    RunDirectory(out, False, True, {}, kind).refuse_foreign()  # empty but for hidden remains
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(BertforgeError, match="holds files that are not a bertforge x run; choose another directory"):
+        RunDirectory(out, False, True, {}, kind).refuse_foreign()
+    (out / "x.json").write_text("{}")
+    RunDirectory(out, False, True, {}, kind).refuse_foreign()  # its own run (with a file beside it)

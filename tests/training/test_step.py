@@ -78,3 +78,23 @@ def test_warmup_reaches_the_peak_at_the_last_warmup_step():
         optimizer.step()
         schedule.step()
     assert lrs == [0.25, 0.5, 0.75, 1.0, 1.0, 0.75, 0.5, 0.25]
+
+
+def test_a_rank_without_targets_backpropagates_zero_gradients_under_ddp():
+    """Under DDP (world_size > 1) a micro-batch whose targets all weigh 0 (a rank's stand-in in fine-tuning) still
+    runs backward, with zero gradients, since DDP all-reduces the gradients in backward and the other ranks wait for
+    this one; a NaN loss (a mean over no target) gives zeros too. One process does no backward for it."""
+    for world_size, expected in ((2, "zeros"), (1, "none")):
+        model = token_model()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+        stepper = TrainStep(model, optimizer, warmup_decay(optimizer, 0, 10, "constant"), world_size=world_size)
+        batch = batches()[0]
+        labels = torch.full_like(batch["labels"], -100)  # no target: the mean is NaN
+        loss = F.cross_entropy(model(batch["ids"]).reshape(-1, 5), labels.reshape(-1), ignore_index=-100)
+        assert torch.isnan(loss)
+        assert stepper.accumulate({"tokens": loss}, {"tokens": 0.0}).item() == 0.0
+        grads = [p.grad for p in model.parameters()]
+        if expected == "none":
+            assert all(g is None for g in grads)
+        else:
+            assert all(g is not None and torch.equal(g, torch.zeros_like(g)) for g in grads)
