@@ -155,7 +155,7 @@ def test_readme_is_short_and_keeps_the_two_set_up_commands():
     assert len(text.splitlines()) <= README_MAX_LINES, f"README.md has {len(text.splitlines())} lines"
     setups = [code for lang, code in code_blocks(text) if lang == "bash" and code.startswith("python3 -m venv")]
     assert setups == [
-        "python3 -m venv .venv && . .venv/bin/activate && pip install -e . && bertforge pretrain\n",
+        "python3 -m venv .venv && . .venv/bin/activate && pip install -e '.[plots]' && bertforge pretrain\n",
         "python3 -m venv .venv && . .venv/bin/activate && pip install -e '.[test]' && pytest\n",
     ], setups
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")

@@ -13,6 +13,7 @@ import numpy as np
 from ..core.errors import BertforgeError
 from ..core.io import atomic_write, check_output_file
 from ..core.hub import model_path
+from ..training.log import PLOTS_HINT, installed
 
 NAME = "attention"
 HELP = "draw a text's attention probabilities (all heads of a layer, or one head) as a grid of heatmaps"
@@ -99,6 +100,8 @@ def draw(probs: np.ndarray, tokens: list[str], heads: list[int], layer: int, tit
 
 
 def run(args: argparse.Namespace) -> int:
+    if not installed("matplotlib"):  # checked first: nothing loaded, nothing written
+        raise BertforgeError(f"attention draws with matplotlib, which is not installed: {PLOTS_HINT}")
     out = Path(args.out)
     if out.suffix.lower().lstrip(".") not in FORMATS:
         raise BertforgeError(f"{out}: the image file name must end in one of: {', '.join('.' + f for f in FORMATS)}")

@@ -1,8 +1,12 @@
 """What every trainer writes about a run: `metrics.jsonl` (one JSON object a row), TensorBoard scalars, and the
-PNG of its curves. Pretraining and fine-tuning differ only in their rows and in the panels they plot."""
+PNG of its curves. Pretraining and fine-tuning differ only in their rows and in the panels they plot.
+
+TensorBoard and matplotlib are the `plots` extra, imported only when used: without them a run still writes
+`metrics.jsonl`, and says once, in one line, what it skips and how to get it."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 import math
@@ -14,6 +18,17 @@ from typing import Any
 from ..core.io import atomic_write, atomic_write_text
 
 log = logging.getLogger("bertforge")
+
+#: How to add what draws (matplotlib: the curves PNG, `bertforge attention`) and TensorBoard's scalars.
+PLOTS_HINT = "pip install 'bertforge[plots]'"
+
+
+def installed(module: str) -> bool:
+    """Whether `module` can be imported, without importing it."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a parent package missing, or a module entry blocked (None)
+        return False
 
 
 class MetricsLog:
@@ -39,8 +54,9 @@ its key listed in the row's `"nonfinite"` (for example `"loss": null, "nonfinite
                 from torch.utils.tensorboard import SummaryWriter
 
                 self.tb = SummaryWriter(str(tensorboard), purge_step=resume_step + 1 if resume_step else None)
-            except ImportError:  # tensorboard is a core dependency; tolerate its absence all the same
-                log.warning("tensorboard is not installed: no TensorBoard logs")
+            except ImportError:  # the `plots` extra is not installed
+                pass
+            _say_what_is_skipped(tensorboard=self.tb is None)
         self.fh = open(file, "a", encoding="utf-8")
 
     def write(self, row: dict[str, Any]) -> None:
@@ -113,11 +129,26 @@ class Panel:
     marker: str | None = None
 
 
-def plot_curves(rows: Iterable[dict[str, Any]], png: Path, panels: Sequence[Panel], title: str | None = None) -> None:
+def _say_what_is_skipped(tensorboard: bool) -> None:
+    """One line, when a run starts (its `MetricsLog` with TensorBoard asked for), naming what the missing `plots`
+    extra skips."""
+    missing = (["tensorboard"] if tensorboard else []) + ([] if installed("matplotlib") else ["matplotlib"])
+    if missing:
+        skipped = (["TensorBoard logs"] if tensorboard else []) + (["curves PNG"] if "matplotlib" in missing else [])
+        log.warning("%s %s not installed: no %s (%s); metrics.jsonl has every row", " and ".join(missing),
+                    "are" if len(missing) > 1 else "is", " and no ".join(skipped), PLOTS_HINT)
+
+
+def plot_curves(rows: Iterable[dict[str, Any]], png: Path, panels: Sequence[Panel], title: str | None = None) -> bool:
     """The panels side by side against the optimizer step, one PNG written atomically (matplotlib's Agg canvas:
-    no pyplot global state)."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+    no pyplot global state). Without matplotlib nothing is written and False returned: the run's `MetricsLog`
+    has said so when it opened."""
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError:
+        log.debug("matplotlib is not installed: %s not drawn", png)
+        return False
 
     rows = list(rows)
     figure = Figure(figsize=(5 * len(panels), 4), dpi=100)
@@ -138,3 +169,4 @@ def plot_curves(rows: Iterable[dict[str, Any]], png: Path, panels: Sequence[Pane
         figure.suptitle(title)
     figure.tight_layout()
     atomic_write(png, lambda tmp: figure.savefig(tmp, format="png"))
+    return True

@@ -66,3 +66,14 @@ def test_attention_probabilities_match_transformers(cognition_dir):
     assert tokens == tok.convert_ids_to_tokens(enc["input_ids"][0])
     for mine, theirs in zip(layers, expected):
         assert np.abs(mine - theirs[0].numpy()).max() < 1e-5
+
+
+def test_attention_without_matplotlib_names_the_extra(tmp_path, model_dir, capsys, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if the `plots` extra were not installed
+    out = tmp_path / "a.png"
+    assert main(["attention", "--model", str(model_dir), "--text", "river stone", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "matplotlib" in err and "pip install 'bertforge[plots]'" in err
+    assert "Traceback" not in err and list(tmp_path.iterdir()) == []  # nothing written
