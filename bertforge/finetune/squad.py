@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import BertforgeError
-from ..data.tables import Record
+from ..data.tables import Record, is_path
 from .data import file_path, read_text_file, record_source
 
 
@@ -45,7 +45,7 @@ def read_squad(data: Any, require_answers: bool = True) -> tuple[list[QAExample]
     Every answer must be found in its context at its `answer_start`; an answerable question needs at least one
     answer when `require_answers` is set.
     """
-    if not (isinstance(data, (str, Path)) and Path(data).suffix.lower() == ".json"):
+    if not (is_path(data) and Path(data).suffix.lower() == ".json"):
         source = record_source(data)
         if source is not None:
             examples = _squad_rows(*source, require_answers)
