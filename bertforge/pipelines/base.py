@@ -369,6 +369,29 @@ class Pipeline:
         return f"{type(self).__name__}(model={str(where)!r}, max_length={self.max_length})"
 
 
+class VectorPipeline(Pipeline):
+    """A pipeline that makes one float32 vector of `vector_size()` numbers from each text, one feature a text:
+    one text → [size]; a list of texts → [n, size] (`embed`'s pooled sentences, `sparse-embed`'s vocabulary)."""
+
+    def vector_size(self) -> int:
+        raise NotImplementedError
+
+    def featurize(self, inputs: list[str]) -> tuple[list[Feature], int]:
+        enc, truncated = self.encode(inputs)
+        return [Feature(i, ids) for i, ids in enumerate(enc["input_ids"])], truncated
+
+    def postprocess(self, item: str, outputs: list[Any], features: list[Feature]) -> Any:
+        return outputs[0]
+
+    def __call__(self, inputs: Any) -> Any:
+        if self.is_single(inputs):
+            return super().__call__(inputs)
+        import numpy as np
+
+        rows = super().__call__(inputs)
+        return np.stack(rows) if rows else np.zeros((0, self.vector_size()), dtype=np.float32)
+
+
 def _preview(value: Any) -> str:
     """A short repr of an input, for messages."""
     text = repr(value)

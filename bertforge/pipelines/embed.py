@@ -14,14 +14,14 @@ from torch import Tensor
 from ..core.errors import BertforgeError
 from ..model import BertModel
 from ..model.pooling import POOLINGS, pool, sentence_transformers_settings
-from .base import Feature, Pipeline
+from .base import Feature, Pipeline, VectorPipeline
 from ..model.attention import PackedBatch
 from ..core.hub import model_path
 
 log = logging.getLogger("bertforge")
 
 
-class EmbedPipeline(Pipeline):
+class EmbedPipeline(VectorPipeline):
     """`pipeline("embed", model=DIR)`: texts → float32 array [n, hidden] (one text → [hidden]).
 
     Args:
@@ -76,25 +76,12 @@ class EmbedPipeline(Pipeline):
             )
         return layer % (n + 1)
 
-    def featurize(self, inputs: list[str]) -> tuple[list[Feature], int]:
-        enc, truncated = self.encode(inputs)
-        return [Feature(i, ids) for i, ids in enumerate(enc["input_ids"])], truncated
+    def vector_size(self) -> int:
+        return self.hidden_size
 
     def head(self, batch: PackedBatch, hidden: Tensor, features: list[Feature]) -> list[np.ndarray]:
         pooled = pool(hidden, batch.lengths, batch.starts, self.pooling, self.normalize)
         return list(pooled.float().cpu().numpy())  # [B, H] rows
-
-    def postprocess(self, item: str, outputs: list[np.ndarray], features: list[Feature]) -> np.ndarray:
-        return outputs[0]
-
-    def __call__(self, inputs: str | Iterable[str]) -> np.ndarray:
-        """One text → [hidden]; a list of texts → [n, hidden] (float32)."""
-        if isinstance(inputs, str):
-            return super().__call__(inputs)
-        rows = super().__call__(inputs)
-        if not rows:
-            return np.zeros((0, self.hidden_size), dtype=np.float32)
-        return np.stack(rows)
 
 
 class FeatureExtractionPipeline(EmbedPipeline):

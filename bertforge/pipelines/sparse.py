@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 
 import numpy as np
 import torch
@@ -10,11 +9,11 @@ from torch import Tensor
 
 from ..model import BertForMaskedLM, BertPreTrainedModel
 from ..model.attention import PackedBatch
-from .base import Feature, Pipeline
+from .base import Feature, VectorPipeline
 from .fill_mask import check_mlm_head
 
 
-class SparseEmbedPipeline(Pipeline):
+class SparseEmbedPipeline(VectorPipeline):
     """`pipeline("sparse-embed", model=DIR)`: SPLADE's document vectors — for each text, log(1 + relu(logits)) of
     the MLM head, max-pooled over its tokens (special tokens included; a packed batch has no padding): float32
     [vocab] per text, most entries 0 for a trained SPLADE model. The model directory needs an MLM head (a
@@ -28,9 +27,8 @@ class SparseEmbedPipeline(Pipeline):
     def check_model(self, model: BertPreTrainedModel, source: str) -> None:
         check_mlm_head(model, source)
 
-    def featurize(self, inputs: list[str]) -> tuple[list[Feature], int]:
-        enc, truncated = self.encode(inputs)
-        return [Feature(i, ids) for i, ids in enumerate(enc["input_ids"])], truncated
+    def vector_size(self) -> int:
+        return self.model.config.vocab_size
 
     def head(self, batch: PackedBatch, hidden: Tensor, features: list[Feature]) -> list[np.ndarray]:
         model: BertForMaskedLM = self.model  # type: ignore[assignment]
@@ -39,16 +37,6 @@ class SparseEmbedPipeline(Pipeline):
             logits = model.mlm_logits(hidden[start:start + n]).float()  # [n, V]
             rows.append(torch.log1p(torch.relu(logits)).amax(dim=0).cpu().numpy())  # [V]
         return rows
-
-    def postprocess(self, item: str, outputs: list[np.ndarray], features: list[Feature]) -> np.ndarray:
-        return outputs[0]
-
-    def __call__(self, inputs: str | Iterable[str]) -> np.ndarray:
-        """One text → [vocab]; a list of texts → [n, vocab] (float32)."""
-        if isinstance(inputs, str):
-            return super().__call__(inputs)
-        rows = super().__call__(inputs)
-        return np.stack(rows) if rows else np.zeros((0, self.model.config.vocab_size), dtype=np.float32)
 
 
 def nonzero(row: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
