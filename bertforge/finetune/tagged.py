@@ -29,7 +29,8 @@ def read_tagged(
     require_labels: bool = True, split_words: Any = None,
 ) -> list[TaggedSentence]:
     """The sentences of a CoNLL file (any file not named .jsonl/.json/.ndjson/.parquet/.pq/.arrow/.feather/.ipc),
-    or of rows; unlabelled (`require_labels` False) rows may lack tags, and (with `split_words`) give a "text"."""
+    or of rows; unlabelled (`require_labels` False) rows' tags are not read, and (with `split_words`) a row may give
+    a "text" instead of words."""
     if is_path(data):
         refuse_description(data)
         if file_format(data) not in ("jsonl", "parquet", "arrow"):
@@ -47,7 +48,7 @@ def read_tagged(
         tags_at = label_column if label_column not in (None, DEFAULT_LABEL_COLUMN) else next(
             (c for c in TAG_COLUMNS if c in record), None)
         sentence = _sentence(path, line, record, words_at, split_words if not require_labels else None)
-        if tags_at is not None and tags_at in record:
+        if require_labels and tags_at is not None and tags_at in record:  # to predict, tags are ignored
             sentence.tags = _tags(path, line, record[tags_at], len(sentence.words), names.get(tags_at))
         elif require_labels:
             raise BertforgeError(f"{path}:{line}: no key {tags_at or TAG_COLUMNS[0]!r} (the tags; name it with "
@@ -64,9 +65,10 @@ def _sentence(path: Path, line: int, record: dict[str, Any], words_at: str, spli
     words = record.get(words_at)
     if isinstance(words, (list, tuple)) and words and all(isinstance(w, str) and w for w in words):
         return TaggedSentence(list(words), None, line, row=True)
-    if words_at not in record and split_words is not None and isinstance(record.get("text"), str):
-        pieces = split_words(record["text"])
-        return TaggedSentence([w for w, _ in pieces], None, line, [span for _, span in pieces], record["text"], row=True)
+    text = words if isinstance(words, str) else record.get("text") if words_at not in record else None
+    if split_words is not None and isinstance(text, str):  # to predict: a text (a string there, or at "text")
+        pieces = split_words(text)
+        return TaggedSentence([w for w, _ in pieces], None, line, [span for _, span in pieces], text, row=True)
     problem = "no key" if words_at not in record else "not a non-empty list of non-empty strings at key"
     hint = " (or, to predict, a 'text' string)" if split_words is not None else ""
     raise BertforgeError(f"{path}:{line}: {problem} {words_at!r} (the words; name it with --text-column){hint}")

@@ -13,7 +13,7 @@ from bertforge.core.errors import BertforgeError
 from bertforge.finetune.config import DataOptions
 from bertforge.finetune.data import read_conll
 from bertforge.finetune.tagged import read_tagged
-from bertforge.finetune.tasks import TokenClassification
+from bertforge.finetune.tasks import TokenClassification, _split_words
 from bertforge.model.config import BertConfig
 from bertforge.tokenizer import Tokenizer
 
@@ -119,3 +119,5 @@ def test_unlabelled_rows_give_words_or_a_text_split_into_words(tiny_model, tmp_p
     assert split[1].char_spans == [(0, 4), (5, 10), (10, 11)] and split[1].text == "mary works."
     with pytest.raises(BertforgeError, match=r":1: no key 'ner_tags'"):
         read_tagged(rows)
+    named = read_tagged([{"sentence": "mary works."}], "sentence", require_labels=False, split_words=_split_words)
+    assert named[0].words == split[1].words and named[0].char_spans == split[1].char_spans
