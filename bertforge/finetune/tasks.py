@@ -180,12 +180,7 @@ class Classification(Task):
         names = sorted(keys, key=int) if numeric else sorted(keys)
         if len(names) < 2:
             raise BertforgeError(f"{path}: every example has the label {names[0]!r}; classification needs at least two")
-        return {
-            "num_labels": len(names),
-            "problem_type": "single_label_classification",
-            "id2label": dict(enumerate(names)),
-            "label2id": {name: i for i, name in enumerate(names)},
-        }
+        return _label_space(names, "single_label_classification")
 
     def metrics_for(self, config: BertConfig) -> tuple[str, ...]:
         """Correlations and MSE for a regression model, label-set metrics for a multi-label one, class metrics
@@ -284,12 +279,13 @@ def _multi_label_overrides(values: list[Any], path: Path) -> dict[str, Any]:
     names = sorted(keys, key=int) if numeric else sorted(keys)
     if len(names) < 2:
         raise BertforgeError(f"{path}: the examples' labels are {names}; multi-label classification needs at least two")
-    return {
-        "num_labels": len(names),
-        "problem_type": "multi_label_classification",
-        "id2label": dict(enumerate(names)),
-        "label2id": {name: i for i, name in enumerate(names)},
-    }
+    return _label_space(names, "multi_label_classification")
+
+
+def _label_space(names: list[str], problem_type: str) -> dict[str, Any]:
+    """The config fields of a classifier over the label `names` (in id order)."""
+    return {"num_labels": len(names), "problem_type": problem_type, "id2label": dict(enumerate(names)),
+            "label2id": {name: i for i, name in enumerate(names)}}
 
 
 def _multi_label_record(logits: np.ndarray, config: BertConfig) -> dict[str, Any]:

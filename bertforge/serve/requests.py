@@ -65,13 +65,18 @@ def _texts(value: Any, name: str, limit: int) -> tuple[list[str], bool]:
         raise ApiError(422, f'"{name}" must be a string or an array of strings, got {_json_type(value)}')
     if not value:
         raise ApiError(422, f'"{name}" is an empty array')
-    if len(value) > limit:
-        raise ApiError(413, f'"{name}" has {len(value)} inputs, more than this server takes in one request '
-                            f"({limit}); split it", "Payload")
+    _check_count(name, len(value), limit)
     for i, text in enumerate(value):
         if not isinstance(text, str):
             raise ApiError(422, f'"{name}"[{i}] must be a string, got {_json_type(text)}')
     return value, False
+
+
+def _check_count(name: str, count: int, limit: int, what: str = "inputs") -> None:
+    """A request's batch beyond the server's cap (--max-client-batch-size) is refused (413), naming both counts."""
+    if count > limit:
+        raise ApiError(413, f'"{name}" has {count} {what}, more than this server takes in one request ({limit}); '
+                            "split it", "Payload")
 
 
 def _predict_items(value: Any, limit: int) -> tuple[list[Any], bool]:
@@ -84,9 +89,7 @@ def _predict_items(value: Any, limit: int) -> tuple[list[Any], bool]:
         raise ApiError(422, f'"inputs" must be a string or an array, got {_json_type(value)}')
     if not value:
         raise ApiError(422, '"inputs" is an empty array')
-    if len(value) > limit:
-        raise ApiError(413, f'"inputs" has {len(value)} inputs, more than this server takes in one request '
-                            f"({limit}); split it", "Payload")
+    _check_count("inputs", len(value), limit)
     items: list[Any] = []
     for i, item in enumerate(value):
         if isinstance(item, str):
@@ -120,9 +123,7 @@ def _ids(value: Any, limit: int, vocab_size: int) -> list[list[int]]:
     if not isinstance(value, list):
         raise ApiError(422, f'"ids" must be an array of token ids or an array of such arrays, got {_json_type(value)}')
     batch = [value] if not value or not isinstance(value[0], list) else value
-    if len(batch) > limit:
-        raise ApiError(413, f'"ids" has {len(batch)} sequences, more than this server takes in one request '
-                            f"({limit}); split it", "Payload")
+    _check_count("ids", len(batch), limit, "sequences")
     for i, ids in enumerate(batch):
         if not isinstance(ids, list):
             raise ApiError(422, f'"ids"[{i}] must be an array of token ids, got {_json_type(ids)}')
