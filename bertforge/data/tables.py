@@ -11,6 +11,9 @@ columns' order, numbered from 1 as a text file's lines are. They then go through
   (recognised by its methods: `datasets` is never imported here). A run's settings file records such data as
   `<in-memory: N rows, sha256 …>` (`InMemory.description`): the same rows give the same description, so `resume`
   accepts them, but a run of in-memory data cannot be replayed from its settings file.
+* Class names: a column of integer ids whose names travel with the data (a `datasets` ClassLabel feature, or a
+  list of them: conll2003's `ner_tags`) is named by `class_names` — from a Dataset's `features`, or from the
+  schema metadata that `Dataset.to_parquet` writes into a Parquet or Arrow file.
 """
 
 from __future__ import annotations
@@ -68,6 +71,39 @@ def table_records(path: str | Path) -> list[Record]:
     return records
 
 
+def table_class_names(path: str | Path) -> dict[str, list[str]]:
+    """{column: class names} of the ClassLabel columns recorded in a Parquet or Arrow file's schema metadata (what
+    `datasets` writes: `{"info": {"features": ...}}`); {} when it records none."""
+    pa = require_pyarrow(path)
+    try:
+        if table_format(path) == "parquet":
+            import pyarrow.parquet as pq
+
+            metadata = pq.read_schema(path).metadata
+        else:
+            metadata = next(iter(_batches(pa, Path(path)))).schema.metadata
+    except (pa.ArrowException, OSError, StopIteration):
+        return {}  # an unreadable file is reported by `table_records`
+    try:
+        features = json.loads((metadata or {}).get(b"huggingface", b"{}")).get("info", {}).get("features", {})
+    except (ValueError, AttributeError):
+        return {}
+    return class_names(features)
+
+
+def class_names(features: Any) -> dict[str, list[str]]:
+    """{column: names} of the ClassLabel columns (or lists of ClassLabels) in `datasets` features as a dict
+    (`Features.to_dict()`, or the schema metadata of a file that `datasets` wrote)."""
+    names: dict[str, list[str]] = {}
+    for column, feature in (features.items() if isinstance(features, Mapping) else ()):
+        inner = feature.get("feature", feature) if isinstance(feature, Mapping) else None
+        if isinstance(feature, list) and len(feature) == 1:  # a list holding one feature: a sequence of it
+            inner = feature[0]
+        if isinstance(inner, Mapping) and inner.get("_type") == "ClassLabel" and isinstance(inner.get("names"), list):
+            names[column] = [str(n) for n in inner["names"]]
+    return names
+
+
 def _batches(pa: Any, path: Path) -> Any:
     if table_format(path) == "parquet":
         import pyarrow.parquet as pq
@@ -100,6 +136,7 @@ class InMemory:
 
     records: list[Record]
     description: str
+    class_names: dict[str, list[str]] = dataclasses.field(default_factory=dict)  # a Dataset's ClassLabel columns
 
     def __str__(self) -> str:
         return self.description
@@ -115,8 +152,16 @@ def in_memory(data: Any, what: str = "data") -> InMemory:
             raise BertforgeError(f"{what}: row {i + 1} is a {type(row).__name__}, not a dict of columns")
     records = [(i + 1, dict(row)) for i, row in enumerate(rows)]
     digest = hashlib.sha256(json.dumps([r for _, r in records], sort_keys=True, default=repr).encode()).hexdigest()
+    names = _dataset_class_names(data)
+    if names:  # the same ids under other names are other data
+        digest = hashlib.sha256((digest + json.dumps(names, sort_keys=True)).encode()).hexdigest()
     n = len(records)
-    return InMemory(records, f"<in-memory: {n:,} row{'s' if n != 1 else ''}, sha256 {digest[:16]}>")
+    return InMemory(records, f"<in-memory: {n:,} row{'s' if n != 1 else ''}, sha256 {digest[:16]}>", names)
+
+
+def _dataset_class_names(data: Any) -> dict[str, list[str]]:
+    to_dict = getattr(getattr(data, "features", None), "to_dict", None)  # a datasets.Dataset's Features
+    return class_names(to_dict()) if callable(to_dict) and hasattr(data, "column_names") else {}
 
 
 def _rows(data: Any, what: str) -> list[Any]:

@@ -49,7 +49,7 @@ def finetune(config: FinetuneConfig | None = None, **settings: Any) -> dict[str,
     """Fine-tune a pretrained model on a task and write the run's directory.
 
     Pass a `FinetuneConfig`, or its fields as keywords: `finetune(task="ner", model=..., train=..., dev=...,
-    out=..., epochs=2)`. For classification, `train` and `dev` may also be rows in memory (a list of dicts, a dict
+    out=..., epochs=2)`. For every task, `train` and `dev` may also be rows in memory (a list of dicts, a dict
     of lists, a `datasets.Dataset`: `bertforge.data.tables`), which `finetune_config.json` records as
     `<in-memory: N rows, sha256 …>` (such a run resumes, but cannot be replayed from that file). Everything is
     read and checked before `out` changes. `out` holds:
@@ -175,7 +175,7 @@ def _write_run(cfg: FinetuneConfig, out: Path, model: Any, tokenizer: Any, best:
 def evaluate(
     task: str, model: str | Path, data: str | Path, *, quantize: str | None = None, **options: Any
 ) -> dict[str, Any]:
-    """Score a fine-tuned model on a labelled file (classification: or rows in memory, as `finetune` takes them);
+    """Score a fine-tuned model on a labelled file (or rows in memory, as `finetune` takes them);
     returns the task's metrics (and the mean "loss").
 
     `options` are `DataOptions` fields (max_length, text_column, doc_stride, eval_batch_size, device, ...); use the
@@ -191,7 +191,7 @@ def predict(
     quantize: str | None = None, **options: Any
 ) -> list[dict[str, Any]]:
     """Predictions of a fine-tuned model for each example of `input` (labels there are not needed, and ignored;
-    classification: a file or rows in memory, as `finetune` takes them).
+    a file or rows in memory, as `finetune` takes them).
 
     Classification gives {"label", "score", "probabilities"} ({"labels": [{"label", "score"}, ...],
     "probabilities"} for a multi-label model: every label of probability at least 0.5; {"score"} for regression), NER {"tokens", "tags",

@@ -28,9 +28,11 @@ class DataOptions:
     max_length: int | None = option(None, "tokens per input (default 128; 384 for qa; at most the model's positions)",
                                     metavar="N")
     text_column: str | None = option(None, "classification: text column or JSON key; a 0-based index with "
-                                     "--no-header (default: text, sentence or sentence1)", metavar="NAME")
+                                     "--no-header (default: text, sentence or sentence1); ner rows: the words' "
+                                     "column (default: tokens, words)", metavar="NAME")
     text_pair_column: str | None = option(None, "classification: second text of a sentence pair", metavar="NAME")
-    label_column: str = option("label", "classification: label column", metavar="NAME")
+    label_column: str = option("label", "classification: label column; ner rows: the tags' column (left at "
+                               "'label': ner_tags, tags or label)", metavar="NAME")
     label_separator: str | None = option(None, "classification: split each text label on SEP into several labels "
                                          "(multi-label, e.g. '|'; an empty label: none); a list label (JSONL, "
                                          "Parquet) needs none", metavar="SEP")

@@ -15,11 +15,11 @@
   field that is quoted the way pandas' `to_csv(sep="\t")` writes a text holding a quote, `"say ""hi"" now"`:
   a whole field in quotes with every inner quote doubled (at least one) is unquoted to `say "hi" now`. A quoted TSV
   field holding a tab or a line end is not supported: it splits the row, which the field count then refuses.
-* Token classification: CoNLL column files — one word a line, the word in the first column and the tag in the
+* Token classification: rows of words and tags (`tagged.py`, on `record_source`) or CoNLL column files — one word a line, the word in the first column and the tag in the
   last, blank lines between sentences, `-DOCSTART-` lines ignored. Labelled files must use a chunk scheme: `O`
   and `B-`/`I-` (IOB1 or IOB2) or `B-`/`I-`/`E-`/`S-` (BIOES) prefixes; `PERSON` alone is refused (file, line,
   tag).
-* Extractive QA: SQuAD files, read in `squad.py` on this module's text-file and JSONL helpers.
+* Extractive QA: SQuAD JSON files and flat rows, read in `squad.py` on this module's helpers.
 """
 
 from __future__ import annotations
@@ -61,6 +61,11 @@ class TaggedSentence:
     line: int
     char_spans: list[tuple[int, int]] | None = None  # character offsets of each word, for raw-text input
     text: str | None = None
+    row: bool = False  # read from a row (JSONL, Parquet, in memory): one line for all its words
+
+    def word_line(self, k: int) -> str:
+        """Where word `k` is, for messages: its line in a CoNLL file, or the row and the word's number."""
+        return f"{self.line}, word {k + 1}" if self.row else str(self.line + k)
 
 
 # ---------------------------------------------------------------------------------------------------- helpers
@@ -69,8 +74,8 @@ class TaggedSentence:
 def file_path(data: Any) -> Path:
     """The path of a task file; rows in memory are refused (readers of records take them: `record_source`)."""
     if not is_path(data):
-        raise BertforgeError(f"rows in memory ({type(data).__name__}) are read for classification and "
-                             f"train-embeddings; this task reads a file: pass its path")
+        raise BertforgeError(f"rows in memory ({type(data).__name__}) are not a CoNLL or SQuAD JSON file; this "
+                             f"reader reads a file: pass its path (the tasks read rows through `record_source`)")
     refuse_description(data)
     return Path(data)
 
@@ -420,12 +425,12 @@ def tag_scheme(path: str | Path, sentences: list[TaggedSentence]) -> str:
     with B-) or "BIOES" (E- and S- tags). A tag that is not `O` or a B-/I-/E-/S- prefix with a type (`PERSON`,
     `b-per`, `B-`), or E-/S- tags in a file whose entities also open with I-, is a BertforgeError naming the file,
     the line and the tag."""
-    opens_with_i: tuple[int, str] | None = None  # (line, tag) of the first I- that opens an entity
-    bioes: tuple[int, str] | None = None  # (line, tag) of the first E- or S-
+    opens_with_i: tuple[str, str] | None = None  # (line, tag) of the first I- that opens an entity
+    bioes: tuple[str, str] | None = None  # (line, tag) of the first E- or S-
     for sentence in sentences:
         previous = "O"
         for i, tag in enumerate(sentence.tags or []):
-            line = sentence.line + i
+            line = sentence.word_line(i)
             if not _TAG.fullmatch(tag):
                 raise BertforgeError(
                     f"{path}:{line}: tag {tag!r} is not an IOB or BIOES tag (expected O, or B-, I-, E- or S- and an "
@@ -443,24 +448,3 @@ def tag_scheme(path: str | Path, sentences: list[TaggedSentence]) -> str:
             f"{opens_with_i[1]!r} (IOB1): one file, one tagging scheme"
         )
     return "BIOES" if bioes else "IOB1" if opens_with_i else "IOB2"
-
-
-def read_token_inputs(path: str | Path, split_words: Any) -> list[TaggedSentence]:
-    """Unlabelled token-classification input: a CoNLL file, or JSONL objects with "tokens" (a list of words) or
-    "text" (split into words by `split_words(text) -> [(word, (start, end)), ...]`, the tokenizer's
-    pre-tokenizer, so that predicted entities can carry character offsets)."""
-    path = file_path(path)
-    if file_format(path) != "jsonl":
-        return read_conll(path, require_labels=False)
-    sentences = []
-    for line, record in jsonl_objects(path, read_text_file(path)):
-        if isinstance(record.get("tokens"), list) and all(isinstance(w, str) for w in record["tokens"]):
-            sentences.append(TaggedSentence(list(record["tokens"]), None, line))
-        elif isinstance(record.get("text"), str):
-            pieces = split_words(record["text"])
-            sentences.append(
-                TaggedSentence([w for w, _ in pieces], None, line, [span for _, span in pieces], record["text"])
-            )
-        else:
-            raise BertforgeError(f"{path}:{line}: expected a 'tokens' list of strings or a 'text' string")
-    return sentences

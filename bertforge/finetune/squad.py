@@ -1,6 +1,9 @@
-"""SQuAD files for extractive QA: v1.1 / v2.0 JSON, or, for prediction, JSONL objects with "question" and
-"context" (and an optional "id"). Every problem is a `BertforgeError` naming the file and line (the line of the
-question's "id")."""
+"""SQuAD data for extractive QA: v1.1 / v2.0 JSON (nested: data → paragraphs → qas), or flat rows, one question
+a row, in the `datasets` squad layout — "id", "question", "context" and "answers" = {"text": [...],
+"answer_start": [...]} (an empty list: unanswerable, as squad_v2 has it) — from a JSONL, Parquet or Arrow file or
+in memory (read as `data.record_source` reads classification rows). For prediction "answers" (and "id") may be
+left out. Every problem is a `BertforgeError` naming the file and line (the line of the question's "id"; a row's
+number)."""
 
 from __future__ import annotations
 
@@ -11,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import BertforgeError
-from .data import file_format, file_path, jsonl_objects, read_text_file
+from ..data.tables import Record, is_path
+from .data import file_path, read_text_file, record_source
 
 
 @dataclass
@@ -34,18 +38,20 @@ def _id_lines(text: str) -> dict[str, int]:
     return lines
 
 
-def read_squad(path: str | Path, require_answers: bool = True) -> tuple[list[QAExample], bool]:
-    """Read a SQuAD JSON file; returns the questions and whether it is SQuAD 2.0 (by its "version", or because
-    it has unanswerable questions).
+def read_squad(data: Any, require_answers: bool = True) -> tuple[list[QAExample], bool]:
+    """Read a SQuAD JSON file, or flat rows (a JSONL, Parquet or Arrow file, rows in memory); returns the questions
+    and whether it is SQuAD 2.0 (by its "version", or because it has unanswerable questions).
 
     Every answer must be found in its context at its `answer_start`; an answerable question needs at least one
-    answer when `require_answers` is set. Prediction input may also be JSONL with "question" and "context"
-    (and an optional "id").
+    answer when `require_answers` is set.
     """
-    path = file_path(path)
+    if not (is_path(data) and Path(data).suffix.lower() == ".json"):
+        source = record_source(data)
+        if source is not None:
+            examples = _squad_rows(*source, require_answers)
+            return examples, any(e.is_impossible for e in examples)
+    path = file_path(data)
     text = read_text_file(path)
-    if file_format(path) == "jsonl" and path.suffix.lower() != ".json":
-        return _read_qa_jsonl(path, text), False
     try:
         data = json.loads(text)
     except json.JSONDecodeError as err:
@@ -85,8 +91,19 @@ def _squad_question(
         raise BertforgeError(f"{where}: the id is used twice")
     seen.add(qid)
     impossible = bool(qa.get("is_impossible", False))
+    answers = _checked_answers(where, context, qa.get("answers", []) or [])
+    if require_answers and not answers and not impossible:
+        hint = "" if version_2 else " (SQuAD 1.1 has no unanswerable questions)"
+        raise BertforgeError(f"{where}: no answers and not marked is_impossible{hint}")
+    if impossible:
+        answers = []
+    return QAExample(qid, qa["question"], context, answers, impossible, lines.get(qid, 0))
+
+
+def _checked_answers(where: str, context: str, given: Any) -> list[tuple[str, int]]:
+    """(text, start) of each answer, each found in the context at its start."""
     answers = []
-    for answer in qa.get("answers", []) or []:
+    for answer in given if isinstance(given, list) else [given]:
         if not isinstance(answer, dict) or not isinstance(answer.get("text"), str):
             raise BertforgeError(f"{where}: an answer lacks its 'text'")
         start = answer.get("answer_start")
@@ -99,20 +116,42 @@ def _squad_question(
                 f"(the context there reads {found!r})"
             )
         answers.append((answer["text"], start))
-    if require_answers and not answers and not impossible:
-        hint = "" if version_2 else " (SQuAD 1.1 has no unanswerable questions)"
-        raise BertforgeError(f"{where}: no answers and not marked is_impossible{hint}")
-    if impossible:
-        answers = []
-    return QAExample(qid, qa["question"], context, answers, impossible, lines.get(qid, 0))
+    return answers
 
 
-def _read_qa_jsonl(path: Path, text: str) -> list[QAExample]:
+def _squad_rows(path: Path, records: list[Record], require_answers: bool) -> list[QAExample]:
+    """Flat rows, the `datasets` squad layout: "answers" holds parallel "text" and "answer_start" lists (a list
+    of {"text", "answer_start"} objects is read too); no answers is an unanswerable question."""
     examples = []
-    for line, record in jsonl_objects(path, text):
+    seen: set[str] = set()
+    for line, record in records:
         if not isinstance(record.get("question"), str) or not isinstance(record.get("context"), str):
             raise BertforgeError(f"{path}:{line}: expected string keys 'question' and 'context'")
         if not record["context"].strip():
             raise BertforgeError(f"{path}:{line}: the context is empty")
-        examples.append(QAExample(str(record.get("id", line)), record["question"], record["context"], line=line))
+        qid = str(record.get("id", line))
+        where = f"{path}:{line}: question {qid}"
+        if qid in seen:
+            raise BertforgeError(f"{where}: the id is used twice")
+        seen.add(qid)
+        if "answers" not in record:
+            if require_answers:
+                raise BertforgeError(f"{where}: no key 'answers' (the layout of `datasets`' squad: "
+                                     "{'text': [...], 'answer_start': [...]})")
+            examples.append(QAExample(qid, record["question"], record["context"], line=line))
+            continue
+        answers = _checked_answers(where, record["context"], _answer_objects(where, record["answers"]))
+        examples.append(QAExample(qid, record["question"], record["context"], answers, not answers, line))
     return examples
+
+
+def _answer_objects(where: str, answers: Any) -> list[Any]:
+    """{"text": [...], "answer_start": [...]} as a list of {"text", "answer_start"} objects."""
+    if isinstance(answers, list):
+        return answers
+    if not isinstance(answers, dict) or not all(isinstance(answers.get(k), (list, tuple)) for k in ("text", "answer_start")):
+        raise BertforgeError(f"{where}: 'answers' must be {{'text': [...], 'answer_start': [...]}}, got {str(answers)[:80]}")
+    if len(answers["text"]) != len(answers["answer_start"]):
+        raise BertforgeError(f"{where}: 'answers' has {len(answers['text'])} texts but "
+                             f"{len(answers['answer_start'])} answer_start values")
+    return [{"text": t, "answer_start": s} for t, s in zip(answers["text"], answers["answer_start"])]

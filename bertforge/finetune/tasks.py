@@ -21,7 +21,8 @@ from ..model import BertForQuestionAnswering, BertForSequenceClassification, Ber
 from ..data.qa_spans import NULL_ANSWER_KEY  # config.json: the model was trained to say "no answer"
 from . import metrics as M
 from .config import DataOptions
-from .data import TaggedSentence, TextExample, read_classification, read_conll, read_token_inputs
+from .data import TaggedSentence, TextExample, read_classification
+from .tagged import name_tag_ids, read_tagged
 from .squad import QAExample, read_squad
 from .features import Feature, encode_classification, encode_tagged
 from .qa import Answer, Window, best_answers, encode_qa
@@ -310,17 +311,20 @@ def _softmax(logits: np.ndarray) -> np.ndarray:
 
 
 class TokenClassification(Task):
-    """Word tagging (NER) from CoNLL files; scored on entities, span by span."""
+    """Word tagging (NER) from CoNLL files or rows of words and tags; scored on entities, span by span."""
 
     name = "ner"
     model_class = BertForTokenClassification
     metric_names = ("f1", "precision", "recall", "accuracy")
 
     def read(self, path: str | Path, opts: DataOptions, labelled: bool) -> tuple[list[TaggedSentence], bool]:
-        return read_conll(path) if labelled else read_token_inputs(path, _split_words), False
+        return read_tagged(path, opts.text_column, opts.label_column, labelled, _split_words), False
 
     def label_overrides(self, examples: list[TaggedSentence], path: Path) -> dict[str, Any]:
         tags = {t for s in examples for t in s.tags or []}
+        if any(isinstance(t, int) for t in tags):
+            raise BertforgeError(f"{path}: the tags are integer ids without their names; pass tags as strings, or a "
+                                 "datasets.Dataset (or a Parquet file it wrote) whose tag column is a ClassLabel")
         names = (["O"] if "O" in tags else []) + sorted(tags - {"O"})
         if len(names) < 2:
             raise BertforgeError(f"{path}: every word has the tag {names[0]!r}; tagging needs at least two tags")
@@ -332,13 +336,14 @@ class TokenClassification(Task):
     ) -> Encoded:
         tag_ids = None
         if labelled:
+            name_tag_ids(path, examples, config.id2label)
             label2id = config.label2id or {}
             tag_ids = []
             for sentence in examples:
                 for k, tag in enumerate(sentence.tags or []):
                     if tag not in label2id:
                         known = ", ".join(sorted(label2id))
-                        raise BertforgeError(f"{path}:{sentence.line + k}: tag {tag!r} was not seen in training (known: {known})")
+                        raise BertforgeError(f"{path}:{sentence.word_line(k)}: tag {tag!r} was not seen in training (known: {known})")
                 tag_ids.append([label2id[t] for t in sentence.tags or []])
         features = encode_tagged(tokenizer, examples, self.max_length(opts, config), tag_ids)
         return Encoded(path, examples, features)
@@ -391,7 +396,7 @@ def _split_words(text: str) -> list[tuple[str, tuple[int, int]]]:
 # ---------------------------------------------------------------------------------------------------- QA
 
 class QuestionAnswering(Task):
-    """Extractive QA on SQuAD v1.1 / v2.0 files."""
+    """Extractive QA on SQuAD v1.1 / v2.0: nested JSON files or flat rows (`squad.py`)."""
 
     name = "qa"
     model_class = BertForQuestionAnswering

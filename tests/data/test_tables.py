@@ -127,3 +127,23 @@ def test_settings_record_a_description_and_a_replay_of_it_is_refused(tmp_path):
     with pytest.raises(BertforgeError, match="cannot be replayed from its settings file"):
         refuse_description(recorded.train)
     refuse_description(str(tmp_path / "dev.tsv"))  # a path is not a description
+
+
+def test_class_names_come_from_a_dataset_and_from_the_files_datasets_writes(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    rows = [{"tokens": ["a", "b"], "ner_tags": [0, 1], "label": 1}, {"tokens": ["c"], "ner_tags": [1], "label": 0}]
+    features = datasets.Features({"tokens": datasets.Sequence(datasets.Value("string")),
+                                  "ner_tags": datasets.Sequence(datasets.ClassLabel(names=["O", "B-X"])),
+                                  "label": datasets.ClassLabel(names=["neg", "pos"])})
+    dataset = datasets.Dataset.from_list(rows, features=features)
+    names = {"ner_tags": ["O", "B-X"], "label": ["neg", "pos"]}
+    assert in_memory(dataset).class_names == names
+    plain = in_memory(rows)
+    assert plain.class_names == {} and plain.records == in_memory(dataset).records
+    assert plain.description != in_memory(dataset).description  # the same ids under names are other data
+    dataset.to_parquet(str(tmp_path / "d.parquet"))
+    assert tables.table_class_names(tmp_path / "d.parquet") == names
+    dataset.to_pandas().to_feather(tmp_path / "plain.feather")  # no datasets metadata: no names
+    assert tables.table_class_names(tmp_path / "plain.feather") == {}
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "p.parquet")
+    assert tables.table_class_names(tmp_path / "p.parquet") == {}

@@ -141,6 +141,6 @@ def test_multi_label_rows_are_lists_or_split_on_the_separator(tmp_path):
         read_classification([{"text": "a", "label": ["x"]}, {"text": "b", "label": ["x", None]}])
 
 
-def test_a_task_that_reads_only_files_refuses_rows_in_memory():
-    with pytest.raises(BertforgeError, match="this task reads a file: pass its path"):
+def test_the_conll_file_reader_refuses_rows_in_memory():  # the NER task reads rows through `tagged.read_tagged`
+    with pytest.raises(BertforgeError, match="not a CoNLL or SQuAD JSON file; this reader reads a file: pass its path"):
         read_conll([{"tokens": ["a"], "tags": ["O"]}])

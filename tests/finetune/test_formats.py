@@ -125,3 +125,65 @@ def test_a_run_of_rows_in_memory_resumes_and_refuses_other_rows(tiny_model, refe
     replay = FinetuneConfig.from_json(out / "finetune_config.json")
     with pytest.raises(BertforgeError, match="cannot be replayed from its settings file; pass the data again"):
         finetune(dataclasses.replace(replay, out=str(tmp_path / "replay")))
+
+
+# ---------------------------------------------------------------------------------------------------- NER and QA
+# A fine-tune from rows (in memory, Parquet) equals the one from the task's text format: CoNLL, SQuAD JSON.
+
+NER_QA = {"ner": dict(max_length=16), "qa": dict(max_length=32, doc_stride=16, max_query_length=12)}
+
+
+def ner_qa_files(root: Path, task: str) -> tuple[Path, list[dict]]:
+    """The task's text-format file and the same examples as rows in the `datasets` layout."""
+    from .conftest import write_conll, write_squad
+    from .test_squad import flat_rows
+    from .test_tagged import ner_rows
+
+    if task == "ner":
+        return write_conll(root / "ner.txt"), ner_rows()
+    path = write_squad(root / "squad.json")
+    return path, flat_rows(path)
+
+
+@pytest.fixture(scope="module", params=["ner", "qa"])
+def text_format_run(request, tiny_model, tmp_path_factory) -> tuple[str, Path, list[dict], dict, Path]:
+    task = request.param
+    root = tmp_path_factory.mktemp(task)
+    path, rows = ner_qa_files(root, task)
+    settings = dict(RUN, task=task, epochs=1, **NER_QA[task])
+    out = root / "run"
+    summary = finetune(model=str(tiny_model), train=str(path), dev=str(path), out=str(out), **settings)
+    return task, path, rows, summary, out
+
+
+@pytest.mark.parametrize("form", ["list of dicts", "dataset", "parquet"])
+def test_a_ner_or_qa_fine_tune_from_rows_equals_the_one_from_its_text_format(tiny_model, text_format_run, tmp_path,
+                                                                             form):
+    task, _, rows, expected, reference_out = text_format_run
+    data: object = {"list of dicts": rows, "dataset": datasets.Dataset.from_list(rows)}.get(form)
+    if form == "parquet":
+        data = str(tmp_path / "rows.parquet")
+        pq.write_table(pa.Table.from_pylist(rows), data, row_group_size=5)
+    out = tmp_path / "run"
+    summary = finetune(model=str(tiny_model), train=data, dev=data, out=str(out),
+                       **dict(RUN, task=task, epochs=1, **NER_QA[task]))
+    assert summary["metrics"] == expected["metrics"] and summary["train_steps"] == expected["train_steps"] > 0
+    same_weights(reference_out, out)
+
+
+def test_ner_and_qa_evaluate_and_predict_take_rows(text_format_run):
+    task, path, rows, _, out = text_format_run
+    options = dict(device="cpu", progress=False, **NER_QA[task])
+    from_file = evaluate(task, out / "model", path, **options)
+    assert evaluate(task, out / "model", rows, **options) == from_file
+    assert evaluate(task, out / "model", datasets.Dataset.from_list(rows), **options) == from_file
+    expected = predict(task, out / "model", path, **options)
+    if task == "ner":  # without tags; records name the row instead of the line
+        unlabelled = [{"tokens": r["tokens"]} for r in rows]
+        got = predict(task, out / "model", unlabelled, **options)
+        assert [{k: v for k, v in r.items() if k != "line"} for r in got] == [
+            {k: v for k, v in r.items() if k != "line"} for r in expected]
+        assert [r["line"] for r in got] == list(range(2, 14))  # row 1 is -DOCSTART-
+    else:  # answers are not needed to predict
+        got = predict(task, out / "model", rows, **options)
+        assert got == expected and len(got) == 12
