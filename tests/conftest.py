@@ -8,6 +8,18 @@ from tests.helpers import make_run_inputs
 
 
 @pytest.fixture(scope="module")
+def one_thread():
+    """One intra-op thread for the module (`pytestmark = pytest.mark.usefixtures("one_thread")`): a tiny model's
+    run is faster on one thread than on two busy cores, and runs compared bitwise share one GEMM blocking."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
 def corpus_and_tokenizer(tmp_path_factory):
     """(corpus.txt, tokenizer dir, config.json) of a tiny pretraining run (`helpers.make_run_inputs`)."""
     return make_run_inputs(tmp_path_factory.mktemp("pretrain"))

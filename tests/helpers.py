@@ -99,3 +99,47 @@ def count_graphs(monkeypatch, backend: str | None) -> list:
     monkeypatch.setattr(torch, "compile", lambda model, **kw: real(model, backend=counting))
     torch._dynamo.reset()
     return graphs
+
+
+class Stop(Exception):
+    """Stands for a kill: raised right after a given optimizer step (`stopped_after`)."""
+
+
+def stopped_after(monkeypatch, step: int, call) -> None:
+    """`call()`, stopped (as if killed) right after optimizer step `step` of the one training step."""
+    import pytest
+
+    from bertforge.training.step import TrainStep
+
+    real = TrainStep.run
+
+    def run_then_stop(self, *a, **kw):
+        outcome = real(self, *a, **kw)
+        if self.step == step:
+            raise Stop(step)
+        return outcome
+
+    with monkeypatch.context() as patch:
+        patch.setattr(TrainStep, "run", run_then_stop)
+        with pytest.raises(Stop):
+            call()
+
+
+def metrics_rows(out: Path) -> list[dict]:
+    """OUT/metrics.jsonl's rows."""
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def same_run(a: Path, b: Path, weights: str = "model/model.safetensors") -> None:
+    """Two trainer runs ended the same: bitwise the same weights (`weights` in each OUT), the same metrics rows and
+    evaluation record (eval.json, the wall time aside)."""
+    import torch
+    from safetensors.torch import load_file
+
+    wa, wb = (load_file(str(d / weights)) for d in (a, b))
+    assert wa.keys() == wb.keys()
+    assert all(torch.equal(wa[k].view(torch.uint8), wb[k].view(torch.uint8)) for k in wa), "weights differ"
+    assert metrics_rows(a) == metrics_rows(b)
+    ea, eb = (json.loads((d / "eval.json").read_text()) for d in (a, b))
+    ea.pop("train_seconds"), eb.pop("train_seconds")
+    assert ea == eb

@@ -9,29 +9,23 @@ from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import load_file
 
 from bertforge.cli import main
 from bertforge.core.errors import BertforgeError
 from bertforge.embeddings_train import train_embeddings
 from bertforge.training.run_dir import list_checkpoints
-from bertforge.training.step import TrainStep
+
+from tests.helpers import metrics_rows as rows, same_run, stopped_after
+
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 # the toy task's 64 pairs in batches of 16: 4 steps an epoch, 8 in all; dropout on (the tiny model's 0.1)
 RUN = dict(epochs=2, batch_size=16, lr=1e-3, eval_every=3, log_every=3, save_every=2, seed=5, max_length=16,
            eval_batch_size=16, device="cpu", progress=False)
 
 
-class Stop(Exception):
-    """Stands for a kill: raised right after a given optimizer step."""
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def run(tiny: Path, toy: tuple[Path, Path], out: Path, **settings) -> dict:
@@ -39,32 +33,10 @@ def run(tiny: Path, toy: tuple[Path, Path], out: Path, **settings) -> dict:
 
 
 def run_stopped_after(monkeypatch, step: int, *args, **settings) -> None:
-    real = TrainStep.run
-
-    def run_then_stop(self, *a, **kw):
-        outcome = real(self, *a, **kw)
-        if self.step == step:
-            raise Stop(step)
-        return outcome
-
-    with monkeypatch.context() as patch:
-        patch.setattr(TrainStep, "run", run_then_stop)
-        with pytest.raises(Stop):
-            run(*args, **settings)
+    """`run(*args, **settings)`, stopped (as if killed) right after optimizer step `step`."""
+    stopped_after(monkeypatch, step, lambda: run(*args, **settings))
 
 
-def rows(out: Path) -> list[dict]:
-    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-
-
-def same_run(a: Path, b: Path) -> None:
-    wa, wb = (load_file(str(d / "model.safetensors")) for d in (a, b))
-    assert wa.keys() == wb.keys()
-    assert all(torch.equal(wa[k].view(torch.uint8), wb[k].view(torch.uint8)) for k in wa), "weights differ"
-    assert rows(a) == rows(b)
-    ea, eb = (json.loads((d / "eval.json").read_text()) for d in (a, b))
-    ea.pop("train_seconds"), eb.pop("train_seconds")
-    assert ea == eb
 
 
 @pytest.fixture(scope="module", params=[None, 12], ids=["plain", "cached"])
@@ -83,7 +55,7 @@ def test_a_run_stopped_and_resumed_ends_as_the_run_never_stopped(tiny, toy, refe
     run_stopped_after(monkeypatch, stop, tiny, toy, out, mini_batch_size=mini)
     assert not (out / "eval.json").exists() and [s for s, _ in list_checkpoints(out)] == [2]
     run(tiny, toy, out, mini_batch_size=mini, resume=True)
-    same_run(ref, out)
+    same_run(ref, out, "model.safetensors")
     assert [s for s, _ in list_checkpoints(out)] == [8]
     assert json.loads((out / "eval.json").read_text())["before"] is not None  # the baseline came from the checkpoint
 

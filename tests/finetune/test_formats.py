@@ -15,13 +15,16 @@ from safetensors.torch import load_file
 from bertforge.core.errors import BertforgeError
 from bertforge.finetune import evaluate, finetune, predict
 from bertforge.finetune.config import FinetuneConfig
-from bertforge.training.step import TrainStep
 
 from .conftest import NEGATIVE, POSITIVE
 
 pa = pytest.importorskip("pyarrow")
 datasets = pytest.importorskip("datasets")
 import pyarrow.parquet as pq  # noqa: E402
+
+from tests.helpers import stopped_after
+
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 RUN = dict(task="classification", epochs=2, batch_size=4, lr=1e-3, max_length=16, seed=3, progress=False,
            device="cpu", log_every=2)
@@ -32,12 +35,6 @@ def sentiment_rows(n: int) -> list[dict]:
             for i in range(n)]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")
@@ -98,25 +95,13 @@ def test_evaluate_and_predict_take_rows_in_memory(reference, files):
     assert [r["line"] for r in expected] == list(range(1, 9))
 
 
-class Stop(Exception):
-    pass
 
 
 def test_a_run_of_rows_in_memory_resumes_and_refuses_other_rows(tiny_model, reference, tmp_path, monkeypatch):
     train, dev = sentiment_rows(16), datasets.Dataset.from_list(sentiment_rows(8))
     out = tmp_path / "run"
-    real = TrainStep.run
-
-    def run_then_stop(self, *a, **kw):
-        outcome = real(self, *a, **kw)
-        if self.step == 5:
-            raise Stop()
-        return outcome
-
-    with monkeypatch.context() as patch:
-        patch.setattr(TrainStep, "run", run_then_stop)
-        with pytest.raises(Stop):
-            finetune(model=str(tiny_model), train=train, dev=dev, out=str(out), save_every=2, **RUN)
+    stopped_after(monkeypatch, 5, lambda: finetune(model=str(tiny_model), train=train, dev=dev, out=str(out),
+                                                   save_every=2, **RUN))
     other = [dict(r, label="neg" if r["label"] == "pos" else "pos") for r in train]  # the same count, other rows
     with pytest.raises(BertforgeError, match=r"--resume with settings that differ.*train: '<in-memory: 16 rows"):
         finetune(model=str(tiny_model), train=other, dev=dev, out=str(out), save_every=2, resume=True, **RUN)

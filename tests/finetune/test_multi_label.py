@@ -17,6 +17,9 @@ from bertforge import pipeline
 from bertforge.cli import main
 from bertforge.finetune import evaluate, finetune, predict
 
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 # Each topic word brings its label; a row holds 0-3 topics among filler words.
 TOPICS = {"movie": ("movie", "film", "plot"), "city": ("paris", "london", "berlin"), "person": ("john", "mary", "peter")}
 FILLER = "the a this it was is very and of i".split()
@@ -52,13 +55,6 @@ RUN = dict(task="classification", epochs=8, batch_size=16, lr=5e-3, max_length=1
            device="cpu", log_every=10_000)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """One intra-op thread: faster than two busy cores for a model this small."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")

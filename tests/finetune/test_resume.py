@@ -10,32 +10,25 @@ from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import load_file
 
 from bertforge.cli import main
 from bertforge.core.errors import BertforgeError
 from bertforge.finetune import finetune
 from bertforge.training.run_dir import list_checkpoints
-from bertforge.training.step import TrainStep
 
 from .conftest import write_sentiment
+
+from tests.helpers import metrics_rows as rows, same_run, stopped_after
+
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 # 20 examples in batches of 4: 5 steps an epoch, 10 in all; an evaluation every 3 steps and at each epoch's end
 RUN = dict(task="classification", epochs=2, batch_size=4, lr=1e-3, eval_every=3, log_every=3, seed=3,
            progress=False, device="cpu")
 
 
-class Stop(Exception):
-    """Stands for a kill: raised after a given optimizer step."""
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """One intra-op thread: on a small shared machine, two busy cores make a 10-step run take 15 s instead of 2."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")
@@ -50,33 +43,9 @@ def run(model: Path, data: tuple[Path, Path], out: Path, **settings) -> dict:
 
 def run_stopped_after(monkeypatch, step: int, *args, **settings) -> None:
     """`run(*args, **settings)`, stopped (as if killed) right after optimizer step `step`."""
-    real = TrainStep.run
-
-    def run_then_stop(self, *a, **kw):
-        outcome = real(self, *a, **kw)
-        if self.step == step:
-            raise Stop(step)
-        return outcome
-
-    with monkeypatch.context() as patch:
-        patch.setattr(TrainStep, "run", run_then_stop)
-        with pytest.raises(Stop):
-            run(*args, **settings)
+    stopped_after(monkeypatch, step, lambda: run(*args, **settings))
 
 
-def rows(out: Path) -> list[dict]:
-    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-
-
-def same_run(a: Path, b: Path) -> None:
-    """Bitwise the same weights, the same metrics rows and evaluation record (the wall time aside)."""
-    wa, wb = (load_file(str(d / "model" / "model.safetensors")) for d in (a, b))
-    assert wa.keys() == wb.keys()
-    assert all(torch.equal(wa[k].view(torch.uint8), wb[k].view(torch.uint8)) for k in wa), "weights differ"
-    assert rows(a) == rows(b)
-    ea, eb = (json.loads((d / "eval.json").read_text()) for d in (a, b))
-    ea.pop("train_seconds"), eb.pop("train_seconds")
-    assert ea == eb
 
 
 @pytest.fixture(scope="module")
