@@ -140,16 +140,15 @@ class EmbeddingTraining(Finetuning):
     """A `Finetuning` run whose examples are `EncodedPairs` and whose loss is one of `losses.make_loss`."""
 
     what, rows = "train-embeddings", "examples"
+    wraps_own_module = True  # the encoder (model + pooling) is what DDP wraps
 
     def __init__(self, model, data: EncodedPairs, evaluate, cfg, main_metric: str | None, loss: Loss, pooling: str,
                  device: torch.device, rt: Runtime | None = None) -> None:
         self.data, self.loss, self.pooling = data, loss, pooling
-        self.rt = rt or Runtime(0, 1, 0, device)
         self.in_batch_negatives = data.labels is None
         if getattr(model, "pooler", None) is not None:  # never used by sentence embeddings (kept for transformers):
             model.pooler.requires_grad_(False)  # not trained, so that DDP finds a gradient for every trained weight
-        super().__init__(model, data, evaluate, cfg, main_metric or "", False, 0, device)
-        self.stepper.world_size = self.rt.world_size  # the loss normalised over ranks (fine-tuning's runs one process)
+        super().__init__(model, data, evaluate, cfg, main_metric or "", False, 0, device, rt)
         self.encoder = wrap_model(SentenceEncoder(model, pooling), self.rt)  # DDP under torchrun
         self.has_dev = main_metric is not None
         self.baseline: dict[str, Any] | None = None  # the dev metrics before training

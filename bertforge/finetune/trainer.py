@@ -143,13 +143,13 @@ class Finetuning:
     keeping and early stopping; `run_logged` runs it with a progress bar. Another trainer (sentence embeddings)
     subclasses it with its own `epoch_batches`, `make_batch`, `forward_backward` and `counts`."""
 
+    wraps_own_module = False  # True: the subclass wraps (DDP) the module its steps call itself
+
     def __init__(self, model, train_features, evaluate, cfg, main_metric, lower_is_better, pad_token_id, device,
                  rt: Runtime | None = None) -> None:
         self.model, self.features, self.evaluate, self.cfg = model, train_features, evaluate, cfg
-        # under torchrun (`rt`): every rank trains on its share of each global batch of `cfg.batch_size` (a
-        # subclass that shares batches and wraps a module its own way, train-embeddings, sets `self.rt` first)
-        if rt is not None or not hasattr(self, "rt"):
-            self.rt = rt if rt is not None else Runtime(0, 1, 0, device)
+        # under torchrun (`rt`): every rank trains on its share of each global batch of `cfg.batch_size`
+        self.rt = rt if rt is not None else Runtime(0, 1, 0, device)
         model.to(device)  # before the optimizer takes its parameters and DDP wraps it
         self.main_metric, self.lower_is_better, self.pad_token_id, self.device = main_metric, lower_is_better, pad_token_id, device
         self.generator = torch.Generator().manual_seed(cfg.seed)
@@ -164,9 +164,9 @@ class Finetuning:
         self.stepper = TrainStep(model, optimizer, scheduler, max_grad_norm=MAX_GRAD_NORM, device=device,
                                  precision=pick_precision(cfg.precision, device), world_size=self.rt.world_size,
                                  max_skipped_steps=cfg.max_skipped_steps)
-        # what training steps call: DDP under torchrun, compiled with --compile
-        self.train_model = (wrap_model(model, self.rt, compile=cfg.compile) if rt is not None
-                            else torch.compile(model) if cfg.compile else model)
+        # what training steps call: DDP under torchrun, compiled with --compile (a subclass that trains through a
+        # module of its own, `wraps_own_module`, wraps that one instead)
+        self.train_model = model if self.wraps_own_module else wrap_model(model, self.rt, compile=cfg.compile)
         self.stand_ins: list[Any] = []  # this step's micro-batches that stand in for a share with no example
         per_epoch = (f"{epoch_steps[0]} step(s)" if len(set(epoch_steps)) == 1
                      else f"{min(epoch_steps)}-{max(epoch_steps)} step(s), {self.total_steps} in all")
