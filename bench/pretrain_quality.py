@@ -29,7 +29,7 @@ SST2 = DATA / "tasks" / "sst2"
 
 # bertforge's side: the recipe proposed as the best model per CPU-hour (docs/guides/pretraining.md; reasons
 # in bench/README.md). Not yet measured at 60 minutes on an idle machine.
-RECIPE = dict(config="mini", seq_len=128, batch_size=32, lr=5e-4, warmup_steps=300, decay="wsd", decay_ratio=0.2,
+RECIPE = dict(config="mini", max_length=128, batch_size=32, lr=5e-4, warmup_steps=300, decay="wsd", decay_ratio=0.2,
               objective="mlm", weight_decay=0.01)
 # fine-tuning both final models: the same settings for both
 FINETUNE = dict(epochs=1, batch_size=32, lr=1e-4, warmup_ratio=0.1, max_length=64, seed=42)
@@ -43,7 +43,7 @@ def parse_args() -> argparse.Namespace:
                    help="both sides checkpoint at every multiple of this (default --minutes / 6)")
     p.add_argument("--work", type=Path, default=Path("runs/pretrain_quality"), help="working directory")
     p.add_argument("--config", default=RECIPE["config"], help="model size (a bertforge preset), both sides")
-    p.add_argument("--seq-len", type=int, default=RECIPE["seq_len"])
+    p.add_argument("--max-length", type=int, default=RECIPE["max_length"])
     p.add_argument("--batch-size", type=int, default=RECIPE["batch_size"])
     p.add_argument("--lr", type=float, default=RECIPE["lr"], help="bertforge's peak learning rate")
     p.add_argument("--warmup-steps", type=int, default=RECIPE["warmup_steps"], help="bertforge's warmup")
@@ -80,7 +80,7 @@ def run_args(a: argparse.Namespace, **settings):
     """`PretrainArgs` of the data side of the run (sequence length, MLM alone), for the tokenizer and the data."""
     from bertforge.pretrain.args import PretrainArgs
 
-    base = dict(seq_len=a.seq_len, batch_size=a.batch_size, objective="mlm", nsp=False, vocab_size=a.vocab_size,
+    base = dict(max_length=a.max_length, batch_size=a.batch_size, objective="mlm", nsp=False, vocab_size=a.vocab_size,
                 progress=False, demo=False)
     return PretrainArgs(**{**base, **settings})
 
@@ -110,11 +110,11 @@ def train_bertforge(a: argparse.Namespace, train: list[str], tokenizer: Path) ->
     """`bertforge pretrain` (the command, in its own process) with the recipe, for --minutes of training time."""
     out = a.work / "bertforge"
     cmd = [sys.executable, "-m", "bertforge", "pretrain", "--corpus", *train, "--tokenizer", str(tokenizer),
-           "--out", str(out), "--overwrite", "--device", "cpu", "--config", a.config, "--seq-len", str(a.seq_len),
+           "--out", str(out), "--overwrite", "--device", "cpu", "--config", a.config, "--max-length", str(a.max_length),
            "--batch-size", str(a.batch_size), "--lr", str(a.lr), "--warmup-steps", str(a.warmup_steps),
            "--decay", RECIPE["decay"], "--decay-ratio", str(RECIPE["decay_ratio"]), "--objective", RECIPE["objective"],
            "--weight-decay", str(RECIPE["weight_decay"]), "--max-minutes", str(a.minutes),
-           "--save-every-minutes", str(a.checkpoint_minutes), "--save-every", str(10**9), "--keep-last", "1000",
+           "--save-every-minutes", str(a.checkpoint_minutes), "--save-every", str(10**9), "--keep-checkpoints", "1000",
            "--log-every", "20"]
     print("bertforge:", " ".join(cmd[2:]), flush=True)
     subprocess.run(cmd, check=True)
@@ -123,7 +123,7 @@ def train_bertforge(a: argparse.Namespace, train: list[str], tokenizer: Path) ->
 
 def training_sequences(a: argparse.Namespace, train: list[str], tokenizer: Path) -> list[dict[str, list[int]]]:
     """One epoch of the sequences bertforge trains on (its own data pipeline: MLM-only full-sentence packing of
-    --seq-len tokens), unmasked, for transformers' collator to mask."""
+    --max-length tokens), unmasked, for transformers' collator to mask."""
     from bertforge.pretrain.data import pretraining_stream
     from bertforge.tokenizer import Tokenizer
 
@@ -413,7 +413,7 @@ def main() -> None:
     score(batches, found)
     sst2 = {**kept_sst2, **finetune_sst2(a, final_models(found, a.work, a.minutes))}
     found += kept
-    title = (f"{a.config}, {a.batch_size} x {a.seq_len} tokens; bertforge {a.minutes:g} min (lr {a.lr:g}, wsd), "
+    title = (f"{a.config}, {a.batch_size} x {a.max_length} tokens; bertforge {a.minutes:g} min (lr {a.lr:g}, wsd), "
              f"transformers Trainer {a.reference_minutes:g} min (defaults); {os.cpu_count()} CPUs, load {load:.1f}")
     plot(found, a.work / "curves.png", title)
     results = {"settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(a).items()},

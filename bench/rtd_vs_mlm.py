@@ -43,7 +43,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--work", type=Path, default=Path("runs/rtd_vs_mlm"), help="working directory")
     p.add_argument("--size", default="tiny", help="model size: a generic preset (tiny, mini, ...) of both families")
     p.add_argument("--runs", default=",".join(RUNS), help="which pretrainings (rtd, mlm, bert)")
-    p.add_argument("--seq-len", type=int, default=128)
+    p.add_argument("--max-length", type=int, default=128)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--lr", type=float, default=5e-4, help="peak learning rate of every pretraining")
     p.add_argument("--warmup-ratio", type=float, default=0.06)
@@ -162,7 +162,7 @@ def pretrain_cmd(a: argparse.Namespace, run: str, out: Path, steps: int, files: 
                          "bert": (a.size, "auto")}[run]
     cmd = bertforge("pretrain", "--corpus", *files["train"], "--tokenizer", str(files["tokenizer"]),
                     "--out", str(out), "--overwrite", "--device", "cpu", "--config", config, "--objective", objective,
-                    "--max-steps", str(steps), "--batch-size", str(a.batch_size), "--seq-len", str(a.seq_len),
+                    "--max-steps", str(steps), "--batch-size", str(a.batch_size), "--max-length", str(a.max_length),
                     "--lr", str(a.lr), "--warmup-ratio", str(a.warmup_ratio), "--decay", "linear", "--seed", "0",
                     "--save-every", str(10**9), "--log-every", "5" if not evals else "10", "--no-progress")
     if evals:
@@ -384,7 +384,7 @@ def main() -> None:
     finetuned = finetune_all(a, models, old.get("finetune", []))
     date = datetime.date.today().isoformat()
     title = (f"{a.size}: RTD vs MLM, {a.cpu_minutes:g} training CPU-minutes each, one thread, {a.batch_size} x "
-             f"{a.seq_len} tokens, lr {a.lr:g}; {date}, {os.cpu_count()} shared CPUs, load {load[0]:.1f} at the start")
+             f"{a.max_length} tokens, lr {a.lr:g}; {date}, {os.cpu_count()} shared CPUs, load {load[0]:.1f} at the start")
     plot(a, pretrained, finetuned, a.work / "curves.png", title)
     results = {"date": date, "settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(a).items()},
                "train_files": train, "held_out_files": held_out, "load_average_at_start": load,

@@ -123,9 +123,9 @@ def start_server(args: argparse.Namespace) -> tuple[subprocess.Popen, str]:
     import urllib.request
 
     port = free_port()
-    command = [sys.executable, "-m", "bertforge", "serve", "--model", args.model, "--host", "127.0.0.1",
+    command = [sys.executable, "-m", "bertforge", "serve", "--model", args.model, "--hostname", "127.0.0.1",
                "--port", str(port), "--max-batch-tokens", str(args.max_batch_tokens), "--log-level", "warning",
-               "--max-queue", str(max(512, 2 * max(args.concurrency)))]
+               "--max-concurrent-requests", str(max(512, 2 * max(args.concurrency)))]
     if args.threads:
         command += ["--threads", str(args.threads)]
     if args.workers > 1:

@@ -54,7 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
         module = importlib.import_module(f".commands.{name}", __package__)  # a missing one is a bug: it fails
-        p = sub.add_parser(module.NAME, help=module.HELP, description=module.HELP)
+        p = sub.add_parser(module.NAME, help=module.HELP, description=module.HELP,
+                           epilog="examples:\n" + "\n".join(f"  {line}" for line in module.EXAMPLES),
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
         p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show full tracebacks on errors")
         module.add_arguments(p)
         p.set_defaults(run=module.run)

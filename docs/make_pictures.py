@@ -214,7 +214,7 @@ def pretrain_demo(steps: int, work: Path) -> Path:
 
     every = max(1, steps // 10)
     pretrain(**{**DEMO, "out": str(work / "run"), "max_steps": steps, "save_every": every,
-                "keep_last": steps // every + 1, "warmup_steps": min(DEMO["warmup_steps"], max(1, steps // 10)),
+                "keep_checkpoints": steps // every + 1, "warmup_steps": min(DEMO["warmup_steps"], max(1, steps // 10)),
                 "progress": False})
     return work / "run"
 

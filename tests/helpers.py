@@ -75,7 +75,7 @@ def tiny_run_args(inputs: tuple[Path, Path, Path], out: Path, **settings):
     from bertforge.pretrain.args import PretrainArgs
 
     corpus, tok, config = inputs
-    base = dict(corpus=[str(corpus)], tokenizer=str(tok), config=str(config), out=str(out), batch_size=4, seq_len=32,
+    base = dict(corpus=[str(corpus)], tokenizer=str(tok), config=str(config), out=str(out), batch_size=4, max_length=32,
                 progress=False, demo=False)
     return PretrainArgs(**{**base, **settings})
 

@@ -31,3 +31,94 @@ def test_a_missing_command_module_fails_loudly(monkeypatch, capsys):
     assert main(["pretrain", "--help"]) == 1
     err = capsys.readouterr().err
     assert "internal error: ModuleNotFoundError" in err and "no_such_command" in err
+
+
+# ------------------------------------------------------------------------------------------- one vocabulary of options
+
+def _subcommands() -> dict:
+    import argparse
+
+    from bertforge.cli import build_parser
+
+    parser = build_parser()
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(action.choices)
+
+
+def _flags(parser) -> dict[str, set[str]]:
+    """dest -> the option strings that set it, for every option of `parser` but --help and --debug."""
+    found: dict[str, set[str]] = {}
+    for action in parser._actions:
+        if action.option_strings and action.dest not in ("help", "debug"):
+            found.setdefault(action.dest, set()).update(action.option_strings)
+    return found
+
+
+# The spellings removed when the commands took one vocabulary (docs/changelog.md lists each with its successor).
+REMOVED = {"--seq-len": "--max-length", "--output": "--out", "--text-field": "--text-column",
+           "--text-key": "--text-column", "--keep-last": "--keep-checkpoints", "--early-stop": "--early-stop-patience",
+           "--batch-tokens": "--max-batch-tokens", "--config FILE": "--run-config", "--data": "--input",
+           "--head CLASS": "--model-class", "--model KIND": "--algorithm", "--host": "--hostname",
+           "--model-name": "--served-model-name", "--max-queue": "--max-concurrent-requests",
+           "--max-body-bytes": "--payload-limit"}
+
+
+def test_every_command_names_the_same_thing_the_same_way():
+    """A setting a command shares with others (same `dest`) has the same option string in every command, and no
+    command offers a removed spelling; the changelog names each removed spelling beside its successor."""
+    spellings: dict[str, dict[str, set[str]]] = {}
+    for name, parser in _subcommands().items():
+        for dest, strings in _flags(parser).items():
+            spellings.setdefault(dest, {})[name] = strings
+            removed = {s for s in strings if s in REMOVED}
+            assert not removed, f"{name} still offers {removed}"
+    for dest, by_command in spellings.items():
+        # one name, as a switch or its --no- form; serve also takes TEI's --model-id beside bertforge's --model
+        names = {s[2:].removeprefix("no-") for strings in by_command.values() for s in strings if s.startswith("--")}
+        assert len(names - ({"model-id"} if dest == "model" else set())) == 1, f"{dest} is spelt differently: {by_command}"
+    changelog = (ROOT / "docs" / "changelog.md").read_text(encoding="utf-8")
+    for old, new in REMOVED.items():
+        assert f"`{old}`" in changelog and f"`{new}`" in changelog, f"the changelog does not name {old} -> {new}"
+
+
+def test_the_same_concept_has_one_name():
+    """The concepts the commands shared under different names now have one: the old names are nowhere."""
+    every = set().union(*(set().union(*_flags(p).values()) for p in _subcommands().values()))
+    for old in ("--seq-len", "--output", "--text-field", "--text-key", "--keep-last", "--early-stop", "--batch-tokens",
+                "--host", "--model-name", "--max-queue", "--max-body-bytes"):
+        assert old not in every
+    commands = _subcommands()
+    assert "--config" not in set().union(*_flags(commands["finetune"]).values())  # --run-config: a saved run
+    assert _flags(commands["export-onnx"])["model_class"] == {"--model-class"}  # --head: an attention head only
+    assert _flags(commands["train-tokenizer"])["algorithm"] == {"--algorithm"}  # --model: a model directory only
+
+
+def test_every_trainer_has_one_seed_default_and_replays_a_run_config():
+    from bertforge.core.constants import SEED
+
+    trainers = ("pretrain", "distill", "finetune", "glue", "train-embeddings")
+    commands = _subcommands()
+    for name in trainers:
+        assert "run_config" in _flags(commands[name]), f"{name} has no --run-config"
+        assert "--seed" in " ".join(_flags(commands[name]).get("seed", ())), f"{name} has no --seed"
+        assert f"(default {SEED})" in commands[name].format_help(), f"{name}'s --seed default is not {SEED}"
+
+
+def test_every_command_help_shows_examples_that_parse(capsys):
+    """`bertforge COMMAND --help` ends with usage examples, and each example is a command line its parser
+    accepts (an example with a renamed or missing option fails here)."""
+    import shlex
+
+    import bertforge.cli as cli
+
+    for name, parser in _subcommands().items():
+        module = __import__(f"bertforge.commands.{name.replace('-', '_')}", fromlist=["EXAMPLES"])
+        assert module.EXAMPLES, f"{name} has no example"
+        text = parser.format_help()
+        assert "examples:" in text
+        for example in module.EXAMPLES:
+            assert example in text
+            words = shlex.split(example, comments=True)
+            assert words[:2] == ["bertforge", name], example
+            parsed = cli.build_parser().parse_args(words[1:])  # argparse exits 2 on a bad option
+            assert parsed.command == name

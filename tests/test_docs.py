@@ -308,13 +308,13 @@ def test_every_command_line_a_page_shows_parses(page):
 
 
 def test_the_command_check_catches_a_wrong_option():
-    lines = command_lines("```bash\nbertforge embed --model m --input a.txt \\\n    --output v.npy --no-such-option 3\n"
+    lines = command_lines("```bash\nbertforge embed --model m --input a.txt \\\n    --out v.npy --no-such-option 3\n"
                           "torchrun --nproc-per-node 2 -m bertforge pretrain --out r   # comment --bad\n```\n")
-    assert lines == ["bertforge embed --model m --input a.txt --output v.npy --no-such-option 3",
+    assert lines == ["bertforge embed --model m --input a.txt --out v.npy --no-such-option 3",
                      "bertforge pretrain --out r"]
     assert "unrecognized arguments: --no-such-option" in refused(lines[0])
     assert refused(lines[1]) is None
-    assert refused('bertforge embed --model $(python -c "print(f(x))") --input a.txt --output v.npy') is None
+    assert refused('bertforge embed --model $(python -c "print(f(x))") --input a.txt --out v.npy') is None
     assert "required" in refused("bertforge embed --model m")
 
 

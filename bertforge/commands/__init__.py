@@ -1,8 +1,17 @@
-"""One module per CLI subcommand. Each defines `NAME`, `HELP`, `add_arguments(parser)` and `run(args) -> int`."""
+"""One module per CLI subcommand. Each defines `NAME`, `HELP`, `EXAMPLES` (command lines `--help` shows),
+`add_arguments(parser)` and `run(args) -> int`.
+
+The commands speak one vocabulary: the same option name for the same thing everywhere (`--model`, `--out`,
+`--input`, `--max-length`, `--text-column`, `--keep-checkpoints`, `--early-stop-patience`, `--seed`, `--device`,
+`--run-config`, ...), each trainer's settings declared once on its settings dataclass (`core.options`)."""
 
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..training.run_dir import RunKind
 
 
 def add_quantize_argument(parser: argparse.ArgumentParser | argparse._ArgumentGroup, what: str = "the model") -> None:
@@ -20,3 +29,12 @@ def add_device_argument(parser: argparse.ArgumentParser | argparse._ArgumentGrou
 
     parser.add_argument("--device", default=None, metavar="DEVICE",
                         help=f"where the model runs: {INFERENCE_DEVICES}; on CUDA in float16")
+
+
+def add_run_config_argument(parser: argparse.ArgumentParser, kind: RunKind) -> None:
+    """--run-config, the same for every trainer: start from the settings a run recorded (`kind`: the trainer's
+    `training.run_dir.RunKind`)."""
+    resume = ("; --resume without it takes the settings of the run in --out" if kind.resume_option else "")
+    parser.add_argument("--run-config", metavar="FILE",
+                        help=f"repeat a run: its {kind.config_file} (or the run's directory); options given here "
+                             f"override its settings{resume}")

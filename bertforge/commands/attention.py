@@ -17,6 +17,9 @@ from ..training.log import PLOTS_HINT, installed
 
 NAME = "attention"
 HELP = "draw a text's attention probabilities (all heads of a layer, or one head) as a grid of heatmaps"
+EXAMPLES = (
+    'bertforge attention --model runs/my-bert/model --text "The cat sat on the mat." --layer 1 --out attention.png',
+)  # `--help` shows them; tests/test_cli.py parses them
 
 FORMATS = ("png", "pdf", "svg", "jpg", "jpeg")
 #: Longest text drawn (tokens): beyond it the labels of a heatmap cannot be read.
@@ -108,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
     model_dir = model_path(args.model)
     if not model_dir.is_dir():
         raise BertforgeError(f"{model_dir}: no such model directory")
-    check_output_file(out, model=model_dir, option="--out")
+    check_output_file(out, model=model_dir)
     if not args.text.strip():
         raise BertforgeError("--text is empty")
     layers, tokens = attention_probabilities(model_dir, args.text, args.text_pair)

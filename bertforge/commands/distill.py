@@ -3,24 +3,34 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
+
+from . import add_run_config_argument
 
 NAME = "distill"
 HELP = "distil a BERT or RoBERTa checkpoint into a DistilBERT (half the layers) on a corpus"
+EXAMPLES = (
+    'bertforge distill --teacher runs/my-bert/model --corpus my_corpus/ --max-steps 5000 --out runs/my-distilbert',
+)  # `--help` shows them; tests/test_cli.py parses them
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from ..pretrain.args import PRETRAINING
     from ..pretrain.distill import TEACHER_DECIDES, DistillArgs
     from ..core.options import add_options, cli_fields
 
-    add_options(p, DistillArgs, only=[f.name for f in cli_fields(DistillArgs) if f.name not in TEACHER_DECIDES],
-                required=("teacher", "corpus"))
+    add_run_config_argument(p, PRETRAINING)
+    add_options(p, DistillArgs, only=[f.name for f in cli_fields(DistillArgs) if f.name not in TEACHER_DECIDES])
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..pretrain.distill import DistillArgs, distill
     from ..core.options import given
+    from ..pretrain.args import PRETRAINING, recorded_run
+    from ..pretrain.distill import DistillArgs, distill
+    from ..training.run_dir import settings_to_replay
 
     settings = given(args, DistillArgs)
-    distill(dataclasses.replace(DistillArgs(teacher=settings["teacher"]), **settings))
+    source = settings_to_replay(args.run_config, bool(settings.get("resume")), settings.get("out"), PRETRAINING)
+    if source:
+        settings = {**recorded_run(source, settings, DistillArgs), **settings}
+    distill(DistillArgs(**settings))  # it refuses a missing --teacher or --corpus by name
     return 0

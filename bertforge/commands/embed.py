@@ -20,6 +20,9 @@ from . import add_device_argument, add_quantize_argument
 
 NAME = "embed"
 HELP = "embed the texts of a .txt (one a line), .jsonl, Parquet or Arrow file into a .npy array [n, hidden]"
+EXAMPLES = (
+    'bertforge embed --model runs/my-embedder --input texts.txt --out vectors.npy',
+)  # `--help` shows them; tests/test_cli.py parses them
 
 log = logging.getLogger("bertforge")
 
@@ -29,8 +32,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--input", required=True, metavar="FILE",
                         help=".txt: one text a line (row i of the output is line i); .jsonl: one JSON object a line; "
                              ".parquet, .arrow, .feather: one row a text (the pyarrow extra)")
-    parser.add_argument("--output", required=True, metavar="FILE", help="the embeddings, a float32 .npy file [n, hidden]")
-    parser.add_argument("--text-key", default="text", metavar="KEY", help="JSON key (or Parquet/Arrow column) holding the text (text)")
+    parser.add_argument("--out", required=True, metavar="FILE", help="the embeddings, a float32 .npy file [n, hidden]")
+    parser.add_argument("--text-column", default="text", metavar="NAME", help="JSON key (or Parquet/Arrow column) holding the text (text)")
     parser.add_argument("--pooling", choices=POOLINGS, default=None,
                         help="default: what a sentence-transformers model declares, else mean")
     norm = parser.add_mutually_exclusive_group()
@@ -42,7 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "are not run")
     parser.add_argument("--max-length", type=int, default=None, metavar="N",
                         help="longest input in tokens; longer ones are truncated (default: the model's limit)")
-    parser.add_argument("--batch-tokens", type=int, default=4096, metavar="N", help="real tokens per batch (4096)")
+    parser.add_argument("--max-batch-tokens", type=int, default=4096, metavar="N", help="real tokens per batch (4096)")
     parser.add_argument("--threads", type=int, default=None, metavar="N", help="PyTorch threads (default: the CPUs available)")
     parser.add_argument("--no-progress", dest="progress", action="store_false", default=None, help="no progress bar")
     add_quantize_argument(parser)
@@ -73,12 +76,12 @@ def read_lines(path: Path) -> list[str]:
     return lines[:-1] if text.endswith("\n") else lines
 
 
-def read_texts(path: Path, text_key: str) -> list[str]:
+def read_texts(path: Path, text_column: str) -> list[str]:
     """Texts of a .txt file (every line, empty ones too), a .jsonl file (every non-blank line) or a Parquet or Arrow
     file (every row)."""
     suffix = path.suffix.lower()
     if table_format(path):
-        return _column_texts(path, table_records(path), text_key)
+        return _column_texts(path, table_records(path), text_column)
     if suffix not in (".txt", ".jsonl"):
         raise BertforgeError(f"{path}: input must be a .txt (one text a line), .jsonl, Parquet or Arrow file")
     lines = read_lines(path)
@@ -92,20 +95,20 @@ def read_texts(path: Path, text_key: str) -> list[str]:
             record = json.loads(line)
         except json.JSONDecodeError as err:
             raise BertforgeError(f"{path}, line {number}: not valid JSON ({err.msg})") from None
-        text = record.get(text_key) if isinstance(record, dict) else record
+        text = record.get(text_column) if isinstance(record, dict) else record
         if not isinstance(text, str):
-            raise BertforgeError(f"{path}, line {number}: expected a JSON string or an object with a string {text_key!r}")
+            raise BertforgeError(f"{path}, line {number}: expected a JSON string or an object with a string {text_column!r}")
         texts.append(text)
     return texts
 
 
-def _column_texts(path: Path, records: list[tuple[int, dict]], text_key: str) -> list[str]:
+def _column_texts(path: Path, records: list[tuple[int, dict]], text_column: str) -> list[str]:
     texts = []
     for row, record in records:
-        if not isinstance(record.get(text_key), str):
-            problem = "no column" if text_key not in record else "not a string in column"
-            raise BertforgeError(f"{path}, row {row}: {problem} {text_key!r} (--text-key names it)")
-        texts.append(record[text_key])
+        if not isinstance(record.get(text_column), str):
+            problem = "no column" if text_column not in record else "not a string in column"
+            raise BertforgeError(f"{path}, row {row}: {problem} {text_column!r} (--text-column names it)")
+        texts.append(record[text_column])
     return texts
 
 
@@ -114,13 +117,13 @@ def run(args: argparse.Namespace) -> int:
     from ..core.system import reuse_freed_memory
 
     reuse_freed_memory()  # this process's allocator keeps freed memory: no page faults per large tensor
-    output = Path(args.output)
+    output = Path(args.out)
     if output.suffix != ".npy":
         raise BertforgeError(f"{output}: the output file name must end in .npy")
     check_output_file(output, inputs=(args.input,), model=args.model)
-    texts = read_texts(Path(args.input), args.text_key)
+    texts = read_texts(Path(args.input), args.text_column)
     embed = pipeline("embed", model=args.model, pooling=args.pooling, normalize=args.normalize, layer=args.layer,
-                     max_length=args.max_length, batch_tokens=args.batch_tokens, num_threads=args.threads,
+                     max_length=args.max_length, max_batch_tokens=args.max_batch_tokens, num_threads=args.threads,
                      progress=args.progress, quantize=args.quantize, device=args.device)
     vectors = embed(texts)  # [n, hidden]
 

@@ -10,11 +10,14 @@ from . import add_quantize_argument
 
 NAME = "evaluate"
 HELP = "score a fine-tuned model on labelled data; prints the metrics as JSON"
+EXAMPLES = (
+    'bertforge evaluate --task classification --model runs/sst2/model --input test.csv',
+)  # `--help` shows them; tests/test_cli.py parses them
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_task_arguments(parser)
-    parser.add_argument("--data", required=True, metavar="FILE", help="labelled data in the task's format")
+    parser.add_argument("--input", required=True, metavar="FILE", help="labelled data in the task's format")
     add_data_arguments(parser)
     add_quantize_argument(parser)
 
@@ -24,6 +27,6 @@ def run(args: argparse.Namespace) -> int:
     from ..core.system import reuse_freed_memory
 
     reuse_freed_memory()  # this process's allocator keeps freed memory: no page faults per large tensor
-    metrics = evaluate(args.task, args.model, args.data, quantize=args.quantize, **given(args, DATA_OPTIONS))
+    metrics = evaluate(args.task, args.model, args.input, quantize=args.quantize, **given(args, DATA_OPTIONS))
     print(json.dumps(metrics, indent=2))
     return 0

@@ -9,12 +9,15 @@ from . import add_quantize_argument
 
 NAME = "export-onnx"
 HELP = "export a model to ONNX (dynamic batch and sequence axes) and check it against onnxruntime"
+EXAMPLES = (
+    'bertforge export-onnx --model runs/sst2/model --out sst2.onnx --quantize int8',
+)  # `--help` shows them; tests/test_cli.py parses them
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, metavar="DIR", help="model directory")
     parser.add_argument("--out", required=True, metavar="FILE", help="the .onnx file to write")
-    parser.add_argument("--head", default="auto", metavar="CLASS",
+    parser.add_argument("--model-class", default="auto", metavar="CLASS",
                         help="auto (the class config.json names, if its head weights are there), none (BertModel), "
                         "or a class name such as BertForSequenceClassification")
     parser.add_argument("--opset", type=int, default=17, metavar="N", help="ONNX opset (17)")
@@ -26,7 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..model.onnx import export_onnx
 
-    report = export_onnx(args.model, args.out, head=args.head, opset=args.opset, check=args.check,
+    report = export_onnx(args.model, args.out, model_class=args.model_class, opset=args.opset, check=args.check,
                          quantize=args.quantize)
     checked = (
         f"onnxruntime agrees on {len(report.shapes)} shapes "

@@ -9,6 +9,9 @@ from . import add_device_argument
 
 NAME = "fill-mask"
 HELP = "predict the tokens hidden behind [MASK] in a text (needs a model with its MLM head)"
+EXAMPLES = (
+    'bertforge fill-mask --model runs/my-bert/model "Paris is the [MASK] of France."',
+)  # `--help` shows them; tests/test_cli.py parses them
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

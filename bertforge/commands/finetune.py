@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
 from ..core.errors import BertforgeError
+from . import add_run_config_argument
 from ..finetune.cli_options import DATA_OPTIONS, add_data_arguments, add_task_arguments, given
 
 NAME = "finetune"
 HELP = "fine-tune a pretrained model: sentence(-pair) classification or regression, NER, extractive QA"
+EXAMPLES = (
+    'bertforge finetune --task classification --model runs/my-bert/model --train train.csv --dev dev.csv --out runs/sst2',
+    'bertforge finetune --run-config runs/sst2/finetune_config.json --seed 7 --out runs/sst2-seed7   # the same run, another seed',
+)  # `--help` shows them; tests/test_cli.py parses them
 
 TOP_LEVEL = ("train", "dev", "out", "resume", "overwrite")
 REQUIRED = ("task", "model", "train", "dev", "out")
@@ -26,11 +30,10 @@ def training_options() -> tuple[str, ...]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from ..finetune import FinetuneConfig
+    from ..finetune.api import FINETUNING
     from ..core.options import add_options
 
-    parser.add_argument("--config", metavar="FILE",
-                        help="start from a run's finetune_config.json (repeats it); options given here override it. "
-                             "--resume without it starts from the settings of the run in --out")
+    add_run_config_argument(parser, FINETUNING)
     add_task_arguments(parser, required=False)
     add_options(parser, FinetuneConfig, only=TOP_LEVEL)
     rest = [name for name in training_options() if name not in TOP_LEVEL + ("task", "model")]
@@ -40,15 +43,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..finetune import FinetuneConfig, finetune
-    from ..finetune.api import RUN_MARKER
+    from ..finetune.api import FINETUNING, RUN_MARKER
     from ..core.system import last_runtime
+    from ..training.run_dir import recorded_settings, settings_to_replay
 
-    settings = {}
-    source = args.config
-    if source is None and args.resume and args.out and (Path(args.out) / RUN_MARKER).is_file():
-        source = str(Path(args.out) / RUN_MARKER)  # `finetune --resume --out RUN` alone continues RUN
-    if source:
-        settings = FinetuneConfig.from_json(source).to_dict()
+    source = settings_to_replay(args.run_config, args.resume, args.out, FINETUNING)
+    settings = recorded_settings(source, FINETUNING) if source else {}
     settings.update(given(args, training_options() + DATA_OPTIONS))
     missing = [f"--{name}" for name in REQUIRED if not settings.get(name)]
     if missing:

@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import argparse
 
+from . import add_run_config_argument
+
 NAME = "glue"
 HELP = "fine-tune and score a model on each GLUE task of a directory (dev splits); prints and saves the GLUE table"
+EXAMPLES = (
+    'bertforge glue --model runs/my-bert/model --data-dir glue_data/ --tasks SST-2 MRPC --out runs/glue',
+)  # `--help` shows them; tests/test_cli.py parses them
 
 # FinetuneConfig fields that `bertforge glue` passes to every task's fine-tuning
 FINETUNE_OPTIONS = ("epochs", "batch_size", "lr", "warmup_ratio", "weight_decay", "seed", "grad_accum", "max_length",
@@ -14,23 +19,30 @@ FINETUNE_OPTIONS = ("epochs", "batch_size", "lr", "warmup_ratio", "weight_decay"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from ..finetune import FinetuneConfig
-    from ..finetune.glue import GlueOptions
+    from ..finetune.glue import GLUE_RUN, GlueOptions
     from ..core.options import add_options
 
-    add_options(parser, FinetuneConfig, only=("model",), required=("model",))
-    add_options(parser, GlueOptions, required=("data_dir",))
+    add_run_config_argument(parser, GLUE_RUN)
+    add_options(parser, FinetuneConfig, only=("model",))
+    add_options(parser, GlueOptions)
     add_options(parser.add_argument_group("fine-tuning (the same for every task)"), FinetuneConfig,
                 only=FINETUNE_OPTIONS)
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..finetune import FinetuneConfig
-    from ..finetune.glue import GlueOptions, glue
+    from ..core.errors import BertforgeError
     from ..core.options import given
-
     from ..core.system import last_runtime
+    from ..finetune import FinetuneConfig
+    from ..finetune.glue import GLUE_RUN, GlueOptions, glue
+    from ..training.run_dir import recorded_settings
 
-    report = glue(args.model, **given(args, GlueOptions), **given(args, FinetuneConfig, only=FINETUNE_OPTIONS))
+    settings = recorded_glue_run(recorded_settings(args.run_config, GLUE_RUN)) if args.run_config else {}
+    settings.update({**given(args, FinetuneConfig, only=("model", *FINETUNE_OPTIONS)), **given(args, GlueOptions)})
+    missing = [f"--{name.replace('_', '-')}" for name in ("model", "data_dir") if not settings.get(name)]
+    if missing:
+        raise BertforgeError(f"missing required option(s): {', '.join(missing)}")
+    report = glue(**settings)
     rt = last_runtime()
     if rt is not None and not rt.is_main:  # under torchrun, rank 0 speaks for the run
         return 0
@@ -38,3 +50,12 @@ def run(args: argparse.Namespace) -> int:
     for name, reason in report["skipped"].items():
         print(f"{name} skipped: {reason}")
     return 0
+
+
+def recorded_glue_run(recorded: dict) -> dict:
+    """The settings a GLUE run recorded in its glue_config.json, as `glue`'s keywords: its own, the model, and the
+    fine-tuning settings it gives every task."""
+    from ..training.run_dir import INVOCATION_ONLY
+
+    finetuning = recorded.pop("finetune", None) or {}
+    return {**recorded, **{k: v for k, v in finetuning.items() if k in FINETUNE_OPTIONS and k not in INVOCATION_ONLY}}

@@ -10,6 +10,9 @@ from . import add_quantize_argument
 
 NAME = "predict"
 HELP = "predict with a fine-tuned model; writes JSONL (one prediction per input)"
+EXAMPLES = (
+    'bertforge predict --task classification --model runs/sst2/model --input new.csv --out predictions.jsonl',
+)  # `--help` shows them; tests/test_cli.py parses them
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -17,7 +20,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--input", required=True, metavar="FILE",
                         help="inputs: CSV/TSV/JSONL (classification), CoNLL or JSONL with tokens/text (ner), "
                         "SQuAD JSON or JSONL with question/context (qa)")
-    parser.add_argument("--output", required=True, metavar="FILE", help="predictions, JSONL")
+    parser.add_argument("--out", required=True, metavar="FILE", help="predictions, JSONL")
     add_data_arguments(parser)
     add_quantize_argument(parser)
 
@@ -27,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
     from ..core.system import reuse_freed_memory
 
     reuse_freed_memory()  # this process's allocator keeps freed memory: no page faults per large tensor
-    records = predict(args.task, args.model, args.input, args.output, quantize=args.quantize,
+    records = predict(args.task, args.model, args.input, args.out, quantize=args.quantize,
                       **given(args, DATA_OPTIONS))
-    print(f"wrote {len(records)} prediction(s) to {args.output}", file=sys.stderr)
+    print(f"wrote {len(records)} prediction(s) to {args.out}", file=sys.stderr)
     return 0

@@ -6,26 +6,40 @@ import argparse
 import json
 from pathlib import Path
 
+from . import add_run_config_argument
+
 NAME = "pretrain"
 HELP = "pretrain a BERT on your own corpus (with no arguments: a demo on the bundled corpus)"
+EXAMPLES = (
+    'bertforge pretrain   # the demo: a tiny BERT on the bundled corpus, about two minutes on 2 CPU cores',
+    'bertforge pretrain --corpus my_corpus/ --config mini --max-steps 10000 --eval-fraction 0.01 --out runs/my-bert',
+    'bertforge pretrain --resume --out runs/my-bert   # continue it from its newest checkpoint',
+)  # `--help` shows them; tests/test_cli.py parses them
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from ..core.options import add_options
-    from ..pretrain.args import DEMO, PretrainArgs
+    from ..pretrain.args import DEMO, PRETRAINING, PretrainArgs
 
+    add_run_config_argument(p, PRETRAINING)
     add_options(p, PretrainArgs, notes={name: f"demo {value}" for name, value in DEMO.items()})
 
 
 def run(args: argparse.Namespace) -> int:
-    """The settings given on the command line over the defaults (`pretrain.args.run_settings`: the demo's when no
-    --corpus is given), as `pretrain(**settings)` resolves them from Python."""
+    """The settings given on the command line over those of --run-config (or, with --resume, of the run in --out)
+    and the defaults (`pretrain.args.run_settings`: the demo's when no --corpus is given), as `pretrain(**settings)`
+    resolves them from Python."""
     from ..data.decoding import warn_replaced
     from ..core.options import given
-    from ..pretrain.args import PretrainArgs, run_settings
+    from ..pretrain.args import PRETRAINING, PretrainArgs, recorded_run, run_settings
     from ..pretrain.trainer import pretrain
     from ..core.system import last_runtime
+    from ..training.run_dir import settings_to_replay
 
-    final = pretrain(run_settings(given(args, PretrainArgs)))
+    settings = given(args, PretrainArgs)
+    source = settings_to_replay(args.run_config, bool(settings.get("resume")), settings.get("out"), PRETRAINING)
+    if source:
+        settings = {**recorded_run(source, settings), **settings}
+    final = pretrain(run_settings(settings))
     rt = last_runtime()  # the one the run set up
     if final is not None and (rt is None or rt.is_main):  # under torchrun, rank 0 speaks for the run
         replaced, passes = replaced_bytes(Path(final).parent)

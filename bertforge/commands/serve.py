@@ -21,6 +21,9 @@ GUARDS = ("max_input_chars", "head_timeout", "body_timeout", "max_connections") 
 HELP = ("serve a model over HTTP with text-embeddings-inference's API (/embed, /embed_all, /embed_sparse, "
         "/similarity, /predict, /rerank, /tokenize, /decode) and OpenAI's /v1/embeddings; dynamic batching, a "
         "bounded queue")
+EXAMPLES = (
+    'bertforge serve --model-id runs/my-embedder --port 8080 --workers 2',
+)  # `--help` shows them; tests/test_cli.py parses them
 
 
 def _flag(text: str) -> bool:
@@ -55,7 +58,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model-id", "--model", dest="model", default=None, metavar="DIR",
                         help=f"model directory (weights, config.json, tokenizer) or Hub id; {_env('model')} when "
                              "not given")
-    parser.add_argument("--hostname", "--host", dest="host", default=None, metavar="HOST",
+    parser.add_argument("--hostname", dest="host", default=None, metavar="HOST",
                         help=f"address to listen on (0.0.0.0 for every interface); {_env('host')} when not given "
                              "(default 127.0.0.1)")
     parser.add_argument("--port", "-p", type=int, default=None,
@@ -66,7 +69,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--task", choices=["auto", "embed", "classify"], default="auto",
                         help="embed (/embed, /embed_all, /embed_sparse, /similarity, /v1/embeddings) or classify "
                              "(/predict, /rerank); auto: classify for a sequence-classification checkpoint, else embed")
-    parser.add_argument("--served-model-name", "--model-name", dest="model_name", default=None, metavar="NAME",
+    parser.add_argument("--served-model-name", dest="model_name", default=None, metavar="NAME",
                         help=f"the name /info and /v1/embeddings report; {_env('model_name')} when not given "
                              "(default: the directory's name)")
     parser.add_argument("--api-key", default=None, metavar="KEY",
@@ -75,13 +78,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-batch-tokens", type=int, default=None, metavar="N",
                         help="tokens per forward pass: waiting requests are grouped up to this; "
                              f"{_env('max_batch_tokens')} when not given (default 4096)")
-    parser.add_argument("--max-concurrent-requests", "--max-queue", dest="max_queue", type=int, default=None,
+    parser.add_argument("--max-concurrent-requests", dest="max_queue", type=int, default=None,
                         metavar="N", help="requests that may wait for the model (per worker); more are refused at once "
                                           f"with 429; {_env('max_queue')} when not given (default 512)")
     parser.add_argument("--max-client-batch-size", type=int, default=None, metavar="N",
                         help=f"inputs in one request; more get 413; {_env('max_client_batch_size')} when not given "
                              "(default 256)")
-    parser.add_argument("--payload-limit", "--max-body-bytes", dest="max_body_bytes", type=int, default=None,
+    parser.add_argument("--payload-limit", dest="max_body_bytes", type=int, default=None,
                         metavar="N", help=f"largest request body in bytes; larger ones get 413; "
                                           f"{_env('max_body_bytes')} when not given (default 2000000)")
     parser.add_argument("--auto-truncate", action="store_true", default=None,

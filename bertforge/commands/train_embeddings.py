@@ -5,29 +5,44 @@ from __future__ import annotations
 import argparse
 import json
 
+from . import add_run_config_argument
+
 NAME = "train-embeddings"
 HELP = ("train sentence embeddings on pairs, triplets or scored pairs (in-batch negatives, CoSENT, Matryoshka); "
         "writes a sentence-transformers model")
+EXAMPLES = (
+    'bertforge train-embeddings --model runs/my-bert/model --train pairs.tsv --dev dev.tsv --out runs/my-embedder',
+)  # `--help` shows them; tests/test_cli.py parses them
 
 REQUIRED = ("model", "train", "out")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from ..embeddings_train import EmbeddingsConfig
+    from ..embeddings_train.api import EMBEDDINGS
     from ..core.options import add_options, cli_fields
 
     names = [f.name for f in cli_fields(EmbeddingsConfig)]
-    add_options(parser, EmbeddingsConfig, only=("model", "train", "dev", "out", "overwrite"), required=REQUIRED)
+    add_run_config_argument(parser, EMBEDDINGS)
+    add_options(parser, EmbeddingsConfig, only=("model", "train", "dev", "out", "overwrite"))
     training = [n for n in names if n not in ("model", "train", "dev", "out", "overwrite")]
     add_options(parser.add_argument_group("training"), EmbeddingsConfig, only=training)
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..embeddings_train import EmbeddingsConfig, train_embeddings
+    from ..core.errors import BertforgeError
     from ..core.options import given
     from ..core.system import last_runtime
+    from ..embeddings_train import EmbeddingsConfig, train_embeddings
+    from ..embeddings_train.api import EMBEDDINGS
+    from ..training.run_dir import recorded_settings, settings_to_replay
 
-    summary = train_embeddings(EmbeddingsConfig(**given(args, EmbeddingsConfig)))
+    source = settings_to_replay(args.run_config, bool(args.resume), args.out, EMBEDDINGS)
+    settings = {**(recorded_settings(source, EMBEDDINGS) if source else {}), **given(args, EmbeddingsConfig)}
+    missing = [f"--{name}" for name in REQUIRED if not settings.get(name)]
+    if missing:
+        raise BertforgeError(f"missing required option(s): {', '.join(missing)}")
+    summary = train_embeddings(**settings)
     rt = last_runtime()
     if rt is None or rt.is_main:  # under torchrun, once
         print(json.dumps(summary, indent=2))

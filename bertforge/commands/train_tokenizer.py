@@ -8,12 +8,15 @@ from pathlib import Path
 
 NAME = "train-tokenizer"
 HELP = "train a WordPiece (BERT), byte-level BPE (RoBERTa) or Unigram (ALBERT) vocabulary on a corpus"
-MODELS = ("wordpiece", "bpe", "unigram")
+EXAMPLES = (
+    'bertforge train-tokenizer --corpus my_corpus/ --algorithm bpe --vocab-size 32000 --out my-tokenizer',
+)  # `--help` shows them; tests/test_cli.py parses them
+ALGORITHMS = ("wordpiece", "bpe", "unigram")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--corpus", nargs="+", required=True, metavar="PATH", help="text files or directories (.txt, .gz, .jsonl)")
-    p.add_argument("--model", dest="tokenizer_model", choices=MODELS, default="wordpiece",
+    p.add_argument("--algorithm", choices=ALGORITHMS, default="wordpiece",
                    help="the tokenizer to train: wordpiece (BERT's: [CLS] A [SEP]), bpe (RoBERTa's byte-level BPE: "
                         "<s> A </s></s> B </s>) or unigram (ALBERT's SentencePiece-style Unigram) (default: wordpiece)")
     p.add_argument("--vocab-size", type=int, default=30522)
@@ -22,7 +25,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cased", action="store_true",
                    help="keep case and accents (wordpiece and unigram; bpe always keeps them: byte-level BPE is "
                         "case-preserving by construction)")
-    p.add_argument("--text-field", default="text", help="the text field of .jsonl input")
+    p.add_argument("--text-column", default="text", help="the text field of .jsonl input")
     p.add_argument("--sample-mb", type=float, default=None, help="train on the first N MB of the corpus only (default: all of it)")
     p.add_argument("--allow-binary", action="store_true",
                    help="read corpus files that look binary (NUL bytes, mostly control characters or invalid UTF-8) "
@@ -58,15 +61,15 @@ def run(args: argparse.Namespace) -> int:
         if not Path(path).exists():
             raise BertforgeError(f"corpus path {path} does not exist")
     refuse_model_directory(Path(args.out), args.overwrite)
-    kind = kind_by_name(args.tokenizer_model)
+    kind = kind_by_name(args.algorithm)
     lowercase = (not args.cased) if kind.case_options else None
     if args.cased and not kind.case_options:
-        print(f"note: --cased changes nothing for --model {args.tokenizer_model}: it keeps case and accents anyway")
-    lines = iter_documents(args.corpus, text_field=args.text_field, allow_binary=args.allow_binary)
+        print(f"note: --cased changes nothing for --algorithm {args.algorithm}: it keeps case and accents anyway")
+    lines = iter_documents(args.corpus, text_column=args.text_column, allow_binary=args.allow_binary)
     if args.sample_mb is not None:
         lines = take_mb(lines, args.sample_mb)
     tok = Tokenizer.train(lines, vocab_size=args.vocab_size, lowercase=lowercase, min_frequency=args.min_frequency,
                           kind=kind)
     tok.save_pretrained(args.out)
-    print(f"{kind.family} ({args.tokenizer_model}) vocabulary of {tok.vocab_size:,} tokens written to {args.out}")
+    print(f"{kind.family} ({args.algorithm}) vocabulary of {tok.vocab_size:,} tokens written to {args.out}")
     return 0

@@ -12,6 +12,9 @@ from __future__ import annotations
 #: word's first, and padding of label arrays.
 IGNORE_INDEX = -100
 
+#: The default random seed of every trainer (`--seed`): the one of `transformers`' Trainer and sentence-transformers.
+SEED = 42
+
 #: sentence-embedding poolings, bertforge's names → sentence-transformers' `pooling_mode` (see `model/pooling.py`)
 ST_POOLING_MODES = {"mean": "mean", "cls": "cls", "max": "max", "mean-sqrt-len": "mean_sqrt_len_tokens",
                     "weighted-mean": "weightedmean", "last-token": "lasttoken"}

@@ -69,7 +69,7 @@ def _same_file(a: Path, b: Path) -> bool:
 
 
 def check_output_file(output: str | Path, *, inputs: tuple[str | Path | None, ...] = (),
-                      model: str | Path | None = None, option: str = "--output") -> None:
+                      model: str | Path | None = None, option: str = "--out") -> None:
     """Refuse an output file that would replace what the command reads: one of its `inputs`, or a file inside the
     `model` directory (its config.json, its weights). Checked before anything is read, so nothing is written."""
     out = Path(output)

@@ -5,7 +5,7 @@ Formats
 * ``*.txt`` (and any explicitly named file that is not ``.jsonl``/``.gz``): documents are separated by one or
   more blank lines; inside a document every non-blank line is one sentence (or paragraph).
 * ``*.gz``: the same, gzip-compressed (``*.jsonl.gz`` is JSON lines, compressed).
-* ``*.jsonl``: one JSON object per line, one document per object; its ``text_field`` (default ``"text"``) holds
+* ``*.jsonl``: one JSON object per line, one document per object; its ``text_column`` (default ``"text"``) holds
   the document, whose lines are the sentences.
 
 Directories are walked recursively, in sorted order, taking ``.txt``, ``.gz`` and ``.jsonl`` files (hidden files
@@ -157,7 +157,7 @@ class CorpusReader:
         self,
         paths: PathsLike,
         *,
-        text_field: str = "text",
+        text_column: str = "text",
         rank: int = 0,
         world_size: int = 1,
         shard_by: str = "document",
@@ -182,7 +182,7 @@ class CorpusReader:
             self.files = all_files[rank::world_size]
         else:
             self.files = all_files
-        self.text_field, self.split, self.cycle, self.min_docs = text_field, split, cycle, min_docs
+        self.text_column, self.split, self.cycle, self.min_docs = text_column, split, cycle, min_docs
         self.rank, self.world_size, self.shard_by = rank, world_size, shard_by  # this rank's shard
         # position
         self.epoch = 0
@@ -265,18 +265,18 @@ class CorpusReader:
             if not line:
                 continue
             record = json_object(line, f"{path}:{self.line_no}")
-            if self.text_field not in record:
+            if self.text_column not in record:
                 fields = ", ".join(sorted(map(str, record))) or "none"
                 raise BertforgeError(
-                    f"{path}:{self.line_no}: no text field {self.text_field!r} (fields: {fields}); "
-                    f"choose one with --text-field"
+                    f"{path}:{self.line_no}: no text field {self.text_column!r} (fields: {fields}); "
+                    f"choose one with --text-column"
                 )
-            text = record[self.text_field]
+            text = record[self.text_column]
             if text is None:
                 continue
             if not isinstance(text, str):
                 raise BertforgeError(
-                    f"{path}:{self.line_no}: field {self.text_field!r} is {type(text).__name__}, not a string"
+                    f"{path}:{self.line_no}: field {self.text_column!r} is {type(text).__name__}, not a string"
                 )
             if b"\\u" in raw:  # only a JSON escape can put a surrogate into the text
                 text, surrogates = replace_surrogates(text)
@@ -410,7 +410,7 @@ class CorpusReader:
 def iter_documents(
     paths: PathsLike,
     *,
-    text_field: str = "text",
+    text_column: str = "text",
     rank: int = 0,
     world_size: int = 1,
     shard_by: str = "document",
@@ -421,7 +421,7 @@ def iter_documents(
     ``as_documents=True``, each document as its list of lines). Raises BertforgeError if nothing is yielded.
     Bytes that were not UTF-8 are reported in a warning when the pass ends (or the consumer stops early)."""
     reader = CorpusReader(
-        paths, text_field=text_field, rank=rank, world_size=world_size, shard_by=shard_by, min_docs=1, cycle=False,
+        paths, text_column=text_column, rank=rank, world_size=world_size, shard_by=shard_by, min_docs=1, cycle=False,
         allow_binary=allow_binary,
     )
     finished = False

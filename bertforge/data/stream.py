@@ -65,7 +65,7 @@ class PretrainingStream:
         seed: int = 0,
         rank: int = 0,
         world_size: int = 1,
-        text_field: str = "text",
+        text_column: str = "text",
         buffers: Buffers = Buffers(),
         shard_by: str = "document",
         max_predictions: int | None = None,
@@ -81,7 +81,7 @@ class PretrainingStream:
         self.batch_size = batch_size
         self.max_seq_length = max_seq_length
         self.seed, self.rank, self.world_size = seed, rank, world_size
-        self.reader = CorpusReader(DEFAULT_CORPUS if paths is None else paths, text_field=text_field, rank=rank,
+        self.reader = CorpusReader(DEFAULT_CORPUS if paths is None else paths, text_column=text_column, rank=rank,
                                    world_size=world_size, shard_by=shard_by, allow_binary=allow_binary, split=split)
         self.instances = InstanceStream(  # checks sentence_objective and the buffers, sets the reader's min_docs
             self.reader, tokenize, cls_id=cls_id, sep_id=sep_id, max_seq_length=max_seq_length,

@@ -7,6 +7,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from ..core.constants import SEED
 from ..core.errors import BertforgeError
 from ..finetune.config import FinetuneConfig, check_checkpointing, check_int, check_optimization
 from ..core.options import check_choices, option, same_option
@@ -51,10 +52,10 @@ class EmbeddingsConfig:
     warmup_ratio: float = option(0.1, "fraction of the optimizer steps with a linearly rising learning rate",
                                  metavar="R")
     weight_decay: float = option(0.01, "AdamW weight decay (not on biases and LayerNorm weights)", metavar="W")
-    seed: int = option(42, "random seed", metavar="N")
+    seed: int = option(SEED, "random seed", metavar="N")
     eval_every: int | None = option(None, "also evaluate every N optimizer steps (always at each epoch's end)",
                                     metavar="N")
-    early_stop: int | None = option(None, "stop after N evaluations without a better main metric", metavar="N")
+    early_stop_patience: int | None = option(None, "stop after N evaluations without a better main metric", metavar="N")
     eval_batch_size: int = option(64, "texts per batch when embedding the dev set", metavar="N")
     log_every: int = option(10, "write the training loss to metrics.jsonl every N optimizer steps", metavar="N")
     overwrite: bool = option(False, "replace an --out that already holds a train-embeddings run (kept aside until the "
@@ -93,7 +94,7 @@ class EmbeddingsConfig:
                 raise BertforgeError(f"train-embeddings needs {name!r} (a path)")
         for name in ("epochs", "batch_size", "eval_batch_size", "log_every", "max_skipped_steps"):
             check_int(name, getattr(self, name), 1)
-        for name in ("eval_every", "early_stop", "mini_batch_size"):
+        for name in ("eval_every", "early_stop_patience", "mini_batch_size"):
             if getattr(self, name) is not None:
                 check_int(name, getattr(self, name), 1)
         if self.max_length is not None:

@@ -1,17 +1,17 @@
 """The settings of a fine-tuning run (`FinetuneConfig`) and of reading a task's data (`DataOptions`).
 
-A run's `FinetuneConfig` is saved as `OUT/finetune_config.json`; `FinetuneConfig.from_json` reads it back, so
-`bertforge finetune --config OUT/finetune_config.json --out OUT2` repeats the run.
+A run's `FinetuneConfig` is saved as `OUT/finetune_config.json`; `FinetuneConfig.from_dict` takes it back
+(`training.run_dir.recorded_settings` reads it), so `bertforge finetune --run-config OUT/finetune_config.json --out
+OUT2` repeats the run.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
+from ..core.constants import SEED
 from ..core.errors import BertforgeError
 from ..training.optim import check_layer_lr_decay
 from ..core.options import check_choices, option
@@ -79,11 +79,11 @@ class FinetuneConfig(DataOptions):
     layer_lr_decay: float = option(1.0, "layer-wise learning-rate decay F in (0, 1]: the head and pooler at --lr, "
                                    "the top layer at lr*F, the next at lr*F^2, ..., the embeddings at lr*F^(L+1); "
                                    "ALBERT's shared layer at its top block's rate; 1 = off", metavar="F")
-    seed: int = option(42, "random seed", metavar="N")
+    seed: int = option(SEED, "random seed", metavar="N")
     grad_accum: int = option(1, "batches whose gradients add up to one optimizer step", metavar="N")
     eval_every: int | None = option(None, "also evaluate every N optimizer steps (always at each epoch's end)",
                                     metavar="N")
-    early_stop: int | None = option(None, "stop after N evaluations without a better main metric", metavar="N")
+    early_stop_patience: int | None = option(None, "stop after N evaluations without a better main metric", metavar="N")
     metric: str | None = option(None, "main metric that picks the best checkpoint (default: accuracy; pearson for "
                                 "regression; micro_f1 for multi-label; f1 for ner and qa)")
     group_by_length: bool = option(False, "batches of examples of similar length instead of plain shuffled ones "
@@ -113,7 +113,7 @@ class FinetuneConfig(DataOptions):
         for name in ("epochs", "batch_size", "grad_accum", "log_every", "max_skipped_steps"):
             check_int(name, getattr(self, name), 1)
         check_checkpointing(self)
-        for name in ("eval_every", "early_stop"):
+        for name in ("eval_every", "early_stop_patience"):
             if getattr(self, name) is not None:
                 check_int(name, getattr(self, name), 1)
         check_int("seed", self.seed, 0)
@@ -140,20 +140,6 @@ class FinetuneConfig(DataOptions):
             return cls(**{k: v for k, v in data.items() if k in known})
         except TypeError as err:  # a required setting is missing
             raise BertforgeError(f"{source}: {err}") from None
-
-    @classmethod
-    def from_json(cls, path: str | Path) -> FinetuneConfig:
-        """Read a saved `finetune_config.json` (its "versions" entry is information only)."""
-        path = Path(path)
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except OSError as err:
-            raise BertforgeError(f"{path}: cannot read ({err.strerror})") from None
-        except (UnicodeDecodeError, json.JSONDecodeError) as err:
-            raise BertforgeError(f"{path}: not valid JSON ({err})") from None
-        if not isinstance(data, dict):
-            raise BertforgeError(f"{path}: expected a JSON object")
-        return cls.from_dict(data, str(path))
 
 
 def check_checkpointing(settings: Any) -> None:

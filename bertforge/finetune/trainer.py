@@ -321,7 +321,7 @@ class Finetuning:
         if self.rt.is_main:
             log.info("step %d (epoch %g): dev %s = %.4f%s", step, entry.epoch, self.main_metric, value,
                      " (best)" if better else "")
-        return self.cfg.early_stop is not None and self.since_best >= self.cfg.early_stop
+        return self.cfg.early_stop_patience is not None and self.since_best >= self.cfg.early_stop_patience
 
     # ------------------------------------------------------------------ checkpoints
     def enable_checkpoints(self, checkpoints: TrainingCheckpoints, save_every: int = 0) -> None:

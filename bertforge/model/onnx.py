@@ -91,21 +91,21 @@ def dynamic_axes(model: BertPreTrainedModel, names: list[str]) -> dict[str, dict
     return axes
 
 
-def load_for_export(path: Path, head: str = "auto") -> BertPreTrainedModel:
-    """The checkpoint as the class its config names (`head="auto"`, falling back to BertModel when that head's
-    weights are missing), as BertModel (`head="none"`), or as the named class."""
+def load_for_export(path: Path, model_class: str = "auto") -> BertPreTrainedModel:
+    """The checkpoint as the class its config names (`model_class="auto"`, falling back to BertModel when that
+    head's weights are missing), as BertModel (`model_class="none"`), or as the named class."""
     config_file = path / "config.json"
     if not config_file.is_file():
         raise BertforgeError(f"{path}: not a model directory (no config.json)")
-    if head == "none":
+    if model_class == "none":
         return load_pretrained(BertModel, path, quiet=True).eval()
-    if head != "auto":
-        if head not in MODEL_CLASSES:
-            raise BertforgeError(f"unknown head class {head!r}; choose auto, none or one of: {', '.join(MODEL_CLASSES)}")
-        model = load_pretrained(MODEL_CLASSES[head], path, quiet=True).eval()
+    if model_class != "auto":
+        if model_class not in MODEL_CLASSES:
+            raise BertforgeError(f"unknown model class {model_class!r}; choose auto, none or one of: {', '.join(MODEL_CLASSES)}")
+        model = load_pretrained(MODEL_CLASSES[model_class], path, quiet=True).eval()
         heads_missing = [k for k in model.loading_info.missing_keys if not k.startswith(("bert.pooler.", "pooler."))]
         if heads_missing:
-            raise BertforgeError(f"{path} has no {head} head weights ({heads_missing[0]} is missing)")
+            raise BertforgeError(f"{path} has no {model_class} head weights ({heads_missing[0]} is missing)")
         return model
     architectures = BertConfig.from_pretrained(path).architectures or []
     cls = next((MODEL_CLASSES[a] for a in architectures if a in MODEL_CLASSES), BertModel)
@@ -147,7 +147,7 @@ def export_onnx(
     model: BertPreTrainedModel | str | Path,
     out: str | Path,
     *,
-    head: str = "auto",
+    model_class: str = "auto",
     opset: int = DEFAULT_OPSET,
     check: bool = True,
     tolerance: float = 1e-4,
@@ -159,7 +159,7 @@ def export_onnx(
     Raises BertforgeError when the check fails (the file is not written then).
     """
     out = Path(out)
-    model = _model_to_export(model, out, head, quantize)
+    model = _model_to_export(model, out, model_class, quantize)
     wrapper = ExportWrapper(model)
     config = model.config
     example = sample_inputs(2, min(16, config.max_sequence_length), config, seed=0)
@@ -199,9 +199,9 @@ def export_onnx(
     return report
 
 
-def _model_to_export(model: BertPreTrainedModel | str | Path, out: Path, head: str,
+def _model_to_export(model: BertPreTrainedModel | str | Path, out: Path, model_class: str,
                      quantize: str | None) -> BertPreTrainedModel:
-    """`model` in eval mode (loaded with `head` when it is a directory), once `out` and `quantize` are checked."""
+    """`model` in eval mode (loaded as `model_class` when it is a directory), once `out` and `quantize` are checked."""
     if out.suffix != ".onnx":
         raise BertforgeError(f"{out}: the output file name must end in .onnx")
     if quantize is not None:
@@ -210,8 +210,8 @@ def _model_to_export(model: BertPreTrainedModel | str | Path, out: Path, head: s
         path = model_path(model)
         if not path.is_dir():
             raise BertforgeError(f"{path}: no such model directory")
-        check_output_file(out, model=path, option="--out")
-        model = load_for_export(path, head)
+        check_output_file(out, model=path)
+        model = load_for_export(path, model_class)
     return model.eval()
 
 

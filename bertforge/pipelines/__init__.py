@@ -69,7 +69,7 @@ def pipeline_class(task: str) -> type[Pipeline]:
 def pipeline(task: str, model: Any, **kwargs: Any) -> Pipeline:
     """Build the pipeline for `task` on `model` (a model directory, or a loaded model with `tokenizer=`).
 
-    Options common to all tasks: tokenizer, max_length, batch_tokens, batch_size, progress, num_threads (see
+    Options common to all tasks: tokenizer, max_length, max_batch_tokens, batch_size, progress, num_threads (see
     `bertforge.pipelines.base.Pipeline`); task options: see each pipeline class.
     """
     return pipeline_class(task)(model, **kwargs)

@@ -61,15 +61,15 @@ class Chunk:
     truncated: int = 0  # inputs cut to max_length
 
 
-def make_batches(lengths: Sequence[int], batch_tokens: int, batch_size: int) -> list[list[int]]:
-    """Indices of the features in batches: longest first, each batch at most `batch_tokens` real tokens (or one
+def make_batches(lengths: Sequence[int], max_batch_tokens: int, batch_size: int) -> list[list[int]]:
+    """Indices of the features in batches: longest first, each batch at most `max_batch_tokens` real tokens (or one
     sequence) and `batch_size` sequences. Within a batch the lengths are non-increasing, as packing needs."""
     order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
     batches: list[list[int]] = []
     current: list[int] = []
     tokens = 0
     for i in order:
-        if current and (tokens + lengths[i] > batch_tokens or len(current) >= batch_size):
+        if current and (tokens + lengths[i] > max_batch_tokens or len(current) >= batch_size):
             batches.append(current)
             current, tokens = [], 0
         current.append(i)
@@ -88,7 +88,7 @@ class Pipeline:
         tokenizer: a `bertforge.Tokenizer`; by default loaded from the model directory.
         max_length: longest input in tokens, special tokens included; longer inputs are truncated with a
             warning (QA windows them instead). Default: the model's limit.
-        batch_tokens: real tokens per batch (no padding is computed, so this is the work per batch).
+        max_batch_tokens: real tokens per batch (no padding is computed, so this is the work per batch).
         batch_size: most sequences per batch.
         progress: show a progress bar; None: for long inputs when writing to a terminal.
         num_threads: PyTorch intra-op threads; None: PyTorch's default, capped at the CPUs this process may use.
@@ -118,7 +118,7 @@ class Pipeline:
         *,
         tokenizer: Any = None,
         max_length: int | None = None,
-        batch_tokens: int = 4096,
+        max_batch_tokens: int = 4096,
         batch_size: int = 256,
         progress: bool | None = None,
         num_threads: int | None = None,
@@ -160,10 +160,10 @@ class Pipeline:
         tokenizer.check_fits_model(config.vocab_size, str(self.model_dir) if self.model_dir else "the model")
         limit = min(config.max_sequence_length, tokenizer.model_max_length)
         max_length = self.check_max_length(limit if max_length is None else max_length, limit)
-        if batch_tokens < 1 or batch_size < 1:
-            raise BertforgeError(f"batch_tokens and batch_size must be positive, got {batch_tokens} and {batch_size}")
+        if max_batch_tokens < 1 or batch_size < 1:
+            raise BertforgeError(f"max_batch_tokens and batch_size must be positive, got {max_batch_tokens} and {batch_size}")
         self.max_length = max_length
-        self.batch_tokens = batch_tokens
+        self.max_batch_tokens = max_batch_tokens
         self.batch_size = batch_size
         self.progress = progress
         if backend not in BACKENDS:
@@ -251,7 +251,7 @@ class Pipeline:
         """Group a chunk's features into packed batches of similar length (filling `chunk.batches`)."""
         features = chunk.features
         lengths = [len(f.input_ids) for f in features]
-        for indices in make_batches(lengths, self.batch_tokens, self.batch_size):
+        for indices in make_batches(lengths, self.max_batch_tokens, self.batch_size):
             with_types = any(features[i].token_type_ids is not None for i in indices)
             batch = pack(
                 [features[i].input_ids for i in indices],

@@ -10,13 +10,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..core.constants import SEED
 from ..core.errors import BertforgeError
 from ..model.config import BertConfig, PRESETS
 from ..model.rtd import generator_config
 from ..training.optim import DECAYS, OPTIMIZERS, STABLE_DECAYS
 from ..core.options import check_choices, option
 from ..training.time_budget import PROVISIONAL_STEPS
-from ..training.run_dir import RunKind
+from ..training.run_dir import RunKind, recorded_settings
 from ..training.step import MAX_SKIPPED_STEPS, PRECISION_HELP, PRECISIONS
 from .data import STATIC_DIR
 from ..core.hub import model_path
@@ -33,7 +34,7 @@ PRETRAINING = RunKind(
     entries=("checkpoints", "model", "best", "generator", "best-generator", "tokenizer", "tensorboard", "metrics.jsonl",
              RUN_CONFIG,
              "training_curves.png", STATIC_DIR),
-    resumable=frozenset({"max_steps", "save_every", "keep_last", "log_every", "resume", "overwrite", "progress", "demo",
+    resumable=frozenset({"max_steps", "save_every", "keep_checkpoints", "log_every", "resume", "overwrite", "progress", "demo",
                          "out", "max_skipped_steps"}),
 )
 # (setting, the settings it decides, why): giving both is a contradiction, refused
@@ -51,7 +52,7 @@ CONTRADICTIONS = (
 # (71 %), and every probe's top guess of the right kind (an animal's sound, a food, a capital, a day, a colour), 5 of
 # 12 the corpus's own word. 1,500 steps of 64 tokens (127 s) reached 2 of 12 and 600 (53 s) none; MLM alone was
 # worse than NSP. These are the defaults of every setting a run without a corpus is not given (`run_settings`).
-DEMO: dict[str, Any] = dict(vocab_size=8000, max_steps=2500, seq_len=32, lr=2e-3, warmup_steps=100, save_every=500,
+DEMO: dict[str, Any] = dict(vocab_size=8000, max_steps=2500, max_length=32, lr=2e-3, warmup_steps=100, save_every=500,
                             out="runs/demo")
 
 # the pretraining recipe of a family that says nothing else (`Family.recipe` overrides it: RoBERTa's beta2, ALBERT's
@@ -84,8 +85,8 @@ class PretrainArgs:
                                        "to the budget (see bertforge/training/time_budget.py)", metavar="M")
     batch_size: int = option(32, "sequences per micro-batch per process")
     grad_accum: int = option(1, "micro-batches per optimizer step")
-    seq_len: int = option(128, "tokens per sequence; a model with rotary positions (ModernBERT) takes longer ones "
-                          "than its max_position_embeddings, which becomes --seq-len (context extension)")
+    max_length: int = option(128, "tokens per sequence; a model with rotary positions (ModernBERT) takes longer ones "
+                          "than its max_position_embeddings, which becomes --max-length (context extension)")
     global_rope_theta: float | None = option(None, "the rotary θ of the global-attention layers (context extension: "
                                              "ModernBERT trains at 1,024 with 10,000, then continues at 8,192 with "
                                              "160,000); for models with rotary positions only", metavar="THETA")
@@ -106,7 +107,7 @@ class PretrainArgs:
     max_grad_norm: float = 1.0
     max_skipped_steps: int = option(MAX_SKIPPED_STEPS, "stop with an error after N steps in a row with a non-finite "
                                     "loss or gradient", metavar="N")
-    seed: int = option(0, "random seed")
+    seed: int = option(SEED, "random seed", metavar="N")
     nsp: bool = option(True, "RoBERTa-style full-sentence packing, no next-sentence prediction (--objective mlm)",
                        flag="--no-nsp")
     objective: str = option("auto", "what the model learns besides MLM: auto (the family's recipe: BERT nsp, RoBERTa "
@@ -147,7 +148,7 @@ class PretrainArgs:
     save_every: int = option(500, "checkpoint every N steps")
     save_every_minutes: float | None = option(None, "also checkpoint at every multiple of M minutes of training time",
                                               metavar="M")
-    keep_last: int = option(3, "complete checkpoints to keep")
+    keep_checkpoints: int = option(3, "complete checkpoints to keep")
     log_every: int = option(10, "a metrics row every N steps")
     resume: bool = option(False, "continue the run in --out from its newest complete checkpoint")
     overwrite: bool = option(False, "replace the run in --out")
@@ -156,7 +157,7 @@ class PretrainArgs:
     fsdp: bool = option(False, "shard the model with FSDP (under torchrun)")
     gradient_checkpointing: bool = option(False, "recompute activations to save memory")
     compile: bool = option(False, "torch.compile the model")
-    text_field: str = option("text", "the text field of .jsonl input")
+    text_column: str = option("text", "the text field of .jsonl input")
     allow_binary: bool = option(False, "read corpus files that look binary (NUL bytes, mostly control characters or "
                                 "invalid UTF-8) instead of refusing them; invalid bytes are replaced")
     progress: bool = option(True, "no progress bar", flag="--no-progress")
@@ -166,7 +167,7 @@ class PretrainArgs:
         """Raise `BertforgeError` naming the first bad setting (before anything is written)."""
         check_choices(self)
         a = self
-        for name in ("max_steps", "batch_size", "grad_accum", "seq_len", "save_every", "keep_last", "log_every", "vocab_size",
+        for name in ("max_steps", "batch_size", "grad_accum", "max_length", "save_every", "keep_checkpoints", "log_every", "vocab_size",
                      "dupe_factor", "max_skipped_steps", "eval_max_instances", "eval_every", "early_stop_patience",
                      "generator_layers"):
             value = getattr(a, name)
@@ -176,8 +177,8 @@ class PretrainArgs:
             value = getattr(a, name)
             if value is not None and not (isinstance(value, (int, float)) and 0 < value < math.inf):
                 raise BertforgeError(f"--{name.replace('_', '-')} must be a positive number of minutes, got {value!r}")
-        if a.seq_len < 8:
-            raise BertforgeError(f"--seq-len {a.seq_len} is too short for [CLS] A [SEP] B [SEP]; use at least 8")
+        if a.max_length < 8:
+            raise BertforgeError(f"--max-length {a.max_length} is too short for [CLS] A [SEP] B [SEP]; use at least 8")
         if a.global_rope_theta is not None and not (a.global_rope_theta > 0 and math.isfinite(a.global_rope_theta)):
             raise BertforgeError(f"--global-rope-theta must be a positive number, got {a.global_rope_theta}")
         if not (a.lr > 0 and math.isfinite(a.lr)):
@@ -326,7 +327,7 @@ class PretrainArgs:
         return "token" if self.masking == "auto" else self.masking
 
     def model_config(self) -> BertConfig:
-        """The preset, config.json or --init-from checkpoint's config, checked against seq_len (a vocabulary trained
+        """The preset, config.json or --init-from checkpoint's config, checked against max_length (a vocabulary trained
         here is applied later)."""
         a = self
         if a.init_from is not None:
@@ -341,21 +342,21 @@ class PretrainArgs:
         changes = a.context_overrides(config)
         if changes:
             config = BertConfig.from_dict({**config.to_dict(), **changes}, source=a.init_from or a.config)
-        config.check_sequence_length(a.seq_len, "--seq-len")
+        config.check_sequence_length(a.max_length, "--max-length")
         return config
 
     def context_overrides(self, config: BertConfig) -> dict[str, Any]:
         """The config.json keys this run changes in `config` (the checkpoint's, a preset's or a file's): the global
         rotary θ (--global-rope-theta), and for rotary positions, which have no table to outgrow,
-        max_position_embeddings raised to --seq-len. `load_pretrained` applies the same to --init-from."""
+        max_position_embeddings raised to --max-length. `load_pretrained` applies the same to --init-from."""
         a, family, changes = self, config.family, {}
         if a.global_rope_theta is not None:
             if family.global_theta_keys is None:
                 model = f"--init-from {a.init_from}" if a.init_from else f"--config {a.config}"
                 raise BertforgeError(f"--global-rope-theta: {model} ({family.name}) has no rotary positions")
             changes.update(family.global_theta_keys(config, a.global_rope_theta))
-        if family.global_theta_keys is not None and a.seq_len > config.max_position_embeddings:
-            changes["max_position_embeddings"] = a.seq_len
+        if family.global_theta_keys is not None and a.max_length > config.max_position_embeddings:
+            changes["max_position_embeddings"] = a.max_length
         return changes
 
 
@@ -374,6 +375,21 @@ def refuse_contradictions(chosen: set[str]) -> None:
 def decided_by(chosen: set[str]) -> set[str]:
     """The settings that `chosen` ones decide (`CONTRADICTIONS`): a base such as the demo's must not set them."""
     return {name for setting, decided, _ in CONTRADICTIONS if setting in chosen for name in decided}
+
+
+def recorded_run(source: str, settings: dict[str, Any], cls: type = PretrainArgs) -> dict[str, Any]:
+    """The base `--run-config` gives a run: the settings a pretraining (or distillation, `cls`) run recorded in its
+    run_config.json (`source`: the file or the run's directory) that differ from `cls`' defaults, less those that
+    contradict a given setting (the given one wins: `--max-steps` over a recorded time budget)."""
+    recorded = recorded_settings(source, PRETRAINING)
+    try:
+        saved = cls(**recorded)
+    except TypeError as err:
+        command = cls.__name__.removesuffix("Args").lower()  # pretrain, distill
+        raise BertforgeError(f"--run-config {source}: not the settings of a `bertforge {command}` run ({err})") from None
+    given = set(settings)
+    clashing = decided_by(given) | {setting for setting, decided, _ in CONTRADICTIONS if given & set(decided)}
+    return {name: getattr(saved, name) for name in saved.chosen() if name not in clashing}
 
 
 def run_settings(settings: dict[str, Any]) -> PretrainArgs:

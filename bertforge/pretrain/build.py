@@ -52,7 +52,7 @@ def check_fits(config: BertConfig, args: PretrainArgs, rt: Runtime) -> None:
     """Refuse a run that does not fit in memory: each rank against its own device; every rank learns whether all
     of them fit."""
     on_every_rank(rt, lambda: check_training_fits(
-        config, args.batch_size, args.seq_len, rt.device, gradient_checkpointing=args.gradient_checkpointing,
+        config, args.batch_size, args.max_length, rt.device, gradient_checkpointing=args.gradient_checkpointing,
         shards=rt.world_size if args.fsdp else 1,
         what=f"pretraining --init-from {args.init_from}" if args.init_from else f"pretraining --config {args.config}",
     ), "the run does not fit in memory on another rank")

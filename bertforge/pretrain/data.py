@@ -46,7 +46,7 @@ def pretraining_stream(args: PretrainArgs, corpus: list[str], tokenizer: Tokeniz
         mask_id=tok.mask_token_id,
         vocab_size=tok.vocab_size,
         is_continuation=tok.continuation_mask() if a.whole_word_mask else None,
-        max_seq_length=a.seq_len,
+        max_seq_length=a.max_length,
         batch_size=batch_size,
         sentence_objective=a.sentence_objective,
         masking=a.masking_kind,
@@ -57,7 +57,7 @@ def pretraining_stream(args: PretrainArgs, corpus: list[str], tokenizer: Tokeniz
         seed=a.seed,
         rank=rank,
         world_size=world_size,
-        text_field=a.text_field,
+        text_column=a.text_column,
         allow_binary=a.allow_binary,
         split=document_split(a),
         packing=a.packing_kind,
@@ -93,7 +93,7 @@ def static_reader(args: PretrainArgs, out: Path, stream: Callable[[int], Any], r
         shutil.rmtree(tmp, ignore_errors=True)  # the remains of a write that was killed
         if is_main:
             log.info("static masking: writing %d differently masked copies of the data to %s", a.dupe_factor, directory.parent)
-        rows = max(1024, STATIC_SHARD_BYTES // (9 * a.seq_len))  # int32 ids + int32 labels + uint8 types per token
+        rows = max(1024, STATIC_SHARD_BYTES // (9 * a.max_length))  # int32 ids + int32 labels + uint8 types per token
         write_duplicated_shards(lambda: stream(STATIC_WRITE_BATCH), tmp, a.dupe_factor, rows,
                                 progress=a.progress and is_main)
         os.replace(tmp, directory)
@@ -101,7 +101,7 @@ def static_reader(args: PretrainArgs, out: Path, stream: Callable[[int], Any], r
     index = reader.index
     found = (index.get("dupe_factor"), index.get("max_seq_length"), reader.sentence_objective, index.get("masking", "token"),
              reader.packing)
-    wanted = (a.dupe_factor, a.seq_len, a.sentence_objective, "whole_word" if a.whole_word_mask and a.masking_kind == "token" else a.masking_kind,
+    wanted = (a.dupe_factor, a.max_length, a.sentence_objective, "whole_word" if a.whole_word_mask and a.masking_kind == "token" else a.masking_kind,
               a.packing_kind)
     if found != wanted:
         raise BertforgeError(
@@ -111,14 +111,14 @@ def static_reader(args: PretrainArgs, out: Path, stream: Callable[[int], Any], r
     return reader
 
 
-def check_corpus(corpus: list[str], text_field: str, nsp: bool, allow_binary: bool = False, split: Any = None) -> None:
+def check_corpus(corpus: list[str], text_column: str, nsp: bool, allow_binary: bool = False, split: Any = None) -> None:
     """Refuse a corpus the run cannot train on before anything is written: no text, or (with NSP) fewer than two
     documents (of `split`'s side, when given). Reads until it has seen enough documents (two), so a large corpus
     costs a few lines."""
     from ..data import CorpusReader
 
     need = 2 if nsp else 1
-    reader = CorpusReader(corpus, text_field=text_field, min_docs=need, cycle=False, allow_binary=allow_binary,
+    reader = CorpusReader(corpus, text_column=text_column, min_docs=need, cycle=False, allow_binary=allow_binary,
                           split=split)
     try:
         for seen, _ in enumerate(reader, start=1):  # a pass with fewer than `need` documents raises at its end
@@ -132,12 +132,12 @@ def check_run_corpora(args: PretrainArgs, corpus: list[str]) -> None:
     """`check_corpus` for what the run reads: the corpus (its training side with --eval-fraction) and the
     evaluation text (--eval-corpus, or the held-out side), each error naming which one is short."""
     a = args
-    check_corpus(corpus, a.text_field, a.nsp, a.allow_binary, document_split(a))
+    check_corpus(corpus, a.text_column, a.nsp, a.allow_binary, document_split(a))
     held_out = document_split(a, held_out=True)
     if not (a.eval_corpus or held_out):
         return
     try:
-        check_corpus(a.eval_corpus or corpus, a.text_field, a.nsp, a.allow_binary, None if a.eval_corpus else held_out)
+        check_corpus(a.eval_corpus or corpus, a.text_column, a.nsp, a.allow_binary, None if a.eval_corpus else held_out)
     except BertforgeError as err:
         what = "--eval-corpus" if a.eval_corpus else f"the documents --eval-fraction {a.eval_fraction} holds out"
         raise BertforgeError(f"{what}: {err}") from None
@@ -152,7 +152,7 @@ def train_run_tokenizer(args: PretrainArgs, corpus: list[str], family: str = "be
 
     a, kind = args, kind_by_name(family)
     log.info("training a %s vocabulary (%d tokens) on %s", kind.model_type.__name__, a.vocab_size, ", ".join(corpus))
-    lines = take_mb(iter_documents(corpus, text_field=a.text_field, allow_binary=a.allow_binary), a.tokenizer_sample_mb)
+    lines = take_mb(iter_documents(corpus, text_column=a.text_column, allow_binary=a.allow_binary), a.tokenizer_sample_mb)
     # lowercase=None: the kind's own default (BERT and ALBERT lowercase, byte-level BPE keeps case); --cased: never
     return Tokenizer.train(lines, vocab_size=a.vocab_size, lowercase=None if a.lowercase else False, kind=kind,
                            show_progress=a.progress)

@@ -86,8 +86,8 @@ class DistillArgs(PretrainArgs):
             teacher, model_type="distilbert", num_hidden_layers=layers, type_vocab_size=0, layer_norm_eps=1e-12,
             max_position_embeddings=teacher.max_sequence_length, architectures=None, extra={},
         )
-        if self.seq_len > student.max_sequence_length:
-            raise BertforgeError(f"--seq-len {self.seq_len} is above the teacher's {student.max_sequence_length} positions")
+        if self.max_length > student.max_sequence_length:
+            raise BertforgeError(f"--max-length {self.max_length} is above the teacher's {student.max_sequence_length} positions")
         return student
 
     def __post_init__(self) -> None:

@@ -120,7 +120,7 @@ class Pretrainer:
             args.early_stop_patience, self.rt, self.stepper.autocast, args.fsdp, self.objective.eval_sums,
             self.objective.eval_results)
         self.tokens_seen = 0
-        self.checkpoints = TrainingCheckpoints(self.out, self.rt, self.stepper, args.keep_last, self.config,
+        self.checkpoints = TrainingCheckpoints(self.out, self.rt, self.stepper, args.keep_checkpoints, self.config,
                                                counters=("tokens_seen",))
         # per-step metrics since the last row of metrics.jsonl; checkpointed, so that the first row after a resume
         # averages the same steps as in an uninterrupted run
@@ -330,7 +330,7 @@ class Pretrainer:
         refuse_nonfinite(weights, str(target))
         a = self.args
         recipe = {"objective": a.objective, "masking": a.masking, "mlm_probability": a.mlm_probability,
-                  "seq_len": a.seq_len, "batch_size": a.batch_size, "max_steps": a.max_steps, "lr": a.lr}
+                  "max_length": a.max_length, "batch_size": a.batch_size, "max_steps": a.max_steps, "lr": a.lr}
         metrics = {k: v for k, v in (evaluation or {}).items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
         card = ModelCard(base_model=a.init_from, datasets=tuple(self.corpus), recipe=recipe, metrics=metrics,
                          metrics_on="the held-out text (eval.json)", trained_by="pretrain")

@@ -77,7 +77,7 @@ class Engine:
         from ..model.pooling import sentence_transformers_settings
 
         config = self.config
-        common = dict(max_length=config.max_length, batch_tokens=config.max_batch_tokens,
+        common = dict(max_length=config.max_length, max_batch_tokens=config.max_batch_tokens,
                       batch_size=config.max_batch_tokens, progress=False, num_threads=config.num_threads,
                       device=config.device)
         pipelines: dict[str, Any] = {}

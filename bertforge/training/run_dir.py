@@ -27,6 +27,8 @@ log = logging.getLogger("bertforge")
 CHECKPOINT_RE = re.compile(r"^step-(\d+)$")
 # Where --overwrite keeps the run it replaces (OUT/.replaced-run/) until the new run has its first checkpoint.
 REPLACED_DIR = ".replaced-run"
+# What a settings file records about one invocation rather than the run: a replay (`--run-config`) leaves it out
+INVOCATION_ONLY = ("resume", "overwrite", "versions")
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,37 @@ class RunKind:
     entries: tuple[str, ...]
     resumable: frozenset[str]
     resume_option: bool = True  # whether the command has --resume (GLUE's has not)
+
+
+def recorded_settings(source: str | Path, kind: RunKind) -> dict[str, Any]:
+    """The settings a run of `kind` recorded, to start a run from (`--run-config`): `source` is its settings file or
+    the run's directory. What is about one invocation (--resume, --overwrite, the versions) is left out. A file that
+    is missing or not a JSON object is one line naming it."""
+    path = Path(source)
+    if path.is_dir():
+        path = path / kind.config_file
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise BertforgeError(f"--run-config {source}: no such file (a {kind.what}'s settings are OUT/"
+                             f"{kind.config_file})") from None
+    except OSError as err:
+        raise BertforgeError(f"--run-config {path}: cannot read ({err.strerror or err})") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise BertforgeError(f"--run-config {path}: not valid JSON ({err})") from None
+    if not isinstance(data, dict):
+        raise BertforgeError(f"--run-config {path}: expected a JSON object of settings")
+    return {k: v for k, v in data.items() if k not in INVOCATION_ONLY}
+
+
+def settings_to_replay(run_config: str | None, resume: bool, out: str | None, kind: RunKind) -> str | None:
+    """Where a command's settings start from: --run-config, or with --resume alone the settings file of the run in
+    --out (`--resume --out RUN` continues RUN without its options given again); None: the defaults."""
+    if run_config:
+        return run_config
+    if resume and out and (Path(out) / kind.config_file).is_file():
+        return str(Path(out) / kind.config_file)
+    return None
 
 
 def list_checkpoints(out: Path) -> list[tuple[int, Path]]:
@@ -188,6 +221,10 @@ class RunDirectory:
             before = json.loads(previous.read_text(encoding="utf-8"))
         except (OSError, json.JSONDecodeError) as err:
             raise BertforgeError(f"{previous}: unreadable ({err})") from None
+        unknown = sorted(set(before) - set(settings))
+        if unknown:  # a setting renamed or removed since the run began: its value cannot be checked against it
+            raise BertforgeError(f"--resume: {previous} records settings this version of bertforge does not have "
+                                 f"({', '.join(unknown)}): the run was begun by an older version; start a new run")
         changed = sorted(k for k in settings if k not in self.kind.resumable and before.get(k, settings[k]) != settings[k])
         if changed:
             details = ", ".join(f"{k}: {before.get(k)!r} -> {settings[k]!r}" for k in changed)

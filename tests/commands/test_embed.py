@@ -54,7 +54,7 @@ def embed(tmp_path: Path, model_dir: Path, texts: list[str] | None, *argv: str, 
         input = tmp_path / "texts.txt"
         input.write_text("\n".join(texts) + "\n")
     output = tmp_path / f"out{len(list(tmp_path.glob('out*.npy')))}.npy"
-    assert main(["embed", "--model", str(model_dir), "--input", str(input), "--output", str(output),
+    assert main(["embed", "--model", str(model_dir), "--input", str(input), "--out", str(output),
                  "--no-progress", *argv]) == 0
     return np.load(output)
 
@@ -95,7 +95,7 @@ def test_embed_text_key_reads_that_key_of_jsonl(tmp_path, model_dir, capsys):
     data = tmp_path / "texts.jsonl"
     data.write_text("".join(json.dumps({"text": "ship", "body": body}) + "\n" for body in TEXTS))
     expected = torch.stack([s.mean(0) for s in reference_states(model_dir, TEXTS)]).numpy()
-    assert np.allclose(embed(tmp_path, model_dir, None, "--text-key", "body", input=data), expected, atol=1e-5)
+    assert np.allclose(embed(tmp_path, model_dir, None, "--text-column", "body", input=data), expected, atol=1e-5)
     default = embed(tmp_path, model_dir, None, input=data)  # the "text" key: "ship" every time
     assert np.allclose(default, np.repeat(expected[3:4], len(TEXTS), axis=0), atol=1e-5)
 
@@ -110,29 +110,29 @@ def test_embed_reads_the_text_column_of_parquet_and_arrow(tmp_path, model_dir, c
     feather.write_feather(table, tmp_path / "texts.feather")
     expected = torch.stack([s.mean(0) for s in reference_states(model_dir, TEXTS)]).numpy()
     for name in ("texts.parquet", "texts.feather"):
-        got = embed(tmp_path, model_dir, None, "--text-key", "body", input=tmp_path / name)
+        got = embed(tmp_path, model_dir, None, "--text-column", "body", input=tmp_path / name)
         assert np.allclose(got, expected, atol=1e-5), name
     out = tmp_path / "o.npy"
-    assert main(["embed", "--model", str(model_dir), "--input", str(tmp_path / "texts.parquet"), "--output",
+    assert main(["embed", "--model", str(model_dir), "--input", str(tmp_path / "texts.parquet"), "--out",
                  str(out)]) == 2
-    assert "texts.parquet, row 1: no column 'text' (--text-key names it)" in capsys.readouterr().err
+    assert "texts.parquet, row 1: no column 'text' (--text-column names it)" in capsys.readouterr().err
 
 
-def test_embed_batch_tokens_caps_the_real_tokens_per_batch(tmp_path, model_dir, capsys, monkeypatch):
+def test_embed_max_batch_tokens_caps_the_real_tokens_per_batch(tmp_path, model_dir, capsys, monkeypatch):
     from bertforge.pipelines import base
 
     batches: list[list[int]] = []
     real = base.make_batches
 
-    def recording(lengths, batch_tokens, batch_size):
-        made = real(lengths, batch_tokens, batch_size)
+    def recording(lengths, max_batch_tokens, batch_size):
+        made = real(lengths, max_batch_tokens, batch_size)
         batches.append([(len(b), sum(lengths[i] for i in b)) for b in made])
         return made
 
     monkeypatch.setattr(base, "make_batches", recording)
     whole = embed(tmp_path, model_dir, TEXTS * 3)
     assert len(batches[-1]) == 1  # 4096 tokens: one batch
-    small = embed(tmp_path, model_dir, TEXTS * 3, "--batch-tokens", "16")
+    small = embed(tmp_path, model_dir, TEXTS * 3, "--max-batch-tokens", "16")
     # at most 16 real tokens a batch, or one text that is longer on its own
     assert len(batches[-1]) > 3 and all(tokens <= 16 or n == 1 for n, tokens in batches[-1])
     assert any(n > 1 for n, _ in batches[-1])
@@ -160,12 +160,12 @@ def test_cli_embed_layer(tmp_path, checkpoints, capsys):
     texts = tmp_path / "texts.txt"
     texts.write_text("\n".join(LAYER_TEXTS) + "\n", encoding="utf-8")
     out = tmp_path / "layer1.npy"
-    assert main(["embed", "--model", str(model_dir), "--input", str(texts), "--output", str(out), "--layer", "1",
+    assert main(["embed", "--model", str(model_dir), "--input", str(texts), "--out", str(out), "--layer", "1",
                  "--no-normalize", "--pooling", "mean"]) == 0
     assert "mean pooling of layer 1" in capsys.readouterr().err
     rows = [f.input_ids for f in bertforge.pipeline("embed", model=model_dir).features(LAYER_TEXTS)[0]]
     assert np.abs(np.load(out) - reference_embeddings(reference, rows, 1)).max() <= TOL
-    assert main(["embed", "--model", str(model_dir), "--input", str(texts), "--output", str(tmp_path / "no.npy"),
+    assert main(["embed", "--model", str(model_dir), "--input", str(texts), "--out", str(tmp_path / "no.npy"),
                  "--layer", "-5"]) == 2
     assert "layer must be an integer in -4..3" in capsys.readouterr().err
     assert not (tmp_path / "no.npy").exists()
@@ -177,7 +177,7 @@ def test_embed_cli_quantize(int8_models, tmp_path, capsys):
     (tmp_path / "in.txt").write_text("\n".join(INT8_TEXTS) + "\n", encoding="utf-8")
     for name, extra in (("fp32.npy", []), ("int8.npy", ["--quantize", "int8"])):
         assert main(["embed", "--model", str(int8_models["embed"]), "--input", str(tmp_path / "in.txt"),
-                     "--output", str(tmp_path / name), *extra]) == 0
+                     "--out", str(tmp_path / name), *extra]) == 0
     assert "int8" in capsys.readouterr().err
     fp32, int8 = np.load(tmp_path / "fp32.npy"), np.load(tmp_path / "int8.npy")
     assert cosines(int8, fp32).min() > 0.99 and not np.array_equal(int8, fp32)
@@ -186,12 +186,12 @@ def test_embed_cli_quantize(int8_models, tmp_path, capsys):
 def test_cli_embed_txt_and_jsonl(tmp_path, minilm_dir, minilm_embed, capsys):
     txt = tmp_path / "in.txt"
     txt.write_text("hello world\n\nthird line\r\n", encoding="utf-8")
-    assert main(["embed", "--model", str(minilm_dir), "--input", str(txt), "--output", str(tmp_path / "a.npy")]) == 0
+    assert main(["embed", "--model", str(minilm_dir), "--input", str(txt), "--out", str(tmp_path / "a.npy")]) == 0
     vectors = np.load(tmp_path / "a.npy")
     assert vectors.shape == (3, 384) and np.abs(vectors - minilm_embed(["hello world", "", "third line"])).max() < 1e-6
     jsonl = tmp_path / "in.jsonl"
     jsonl.write_text('{"text": "hello world"}\n\n"third line"\n', encoding="utf-8")
-    assert main(["embed", "--model", str(minilm_dir), "--input", str(jsonl), "--output", str(tmp_path / "b.npy")]) == 0
+    assert main(["embed", "--model", str(minilm_dir), "--input", str(jsonl), "--out", str(tmp_path / "b.npy")]) == 0
     assert np.abs(np.load(tmp_path / "b.npy") - vectors[[0, 2]]).max() < 1e-6
     assert "2 texts ->" in capsys.readouterr().err
 
@@ -208,7 +208,7 @@ def test_cli_embed_txt_and_jsonl(tmp_path, minilm_dir, minilm_embed, capsys):
 def test_cli_embed_bad_input(tmp_path, minilm_dir, capsys, content, name, message):
     path = tmp_path / name
     path.write_bytes(content)
-    assert main(["embed", "--model", str(minilm_dir), "--input", str(path), "--output", str(tmp_path / "o.npy")]) == 2
+    assert main(["embed", "--model", str(minilm_dir), "--input", str(path), "--out", str(tmp_path / "o.npy")]) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err and not (tmp_path / "o.npy").exists()
 
@@ -223,6 +223,6 @@ def test_embed_predict_and_evaluate_keep_freed_memory_for_reuse(tmp_path, model_
     embed(tmp_path, model_dir, ["a small test"])
     assert calls == [None]
     missing = ["--task", "classification", "--model", str(tmp_path / "nowhere")]  # refused after the call
-    assert main(["evaluate", *missing, "--data", str(tmp_path / "none.tsv")]) == 2
-    assert main(["predict", *missing, "--input", str(tmp_path / "none.tsv"), "--output", str(tmp_path / "p.jsonl")]) == 2
+    assert main(["evaluate", *missing, "--input", str(tmp_path / "none.tsv")]) == 2
+    assert main(["predict", *missing, "--input", str(tmp_path / "none.tsv"), "--out", str(tmp_path / "p.jsonl")]) == 2
     assert calls == [None, None, None]

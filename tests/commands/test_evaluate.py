@@ -28,7 +28,7 @@ def test_text_pair_column_and_eval_batch_size(tmp_path, classifier, capsys, monk
     data = tmp_path / "pairs.csv"
     data.write_text("a,b,label\n" + "".join(f"good movie,{'bad plot' if i % 2 else 'great film'},{'neg' if i % 2 else 'pos'}\n"
                                           for i in range(12)))
-    io = ["--data", str(data)] if command == "evaluate" else ["--input", str(data), "--output", str(tmp_path / "p.jsonl")]
+    io = ["--input", str(data)] if command == "evaluate" else ["--input", str(data), "--out", str(tmp_path / "p.jsonl")]
     argv = [command, "--task", "classification", "--model", str(classifier), *io, "--text-column", "a", "--no-progress"]
     batches = recorded_batches(monkeypatch)
     assert main(argv) == 0
@@ -48,9 +48,9 @@ def test_evaluate_rejects_unseen_labels_and_untrained_heads(tmp_path, tiny_model
     out = tmp_path / "run"
     finetune(capsys, tiny_model, "classification", train, train, out)
     unseen = write_sentiment(tmp_path / "unseen.tsv", 4, labels=("neg", "meh"))
-    assert main(["evaluate", "--task", "classification", "--model", str(out / "model"), "--data", str(unseen)]) == 2
+    assert main(["evaluate", "--task", "classification", "--model", str(out / "model"), "--input", str(unseen)]) == 2
     assert "unseen.tsv:3: label 'meh' was not seen in training" in capsys.readouterr().err
-    assert main(["evaluate", "--task", "classification", "--model", str(tiny_model), "--data", str(train)]) == 2
+    assert main(["evaluate", "--task", "classification", "--model", str(tiny_model), "--input", str(train)]) == 2
     assert "not a BertForSequenceClassification" in capsys.readouterr().err
-    assert main(["evaluate", "--task", "ner", "--model", str(out / "model"), "--data", str(train)]) == 2
+    assert main(["evaluate", "--task", "ner", "--model", str(out / "model"), "--input", str(train)]) == 2
     capsys.readouterr()

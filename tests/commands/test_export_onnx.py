@@ -20,12 +20,12 @@ def test_cli_export_onnx_and_errors(tmp_path, capsys):
     assert main(["export-onnx", "--model", str(directory), "--out", str(out)]) == 0
     err = capsys.readouterr().err
     assert out.is_file() and "BertForSequenceClassification" in err and "onnxruntime agrees on 4 shapes" in err
-    assert main(["export-onnx", "--model", str(directory), "--out", str(tmp_path / "base.onnx"), "--head", "none"]) == 0
+    assert main(["export-onnx", "--model", str(directory), "--out", str(tmp_path / "base.onnx"), "--model-class", "none"]) == 0
     assert "BertModel ->" in capsys.readouterr().err
     assert main(["export-onnx", "--model", str(directory), "--out", str(tmp_path / "x.pt")]) == 2
     assert "must end in .onnx" in capsys.readouterr().err
     assert main(["export-onnx", "--model", str(directory), "--out", str(tmp_path / "q.onnx"),
-                 "--head", "BertForMaskedLM"]) == 2
+                 "--model-class", "BertForMaskedLM"]) == 2
     err = capsys.readouterr().err
     assert "has no BertForMaskedLM head weights (cls.predictions" in err and "Traceback" not in err
     assert not (tmp_path / "q.onnx").exists()

@@ -107,7 +107,7 @@ def test_predict_and_evaluate_a_classifier_agree_with_transformers(family, tmp_p
     data = write_sentiment(tmp_path / "dev.tsv", 16)
     output = tmp_path / "pred.jsonl"
     _run(capsys, "predict", "--task", "classification", "--model", str(family["classify"]), "--input", str(data),
-         "--output", str(output), "--no-progress")
+         "--out", str(output), "--no-progress")
     records = [json.loads(line) for line in output.read_text().splitlines()]
     texts = [line.split("\t")[0] for line in data.read_text().splitlines()[1:]]
     gold = [line.split("\t")[1] for line in data.read_text().splitlines()[1:]]
@@ -118,7 +118,7 @@ def test_predict_and_evaluate_a_classifier_agree_with_transformers(family, tmp_p
     assert [r["label"] for r in records] == expected
     assert [r["score"] for r in records] == pytest.approx(probs.max(-1).values.tolist(), abs=1e-5)
     evaluated = json.loads(_run(capsys, "evaluate", "--task", "classification", "--model", str(family["classify"]),
-                                "--data", str(data), "--no-progress"))
+                                "--input", str(data), "--no-progress"))
     assert evaluated["accuracy"] == pytest.approx(np.mean([e == g for e, g in zip(expected, gold)]), abs=1e-6)
 
 
@@ -127,7 +127,7 @@ def test_predict_ner_tags_the_words_transformers_tags(family, tmp_path, capsys):
     data.write_text("\n\n".join("\n".join(f"{w} NN B-NP {t}" for w, t in s) for s in NER_SENTENCES) + "\n")
     output = tmp_path / "ner.jsonl"
     _run(capsys, "predict", "--task", "ner", "--model", str(family["ner"]), "--input", str(data),
-         "--output", str(output), "--no-progress")
+         "--out", str(output), "--no-progress")
     records = [json.loads(line) for line in output.read_text().splitlines()]
     ref, tokenizer = _reference(family["ner"], "ForTokenClassification")
     for sentence, record in zip(NER_SENTENCES, records, strict=True):
@@ -171,10 +171,10 @@ def test_embed_mean_pools_what_transformers_computes(family, tmp_path, capsys):
     texts = tmp_path / "in.txt"
     texts.write_text("\n".join(TEXTS) + "\n")
     output = tmp_path / "out.npy"
-    _run(capsys, "embed", "--model", str(family["mlm"]), "--input", str(texts), "--output", str(output),
+    _run(capsys, "embed", "--model", str(family["mlm"]), "--input", str(texts), "--out", str(output),
          "--pooling", "mean", "--no-normalize", "--no-progress")
     np.testing.assert_allclose(np.load(output), _mean_pooled(family["mlm"], TEXTS), rtol=0, atol=1e-5)
-    _run(capsys, "embed", "--model", str(family["mlm"]), "--input", str(texts), "--output", str(tmp_path / "n.npy"),
+    _run(capsys, "embed", "--model", str(family["mlm"]), "--input", str(texts), "--out", str(tmp_path / "n.npy"),
          "--no-progress")  # the default: mean, as the model declares no sentence-transformers pooling
     default = np.load(tmp_path / "n.npy")
     np.testing.assert_allclose(default, np.load(output), rtol=0, atol=1e-5)
@@ -197,7 +197,7 @@ def test_train_embeddings_then_embed_the_result(family, tmp_path, capsys):
     assert np.abs(before - after).max() > 1e-4  # the weights moved, and transformers reads them as the family
     texts = tmp_path / "in.txt"
     texts.write_text("\n".join(TEXTS) + "\n")
-    _run(capsys, "embed", "--model", str(model), "--input", str(texts), "--output", str(tmp_path / "e.npy"),
+    _run(capsys, "embed", "--model", str(model), "--input", str(texts), "--out", str(tmp_path / "e.npy"),
          "--no-normalize", "--no-progress")
     np.testing.assert_allclose(np.load(tmp_path / "e.npy"), after, rtol=0, atol=1e-5)
 

@@ -53,7 +53,7 @@ def test_classification_end_to_end(tmp_path, tiny_model, capsys):
     check_run_directory(out, "BertForSequenceClassification", bertforge.BertForSequenceClassification,
                         {"text": ["good movie", "an awful plot of this film"]})
 
-    assert main(["evaluate", "--task", "classification", "--model", str(out / "model"), "--data", str(dev),
+    assert main(["evaluate", "--task", "classification", "--model", str(out / "model"), "--input", str(dev),
                  "--no-progress"]) == 0
     metrics = json.loads(capsys.readouterr().out)
     assert metrics["accuracy"] == pytest.approx(summary["metrics"]["accuracy"])
@@ -62,7 +62,7 @@ def test_classification_end_to_end(tmp_path, tiny_model, capsys):
     new.write_text('{"text": "great fun"}\n{"text": "boring"}\n')
     predictions = tmp_path / "pred.jsonl"
     assert main(["predict", "--task", "classification", "--model", str(out / "model"), "--input", str(new),
-                 "--output", str(predictions), "--no-progress"]) == 0
+                 "--out", str(predictions), "--no-progress"]) == 0
     records = [json.loads(line) for line in predictions.read_text().splitlines()]
     assert [r["text"] for r in records] == ["great fun", "boring"]
     assert all(r["label"] in ("neg", "pos") and set(r["probabilities"]) == {"neg", "pos"} for r in records)
@@ -113,7 +113,7 @@ def test_ner_end_to_end(tmp_path, tiny_model, capsys):
     new.write_text('{"text": "Mary lives in Amsterdam."}\n{"tokens": ["peter", "works"]}\n')
     predictions = tmp_path / "pred.jsonl"
     assert main(["predict", "--task", "ner", "--model", str(out / "model"), "--input", str(new),
-                 "--output", str(predictions), "--no-progress"]) == 0
+                 "--out", str(predictions), "--no-progress"]) == 0
     first, second = [json.loads(line) for line in predictions.read_text().splitlines()]
     assert first["tokens"] == ["Mary", "lives", "in", "Amsterdam", "."] and len(first["tags"]) == 5
     for entity in first["entities"]:
@@ -134,7 +134,7 @@ def test_qa_end_to_end(tmp_path, tiny_model, capsys, version_2):
                         {"text": ["where does john live ?"], "text_pair": ["john lives in paris ."]})
     predictions = tmp_path / "pred.jsonl"
     assert main(["predict", "--task", "qa", "--model", str(out / "model"), "--input", str(data),
-                 "--output", str(predictions), "--max-length", "32", "--doc-stride", "8", "--no-progress"]) == 0
+                 "--out", str(predictions), "--max-length", "32", "--doc-stride", "8", "--no-progress"]) == 0
     records = [json.loads(line) for line in predictions.read_text().splitlines()]
     contexts = {q["id"]: p["context"] for p in json.loads(data.read_text())["data"][0]["paragraphs"] for q in p["qas"]}
     for r in records:
@@ -145,7 +145,7 @@ def test_rerun_from_saved_config_is_identical(tmp_path, tiny_model, capsys):
     train = write_sentiment(tmp_path / "train.tsv", 24)
     first = tmp_path / "first"
     finetune(capsys, tiny_model, "classification", train, train, first, "--seed", "7", "--grad-accum", "2")
-    assert main(["finetune", "--config", str(first / "finetune_config.json"), "--out", str(tmp_path / "again")]) == 0
+    assert main(["finetune", "--run-config", str(first / "finetune_config.json"), "--out", str(tmp_path / "again")]) == 0
     capsys.readouterr()
     for name in ("model/model.safetensors", "eval.json"):
         a, b = (first / name).read_bytes(), (tmp_path / "again" / name).read_bytes()
@@ -160,7 +160,7 @@ def test_rerun_from_saved_config_is_identical(tmp_path, tiny_model, capsys):
 def test_eval_every_and_early_stop(tmp_path, tiny_model, capsys):
     train = write_sentiment(tmp_path / "train.tsv", 32)
     summary = finetune(capsys, tiny_model, "classification", train, train, tmp_path / "run", "--epochs", "5",
-                       "--lr", "1e-9", "--eval-every", "1", "--early-stop", "2")
+                       "--lr", "1e-9", "--eval-every", "1", "--early-stop-patience", "2")
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     evaluations = [r for r in records if r["type"] == "eval"]
     assert summary["stopped_early"] and len(evaluations) == 3  # the first, then two without improvement

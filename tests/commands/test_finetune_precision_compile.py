@@ -76,7 +76,7 @@ def test_finetune_refuses_an_unknown_precision_in_a_saved_config(tiny_model, tmp
     assert config["precision"] == "auto" and config["compile"] is False
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({**config, "precision": "fp8", "out": str(tmp_path / "second")}))
-    assert main(["finetune", "--config", str(bad)]) != 0
+    assert main(["finetune", "--run-config", str(bad)]) != 0
     assert "precision must be one of auto, fp32, bf16, fp16, got 'fp8'" in capsys.readouterr().err
     assert not (tmp_path / "second").exists()
 

@@ -40,7 +40,7 @@ def reference_scores(task_name: str, model: Path, data: Path) -> dict[str, float
     return {name: 100 * scores[name] for name in task.score_names()}
 
 
-def test_glue_command_end_to_end(tmp_path, tiny_model, capsys):
+def test_glue_command_end_to_end(tmp_path, tiny_model, capsys, monkeypatch):
     data = write_glue(tmp_path / "data", ["CoLA", "MRPC", "STS-B", "MNLI"], n_train=32, n_dev=16)
     write_task(tmp_path / "data", "RTE", "rte")
     (tmp_path / "data" / "rte" / "train.tsv").unlink()  # skipped with a note
@@ -88,3 +88,17 @@ def test_glue_command_end_to_end(tmp_path, tiny_model, capsys):
     report = json.loads((out / "glue.json").read_text())
     assert list(report["tasks"]) == ["CoLA"] and report["skipped"] == {}
     assert report["average"] == report["tasks"]["CoLA"]["score"]
+
+    # --run-config repeats the recorded run (its own settings, the model, the fine-tuning of every task, not its
+    # --overwrite); options given beside it override them
+    import bertforge.finetune.glue as glue_module
+
+    seen = []
+    monkeypatch.setattr(glue_module, "glue", lambda **settings: seen.append(settings) or {"table": "", "skipped": {}})
+    assert main(["glue", "--run-config", str(out / "glue_config.json"), "--out", str(tmp_path / "again"),
+                 "--lr", "2e-3"]) == 0
+    (again,) = seen
+    assert (again["model"], again["data_dir"], again["tasks"], again["max_train_examples"]) == (
+        report["settings"]["model"], str(data), ["cola"], 24)
+    assert (again["lr"], again["seed"], again["max_length"], again["out"]) == (2e-3, 3, 32, str(tmp_path / "again"))
+    assert "overwrite" not in again and "resume" not in again

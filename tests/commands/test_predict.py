@@ -31,7 +31,7 @@ def test_qa_limits(tmp_path, tiny_model, capsys, monkeypatch):
     def predict(*extra: str) -> tuple[list[dict], list[dict[str, torch.Tensor]]]:
         batches = recorded_batches(monkeypatch)
         output = tmp_path / "pred.jsonl"
-        assert main(["predict", "--task", "qa", "--model", str(model), "--input", str(squad), "--output", str(output),
+        assert main(["predict", "--task", "qa", "--model", str(model), "--input", str(squad), "--out", str(output),
                      "--max-length", "48", "--doc-stride", "16", "--no-progress", *extra]) == 0
         monkeypatch.undo()
         return [json.loads(line) for line in output.read_text().splitlines()], batches
@@ -66,15 +66,15 @@ def test_predict_and_evaluate_cli_quantize(int8_models, tmp_path, capsys):
     data = tmp_path / "data.csv"
     data.write_text("text,label\n" + "".join(f"{t},{['neg', 'pos'][i % 2]}\n" for i, t in enumerate(INT8_TEXTS)))
     common = ["--task", "classification", "--model", str(int8_models["classify"])]
-    assert main(["predict", *common, "--input", str(data), "--output", str(tmp_path / "a.jsonl")]) == 0
-    assert main(["predict", *common, "--input", str(data), "--output", str(tmp_path / "b.jsonl"),
+    assert main(["predict", *common, "--input", str(data), "--out", str(tmp_path / "a.jsonl")]) == 0
+    assert main(["predict", *common, "--input", str(data), "--out", str(tmp_path / "b.jsonl"),
                  "--quantize", "int8"]) == 0
     fp32, int8 = ([json.loads(line) for line in (tmp_path / n).read_text().splitlines()] for n in ("a.jsonl", "b.jsonl"))
     assert [r["label"] for r in int8] == [r["label"] for r in fp32]
     assert max(abs(a["score"] - b["score"]) for a, b in zip(fp32, int8)) < 0.05
     capsys.readouterr()
-    assert main(["evaluate", *common, "--data", str(data), "--quantize", "int8"]) == 0
+    assert main(["evaluate", *common, "--input", str(data), "--quantize", "int8"]) == 0
     assert "accuracy" in json.loads(capsys.readouterr().out)
-    assert main(["predict", *common, "--input", str(data), "--output", str(tmp_path / "c.jsonl"),
+    assert main(["predict", *common, "--input", str(data), "--out", str(tmp_path / "c.jsonl"),
                  "--quantize", "int8", "--device", "cuda"]) != 0
     assert "CPU inference" in capsys.readouterr().err and not (tmp_path / "c.jsonl").exists()

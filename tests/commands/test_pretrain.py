@@ -89,7 +89,7 @@ def pretrain_settings(monkeypatch, *argv: str) -> PretrainArgs:
 def tiny_trainer(monkeypatch, tiny, out: Path, *argv: str, tokenizer: bool = True) -> Pretrainer:
     """A real Pretrainer for the tiny model, built from the settings the CLI makes of ARGV."""
     corpus, tok, config = tiny
-    base = ["--corpus", corpus, "--config", config, "--out", out, "--batch-size", "8", "--seq-len", "32",
+    base = ["--corpus", corpus, "--config", config, "--out", out, "--batch-size", "8", "--max-length", "32",
             "--max-steps", "10", "--warmup-steps", "2", "--no-progress"]
     if tokenizer and "--tokenizer" not in argv:
         base += ["--tokenizer", tok]
@@ -106,7 +106,7 @@ def test_pretrain_with_no_arguments_is_the_documented_demo(monkeypatch):
     assert s.corpus == [] and s.tokenizer is None  # no corpus: the bundled one, with a vocabulary trained on it
     with gzip.open(PRETRAIN.DEMO_CORPUS, "rt", encoding="utf-8") as fh:
         assert "The capital of France is Paris." in fh.read()
-    assert (s.config, s.vocab_size, s.max_steps, s.batch_size, s.seq_len, s.lr, s.out) == (
+    assert (s.config, s.vocab_size, s.max_steps, s.batch_size, s.max_length, s.lr, s.out) == (
         "tiny", 8000, 2500, 32, 32, 2e-3, "runs/demo")
     tiny_preset = BertConfig.preset("tiny")
     assert (tiny_preset.num_hidden_layers, tiny_preset.hidden_size) == (2, 128)
@@ -115,8 +115,8 @@ def test_pretrain_with_no_arguments_is_the_documented_demo(monkeypatch):
 
 
 def test_pretrain_explicit_option_overrides_the_demo_setting(monkeypatch):
-    s = pretrain_settings(monkeypatch, "--max-steps", "5", "--seq-len", "64")
-    assert (s.max_steps, s.seq_len, s.vocab_size, s.out) == (5, 64, 8000, "runs/demo")
+    s = pretrain_settings(monkeypatch, "--max-steps", "5", "--max-length", "64")
+    assert (s.max_steps, s.max_length, s.vocab_size, s.out) == (5, 64, 8000, "runs/demo")
 
 
 def test_pretrain_demo_leaves_out_the_settings_a_given_option_decides(monkeypatch):
@@ -140,7 +140,7 @@ PRETRAIN_OPTIONS = [
     (["--max-steps", "7"], dict(max_steps=7)),
     (["--batch-size", "3"], dict(batch_size=3)),
     (["--grad-accum", "2"], dict(grad_accum=2)),
-    (["--seq-len", "48"], dict(seq_len=48)),
+    (["--max-length", "48"], dict(max_length=48)),
     (["--lr", "0.01"], dict(lr=0.01)),
     (["--warmup-steps", "5"], dict(warmup_steps=5)),
     (["--decay", "cosine"], dict(decay="cosine")),
@@ -154,7 +154,7 @@ PRETRAIN_OPTIONS = [
     (["--static-masking"], dict(static_masking=True)),
     (["--dupe-factor", "3"], dict(dupe_factor=3)),
     (["--save-every", "11"], dict(save_every=11)),
-    (["--keep-last", "5"], dict(keep_last=5)),
+    (["--keep-checkpoints", "5"], dict(keep_checkpoints=5)),
     (["--log-every", "4"], dict(log_every=4)),
     (["--out", "elsewhere"], dict(out="elsewhere")),
     (["--resume"], dict(resume=True)),
@@ -166,7 +166,7 @@ PRETRAIN_OPTIONS = [
     (["--fsdp"], dict(fsdp=True)),
     (["--gradient-checkpointing"], dict(gradient_checkpointing=True)),
     (["--compile"], dict(compile=True)),
-    (["--text-field", "body"], dict(text_field="body")),
+    (["--text-column", "body"], dict(text_column="body")),
     (["--no-progress"], dict(progress=False)),
     (["--init-from", "ckpt"], dict(init_from="ckpt")),
     (["--warmup-ratio", "0.2"], dict(warmup_ratio=0.2)),
@@ -261,11 +261,11 @@ def test_pretrain_text_field_reads_that_field_of_jsonl(monkeypatch, tiny, tmp_pa
     corpus.write_text("".join(
         json.dumps({"text": " ".join(sentences(rng, ["submarine", "harbour"], 4)),
                     "body": " ".join(sentences(rng, ["lighthouse", "castle"], 4))}) + "\n" for _ in range(30)))
-    body = trained_vocab(monkeypatch, tiny, tmp_path / "body", corpus, "--text-field", "body", "--vocab-size", "60")
+    body = trained_vocab(monkeypatch, tiny, tmp_path / "body", corpus, "--text-column", "body", "--vocab-size", "60")
     text = trained_vocab(monkeypatch, tiny, tmp_path / "text", corpus, "--vocab-size", "60")
     assert "lighthouse" in body and "submarine" not in body
     assert "submarine" in text and "lighthouse" not in text
-    trainer = tiny_trainer(monkeypatch, tiny, tmp_path / "stream", "--corpus", corpus, "--text-field", "body",
+    trainer = tiny_trainer(monkeypatch, tiny, tmp_path / "stream", "--corpus", corpus, "--text-column", "body",
                            "--vocab-size", "60", tokenizer=False)
     drawn = trainer.tokenizer.convert_ids_to_tokens(next(trainer.stream)["input_ids"].flatten().tolist())
     assert "lighthouse" in drawn  # the training data come from that field too
@@ -409,7 +409,7 @@ def test_cli_static_masking(corpus_and_tokenizer, tmp_path):
     corpus, tok, config = corpus_and_tokenizer
     out = tmp_path / "run"
     argv = ["pretrain", "--corpus", str(corpus), "--tokenizer", str(tok), "--config", str(config), "--out", str(out),
-            "--max-steps", "2", "--batch-size", "4", "--seq-len", "32", "--no-progress", "--device", "cpu",
+            "--max-steps", "2", "--batch-size", "4", "--max-length", "32", "--no-progress", "--device", "cpu",
             "--static-masking", "--dupe-factor", "2"]
     assert main(argv) == 0
     settings = json.loads((out / "run_config.json").read_text())
@@ -418,11 +418,58 @@ def test_cli_static_masking(corpus_and_tokenizer, tmp_path):
     assert (out / "model" / "model.safetensors").is_file()
 
 
+def test_run_config_repeats_a_run_and_given_options_override_it(corpus_and_tokenizer, tmp_path, monkeypatch):
+    """`--run-config RUN` trains the recorded run again (the same settings, the same weights); options given beside it
+    override the recorded ones, and `--resume --out RUN` alone continues RUN with its own settings."""
+    from safetensors.torch import load_file
+
+    corpus, tok, config = corpus_and_tokenizer
+    first, again = tmp_path / "first", tmp_path / "again"
+    assert main(["pretrain", "--corpus", str(corpus), "--tokenizer", str(tok), "--config", str(config), "--out",
+                 str(first), "--max-steps", "3", "--batch-size", "4", "--max-length", "32", "--lr", "3e-3", "--seed", "5",
+                 "--save-every", "3", "--no-progress", "--device", "cpu"]) == 0
+    assert main(["pretrain", "--run-config", str(first), "--out", str(again)]) == 0
+
+    def recorded(run: Path) -> dict:
+        return {k: v for k, v in json.loads((run / "run_config.json").read_text()).items() if k != "out"}
+
+    assert recorded(again) == recorded(first)
+    a, b = (load_file(run / "model" / "model.safetensors") for run in (first, again))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    s = pretrain_settings(monkeypatch, "--run-config", first / "run_config.json", "--max-steps", "7")
+    assert (s.max_steps, s.lr, s.seed, s.corpus, s.max_length, s.out) == (7, 3e-3, 5, [str(corpus)], 32, str(first))
+    s = pretrain_settings(monkeypatch, "--resume", "--out", first, "--max-steps", "6")
+    assert (s.resume, s.max_steps, s.lr, s.tokenizer, s.out) == (True, 6, 3e-3, str(tok), str(first))
+
+
+def test_run_config_a_given_option_wins_over_a_recorded_one_it_contradicts(tmp_path, monkeypatch):
+    recorded = dataclasses.asdict(PretrainArgs(corpus=["a.txt"], max_minutes=2.0, warmup_steps=5, config="mini"))
+    (tmp_path / "run_config.json").write_text(json.dumps(recorded))
+    s = pretrain_settings(monkeypatch, "--run-config", tmp_path, "--max-steps", "9")
+    assert (s.max_minutes, s.max_steps, s.warmup_steps, s.config) == (None, 9, 5, "mini")  # the budget gave way
+    s = pretrain_settings(monkeypatch, "--run-config", tmp_path, "--init-from", "ckpt")
+    assert (s.init_from, s.config, s.max_minutes) == ("ckpt", PretrainArgs().config, 2.0)  # the checkpoint decides
+
+
+@pytest.mark.parametrize("recorded,message", [
+    (None, "no such file"),
+    ({"task": "classification", "model": "m"}, "not the settings of a `bertforge pretrain` run"),
+    ({"seq_len": 32}, "unexpected keyword argument 'seq_len'"),  # a run of an older version: its names are gone
+])
+def test_run_config_refusals_are_one_line(tmp_path, capsys, recorded, message):
+    path = tmp_path / "run_config.json"
+    if recorded is not None:
+        path.write_text(json.dumps(recorded))
+    assert main(["pretrain", "--run-config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+
+
 def test_bad_seq_len_writes_nothing_from_the_cli(tmp_path):
     """The CLI path with the default corpus and a vocabulary to train: refused before the tokenizer is trained."""
     from bertforge.cli import main
 
-    assert main(["pretrain", "--config", "tiny", "--seq-len", "99999", "--out", str(tmp_path / "run")]) == 2
+    assert main(["pretrain", "--config", "tiny", "--max-length", "99999", "--out", str(tmp_path / "run")]) == 2
     assert not (tmp_path / "run").exists()
 
 
@@ -445,8 +492,8 @@ def test_cli_budget_options(corpus_and_tokenizer, tmp_path, fake_time, capsys):
     corpus, tok, config = corpus_and_tokenizer
     out = tmp_path / "run"
     common = ["pretrain", "--corpus", str(corpus), "--tokenizer", str(tok), "--config", str(config), "--out", str(out),
-              "--batch-size", "4", "--seq-len", "32", "--no-progress", "--device", "cpu", "--no-nsp"]
-    assert main(common + ["--max-minutes", "0.25", "--save-every-minutes", "0.05", "--keep-last", "10"]) == 0
+              "--batch-size", "4", "--max-length", "32", "--no-progress", "--device", "cpu", "--no-nsp"]
+    assert main(common + ["--max-minutes", "0.25", "--save-every-minutes", "0.05", "--keep-checkpoints", "10"]) == 0
     assert [s for s, _ in list_checkpoints(out)] == [3, 6, 9, 12, 15]  # 15 s at 1 s a step, a checkpoint every 3 s
     assert main(common + ["--max-minutes", "1", "--max-steps", "100", "--overwrite"]) != 0
     assert "--max-minutes contradicts --max-steps" in capsys.readouterr().err
@@ -458,7 +505,7 @@ def test_cli_evaluation_options(corpus_and_tokenizer, eval_text, tmp_path):
     corpus, tok, config = corpus_and_tokenizer
     out = tmp_path / "run"
     assert main(["pretrain", "--corpus", str(corpus), "--tokenizer", str(tok), "--config", str(config), "--out", str(out),
-                 "--max-steps", "4", "--batch-size", "4", "--seq-len", "32", "--no-progress", "--device", "cpu",
+                 "--max-steps", "4", "--batch-size", "4", "--max-length", "32", "--no-progress", "--device", "cpu",
                  "--eval-corpus", str(eval_text), "--eval-every", "2", "--eval-max-instances", "8",
                  "--early-stop-patience", "5"]) == 0
     assert [r["step"] for r in rows(out, "eval")] == [0, 2, 4]
@@ -486,7 +533,7 @@ def test_cli_init_from_continues_a_checkpoint(corpus_and_tokenizer, hf_mlm_check
 
     out = tmp_path / "run"
     assert main(["pretrain", "--init-from", str(hf_mlm_checkpoint), "--corpus", str(corpus_and_tokenizer[0]),
-                 "--out", str(out), "--max-steps", "2", "--batch-size", "4", "--seq-len", "32", "--no-progress",
+                 "--out", str(out), "--max-steps", "2", "--batch-size", "4", "--max-length", "32", "--no-progress",
                  "--device", "cpu"]) == 0
     assert json.loads((out / "model" / "config.json").read_text())["vocab_size"] == 128
     assert (out / "model" / "vocab.txt").read_text() == (hf_mlm_checkpoint / "vocab.txt").read_text()
@@ -495,7 +542,7 @@ def test_cli_init_from_continues_a_checkpoint(corpus_and_tokenizer, hf_mlm_check
 def test_explicit_masking_and_beta2_reach_the_run(tmp_path, corpus):
     out = tmp_path / "run"
     assert main(["pretrain", "--config", "albert-tiny", "--corpus", str(corpus), "--out", str(out), "--batch-size", "4",
-                 "--seq-len", "32", "--vocab-size", "300", "--max-steps", "2", "--save-every", "2", "--masking", "token",
+                 "--max-length", "32", "--vocab-size", "300", "--max-steps", "2", "--save-every", "2", "--masking", "token",
                  "--adam-beta2", "0.95", "--no-progress"]) == 0
     from bertforge.core.state import load_state
 

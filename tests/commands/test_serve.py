@@ -38,7 +38,7 @@ def _start(args: list[str], port: int, environ: dict[str, str] | None = None) ->
     """`bertforge serve ARGS` on 127.0.0.1:`port` (given as --port, or in `environ` as $PORT), once /health answers."""
     env = {k: v for k, v in os.environ.items() if k not in TEI_VARIABLES}
     env.update(PYTHONUNBUFFERED="1", **(environ or {}))
-    where = [] if "PORT" in env else ["--host", "127.0.0.1", "--port", str(port)]
+    where = [] if "PORT" in env else ["--hostname", "127.0.0.1", "--port", str(port)]
     proc = subprocess.Popen([sys.executable, "-m", "bertforge", "serve", *args, *where, "--log-level", "warning"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     deadline = time.monotonic() + STARTUP
@@ -58,9 +58,9 @@ def test_sigterm_lets_the_request_in_flight_finish_then_exits_0(models):
     import http.client
 
     port = free_port()
-    proc = _start(["--model", str(models["embed"]), "--task", "embed", "--model-name", "tiny", "--threads", "1",
-                   "--max-batch-tokens", "512", "--max-queue", "8", "--max-client-batch-size", "16",
-                   "--max-body-bytes", "100000", "--auto-truncate", "--max-length", "32", "--pooling", "cls",
+    proc = _start(["--model", str(models["embed"]), "--task", "embed", "--served-model-name", "tiny", "--threads", "1",
+                   "--max-batch-tokens", "512", "--max-concurrent-requests", "8", "--max-client-batch-size", "16",
+                   "--payload-limit", "100000", "--auto-truncate", "--max-length", "32", "--pooling", "cls",
                    "--graceful-timeout", "10"], port)
     try:
         body = json.dumps({"input": ["the movie was good", LONG], "model": "tiny"}).encode()
@@ -158,7 +158,7 @@ def test_tei_option_names_and_environment_variables(monkeypatch):
     assert (config.model, config.model_name, config.max_queue, config.api_key, config.max_body_bytes) == (
         "m", "n", 7, "k", 999)
     assert (kw["host"], kw["port"]) == ("0.0.0.0", 3000)
-    assert serve_command.run(parse(["serve", "--model", "m", "--model-name", "n", "--max-queue", "7"])) == 0
+    assert serve_command.run(parse(["serve", "--model", "m", "--served-model-name", "n", "--max-concurrent-requests", "7"])) == 0
     config, kw = seen.pop()
     assert (config.model_name, config.max_queue, config.api_key, kw["host"], kw["port"]) == ("n", 7, None,
                                                                                              "127.0.0.1", 8080)
@@ -173,7 +173,7 @@ def test_tei_option_names_and_environment_variables(monkeypatch):
             config.max_client_batch_size, config.max_body_bytes, config.auto_truncate, config.pooling) == (
         "env-model", "env-name", "env-key", 9, 1024, 4, 5000, True, "cls")
     assert (kw["host"], kw["port"]) == ("0.0.0.0", 3001)
-    assert serve_command.run(parse(["serve", "--model-id", "flag", "--port", "3002", "--max-queue", "3"])) == 0
+    assert serve_command.run(parse(["serve", "--model-id", "flag", "--port", "3002", "--max-concurrent-requests", "3"])) == 0
     config, kw = seen.pop()
     assert (config.model, kw["port"], config.max_queue, config.api_key) == ("flag", 3002, 3, "env-key")  # flags win
     monkeypatch.setenv("PORT", "eighty")

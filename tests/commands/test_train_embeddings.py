@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
 
 import bertforge.embeddings_train
 from bertforge.cli import main
@@ -15,7 +14,7 @@ from bertforge.embeddings_train import EmbeddingsConfig
 def test_the_options_become_the_runs_config(monkeypatch, capsys):
     seen = []
     monkeypatch.setattr(bertforge.embeddings_train, "train_embeddings",
-                        lambda config: seen.append(config) or {"best": {"spearman": 0.5}})
+                        lambda **settings: seen.append(EmbeddingsConfig(**settings)) or {"best": {"spearman": 0.5}})
     assert main(["train-embeddings", "--model", "m", "--train", "pairs.tsv", "--out", "o", "--loss", "cosent",
                  "--batch-size", "16", "--lr", "3e-5", "--no-normalize", "--symmetric"]) == 0
     assert seen == [EmbeddingsConfig(model="m", train="pairs.tsv", out="o", loss="cosent", batch_size=16, lr=3e-5,
@@ -24,7 +23,24 @@ def test_the_options_become_the_runs_config(monkeypatch, capsys):
 
 
 def test_a_missing_required_option_is_one_line(capsys):
-    with pytest.raises(SystemExit) as exit_:
-        main(["train-embeddings", "--model", "m", "--train", "pairs.tsv"])
+    assert main(["train-embeddings", "--model", "m", "--train", "pairs.tsv"]) == 2
     err = capsys.readouterr().err
-    assert exit_.value.code == 2 and err.count("\n") == 1 and "--out" in err
+    assert err.count("\n") == 1 and "missing required option(s): --out" in err
+
+
+def test_run_config_and_resume_start_from_the_recorded_settings(monkeypatch, tmp_path):
+    """--run-config FILE (or the run's directory) repeats a recorded run, the options given overriding it; --resume
+    --out RUN alone continues RUN with its own settings."""
+    seen = []
+    monkeypatch.setattr(bertforge.embeddings_train, "train_embeddings", lambda **s: seen.append(s) or {})
+    run = tmp_path / "run"
+    run.mkdir()
+    recorded = {**EmbeddingsConfig(model="m", train="pairs.tsv", out=str(run), loss="cosent", lr=3e-5).to_dict(),
+                "resume": False, "overwrite": True, "versions": {"bertforge": "0.1.0"}}
+    (run / "train_embeddings_config.json").write_text(json.dumps(recorded))
+    assert main(["train-embeddings", "--run-config", str(run), "--out", "again", "--seed", "7"]) == 0
+    config = EmbeddingsConfig(**seen[-1])
+    assert (config.loss, config.lr, config.seed, config.out, config.overwrite) == ("cosent", 3e-5, 7, "again", False)
+    assert main(["train-embeddings", "--resume", "--out", str(run)]) == 0
+    config = EmbeddingsConfig(**seen[-1])
+    assert (config.loss, config.model, config.resume, config.out) == ("cosent", "m", True, str(run))

@@ -33,7 +33,7 @@ def test_train_tokenizer_vocab_size_cased_and_text_field(tmp_path, capsys):
     assert "submarine" in lowered and "Submarine" not in lowered and "lighthouse" not in lowered
     cased = train_tokenizer(tmp_path, corpus, "--vocab-size", "200", "--cased")
     assert "Submarine" in cased and "submarine" not in cased
-    body = train_tokenizer(tmp_path, corpus, "--vocab-size", "200", "--text-field", "body")
+    body = train_tokenizer(tmp_path, corpus, "--vocab-size", "200", "--text-column", "body")
     assert "lighthouse" in body and "submarine" not in body
 
 

@@ -1,4 +1,4 @@
-"""`bertforge train-tokenizer --model bpe | unigram | wordpiece`: a tokenizer of each kind trained from the command line.
+"""`bertforge train-tokenizer --algorithm bpe | unigram | wordpiece`: a tokenizer of each kind trained from the command line.
 
 A topic file of `tests/commands/test_train_tokenizer.py`."""
 
@@ -25,17 +25,17 @@ def test_cli_train_tokenizer_model(tmp_path, corpus, capsys):
     text.write_text("\n".join(corpus[:400] + ["Submarine harbour, submarine Harbour."] * 60) + "\n", encoding="utf-8")
     for model, kind in (("bpe", ROBERTA), ("unigram", ALBERT), ("wordpiece", BERT)):
         out = tmp_path / model
-        assert main(["train-tokenizer", "--corpus", str(text), "--model", model, "--vocab-size", "400",
+        assert main(["train-tokenizer", "--corpus", str(text), "--algorithm", model, "--vocab-size", "400",
                      "--out", str(out)]) == 0
         tok = Tokenizer.from_pretrained(out)
         assert tok.kind is kind and type(AutoTokenizer.from_pretrained(out)).__name__ == kind.tokenizer_class
         assert f"{kind.family} ({model}) vocabulary of" in capsys.readouterr().out
     bpe = Tokenizer.from_pretrained(tmp_path / "bpe").get_vocab()
     assert all(any(t.startswith(start) for t in bpe) for start in ("Sub", "Ġsub", "ĠHar", "Ġhar"))  # keeps case
-    assert main(["train-tokenizer", "--corpus", str(text), "--model", "bpe", "--cased", "--vocab-size", "400",
+    assert main(["train-tokenizer", "--corpus", str(text), "--algorithm", "bpe", "--cased", "--vocab-size", "400",
                  "--out", str(tmp_path / "bpe-cased")]) == 0
-    assert "--cased changes nothing for --model bpe" in capsys.readouterr().out
-    assert main(["train-tokenizer", "--corpus", str(text), "--model", "unigram", "--cased", "--vocab-size", "400",
+    assert "--cased changes nothing for --algorithm bpe" in capsys.readouterr().out
+    assert main(["train-tokenizer", "--corpus", str(text), "--algorithm", "unigram", "--cased", "--vocab-size", "400",
                  "--out", str(tmp_path / "unigram-cased")]) == 0
     cased = Tokenizer.from_pretrained(tmp_path / "unigram-cased")
     def capitalized(vocab: dict[str, int]) -> set[str]:

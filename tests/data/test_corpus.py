@@ -25,7 +25,7 @@ def test_gz_and_jsonl_formats(tmp_path):
     assert read_all(write_gz(tmp_path / "c.txt.gz", docs)) == docs
     assert read_all(write_jsonl(tmp_path / "c.jsonl", docs)) == docs
     body = write_jsonl(tmp_path / "body.jsonl", docs, field="body")
-    assert read_all(body, text_field="body") == docs
+    assert read_all(body, text_column="body") == docs
     with gzip.open(tmp_path / "c.jsonl.gz", "wt") as fh:
         fh.write((tmp_path / "c.jsonl").read_text())
     assert read_all(tmp_path / "c.jsonl.gz") == docs

@@ -51,7 +51,7 @@ def train_on_toy_task(model: Path, toy: tuple[Path, Path], out: Path) -> Path:
 
     rc = main(["train-embeddings", "--model", str(model), "--train", str(toy[0]), "--dev", str(toy[1]), "--out", str(out),
                "--epochs", "6", "--batch-size", "16", "--lr", "1e-3", "--warmup-ratio", "0.1", "--weight-decay", "0.01",
-               "--seed", "1", "--log-every", "2", "--eval-every", "8", "--early-stop", "20", "--eval-batch-size", "8",
+               "--seed", "1", "--log-every", "2", "--eval-every", "8", "--early-stop-patience", "20", "--eval-batch-size", "8",
                "--max-length", "16", "--pooling", "mean", "--max-skipped-steps", "3", "--device", "cpu",
                "--no-progress"])
     assert rc == 0

@@ -65,7 +65,7 @@ def test_classification_through_the_cli_and_transformers(tmp_path, family_model,
     for text, row in zip(texts, expected):
         got = {r["label"]: r["score"] for r in pipe(text)}
         assert got == pytest.approx({"neg": float(row[0]), "pos": float(row[1])}, abs=1e-5)
-    evaluated = run(capsys, "evaluate", "--task", "classification", "--model", str(out / "model"), "--data", str(dev),
+    evaluated = run(capsys, "evaluate", "--task", "classification", "--model", str(out / "model"), "--input", str(dev),
                     "--no-progress")
     assert 0.0 <= evaluated["accuracy"] <= 1.0
 

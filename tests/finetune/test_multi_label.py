@@ -134,7 +134,7 @@ def test_a_csv_with_a_label_separator_trains_the_same_model_from_the_command_lin
     assert json.loads((tmp_path / "run" / "eval.json").read_text())["metrics"] == summary["metrics"]
     out = tmp_path / "pred.jsonl"
     assert main(["predict", "--task", "classification", "--model", str(tmp_path / "run" / "model"), "--input",
-                 str(dev), "--output", str(out), "--label-separator", "|", "--device", "cpu", "--no-progress"]) == 0
+                 str(dev), "--out", str(out), "--label-separator", "|", "--device", "cpu", "--no-progress"]) == 0
     assert all(isinstance(json.loads(line)["labels"], list) for line in out.read_text().splitlines())
 
 

@@ -50,7 +50,7 @@ def test_predict_and_pipeline_give_the_same_answers(qa_model, tmp_path, capsys):
     inputs = tmp_path / "questions.jsonl"
     inputs.write_text("".join(json.dumps(c) + "\n" for c in cases()), encoding="utf-8")
     output = tmp_path / "predictions.jsonl"
-    assert main(["predict", "--task", "qa", "--model", str(qa_model), "--input", str(inputs), "--output", str(output),
+    assert main(["predict", "--task", "qa", "--model", str(qa_model), "--input", str(inputs), "--out", str(output),
                  "--max-length", "32", "--doc-stride", "8", "--no-progress"]) == 0
     capsys.readouterr()
     predicted = [json.loads(line) for line in output.read_text().splitlines()]

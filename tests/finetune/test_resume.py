@@ -72,7 +72,7 @@ def test_a_run_stopped_after_any_step_resumes_to_the_same_end(tiny_model, data, 
 def test_the_best_weights_and_early_stopping_survive_a_resume(tiny_model, data, tmp_path, monkeypatch):
     """An evaluation every step with early stopping: the best weights are older than the checkpoint resumed
     from, and the count of evaluations without improvement carries on across the resume."""
-    settings = dict(eval_every=1, early_stop=2, lr=3e-3, epochs=3, keep_checkpoints=2, save_every=1)
+    settings = dict(eval_every=1, early_stop_patience=2, lr=3e-3, epochs=3, keep_checkpoints=2, save_every=1)
     reference = tmp_path / "reference"
     summary = run(tiny_model, data, reference, **settings)
     assert summary["stopped_early"]

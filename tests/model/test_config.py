@@ -50,7 +50,7 @@ def test_check_sequence_length_names_the_real_limit():
                                              r"from its max_position_embeddings 64\)$"):
         bert.check_sequence_length(65, "--max-length")
     roberta = BertConfig(model_type="roberta", max_position_embeddings=128, pad_token_id=1)
-    roberta.check_sequence_length(126, "--seq-len")
-    with pytest.raises(BertforgeError, match=r"--seq-len 127 exceeds .* \(126, from its max_position_embeddings 128 "
+    roberta.check_sequence_length(126, "--max-length")
+    with pytest.raises(BertforgeError, match=r"--max-length 127 exceeds .* \(126, from its max_position_embeddings 128 "
                                              r"less the 2 positions its family skips\)"):
-        roberta.check_sequence_length(127, "--seq-len")
+        roberta.check_sequence_length(127, "--max-length")

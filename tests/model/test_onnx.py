@@ -106,8 +106,8 @@ def test_export_falls_back_to_base_model_without_head_weights(tmp_path, caplog):
     (directory / "config.json").write_text(config.replace('"BertModel"', '"BertForTokenClassification"'))
     report = export_onnx(directory, tmp_path / "m.onnx")
     assert report.model_class == "BertModel" and "head weights are missing" in caplog.text
-    with pytest.raises(BertforgeError, match="unknown head class"):
-        export_onnx(directory, tmp_path / "n.onnx", head="BertForEverything")
+    with pytest.raises(BertforgeError, match="unknown model class"):
+        export_onnx(directory, tmp_path / "n.onnx", model_class="BertForEverything")
 
 
 @pytest.mark.slow

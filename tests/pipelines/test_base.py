@@ -13,7 +13,7 @@ from tests.pipelines.pipelines_helpers import SENTENCES
 
 def test_make_batches_sorts_and_respects_budget():
     lengths = [5, 30, 2, 30, 12, 7, 100]
-    batches = make_batches(lengths, batch_tokens=40, batch_size=3)
+    batches = make_batches(lengths, max_batch_tokens=40, batch_size=3)
     assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
     for b in batches:
         sizes = [lengths[i] for i in b]
@@ -60,9 +60,9 @@ def test_device_option_of_the_inference_commands(minilm_dir, tmp_path):
     from bertforge.cli import main
     texts = tmp_path / "in.txt"
     texts.write_text("hello\n", encoding="utf-8")
-    for argv in (["embed", "--model", str(minilm_dir), "--input", str(texts), "--output", str(tmp_path / "o.npy")],
+    for argv in (["embed", "--model", str(minilm_dir), "--input", str(texts), "--out", str(tmp_path / "o.npy")],
                  ["fill-mask", "--model", str(minilm_dir), "Paris is the [MASK] of France."]):
         assert main([*argv, "--device", "tpu"]) != 0
-    assert main(["embed", "--model", str(minilm_dir), "--input", str(texts), "--output", str(tmp_path / "o.npy"),
+    assert main(["embed", "--model", str(minilm_dir), "--input", str(texts), "--out", str(tmp_path / "o.npy"),
                  "--device", "cpu"]) == 0
     assert np.load(tmp_path / "o.npy").shape == (1, 384)

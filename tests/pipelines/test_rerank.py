@@ -100,7 +100,7 @@ def test_two_label_model_scores_its_last_label(models):
 
 
 def test_several_queries_in_one_call(models):
-    rerank = bertforge.pipeline("rerank", model=models[1], batch_tokens=64)  # several batches, mixed queries
+    rerank = bertforge.pipeline("rerank", model=models[1], max_batch_tokens=64)  # several batches, mixed queries
     queries = [QUERY, "capital of france", "nothing"]
     lists = [PASSAGES[:4], PASSAGES[1:], []]
     together = rerank(queries, lists, top_k=3, return_documents=True)

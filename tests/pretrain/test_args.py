@@ -64,8 +64,8 @@ def test_run_settings_resolve_defaults_as_the_command_does(monkeypatch):
     monkeypatch.setattr(trainer.Pretrainer, "__init__", lambda self, args: seen.append(args) or None)
     monkeypatch.setattr(trainer.Pretrainer, "run", lambda self: None)
     monkeypatch.setattr(trainer.Pretrainer, "finish", lambda self: None)  # both reach the trainer with their settings
-    trainer.pretrain(config="deberta-v3-tiny", max_steps=800, seq_len=64)
-    assert main(["pretrain", "--config", "deberta-v3-tiny", "--max-steps", "800", "--seq-len", "64"]) == 0
+    trainer.pretrain(config="deberta-v3-tiny", max_steps=800, max_length=64)
+    assert main(["pretrain", "--config", "deberta-v3-tiny", "--max-steps", "800", "--max-length", "64"]) == 0
     from_python, from_cli = seen
     assert from_python == from_cli
     assert (from_python.lr, from_python.vocab_size, from_python.warmup_steps) == (DEMO["lr"], DEMO["vocab_size"], 100)

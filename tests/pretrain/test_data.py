@@ -39,6 +39,6 @@ def test_a_corpus_the_run_cannot_train_on_is_refused(tmp_path):
     check_corpus([str(one)], "text", nsp=False)
     with pytest.raises(BertforgeError, match="has only 1 document; next-sentence prediction needs at least 2"):
         check_corpus([str(one)], "text", nsp=True)
-    run = SimpleNamespace(text_field="text", nsp=True, allow_binary=False, eval_fraction=None, eval_corpus=[str(one)])
+    run = SimpleNamespace(text_column="text", nsp=True, allow_binary=False, eval_fraction=None, eval_corpus=[str(one)])
     with pytest.raises(BertforgeError, match="^--eval-corpus: corpus .* has only 1 document"):
         check_run_corpora(run, [corpus])  # the evaluation text is checked too, and named

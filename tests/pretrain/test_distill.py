@@ -47,7 +47,7 @@ def test_a_full_depth_student_computes_what_the_teacher_does(tmp_path, inputs, f
     row folded into the positions (and RoBERTa's offset skipped) keeps every output on single segments."""
     teacher_dir = make_teacher(tmp_path / "teacher", inputs[1], family)
     teacher = bertforge.AutoModelForMaskedLM.from_pretrained(teacher_dir).eval()
-    args = DistillArgs(teacher=str(teacher_dir), corpus=[str(inputs[0])], student_layers=4, seq_len=32)
+    args = DistillArgs(teacher=str(teacher_dir), corpus=[str(inputs[0])], student_layers=4, max_length=32)
     student = BertForMaskedLM(args.model_config())
     init_from_teacher(student, teacher)
     student.eval()
@@ -66,7 +66,7 @@ def test_distillation_resumes_exactly(tmp_path, inputs, monkeypatch):
     teacher_dir = make_teacher(tmp_path / "teacher", tok)
     from bertforge.pretrain.distill import distill
 
-    common = dict(teacher=str(teacher_dir), corpus=[str(corpus)], batch_size=4, seq_len=32, max_steps=6, save_every=3,
+    common = dict(teacher=str(teacher_dir), corpus=[str(corpus)], batch_size=4, max_length=32, max_steps=6, save_every=3,
                   warmup_steps=1, decay="constant", progress=False, demo=False)
     whole = distill(DistillArgs(out=str(tmp_path / "whole"), **common))
     part = tmp_path / "part"
@@ -85,7 +85,7 @@ def test_teachers_that_cannot_be_distilled_are_refused(tmp_path, inputs, capsys)
     bertforge.AutoModel.from_pretrained(teacher).save_pretrained(headless)  # the encoder alone: no MLM head
     bertforge.Tokenizer.from_pretrained(teacher).save_pretrained(headless)
     assert main(["distill", "--teacher", str(headless), "--corpus", str(corpus), "--out", str(tmp_path / "o1"),
-                 "--seq-len", "32", "--max-steps", "1", "--no-progress"]) != 0
+                 "--max-length", "32", "--max-steps", "1", "--no-progress"]) != 0
     assert "no MLM head" in capsys.readouterr().err
     with pytest.raises(BertforgeError, match="--teacher is required"):
         DistillArgs(corpus=[str(corpus)]).validate()

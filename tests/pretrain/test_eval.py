@@ -36,7 +36,7 @@ def write_eval_text(directory: Path) -> Path:
 
 def eval_args(corpus_and_tokenizer, out: Path, eval_text: Path | None = None, **kw) -> PretrainArgs:
     settings = dict(max_steps=8, lr=1e-3, warmup_steps=2, save_every=4, log_every=2, eval_every=2,
-                    eval_max_instances=18, keep_last=10)
+                    eval_max_instances=18, keep_checkpoints=10)
     if eval_text is not None:
         settings["eval_corpus"] = [str(eval_text)]
     return tiny_run_args(corpus_and_tokenizer, out, **{**settings, **kw})

@@ -56,7 +56,7 @@ def inputs(tmp_path_factory):
 def args(inputs, out: Path, **kw) -> PretrainArgs:
     corpus, tok, config = inputs
     base = dict(corpus=[str(corpus)], tokenizer=str(tok), config=str(config), out=str(out), batch_size=4,
-                seq_len=32, progress=False, demo=False, max_steps=8, lr=1e-3, warmup_steps=2, save_every=4,
+                max_length=32, progress=False, demo=False, max_steps=8, lr=1e-3, warmup_steps=2, save_every=4,
                 log_every=2)
     return PretrainArgs(**{**base, **kw})
 
@@ -224,7 +224,7 @@ def test_init_from_continues_with_the_generator_beside_it_or_gives_a_discriminat
     words = "bert.embeddings.word_embeddings."
     disc = load_file(str(run / "model" / "model.safetensors"))["deberta.embeddings.word_embeddings.weight"]
     gen = load_file(str(run / "generator" / "model.safetensors"))["deberta.embeddings.word_embeddings.weight"]
-    settings = dict(corpus=[str(run.parent / "missing")], out=str(tmp_path / "a"), batch_size=4, seq_len=32,
+    settings = dict(corpus=[str(run.parent / "missing")], out=str(tmp_path / "a"), batch_size=4, max_length=32,
                     progress=False, demo=False, max_steps=2)
     corpus = Path(json.loads((run / "run_config.json").read_text())["corpus"][0])
     settings["corpus"] = [str(corpus)]
@@ -266,7 +266,7 @@ def torchrun(inputs, out: Path, *extra: str, timeout: float = 400):
     corpus, tok, config = inputs
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "bertforge",
            "pretrain", "--corpus", str(corpus), "--tokenizer", str(tok), "--config", str(config), "--out", str(out),
-           "--batch-size", "2", "--seq-len", "32", "--no-progress", "--device", "cpu", "--lr", "1e-3",
+           "--batch-size", "2", "--max-length", "32", "--no-progress", "--device", "cpu", "--lr", "1e-3",
            "--warmup-steps", "1", "--log-every", "2", *extra]
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
@@ -282,7 +282,7 @@ def torchrun(inputs, out: Path, *extra: str, timeout: float = 400):
 def test_torchrun_trains_both_networks_resumes_bitwise_and_exports_both(inputs, tmp_path, fsdp):
     """DDP and FSDP over gloo: both ranks step together, a run resumed from its step-2 checkpoint ends bitwise where
     the uninterrupted one did, and OUT/model and OUT/generator are complete checkpoints."""
-    common = ["--save-every", "2", "--keep-last", "3", "--max-steps", "4", *(["--fsdp"] if fsdp else [])]
+    common = ["--save-every", "2", "--keep-checkpoints", "3", "--max-steps", "4", *(["--fsdp"] if fsdp else [])]
     straight = tmp_path / "straight"
     torchrun(inputs, straight, *common)
     assert [s for s, _ in list_checkpoints(straight)] == [2, 4]
@@ -315,7 +315,7 @@ def test_a_deberta_v3_tiny_run_learns(tmp_path):
     then the replacements); at 150 steps it had only the base rate."""
     from bertforge.cli import main
     out = tmp_path / "learn"  # the command as measured (its defaults for the tiny preset, e.g. the learning rate)
-    assert main(["pretrain", "--config", "deberta-v3-tiny", "--max-steps", "800", "--seq-len", "64", "--batch-size",
+    assert main(["pretrain", "--config", "deberta-v3-tiny", "--max-steps", "800", "--max-length", "64", "--batch-size",
                  "32", "--eval-fraction", "0.05", "--eval-every", "200", "--out", str(out), "--no-progress"]) == 0
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     evals = [r for r in rows if r.get("type") == "eval"]

@@ -29,14 +29,14 @@ def weights(out: Path) -> dict[str, torch.Tensor]:
 def test_run_writes_everything_transformers_can_load(corpus_and_tokenizer, tmp_path):
     transformers = pytest.importorskip("transformers")
     out = tmp_path / "run"
-    pretrain(args(corpus_and_tokenizer, out, keep_last=2))
+    pretrain(args(corpus_and_tokenizer, out, keep_checkpoints=2))
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [2, 4, 6, 8, 10, 12]
     for key in ("loss", "mlm_loss", "nsp_loss", "lr", "grad_norm", "tokens_per_s", "mlm_accuracy"):
         assert all(math.isfinite(r[key]) for r in rows), key
     assert (out / "training_curves.png").stat().st_size > 1000
     assert any((out / "tensorboard").iterdir())
-    assert [s for s, _ in list_checkpoints(out)] == [8, 12]  # keep_last=2
+    assert [s for s, _ in list_checkpoints(out)] == [8, 12]  # keep_checkpoints=2
     hf, info = transformers.BertForPreTraining.from_pretrained(out / "model", output_loading_info=True)
     assert not info["missing_keys"] and not info["unexpected_keys"]
     hf_tok = transformers.AutoTokenizer.from_pretrained(out / "model")
@@ -261,14 +261,14 @@ def test_refuses_an_output_dir_holding_another_run(corpus_and_tokenizer, tmp_pat
     with pytest.raises(BertforgeError, match="--resume .* --overwrite"):
         pretrain(args(corpus_and_tokenizer, out, max_steps=2))
     pretrain(args(corpus_and_tokenizer, out, max_steps=2, overwrite=True))
-    with pytest.raises(BertforgeError, match="differ.*seq_len"):
-        pretrain(args(corpus_and_tokenizer, out, max_steps=4, seq_len=48, resume=True))
+    with pytest.raises(BertforgeError, match="differ.*max_length"):
+        pretrain(args(corpus_and_tokenizer, out, max_steps=4, max_length=48, resume=True))
 
 
 @pytest.mark.parametrize(
     "change, message",
     [
-        (dict(seq_len=100), "max_position_embeddings"),
+        (dict(max_length=100), "max_position_embeddings"),
         (dict(corpus=["/nonexistent/corpus.txt"]), "does not exist"),
         (dict(batch_size=0), "batch-size"),
         (dict(config="gigantic"), "neither a preset"),
@@ -316,7 +316,7 @@ def torchrun_pretrain(corpus_and_tokenizer, out: Path, *extra: str, timeout: flo
     model = ["--init-from", str(init_from)] if init_from else ["--tokenizer", str(tok), "--config", str(config)]
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
            "-m", "bertforge", "pretrain", "--corpus", str(corpus), *model,
-           "--out", str(out), "--batch-size", "2", "--seq-len", "32", "--no-progress", "--device", "cpu", *extra]
+           "--out", str(out), "--batch-size", "2", "--max-length", "32", "--no-progress", "--device", "cpu", *extra]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
@@ -371,7 +371,7 @@ def test_torchrun_fsdp_trains_resumes_and_exports(corpus_and_tokenizer, tmp_path
     ends bitwise where the uninterrupted run did, and OUT/model is a full Hugging Face checkpoint."""
     import shutil
 
-    common = ["--fsdp", "--save-every", "2", "--keep-last", "3", "--log-every", "2", "--lr", "1e-2",
+    common = ["--fsdp", "--save-every", "2", "--keep-checkpoints", "3", "--log-every", "2", "--lr", "1e-2",
               "--warmup-steps", "1", "--decay", "constant"]
     straight = tmp_path / "straight"
     torchrun_pretrain(corpus_and_tokenizer, straight, "--max-steps", "6", *common)

@@ -57,7 +57,7 @@ def rows(out, kind=None):
 
 
 def budget_args(inputs, out, **settings):
-    base = dict(max_minutes=0.5, warmup_steps=2, decay="wsd", lr=PEAK, log_every=1, save_every=1000, keep_last=100,
+    base = dict(max_minutes=0.5, warmup_steps=2, decay="wsd", lr=PEAK, log_every=1, save_every=1000, keep_checkpoints=100,
                 nsp=False)
     return tiny_run_args(inputs, out, **{**base, **settings})
 
@@ -138,7 +138,7 @@ def test_wall_time_checkpoints_without_a_budget(corpus_and_tokenizer, tmp_path, 
     3 s (0.05 minute) of training time and at the end."""
     out = tmp_path / "run"
     pretrain(tiny_run_args(corpus_and_tokenizer, out, max_steps=10, save_every_minutes=0.05, save_every=1000,
-                           keep_last=100, log_every=1, nsp=False))
+                           keep_checkpoints=100, log_every=1, nsp=False))
     assert [s for s, _ in list_checkpoints(out)] == [3, 6, 9, 10]
     assert max(r["step"] for r in rows(out)) == 10
 

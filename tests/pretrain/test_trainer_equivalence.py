@@ -260,7 +260,7 @@ def two_processes(inputs, global_rows, tmp_path_factory):
     save_file({k: v.contiguous() for k, v in rows.items()}, str(root / "rows.safetensors"))
     spec = dict(rows=str(root / "rows.safetensors"), out=str(root), modes=["ddp", "fsdp"],
                 args=dict(corpus=[str(corpus)], tokenizer=str(tok), config=str(plain), max_steps=STEPS, batch_size=2,
-                          seq_len=32, lr=1e-3, warmup_steps=0, decay="constant", progress=False, demo=False,
+                          max_length=32, lr=1e-3, warmup_steps=0, decay="constant", progress=False, demo=False,
                           device="cpu"))
     (root / "spec.json").write_text(json.dumps(spec))
     worker = Path(__file__).parent / "rows_worker.py"

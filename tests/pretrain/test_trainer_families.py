@@ -16,7 +16,7 @@ from tests.helpers import make_corpus
 transformers = pytest.importorskip("transformers")
 
 # the hidden sizes of tiny, small enough for a quick run; the family's own settings come from its preset
-TINY = ["--batch-size", "8", "--seq-len", "32", "--vocab-size", "400", "--max-steps", "40", "--warmup-steps", "4",
+TINY = ["--batch-size", "8", "--max-length", "32", "--vocab-size", "400", "--max-steps", "40", "--warmup-steps", "4",
         "--lr", "2e-3", "--log-every", "5", "--save-every", "20", "--no-progress"]
 
 
@@ -100,7 +100,7 @@ def test_family_pretraining_learns_and_transformers_loads_it(tmp_path, corpus, f
 
 def test_roberta_pretraining_resumes_exactly(tmp_path, corpus):
     """The family's run keeps what BERT's has: a kill and --resume give the same weights as one run."""
-    common = dict(corpus=[str(corpus)], config="roberta-tiny", batch_size=4, seq_len=32, vocab_size=400, lr=1e-3,
+    common = dict(corpus=[str(corpus)], config="roberta-tiny", batch_size=4, max_length=32, vocab_size=400, lr=1e-3,
                   warmup_steps=2, decay="constant", log_every=2, progress=False, demo=False)  # max_steps-free
     whole = pretrain(PretrainArgs(out=str(tmp_path / "whole"), max_steps=6, save_every=3, **common))
     tokenizer = str(tmp_path / "whole" / "tokenizer")  # tokenizers' trainers differ run to run: share one
@@ -115,7 +115,7 @@ def test_roberta_pretraining_resumes_exactly(tmp_path, corpus):
 
 
 def test_albert_shares_its_layers_in_training(tmp_path, corpus):
-    args = PretrainArgs(corpus=[str(corpus)], config="albert-mini", out=str(tmp_path / "run"), batch_size=2, seq_len=32,
+    args = PretrainArgs(corpus=[str(corpus)], config="albert-mini", out=str(tmp_path / "run"), batch_size=2, max_length=32,
                         vocab_size=400, max_steps=1, progress=False, demo=False)
     trainer = Pretrainer(args)
     try:
@@ -151,13 +151,13 @@ def test_albert_and_distillation_run_under_torchrun(tmp_path, corpus, mode):
     fsdp = ["--fsdp"] if mode == "fsdp" else []
     out = tmp_path / "albert"
     torchrun("pretrain", "--config", "albert-tiny", "--corpus", str(corpus), "--out", str(out), "--batch-size", "2",
-             "--seq-len", "32", "--vocab-size", "300", "--max-steps", "3", "--save-every", "3", *fsdp)
+             "--max-length", "32", "--vocab-size", "300", "--max-steps", "3", "--save-every", "3", *fsdp)
     config = json.loads((out / "model" / "config.json").read_text())
     assert config["architectures"] == ["AlbertForPreTraining"]
     teacher = tmp_path / "teacher"
     torchrun("pretrain", "--config", "tiny", "--corpus", str(corpus), "--out", str(teacher), "--batch-size", "2",
-             "--seq-len", "32", "--vocab-size", "300", "--max-steps", "2", "--save-every", "2", "--no-nsp")
+             "--max-length", "32", "--vocab-size", "300", "--max-steps", "2", "--save-every", "2", "--no-nsp")
     student = tmp_path / "student"
     torchrun("distill", "--teacher", str(teacher / "model"), "--corpus", str(corpus), "--out", str(student),
-             "--batch-size", "2", "--seq-len", "32", "--max-steps", "3", "--save-every", "3", *fsdp)
+             "--batch-size", "2", "--max-length", "32", "--max-steps", "3", "--save-every", "3", *fsdp)
     assert json.loads((student / "model" / "config.json").read_text())["architectures"] == ["DistilBertForMaskedLM"]

@@ -23,7 +23,7 @@ from tests.helpers import TINY_CONFIG, tiny_config
 def init_args(corpus_and_tokenizer, out: Path, init_from: Path, **kw) -> PretrainArgs:
     """A short run continuing `init_from`: no --config, no --tokenizer (the checkpoint brings both)."""
     corpus, _, _ = corpus_and_tokenizer
-    base = dict(corpus=[str(corpus)], init_from=str(init_from), out=str(out), batch_size=4, seq_len=32, max_steps=8,
+    base = dict(corpus=[str(corpus)], init_from=str(init_from), out=str(out), batch_size=4, max_length=32, max_steps=8,
                 lr=1e-3, warmup_steps=2, save_every=4, log_every=2, progress=False, demo=False)
     return PretrainArgs(**{**base, **kw})
 

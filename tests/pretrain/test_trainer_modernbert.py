@@ -98,9 +98,9 @@ def two_phases(tmp_path, corpus, first_steps, second_steps, **common):
     """Phase 1 at 64 tokens with global θ 10,000; phase 2 --init-from it at 128 tokens with θ 160,000."""
     settings = dict(corpus=[str(corpus)], batch_size=8, warmup_steps=4, lr=3e-3, log_every=5, save_every=100,
                     optimizer="stable-adamw", progress=False) | common
-    first = pretrain(PretrainArgs(config=short_config(tmp_path), out=str(tmp_path / "short"), vocab_size=400, seq_len=64,
+    first = pretrain(PretrainArgs(config=short_config(tmp_path), out=str(tmp_path / "short"), vocab_size=400, max_length=64,
                                   max_steps=first_steps, global_rope_theta=10000.0, **settings))
-    second = pretrain(PretrainArgs(init_from=str(first), out=str(tmp_path / "long"), seq_len=128,
+    second = pretrain(PretrainArgs(init_from=str(first), out=str(tmp_path / "long"), max_length=128,
                                    max_steps=second_steps, global_rope_theta=160000.0, **settings))
     return first, second
 
@@ -147,7 +147,7 @@ def test_init_from_continues_a_checkpoint_transformers_wrote(tmp_path, corpus):
     torch.manual_seed(0)
     transformers.ModernBertForMaskedLM(hf_config).save_pretrained(source)
     tokenizer.save_pretrained(source)
-    out = pretrain(PretrainArgs(init_from=str(source), corpus=[str(corpus)], out=str(tmp_path / "run"), seq_len=64,
+    out = pretrain(PretrainArgs(init_from=str(source), corpus=[str(corpus)], out=str(tmp_path / "run"), max_length=64,
                                 batch_size=4, max_steps=2, warmup_steps=1, log_every=1, progress=False, demo=False))
     config = assert_transformers_loads_it(out, corpus)
     assert (config["num_hidden_layers"], config["local_attention"], config["max_position_embeddings"]) == (3, 8, 64)

@@ -54,7 +54,7 @@ def test_wsd_run_keeps_the_peak_then_decays_over_the_last_fraction(corpus_and_to
     corpus, tok, config = corpus_and_tokenizer
     out = tmp_path / "run"
     assert main(["pretrain", "--corpus", str(corpus), "--tokenizer", str(tok), "--config", str(config), "--out", str(out),
-                 "--max-steps", "8", "--batch-size", "4", "--seq-len", "32", "--no-progress", "--device", "cpu",
+                 "--max-steps", "8", "--batch-size", "4", "--max-length", "32", "--no-progress", "--device", "cpu",
                  "--lr", "0.001", "--warmup-steps", "2", "--decay", "wsd", "--decay-ratio", "0.5", "--log-every", "1"]) == 0
     lrs = logged_lrs(out)  # decay over the last 4 steps (t = 4..7): 1, 3/4, 1/2, 1/4 of the peak
     assert [lrs[s] / 1e-3 for s in range(1, 9)] == pytest.approx([0.5, 1, 1, 1, 1, 0.75, 0.5, 0.25])

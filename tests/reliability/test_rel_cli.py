@@ -25,7 +25,7 @@ MODEL_DESTS = {"model", "model_dir", "tokenizer", "checkpoint", "pretrained", "t
 INPUT_DESTS = {"input", "inputs", "data", "train", "dev", "test", "corpus", "file", "text_file"}
 OUTPUT_DESTS = {"out", "output", "output_dir", "save", "onnx", "out_file"}
 # Keep a command that accepts its (odd) input short.
-SHORT_RUN = {"max_steps": "1", "epochs": "1", "batch_size": "2", "seq_len": "16", "save_every": "1", "vocab_size": "60"}
+SHORT_RUN = {"max_steps": "1", "epochs": "1", "batch_size": "2", "max_length": "16", "save_every": "1", "vocab_size": "60"}
 
 
 def subcommands() -> dict[str, argparse.ArgumentParser]:

@@ -30,8 +30,8 @@ def pretrain_argv(inputs: tuple[Path, Path, Path], out: Path, resume: bool) -> l
     corpus, tok, config = inputs
     argv = bertforge_cmd(
         "pretrain", "--corpus", str(corpus), "--tokenizer", str(tok), "--config", str(config), "--out", str(out),
-        "--max-steps", str(STEPS), "--save-every", str(SAVE_EVERY), "--keep-last", "3", "--log-every", "2",
-        "--batch-size", "4", "--seq-len", "32", "--lr", "1e-3", "--warmup-steps", "2", "--no-progress",
+        "--max-steps", str(STEPS), "--save-every", str(SAVE_EVERY), "--keep-checkpoints", "3", "--log-every", "2",
+        "--batch-size", "4", "--max-length", "32", "--lr", "1e-3", "--warmup-steps", "2", "--no-progress",
         "--device", "cpu",
     )
     return argv + ["--resume"] if resume else argv
@@ -101,8 +101,8 @@ def test_sigkill_and_resume_new_families(kind, tmp_path_factory, tmp_path):
     def argv(out: Path, resume: bool) -> list[str]:
         return bertforge_cmd(
             "pretrain", "--corpus", str(corpus), "--tokenizer", str(tok), "--config", FAMILY_PRESETS[kind],
-            "--out", str(out), "--max-steps", "12", "--save-every", "2", "--keep-last", "3", "--log-every", "2",
-            "--batch-size", "4", "--seq-len", "32", "--lr", "1e-3", "--warmup-steps", "2", "--no-progress",
+            "--out", str(out), "--max-steps", "12", "--save-every", "2", "--keep-checkpoints", "3", "--log-every", "2",
+            "--batch-size", "4", "--max-length", "32", "--lr", "1e-3", "--warmup-steps", "2", "--no-progress",
             "--device", "cpu", *(["--resume"] if resume else []))
 
     subject = Subject(argv, "run_config.json", verify_any_checkpoint)

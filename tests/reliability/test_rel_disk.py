@@ -442,7 +442,7 @@ def test_pretrain_cli_reports_a_full_disk_in_one_line(run_inputs, tmp_path, monk
     with one_torch_thread():
         rc = cli.main(["pretrain", "--corpus", str(corpus), "--tokenizer", str(tok), "--config", str(config),
                        "--out", str(tmp_path / "run"), "--max-steps", "2", "--save-every", "2", "--batch-size", "4",
-                       "--seq-len", "32", "--no-progress"])
+                       "--max-length", "32", "--no-progress"])
     err = capsys.readouterr().err
     assert rc == 2
     last = err.strip().splitlines()[-1]
@@ -454,7 +454,7 @@ def test_pretrain_cli_reports_a_full_disk_in_one_line(run_inputs, tmp_path, monk
 
 
 def test_a_kill_while_pruning_leaves_no_half_checkpoint_listed(run_inputs, tmp_path, monkeypatch):
-    """keep_last pruning killed midway (every file but trainer_state.json deleted: the worst order) must leave
+    """keep_checkpoints pruning killed midway (every file but trainer_state.json deleted: the worst order) must leave
     nothing that list_checkpoints() calls complete, and the next start clears the remains. (A plain rmtree of
     step-N left a listed half-checkpoint, until pretrain.py renamed the directory to '.step-N.deleting' first.)"""
     out = tmp_path / "run"
@@ -473,15 +473,15 @@ def test_a_kill_while_pruning_leaves_no_half_checkpoint_listed(run_inputs, tmp_p
         return real_rmtree(path, *args, **kwargs)
 
     with one_torch_thread():
-        Pretrainer(run_args(run_inputs, out, max_steps=4, keep_last=1)).run()  # step-2, then step-4 prunes step-2
+        Pretrainer(run_args(run_inputs, out, max_steps=4, keep_checkpoints=1)).run()  # step-2, then step-4 prunes step-2
     monkeypatch.setattr(shutil, "rmtree", dies_midway)
     with one_torch_thread(), pytest.raises(Killed):
-        Pretrainer(run_args(run_inputs, out, max_steps=6, keep_last=1, resume=True)).run()  # step-6 prunes step-4
+        Pretrainer(run_args(run_inputs, out, max_steps=6, keep_checkpoints=1, resume=True)).run()  # step-6 prunes step-4
     monkeypatch.undo()
     listed = list_checkpoints(out)
     assert [step for step, _ in listed] == [6]
     for _, path in listed:
         BertForPreTraining.from_pretrained(path)
     with one_torch_thread():
-        Pretrainer(run_args(run_inputs, out, max_steps=6, keep_last=1, resume=True))
+        Pretrainer(run_args(run_inputs, out, max_steps=6, keep_checkpoints=1, resume=True))
     assert not [p.name for p in (out / "checkpoints").iterdir() if p.name.startswith(".")]

@@ -214,7 +214,7 @@ def test_cli_reports_replaced_bytes_at_the_end_of_a_run(tmp_path, capsys, caplog
         rc, _, err = invoke(["pretrain", "--corpus", str(corpus), "--tokenizer", str(model_dirs["pretrained"]),
                              "--config", str(write(tmp_path / "config.json", json.dumps(TINY_CONFIG))),
                              "--out", str(tmp_path / "run"), "--max-steps", "2", "--batch-size", "2",
-                             "--seq-len", "32", "--no-progress"], capsys)
+                             "--max-length", "32", "--no-progress"], capsys)
     assert rc == 0, err
     last = caplog.records[-1].getMessage()  # the warning comes after the "done" line
     assert "bytes were not UTF-8 and were read as U+FFFD" in last, warnings_of(caplog)
@@ -260,7 +260,7 @@ def test_cli_predict_long_csv_field_and_lenient_rows(tmp_path, capsys, caplog, m
     with one_torch_thread():
         for kind, path in inputs.items():
             output = tmp_path / f"out-{kind}.jsonl"
-            rc, _, err = invoke([*base, "--input", str(path), "--output", str(output)], capsys)
+            rc, _, err = invoke([*base, "--input", str(path), "--out", str(output)], capsys)
             assert rc == 0, err
             results[kind] = [json.loads(line) for line in output.read_text().splitlines()]
         for rows in results.values():
@@ -269,10 +269,10 @@ def test_cli_predict_long_csv_field_and_lenient_rows(tmp_path, capsys, caplog, m
         assert len(results["csv"]) == 2 and results["csv"] == results["tsv"] == results["jsonl"]
         bad = write(tmp_path / "bad.csv", "text\nfine\nfine, but,split\nlast\n")
         output = tmp_path / "bad.jsonl"
-        rc, _, err = invoke([*base, "--input", str(bad), "--output", str(output)], capsys)
+        rc, _, err = invoke([*base, "--input", str(bad), "--out", str(output)], capsys)
         assert_one_line_error("predict", rc, err, f"{bad}:3", "3 fields, but the header has 1")
         assert not output.exists()
-        rc, _, err = invoke([*base, "--input", str(bad), "--output", str(output), "--lenient-rows"], capsys)
+        rc, _, err = invoke([*base, "--input", str(bad), "--out", str(output), "--lenient-rows"], capsys)
     assert rc == 0 and "skipped 1 malformed row" in warnings_of(caplog), err
     assert len(output.read_text().splitlines()) == 2
 
@@ -280,7 +280,7 @@ def test_cli_predict_long_csv_field_and_lenient_rows(tmp_path, capsys, caplog, m
 def test_cli_embed_refuses_a_binary_input(tmp_path, capsys, model_dirs):
     ls = write(tmp_path / "ls.txt", Path(shutil.which("ls") or "/bin/ls").read_bytes())
     output = tmp_path / "e.npy"
-    rc, _, err = invoke(["embed", "--model", str(model_dirs["pretrained"]), "--input", str(ls), "--output",
+    rc, _, err = invoke(["embed", "--model", str(model_dirs["pretrained"]), "--input", str(ls), "--out",
                          str(output)], capsys)
     assert_one_line_error("embed", rc, err, str(ls), "not a text file", "NUL byte")
     assert not output.exists()

@@ -33,18 +33,18 @@ def test_predict_refuses_to_write_over_its_input_or_into_the_model(tmp_path, cap
     data = write(tmp_path / "in.jsonl", "".join(json.dumps({"text": t}) + "\n" for t in ("river stone", "light")))
     before, model_before = data.read_bytes(), tree(classifier)
     base = ["predict", "--task", "classification", "--model", str(classifier), "--input", str(data), "--no-progress"]
-    rc, _, err = invoke([*base, "--output", str(data)], capsys)
-    assert_one_line_error("predict", rc, err, f"--output {data}", "is the input file")
+    rc, _, err = invoke([*base, "--out", str(data)], capsys)
+    assert_one_line_error("predict", rc, err, f"--out {data}", "is the input file")
     alias = tmp_path / "sub" / ".." / "in.jsonl"  # the same file, spelled otherwise
     (tmp_path / "sub").mkdir()
-    rc, _, err = invoke([*base, "--output", str(alias)], capsys)
+    rc, _, err = invoke([*base, "--out", str(alias)], capsys)
     assert_one_line_error("predict", rc, err, "is the input file")
     assert data.read_bytes() == before
-    rc, _, err = invoke([*base, "--output", str(classifier / "config.json")], capsys)
+    rc, _, err = invoke([*base, "--out", str(classifier / "config.json")], capsys)
     assert_one_line_error("predict", rc, err, "config.json", f"inside the model directory {classifier}")
     assert tree(classifier) == model_before
     with one_torch_thread():
-        rc, _, err = invoke([*base, "--output", str(tmp_path / "predictions.jsonl")], capsys)
+        rc, _, err = invoke([*base, "--out", str(tmp_path / "predictions.jsonl")], capsys)
     assert rc == 0, err
 
 
@@ -54,7 +54,7 @@ def test_embed_export_and_attention_refuse_an_output_inside_the_model(tmp_path, 
     before = tree(model)
     texts = write(tmp_path / "t.txt", "river stone\n")
     cases = {
-        "embed": ["--input", str(texts), "--output", str(model / "vectors.npy")],
+        "embed": ["--input", str(texts), "--out", str(model / "vectors.npy")],
         "export-onnx": ["--out", str(model / "model.onnx")],
         "attention": ["--text", "river stone", "--out", str(model / "attention.png")],
     }
@@ -70,7 +70,7 @@ def test_predict_writes_a_lone_surrogate_of_its_json_input(tmp_path, capsys, mod
     output = tmp_path / "out.jsonl"
     with one_torch_thread():
         rc, _, err = invoke(["predict", "--task", "classification", "--model", str(model_dirs["classifier"]),
-                             "--input", str(data), "--output", str(output), "--no-progress"], capsys)
+                             "--input", str(data), "--out", str(output), "--no-progress"], capsys)
     assert rc == 0, err
     rows = [json.loads(line) for line in output.read_text(encoding="utf-8").splitlines()]
     assert [r["text"] for r in rows] == ["river \ud800 stone", "café light"]
@@ -152,7 +152,7 @@ def test_evaluate_maps_integer_labels_onto_transformers_default_label_names(tmp_
     model = tmp_path / "model"
     BertForSequenceClassification(config).save_pretrained(model)
     Tokenizer.from_pretrained(model_dirs["classifier"]).save_pretrained(model)
-    base = ["evaluate", "--task", "classification", "--model", str(model), "--no-progress", "--data"]
+    base = ["evaluate", "--task", "classification", "--model", str(model), "--no-progress", "--input"]
     with one_torch_thread():
         rc, out, err = invoke([*base, str(labelled_tsv(tmp_path / "d.tsv", ["0", "1"] * 4))], capsys)
         assert rc == 0, err
@@ -175,8 +175,8 @@ def test_pretrain_names_a_roberta_checkpoints_real_sequence_limit(tmp_path, caps
     assert config.max_sequence_length == 126
     BertForMaskedLM(config).save_pretrained(tmp_path / "roberta")
     rc, _, err = invoke(["pretrain", "--init-from", str(tmp_path / "roberta"), "--corpus", str(model_dirs["corpus"]),
-                         "--out", str(tmp_path / "run"), "--seq-len", "127", "--max-steps", "1"], capsys)
-    assert_one_line_error("pretrain", rc, err, "--seq-len 127 exceeds the longest sequence the model takes (126",
+                         "--out", str(tmp_path / "run"), "--max-length", "127", "--max-steps", "1"], capsys)
+    assert_one_line_error("pretrain", rc, err, "--max-length 127 exceeds the longest sequence the model takes (126",
                           "max_position_embeddings 128")
     assert not (tmp_path / "run").exists()
 
@@ -190,7 +190,7 @@ def test_pretrain_eval_fraction_leaving_nothing_to_train_on_says_so(tmp_path, ca
     lines = model_dirs["corpus"].read_text().split()
     corpus = write(tmp_path / "lines.txt", "".join(" ".join(lines[i : i + 6]) + "\n" for i in range(0, 1200, 6)))
     assert len(corpus.read_text().splitlines()) == 200
-    base = ["pretrain", "--corpus", str(corpus), "--tokenizer", str(tok), "--config", str(config), "--seq-len", "32",
+    base = ["pretrain", "--corpus", str(corpus), "--tokenizer", str(tok), "--config", str(config), "--max-length", "32",
             "--batch-size", "4", "--max-steps", "1", "--no-nsp"]
     rc, _, err = invoke([*base, "--out", str(tmp_path / "run"), "--eval-fraction", "0.99"], capsys)
     line = assert_one_line_error("pretrain", rc, err, f"corpus {corpus} has no document left to read: 0 of its 1 "
@@ -212,11 +212,11 @@ def test_a_sentence_transformers_max_seq_length_beyond_the_positions_is_capped(t
     texts = write(tmp_path / "t.txt", "river stone\nlight garden window\n")
     with one_torch_thread():
         assert pipeline("embed", model=model).max_length == TINY_CONFIG["max_position_embeddings"]
-        rc, _, err = invoke(["embed", "--model", str(model), "--input", str(texts), "--output", str(tmp_path / "e.npy")],
+        rc, _, err = invoke(["embed", "--model", str(model), "--input", str(texts), "--out", str(tmp_path / "e.npy")],
                             capsys)
         assert rc == 0, err
         assert "max_seq_length 512 is beyond this model's 64 positions" in caplog.text
-        rc, _, err = invoke(["embed", "--model", str(model), "--input", str(texts), "--output", str(tmp_path / "f.npy"),
+        rc, _, err = invoke(["embed", "--model", str(model), "--input", str(texts), "--out", str(tmp_path / "f.npy"),
                              "--max-length", "512"], capsys)
     assert_one_line_error("embed", rc, err, "max_length must be an integer in 3..64", "got 512")
     write_sentence_transformers_files(model, TINY_CONFIG["hidden_size"], "mean", True, 16)
@@ -229,7 +229,7 @@ def test_pretrain_resume_on_a_changed_corpus_is_one_line(tmp_path, capsys):
 
     corpus, tok, config = make_run_inputs(tmp_path / "inputs")
     out = tmp_path / "run"
-    base = ["pretrain", "--corpus", str(corpus), "--tokenizer", str(tok), "--config", str(config), "--seq-len", "32",
+    base = ["pretrain", "--corpus", str(corpus), "--tokenizer", str(tok), "--config", str(config), "--max-length", "32",
             "--batch-size", "4", "--max-steps", "2", "--save-every", "1", "--out", str(out), "--no-progress"]
     with one_torch_thread():
         rc, _, err = invoke(base, capsys)
@@ -257,7 +257,7 @@ def test_new_families_refuse_a_resume_with_other_settings_and_a_tokenizer_that_d
     tok = tmp_path / "tok"
     Tokenizer.train([str(corpus)], vocab_size=300, show_progress=False, kind=kind).save_pretrained(tok)
     out = tmp_path / "run"
-    base = ["pretrain", "--corpus", str(corpus), "--tokenizer", str(tok), "--config", preset, "--seq-len", "32",
+    base = ["pretrain", "--corpus", str(corpus), "--tokenizer", str(tok), "--config", preset, "--max-length", "32",
             "--batch-size", "4", "--max-steps", "2", "--save-every", "1", "--out", str(out), "--no-progress"]
     with one_torch_thread():
         rc, _, err = invoke(base, capsys)
@@ -269,7 +269,7 @@ def test_new_families_refuse_a_resume_with_other_settings_and_a_tokenizer_that_d
     Tokenizer.train([str(DEMO_CORPUS)], vocab_size=600, show_progress=False, kind=kind).save_pretrained(bigger)
     other = tmp_path / "other"
     rc, _, err = invoke(["pretrain", "--corpus", str(corpus), "--tokenizer", str(bigger), "--init-from",
-                         str(out / "model"), "--seq-len", "32", "--batch-size", "4", "--max-steps", "2", "--out",
+                         str(out / "model"), "--max-length", "32", "--batch-size", "4", "--max-steps", "2", "--out",
                          str(other), "--no-progress"], capsys)
     assert_one_line_error("pretrain", rc, err, "vocabulary")
     assert not other.exists()

@@ -50,7 +50,7 @@ def inputs(tmp_path_factory):
 def argv(inputs, out: Path, *extra: str, tokenizer: bool = True, steps: int = 2) -> list[str]:
     corpus, tok, config = inputs
     args = ["pretrain", "--corpus", str(corpus), "--config", str(config), "--out", str(out), "--max-steps", str(steps),
-            "--batch-size", "4", "--seq-len", "32", "--save-every", "2", "--log-every", "1", "--warmup-steps", "1",
+            "--batch-size", "4", "--max-length", "32", "--save-every", "2", "--log-every", "1", "--warmup-steps", "1",
             "--device", "cpu", "--no-progress"]
     if tokenizer:
         args += ["--tokenizer", str(tok)]
@@ -114,7 +114,7 @@ def test_a_failing_overwrite_loses_nothing_of_the_previous_run(inputs, previous_
                               str(tmp_path / "nope")),
         "a model that cannot fit": (argv(inputs, previous_run, "--overwrite", "--config", str(huge_config(tmp_path))),
                                     "needs about"),
-        "seq-len above the positions": (argv(inputs, previous_run, "--overwrite", "--seq-len", "512"), "--seq-len 512"),
+        "seq-len above the positions": (argv(inputs, previous_run, "--overwrite", "--max-length", "512"), "--max-length 512"),
     }
     for what, (args, expected) in cases.items():
         rc, err = cli_run(args, capsys)
@@ -310,7 +310,7 @@ def test_train_step_stops_after_n_skipped_steps_in_a_row():
 def test_a_checkpoint_with_non_finite_weights_is_not_saved(inputs, tmp_path):
     corpus, tok, config = inputs
     args = PretrainArgs(corpus=[str(corpus)], tokenizer=str(tok), config=str(config), out=str(tmp_path / "run"),
-                        max_steps=2, batch_size=4, seq_len=32, progress=False, demo=False, device="cpu")
+                        max_steps=2, batch_size=4, max_length=32, progress=False, demo=False, device="cpu")
     with one_torch_thread():
         trainer = Pretrainer(args)
         with torch.no_grad():
@@ -427,7 +427,7 @@ def test_a_small_corpus_with_a_1_mb_line_is_not_re_read_to_fill_the_shuffle_buff
         fh.write("\n\n" + line + "\n")
     figures = []
     for nsp in (True, False):
-        args = PretrainArgs(corpus=[str(corpus)], seq_len=128, batch_size=32, nsp=nsp)
+        args = PretrainArgs(corpus=[str(corpus)], max_length=128, batch_size=32, nsp=nsp)
         stream = pretraining_stream(args, [str(corpus)], tokenizer, 0, 1, 32)
         started = time.perf_counter()
         for _ in range(10):

@@ -13,7 +13,8 @@ import pytest
 
 from bertforge.core.errors import BertforgeError
 from bertforge.pretrain.args import PRETRAINING, RUN_CONFIG
-from bertforge.training.run_dir import REPLACED_DIR, RunDirectory, list_checkpoints
+from bertforge.training.run_dir import (REPLACED_DIR, RunDirectory, list_checkpoints, recorded_settings,
+                                         settings_to_replay)
 
 SETTINGS = {"lr": 1e-3, "max_steps": 10, "batch_size": 4}
 
@@ -125,6 +126,33 @@ def test_resume_refuses_changed_settings_but_allows_resumable_ones(tmp_path):
     (out / RUN_CONFIG).write_text("{not json")
     with pytest.raises(BertforgeError, match="unreadable"):
         RunDirectory(out, True, False, SETTINGS, PRETRAINING).check()
+
+
+def test_resume_refuses_a_run_that_records_settings_this_version_lacks(tmp_path):
+    """A run begun before a setting was renamed (`seq_len`, now `max_length`) records a value the new settings
+    cannot be checked against: refused by name, never resumed with the new name's default."""
+    out = tmp_path / "run"
+    make_run(out, {**SETTINGS, "seq_len": 32})
+    with pytest.raises(BertforgeError, match=r"records settings this version of bertforge does not have \(seq_len\)"):
+        RunDirectory(out, True, False, {**SETTINGS, "max_length": 128}, PRETRAINING).check()
+
+
+def test_recorded_settings_reads_a_settings_file_or_a_run_directory(tmp_path):
+    out = tmp_path / "run"
+    make_run(out, {**SETTINGS, "resume": True, "overwrite": True, "versions": {"torch": "2.13"}})
+    expected = SETTINGS  # what is about one invocation is left out
+    assert recorded_settings(out, PRETRAINING) == recorded_settings(out / RUN_CONFIG, PRETRAINING) == expected
+    assert settings_to_replay(None, True, str(out), PRETRAINING) == str(out / RUN_CONFIG)  # --resume alone
+    assert settings_to_replay(None, False, str(out), PRETRAINING) is None
+    assert settings_to_replay("given.json", True, str(out), PRETRAINING) == "given.json"
+    with pytest.raises(BertforgeError, match="no such file"):
+        recorded_settings(tmp_path / "none.json", PRETRAINING)
+    (tmp_path / "list.json").write_text("[1, 2]")
+    with pytest.raises(BertforgeError, match="expected a JSON object"):
+        recorded_settings(tmp_path / "list.json", PRETRAINING)
+    (tmp_path / "bad.json").write_text("{")
+    with pytest.raises(BertforgeError, match="not valid JSON"):
+        recorded_settings(tmp_path / "bad.json", PRETRAINING)
 
 
 def test_overwrite_sets_the_old_run_aside_and_abandon_puts_it_back(tmp_path):
