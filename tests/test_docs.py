@@ -11,9 +11,11 @@ a ```text (or ```bash) block.
 from __future__ import annotations
 
 import ast
+import html
 import importlib
 import os
 import re
+import shlex
 import subprocess
 import sys
 import textwrap
@@ -203,8 +205,14 @@ def test_the_site_builds_strictly(tmp_path):
         import cli_reference
     finally:
         sys.path.remove(str(DOCS / "hooks"))
+    markdown = cli_reference.render()
     for name, parser in cli_reference.subcommands(build_parser()).items():
         assert f"bertforge {name}" in cli_page, name
+        module = __import__(f"bertforge.commands.{name.replace('-', '_')}", fromlist=["EXAMPLES"])
+        for example in module.EXAMPLES:  # the usage examples, as `--help` ends with them
+            assert f"\n{example}\n" in markdown, f"{name}: {example} missing"
+            last = shlex.split(example, comments=True)[-1]  # one highlighted token of it on the page
+            assert html.escape(last, quote=False) in cli_page, f"{name}: {example} missing"
         for action in parser._actions:
             for flag in action.option_strings:
                 if flag not in ("-h", "--help", "--debug"):

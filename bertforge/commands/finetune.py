@@ -45,10 +45,10 @@ def run(args: argparse.Namespace) -> int:
     from ..finetune import FinetuneConfig, finetune
     from ..finetune.api import FINETUNING, RUN_MARKER
     from ..core.system import last_runtime
-    from ..training.run_dir import recorded_settings, settings_to_replay
+    from ..training.run_dir import settings_to_replay
 
     source = settings_to_replay(args.run_config, args.resume, args.out, FINETUNING)
-    settings = recorded_settings(source, FINETUNING) if source else {}
+    settings = FinetuneConfig.from_json(source).to_dict() if source else {}
     settings.update(given(args, training_options() + DATA_OPTIONS))
     missing = [f"--{name}" for name in REQUIRED if not settings.get(name)]
     if missing:

@@ -94,6 +94,8 @@ def configure_threads(num_threads: int | None) -> None:
 
 
 INFERENCE_DEVICES = "cpu (the default), cuda, cuda:N, mps or auto (a GPU if there is one)"
+#: The help of every trainer's --device (`setup_runtime` reads it; under torchrun, cuda is each process's local GPU)
+TRAINING_DEVICES = "cpu, cuda, cuda:N (default: cuda when there is a GPU, else cpu)"
 
 
 def inference_device(device: str | None) -> torch.device:

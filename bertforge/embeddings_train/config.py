@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 
 from ..core.constants import SEED
 from ..core.errors import BertforgeError
+from ..core.system import TRAINING_DEVICES
 from ..finetune.config import FinetuneConfig, check_checkpointing, check_int, check_optimization
 from ..core.options import check_choices, option, same_option
 from ..training.step import PRECISION_HELP, PRECISIONS, check_precision
@@ -65,7 +66,7 @@ class EmbeddingsConfig:
     resume: bool = same_option(FinetuneConfig, "resume")
     max_skipped_steps: int = option(10, "stop with an error after N optimizer steps in a row with a non-finite loss "
                                     "or gradient", metavar="N")
-    device: str | None = option(None, "cpu, cuda, cuda:1, ... (default: cuda when available)")
+    device: str | None = option(None, TRAINING_DEVICES, metavar="DEVICE")
     precision: str = option("auto", PRECISION_HELP, choices=PRECISIONS)
     progress: bool | None = option(None, "no progress bars (default: bars on a terminal only)", flag="--no-progress")
 

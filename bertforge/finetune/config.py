@@ -1,18 +1,19 @@
 """The settings of a fine-tuning run (`FinetuneConfig`) and of reading a task's data (`DataOptions`).
 
-A run's `FinetuneConfig` is saved as `OUT/finetune_config.json`; `FinetuneConfig.from_dict` takes it back
-(`training.run_dir.recorded_settings` reads it), so `bertforge finetune --run-config OUT/finetune_config.json --out
-OUT2` repeats the run.
+A run's `FinetuneConfig` is saved as `OUT/finetune_config.json`; `FinetuneConfig.from_json` reads it back, so
+`bertforge finetune --run-config OUT/finetune_config.json --out OUT2` repeats the run.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ..core.constants import SEED
 from ..core.errors import BertforgeError
+from ..core.system import TRAINING_DEVICES
 from ..training.optim import check_layer_lr_decay
 from ..core.options import check_choices, option
 from ..training.step import PRECISION_HELP, PRECISIONS, check_precision
@@ -44,7 +45,7 @@ class DataOptions:
     max_answer_length: int = option(30, "qa: longest answer in tokens", metavar="N")
     n_best: int = option(20, "qa: start/end candidates per window", metavar="N")
     eval_batch_size: int = option(64, "batch size for evaluation/prediction", metavar="N")
-    device: str | None = option(None, "cpu, cuda, cuda:1, ... (default: cuda when available)")
+    device: str | None = option(None, TRAINING_DEVICES, metavar="DEVICE")
     progress: bool | None = option(None, "no progress bars (default: bars on a terminal only)", flag="--no-progress")
 
     def validate(self) -> None:
@@ -140,6 +141,15 @@ class FinetuneConfig(DataOptions):
             return cls(**{k: v for k, v in data.items() if k in known})
         except TypeError as err:  # a required setting is missing
             raise BertforgeError(f"{source}: {err}") from None
+
+    @classmethod
+    def from_json(cls, path: str | Path) -> FinetuneConfig:
+        """A run's settings from its `finetune_config.json` (or the run's directory), to repeat the run: what
+        `--run-config` reads (`training.run_dir.recorded_settings`: --resume, --overwrite and the versions left out)."""
+        from ..training.run_dir import recorded_settings
+        from .api import FINETUNING
+
+        return cls.from_dict(recorded_settings(path, FINETUNING), str(path))
 
 
 def check_checkpointing(settings: Any) -> None:

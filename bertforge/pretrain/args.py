@@ -12,6 +12,7 @@ from typing import Any
 
 from ..core.constants import SEED
 from ..core.errors import BertforgeError
+from ..core.system import TRAINING_DEVICES
 from ..model.config import BertConfig, PRESETS
 from ..model.rtd import generator_config
 from ..training.optim import DECAYS, OPTIMIZERS, STABLE_DECAYS
@@ -152,7 +153,7 @@ class PretrainArgs:
     log_every: int = option(10, "a metrics row every N steps")
     resume: bool = option(False, "continue the run in --out from its newest complete checkpoint")
     overwrite: bool = option(False, "replace the run in --out")
-    device: str = option("auto", "where to train", choices=("auto", "cpu", "cuda"))
+    device: str | None = option(None, TRAINING_DEVICES, metavar="DEVICE")
     precision: str = option("auto", PRECISION_HELP, choices=PRECISIONS)
     fsdp: bool = option(False, "shard the model with FSDP (under torchrun)")
     gradient_checkpointing: bool = option(False, "recompute activations to save memory")

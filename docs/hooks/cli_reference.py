@@ -84,6 +84,9 @@ def subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentP
 
 def render_command(name: str, parser: argparse.ArgumentParser) -> str:
     lines = [f"## `bertforge {name}`", "", _cell(parser.description or ""), ""]
+    if parser.epilog:  # the command's usage examples ("examples:" and one command line a line)
+        examples = [line.strip() for line in parser.epilog.splitlines()[1:] if line.strip()]
+        lines += ["```bash", *examples, "```", ""]
     for title, actions in _rows(parser):
         heading = "options" if title in ("options", "optional arguments") else title
         lines += [f"**{heading}**", "", "| option | default | what |", "| --- | --- | --- |"]

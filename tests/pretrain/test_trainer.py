@@ -359,7 +359,9 @@ def test_torchrun_two_cpu_processes_train_on_different_data(corpus_and_tokenizer
     (step, ckpt), = list_checkpoints(out)
     assert step == 4
     data = load_state(ckpt, "data")
-    assert len(data) == 2 and data[0] != data[1]
+    # each rank's own position; with static masking, the position in its own shards (the rows differ, above), which
+    # may be the same numbers on both ranks
+    assert len(data) == 2 and (static or data[0] != data[1])
     assert_loadable_model(out / "model")
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert len({r["step"] for r in rows}) == len(rows)  # rank 0 alone logs

@@ -205,6 +205,8 @@ def argv_for(command: str, model: Path, data: Path, out_root: Path) -> list[str]
             value, uses_files = str(data), True
         elif dest in OUTPUT_DESTS:
             value = str(out_root / f"{command}-{dest}{output_suffix(action)}")
+        elif dest == "data_dir":  # glue's: required in effect (--run-config may give it instead)
+            value = str(out_root)
         elif dest in SHORT_RUN and option:
             value = SHORT_RUN[dest]
         elif option == "--no-progress":
