@@ -11,7 +11,7 @@ from . import add_run_config_argument
 NAME = "pretrain"
 HELP = "pretrain a BERT on your own corpus (with no arguments: a demo on the bundled corpus)"
 EXAMPLES = (
-    'bertforge pretrain   # the demo: a tiny BERT on the bundled corpus, about two minutes on 2 CPU cores',
+    'bertforge pretrain   # the demo: a tiny BERT on the bundled corpus, two to four minutes on 2 CPU cores',
     'bertforge pretrain --corpus my_corpus/ --config mini --max-steps 10000 --eval-fraction 0.01 --out runs/my-bert',
     'bertforge pretrain --resume --out runs/my-bert   # continue it from its newest checkpoint',
 )  # `--help` shows them; tests/test_cli.py parses them
