@@ -37,7 +37,12 @@ COMMANDS = [
 
 
 class OneLineErrorParser(argparse.ArgumentParser):
-    """argparse prints a usage block before its error; bertforge prints one line naming the problem."""
+    """argparse prints a usage block before its error; bertforge prints one line naming the problem. Options are
+    taken as spelt only (no abbreviations: a prefix such as a removed option's name is refused, not read as the
+    longer option it begins)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **{**kwargs, "allow_abbrev": False})
 
     def error(self, message: str) -> NoReturn:
         message = " ".join(message.split())  # argparse messages can hold newlines

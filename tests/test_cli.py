@@ -93,6 +93,16 @@ def test_the_same_concept_has_one_name():
     assert _flags(commands["train-tokenizer"])["algorithm"] == {"--algorithm"}  # --model: a model directory only
 
 
+def test_a_removed_spelling_is_refused_not_read_as_an_abbreviation(capsys):
+    """argparse would take `--early-stop 2` as an abbreviation of `--early-stop-patience`: bertforge takes options as
+    spelt only, so a removed name is refused in one line."""
+    for argv in (["finetune", "--early-stop", "2"], ["pretrain", "--keep", "2"], ["embed", "--model", "m", "--input", "i.txt", "--out", "o.npy", "--max-batch", "8"]):
+        with pytest.raises(SystemExit) as exit_:
+            main(argv)
+        err = capsys.readouterr().err
+        assert exit_.value.code == 2 and "unrecognized arguments" in err and err.count("\n") == 1, (argv, err)
+
+
 def test_every_trainer_has_one_seed_default_and_replays_a_run_config():
     from bertforge.core.constants import SEED
 
