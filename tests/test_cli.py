@@ -36,13 +36,9 @@ def test_a_missing_command_module_fails_loudly(monkeypatch, capsys):
 # ------------------------------------------------------------------------------------------- one vocabulary of options
 
 def _subcommands() -> dict:
-    import argparse
+    from bertforge.cli import build_parser, subcommands
 
-    from bertforge.cli import build_parser
-
-    parser = build_parser()
-    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    return dict(action.choices)
+    return subcommands(build_parser())
 
 
 def _flags(parser) -> dict[str, set[str]]:

@@ -199,14 +199,14 @@ def test_the_site_builds_strictly(tmp_path):
     done = build_site(ROOT / "mkdocs.yml", site)
     assert done.returncode == 0, done.stdout + done.stderr
     cli_page = (site / "reference" / "cli" / "index.html").read_text(encoding="utf-8")
-    from bertforge.cli import build_parser
+    from bertforge.cli import build_parser, subcommands
     sys.path.insert(0, str(DOCS / "hooks"))
     try:
         import cli_reference
     finally:
         sys.path.remove(str(DOCS / "hooks"))
     markdown = cli_reference.render()
-    for name, parser in cli_reference.subcommands(build_parser()).items():
+    for name, parser in subcommands(build_parser()).items():
         assert f"bertforge {name}" in cli_page, name
         module = __import__(f"bertforge.commands.{name.replace('-', '_')}", fromlist=["EXAMPLES"])
         for example in module.EXAMPLES:  # the usage examples, as `--help` ends with them

@@ -38,3 +38,13 @@ def add_run_config_argument(parser: argparse.ArgumentParser, kind: RunKind) -> N
     parser.add_argument("--run-config", metavar="FILE",
                         help=f"repeat a run: its {kind.config_file} (or the run's directory); options given here "
                              f"override its settings{resume}")
+
+
+def require_options(settings: dict, names: tuple[str, ...], hint: str = "") -> None:
+    """Refuse, in one line, the settings among `names` that neither the command line nor a replayed run gave (a
+    trainer's required options are not argparse-required: `--run-config` may give them)."""
+    from ..core.errors import BertforgeError
+
+    missing = [f"--{name.replace('_', '-')}" for name in names if not settings.get(name)]
+    if missing:
+        raise BertforgeError(f"missing required option(s): {', '.join(missing)}{hint}")

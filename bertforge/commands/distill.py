@@ -24,13 +24,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..core.options import given
-    from ..pretrain.args import PRETRAINING, recorded_run
+    from ..pretrain.args import with_recorded_run
     from ..pretrain.distill import DistillArgs, distill
-    from ..training.run_dir import settings_to_replay
 
-    settings = given(args, DistillArgs)
-    source = settings_to_replay(args.run_config, bool(settings.get("resume")), settings.get("out"), PRETRAINING)
-    if source:
-        settings = {**recorded_run(source, settings, DistillArgs), **settings}
+    settings = with_recorded_run(given(args, DistillArgs), args.run_config, DistillArgs)
     distill(DistillArgs(**settings))  # it refuses a missing --teacher or --corpus by name
     return 0

@@ -5,8 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..core.errors import BertforgeError
-from . import add_run_config_argument
+from . import add_run_config_argument, require_options
 from ..finetune.cli_options import DATA_OPTIONS, add_data_arguments, add_task_arguments, given
 
 NAME = "finetune"
@@ -50,10 +49,8 @@ def run(args: argparse.Namespace) -> int:
     source = settings_to_replay(args.run_config, args.resume, args.out, FINETUNING)
     settings = FinetuneConfig.from_json(source).to_dict() if source else {}
     settings.update(given(args, training_options() + DATA_OPTIONS))
-    missing = [f"--{name}" for name in REQUIRED if not settings.get(name)]
-    if missing:
-        hint = f" (--resume found no {RUN_MARKER} in {args.out} to take them from)" if args.resume and args.out else ""
-        raise BertforgeError(f"missing required option(s): {', '.join(missing)}{hint}")
+    hint = f" (--resume found no {RUN_MARKER} in {args.out} to take them from)" if args.resume and args.out else ""
+    require_options(settings, REQUIRED, hint)
     summary = finetune(FinetuneConfig.from_dict(settings, source or "options"))
     rt = last_runtime()  # the one the run set up
     if rt is None or rt.is_main:  # under torchrun, rank 0 speaks for the run

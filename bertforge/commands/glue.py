@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from . import add_run_config_argument
+from . import add_run_config_argument, require_options
 
 NAME = "glue"
 HELP = "fine-tune and score a model on each GLUE task of a directory (dev splits); prints and saves the GLUE table"
@@ -30,7 +30,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..core.errors import BertforgeError
     from ..core.options import given
     from ..core.system import last_runtime
     from ..finetune import FinetuneConfig
@@ -39,9 +38,7 @@ def run(args: argparse.Namespace) -> int:
 
     settings = recorded_glue_run(recorded_settings(args.run_config, GLUE_RUN)) if args.run_config else {}
     settings.update({**given(args, FinetuneConfig, only=("model", *FINETUNE_OPTIONS)), **given(args, GlueOptions)})
-    missing = [f"--{name.replace('_', '-')}" for name in ("model", "data_dir") if not settings.get(name)]
-    if missing:
-        raise BertforgeError(f"missing required option(s): {', '.join(missing)}")
+    require_options(settings, ("model", "data_dir"))
     report = glue(**settings)
     rt = last_runtime()
     if rt is not None and not rt.is_main:  # under torchrun, rank 0 speaks for the run

@@ -30,16 +30,11 @@ def run(args: argparse.Namespace) -> int:
     resolves them from Python."""
     from ..data.decoding import warn_replaced
     from ..core.options import given
-    from ..pretrain.args import PRETRAINING, PretrainArgs, recorded_run, run_settings
+    from ..pretrain.args import PretrainArgs, run_settings, with_recorded_run
     from ..pretrain.trainer import pretrain
     from ..core.system import last_runtime
-    from ..training.run_dir import settings_to_replay
 
-    settings = given(args, PretrainArgs)
-    source = settings_to_replay(args.run_config, bool(settings.get("resume")), settings.get("out"), PRETRAINING)
-    if source:
-        settings = {**recorded_run(source, settings), **settings}
-    final = pretrain(run_settings(settings))
+    final = pretrain(run_settings(with_recorded_run(given(args, PretrainArgs), args.run_config)))
     rt = last_runtime()  # the one the run set up
     if final is not None and (rt is None or rt.is_main):  # under torchrun, rank 0 speaks for the run
         replaced, passes = replaced_bytes(Path(final).parent)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from . import add_run_config_argument
+from . import add_run_config_argument, require_options
 
 NAME = "train-embeddings"
 HELP = ("train sentence embeddings on pairs, triplets or scored pairs (in-batch negatives, CoSENT, Matryoshka); "
@@ -30,7 +30,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..core.errors import BertforgeError
     from ..core.options import given
     from ..core.system import last_runtime
     from ..embeddings_train import EmbeddingsConfig, train_embeddings
@@ -39,9 +38,7 @@ def run(args: argparse.Namespace) -> int:
 
     source = settings_to_replay(args.run_config, bool(args.resume), args.out, EMBEDDINGS)
     settings = {**(recorded_settings(source, EMBEDDINGS) if source else {}), **given(args, EmbeddingsConfig)}
-    missing = [f"--{name}" for name in REQUIRED if not settings.get(name)]
-    if missing:
-        raise BertforgeError(f"missing required option(s): {', '.join(missing)}")
+    require_options(settings, REQUIRED)
     summary = train_embeddings(**settings)
     rt = last_runtime()
     if rt is None or rt.is_main:  # under torchrun, once

@@ -18,7 +18,7 @@ from ..model.rtd import generator_config
 from ..training.optim import DECAYS, OPTIMIZERS, STABLE_DECAYS
 from ..core.options import check_choices, option
 from ..training.time_budget import PROVISIONAL_STEPS
-from ..training.run_dir import RunKind, recorded_settings
+from ..training.run_dir import RunKind, recorded_settings, settings_to_replay
 from ..training.step import MAX_SKIPPED_STEPS, PRECISION_HELP, PRECISIONS
 from .data import STATIC_DIR
 from ..core.hub import model_path
@@ -89,7 +89,7 @@ class PretrainArgs:
     batch_size: int = option(32, "sequences per micro-batch per process")
     grad_accum: int = option(1, "micro-batches per optimizer step")
     max_length: int = option(128, "tokens per sequence; a model with rotary positions (ModernBERT) takes longer ones "
-                          "than its max_position_embeddings, which becomes --max-length (context extension)")
+                             "than its max_position_embeddings, which becomes --max-length (context extension)")
     global_rope_theta: float | None = option(None, "the rotary θ of the global-attention layers (context extension: "
                                              "ModernBERT trains at 1,024 with 10,000, then continues at 8,192 with "
                                              "160,000); for models with rotary positions only", metavar="THETA")
@@ -378,6 +378,13 @@ def refuse_contradictions(chosen: set[str]) -> None:
 def decided_by(chosen: set[str]) -> set[str]:
     """The settings that `chosen` ones decide (`CONTRADICTIONS`): a base such as the demo's must not set them."""
     return {name for setting, decided, _ in CONTRADICTIONS if setting in chosen for name in decided}
+
+
+def with_recorded_run(settings: dict[str, Any], run_config: str | None, cls: type = PretrainArgs) -> dict[str, Any]:
+    """The given `settings` over those of the run they replay: `--run-config`, or with --resume alone the run in
+    --out (`run_dir.settings_to_replay`); `settings` as they are when there is none."""
+    source = settings_to_replay(run_config, bool(settings.get("resume")), settings.get("out"), PRETRAINING)
+    return {**recorded_run(source, settings, cls), **settings} if source else settings
 
 
 def recorded_run(source: str, settings: dict[str, Any], cls: type = PretrainArgs) -> dict[str, Any]:

@@ -75,13 +75,6 @@ def _rows(parser: argparse.ArgumentParser) -> list[tuple[str, list[argparse.Acti
     return groups
 
 
-def subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            return dict(action.choices)
-    return {}
-
-
 def render_command(name: str, parser: argparse.ArgumentParser) -> str:
     lines = [f"## `bertforge {name}`", "", _cell(parser.description or ""), ""]
     if parser.epilog:  # the command's usage examples ("examples:" and one command line a line)
@@ -102,7 +95,7 @@ def render_command(name: str, parser: argparse.ArgumentParser) -> str:
 
 
 def render() -> str:
-    from bertforge.cli import build_parser
+    from bertforge.cli import build_parser, subcommands
 
     parser = build_parser()
     commands = subcommands(parser)

@@ -34,11 +34,7 @@ SHORT_RUN = {"max_steps": "1", "epochs": "1", "batch_size": "2", "max_length": "
 
 
 def subcommands() -> dict[str, argparse.ArgumentParser]:
-    parser = cli.build_parser()
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            return dict(action.choices)
-    return {}
+    return cli.subcommands(cli.build_parser())
 
 
 COMMANDS = sorted(subcommands())
