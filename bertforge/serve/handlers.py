@@ -14,7 +14,7 @@ import numpy as np
 from .engine import TRUNCATE_HINT, Engine
 from .errors import TIMED_OUT, ApiError, _error_body
 from .metrics import CONTENT_TYPE
-from .requests import _flag, _json_type, _left, _no_prompt, _predict_items, _texts, read_json
+from .requests import _dimensions, _flag, _json_type, _left, _no_prompt, _predict_items, _texts, read_json
 from .responses import finite_rows, json_bytes, json_response, vectors_json
 
 log = logging.getLogger("bertforge")
@@ -87,8 +87,11 @@ async def handle_embed(request: Any, engine: Engine) -> Any:
     texts, _ = _texts(body.get("inputs"), "inputs", engine.config.max_client_batch_size)
     normalize = _flag(body, "normalize", True)
     truncate = _flag(body, "truncate", engine.config.auto_truncate)
+    dimensions = _dimensions(body, engine.hidden_size)
     results, _ = await _compute(engine, "embed", texts, truncate, left=_left(body))
     rows = np.stack(results)
+    if dimensions is not None:
+        rows = rows[:, :dimensions]  # Matryoshka: the leading dimensions, then normalised (as TEI does)
     if normalize:
         rows = _normalize(rows)
     from starlette.responses import Response
@@ -113,10 +116,7 @@ async def handle_openai_embeddings(request: Any, engine: Engine) -> Any:
     encoding = body.get("encoding_format") or "float"
     if encoding not in ("float", "base64"):
         raise ApiError(422, f'"encoding_format" must be "float" or "base64", got {encoding!r:.40}')
-    dimensions = body.get("dimensions")
-    if dimensions is not None and (not isinstance(dimensions, int) or isinstance(dimensions, bool)
-                                   or not 1 <= dimensions <= engine.hidden_size):
-        raise ApiError(422, f'"dimensions" must be an integer in 1..{engine.hidden_size}, got {dimensions!r:.40}')
+    dimensions = _dimensions(body, engine.hidden_size)
     results, total = await _compute(engine, "embed", texts, engine.config.auto_truncate, "shorten it")
     rows = np.stack(results)
     if dimensions is not None:

@@ -112,6 +112,15 @@ def _left(body: dict[str, Any]) -> bool:
     raise ApiError(422, f'"truncation_direction" must be "Left" or "Right", got {value!r:.40}')
 
 
+def _dimensions(body: dict[str, Any], size: int) -> int | None:
+    """"dimensions" of /embed and /v1/embeddings: keep each vector's first N numbers (a Matryoshka model's smaller
+    embedding; normalised after the cut when normalised), an integer in 1..`size`; None: the whole vector."""
+    value = body.get("dimensions")
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= size):
+        raise ApiError(422, f'"dimensions" must be an integer in 1..{size}, got {value!r:.40}')
+    return value
+
+
 def _no_prompt(body: dict[str, Any]) -> None:
     """TEI's "prompt_name" picks a sentence-transformers prompt; this server has none to pick."""
     if body.get("prompt_name") is not None:

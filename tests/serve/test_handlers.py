@@ -27,6 +27,17 @@ def test_embed_returns_the_pipelines_vectors(embed_server, models):
     assert abs(np.linalg.norm(r.json()[0]) - 1) > 1e-3  # really not normalised
 
 
+def test_embed_dimensions_cut_then_normalise(embed_server, models):
+    """TEI's "dimensions" (a Matryoshka model's smaller vectors): the first N numbers, normalised after the cut."""
+    raw = bertforge.pipeline("embed", model=models["embed"], normalize=False)(SENTENCES[:2])[:, :8]
+    r = embed_server.client.post("/embed", json={"inputs": SENTENCES[:2], "dimensions": 8})
+    got = np.array(r.json(), dtype=np.float32)
+    assert got.shape == (2, 8)
+    np.testing.assert_allclose(got, raw / np.linalg.norm(raw, axis=1, keepdims=True), rtol=0, atol=1e-5)
+    r = embed_server.client.post("/embed", json={"inputs": SENTENCES[:2], "dimensions": 8, "normalize": False})
+    np.testing.assert_allclose(np.array(r.json(), dtype=np.float32), raw, rtol=0, atol=1e-5)
+
+
 def test_truncate(embed_server, models):
     r = embed_server.client.post("/embed", json={"inputs": ["good", LONG]})
     assert r.status_code == 413 and "input 1 has 102 tokens" in r.json()["error"]

@@ -22,6 +22,8 @@ BAD = [
     ("/embed", b'{"inputs": ["a", "b", "c", "d", "e", "f", "g", "h", "i"]}', 413, "more than this server takes"),
     ("/embed", b'{"inputs": "' + b"a " * 3000 + b'"}', 413, "larger than 4096 bytes"),
     ("/embed", b"[" * 2000 + b"]" * 2000, 400, "not valid JSON"),  # too deep for the parser: still a 4xx
+    ("/embed", b'{"inputs": "a", "dimensions": 0}', 422, '"dimensions" must be an integer in 1..32'),
+    ("/embed", b'{"inputs": "a", "dimensions": true}', 422, '"dimensions" must be an integer'),
     ("/v1/embeddings", b'{"input": [[1, 2, 3]]}', 422, "token ids"),
     ("/v1/embeddings", b'{"input": "a", "encoding_format": "int8"}', 422, "encoding_format"),
     ("/v1/embeddings", b'{"input": "a", "dimensions": 33}', 422, "dimensions"),
