@@ -4,6 +4,7 @@ L2-normalised."""
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterable
 from typing import Any
 
@@ -33,6 +34,8 @@ class EmbedPipeline(VectorPipeline):
         layer: whose hidden states are pooled, numbered as transformers' `hidden_states` (`output_hidden_states`):
             0 the embedding output, N (the model's number of layers) the last; negative counts from the end, -1
             (the default) the last. Only the layers up to it are run.
+        settings_from: the directory whose sentence-transformers settings (pooling, normalisation, max_seq_length)
+            apply when `model` is a loaded model (by default a model object has none).
         Other arguments: see `Pipeline`. `max_length` defaults to sentence-transformers' `max_seq_length` if the
         directory gives one.
     """
@@ -45,17 +48,20 @@ class EmbedPipeline(VectorPipeline):
     attention_padding = 0.5
 
     def __init__(self, model: Any, *, pooling: str | None = None, normalize: bool | None = None, layer: int = -1,
-                 **kwargs: Any) -> None:
+                 settings_from: str | os.PathLike[str] | None = None, **kwargs: Any) -> None:
         if pooling is not None and pooling not in POOLINGS:
             raise BertforgeError(f"embed: pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
-        directory = None if isinstance(model, torch.nn.Module) else model_path(model)
+        if isinstance(model, torch.nn.Module):
+            directory = None if settings_from is None else model_path(settings_from)
+        else:
+            directory = model_path(model)
         defaults = sentence_transformers_settings(directory if directory is not None and directory.is_dir() else None)
         declared = defaults.get("max_length") if kwargs.get("max_length") is None else None
         super().__init__(model, **kwargs)  # without max_length: the model's limit
         if declared is not None:
             # sentence-transformers' max_seq_length, at most the model's limit (as sentence-transformers caps it)
             if declared > self.max_length:
-                log.warning("embed: %s: max_seq_length %d is beyond this model's %d positions; using %d", self.model_dir,
+                log.warning("embed: %s: max_seq_length %d is beyond this model's %d positions; using %d", directory,
                          declared, self.max_length, self.max_length)
             else:
                 self.max_length = self.check_max_length(declared, self.max_length)

@@ -82,18 +82,25 @@ class Engine:
                       device=config.device)
         pipelines: dict[str, Any] = {}
         if self.task == "embed":
-            # Unnormalised rows: each request says whether it wants them normalised.
-            embed = pipeline("embed", model=model_dir, pooling=config.pooling, normalize=False,
-                             quantize=config.quantize, **common)
             self.default_normalize = bool(sentence_transformers_settings(model_dir).get("normalize", False))
+            source: Any = model_dir
+            tokenizer = None
+            if has_mlm_head(model_dir):
+                # /embed_sparse: SPLADE from the MLM head. One copy of the weights: the masked-LM model, loaded (and
+                # quantized) once, embeds with its encoder for /embed and /embed_all.
+                sparse = pipelines["embed_sparse"] = pipeline("sparse-embed", model=model_dir, quantize=config.quantize,
+                                                              **common)
+                source, tokenizer = sparse.model, sparse.tokenizer
+            # Unnormalised rows: each request says whether it wants them normalised.
+            embed = pipeline("embed", model=source, tokenizer=tokenizer, settings_from=model_dir, pooling=config.pooling, normalize=False,
+                             quantize=config.quantize, **common)
             self.hidden_size = embed.hidden_size
             pipelines["embed"] = main = embed
+            if "embed_sparse" in pipelines:
+                pipelines["embed_sparse"].max_length = embed.max_length  # sentence-transformers' max_seq_length too
             # /embed_all: every token's vector, from the same weights (and the same max_length)
             pipelines["embed_all"] = pipeline("feature-extraction", model=embed.model, tokenizer=embed.tokenizer,
                                               **dict(common, max_length=embed.max_length))
-            if has_mlm_head(model_dir):  # /embed_sparse: SPLADE from the MLM head (a second copy of the encoder)
-                pipelines["embed_sparse"] = pipeline("sparse-embed", model=model_dir, quantize=config.quantize,
-                                                     **dict(common, max_length=embed.max_length))
         else:
             if config.pooling is not None:
                 raise BertforgeError("serve: --pooling is for embedding models, not classification")

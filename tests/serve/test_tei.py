@@ -104,6 +104,28 @@ def test_embed_sparse_is_splade_from_the_mlm_logits(mlm_server, models):
         assert 0 < len(entries) < model.config.vocab_size  # really sparse: relu zeroes the negative logits
 
 
+def test_an_mlm_model_is_loaded_once_for_all_its_routes(models, tmp_path):
+    """/embed, /embed_all and /embed_sparse of a masked-LM checkpoint share one model (its encoder embeds), and the
+    directory's sentence-transformers settings (here [CLS] pooling, max_seq_length 8) still apply to /embed."""
+    import shutil
+
+    from bertforge.model.pooling import write_sentence_transformers_files
+
+    directory = tmp_path / "splade"
+    shutil.copytree(models["mlm"], directory)
+    write_sentence_transformers_files(directory, hidden_size=32, pooling="cls", normalize=False, max_length=8)
+    with ThreadServer(ServeConfig(model=str(directory))) as server:
+        pipes = server.engine.pipelines
+        assert pipes["embed"].model is pipes["embed_sparse"].model is pipes["embed_all"].model
+        assert pipes["embed"].pooling == "cls" and pipes["embed"].max_length == pipes["embed_sparse"].max_length == 8
+        r = server.client.post("/embed", json={"inputs": [LONG, "good"], "truncate": True, "normalize": False})
+        want = bertforge.pipeline("embed", model=directory)([LONG, "good"])  # a BertModel of its own, from the files
+        np.testing.assert_allclose(np.array(r.json(), dtype=np.float32), want, rtol=0, atol=1e-5)
+        sparse = bertforge.pipeline("sparse-embed", model=directory, max_length=8)([LONG])[0]
+        r = server.client.post("/embed_sparse", json={"inputs": LONG, "truncate": True})
+        assert [e["index"] for e in r.json()[0]] == np.flatnonzero(sparse).tolist()
+
+
 def test_embed_sparse_needs_an_mlm_head(embed_server):
     assert embed_server.client.get("/info").json()["sparse"] is False
     r = embed_server.client.post("/embed_sparse", json={"inputs": "good"})
