@@ -150,6 +150,7 @@ class EmbeddingTraining(Finetuning):
             model.pooler.requires_grad_(False)  # not trained, so that DDP finds a gradient for every trained weight
         super().__init__(model, data, evaluate, cfg, main_metric or "", False, 0, device, rt)
         self.encoder = wrap_model(SentenceEncoder(model, pooling), self.rt)  # DDP under torchrun
+        self.train_model = self.encoder  # the module DDP wraps (what `TrainStep.run` would call no_sync on)
         self.has_dev = main_metric is not None
         self.baseline: dict[str, Any] | None = None  # the dev metrics before training
 
