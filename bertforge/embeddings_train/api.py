@@ -20,7 +20,7 @@ from ..core.io import atomic_write_text
 from ..model.memory import check_training_fits
 from ..model import BertModel
 from ..model.pooling import sentence_transformers_settings, write_sentence_transformers_files
-from ..core.system import Runtime, barrier, on_main, setup_runtime, teardown_runtime
+from ..core.system import Runtime, barrier, from_main, on_main, setup_runtime, teardown_runtime
 from ..training.checkpoint import TrainingCheckpoints
 from ..training.loop import RunLifecycle, open_metrics
 from ..training.run_dir import RunDirectory, RunKind
@@ -121,7 +121,10 @@ def _train(cfg: EmbeddingsConfig, out: Path, rt: Runtime, lifecycle: RunLifecycl
         torch.manual_seed(cfg.seed + rt.rank)  # each rank its own dropout masks (rank 0: one process's)
     log.info("train-embeddings: %d %s from %s, loss %s%s, %s pooling, up to %d tokens a text", len(train_data),
              train_data.shape, cfg.train, loss_name, f" (matryoshka {dims})" if dims else "", pooling, max_length)
-    evaluate = _evaluator(dev_data, tokenizer, model, pooling, max_length, device, cfg) if dev_data else None
+    evaluate = None
+    if dev_data:  # rank 0 scores, every rank learns the metrics (the same decisions), as `finetune` does
+        score = _evaluator(dev_data, tokenizer, model, pooling, max_length, device, cfg)
+        evaluate = lambda: from_main(rt, score)  # noqa: E731
     loss = make_loss(loss_name, cfg.scale, cfg.symmetric, dims)
     metric = main_metric(dev_data) if dev_data else None
     run = EmbeddingTraining(model, encoded, evaluate, cfg, metric, loss, pooling, device, rt)
@@ -130,7 +133,7 @@ def _train(cfg: EmbeddingsConfig, out: Path, rt: Runtime, lifecycle: RunLifecycl
     resumed = cfg.resume and run.resume()
     metrics = open_metrics(out, cfg.resume, resumed, run.stepper.step, enabled=rt.is_main)
     result = run_logged(run, metrics, "training embeddings", lifecycle)
-    run.encoder = getattr(run.encoder, "module", run.encoder)  # the DDP wrapper goes (see `train_embeddings`)
+    run.encoder = run.train_model = getattr(run.encoder, "module", run.encoder)  # the DDP wrapper goes
     lifecycle.checkpointed()  # (done at the first checkpoint already)
     summary = {
         "train": cfg.train, "shape": train_data.shape, "loss": loss_name, "dev": cfg.dev, "main_metric": metric,

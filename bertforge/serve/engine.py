@@ -88,12 +88,12 @@ class Engine:
             if has_mlm_head(model_dir):
                 # /embed_sparse: SPLADE from the MLM head. One copy of the weights: the masked-LM model, loaded (and
                 # quantized) once, embeds with its encoder for /embed and /embed_all.
-                sparse = pipelines["embed_sparse"] = pipeline("sparse-embed", model=model_dir, quantize=config.quantize,
-                                                              **common)
+                sparse = pipeline("sparse-embed", model=model_dir, quantize=config.quantize, **common)
+                pipelines["embed_sparse"] = sparse
                 source, tokenizer = sparse.model, sparse.tokenizer
             # Unnormalised rows: each request says whether it wants them normalised.
-            embed = pipeline("embed", model=source, tokenizer=tokenizer, settings_from=model_dir, pooling=config.pooling, normalize=False,
-                             quantize=config.quantize, **common)
+            embed = pipeline("embed", model=source, tokenizer=tokenizer, settings_from=model_dir, pooling=config.pooling,
+                             normalize=False, quantize=config.quantize, **common)
             self.hidden_size = embed.hidden_size
             pipelines["embed"] = main = embed
             if "embed_sparse" in pipelines:

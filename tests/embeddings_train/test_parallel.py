@@ -23,7 +23,7 @@ from safetensors.torch import load_file
 from bertforge.embeddings_train import train_embeddings
 from bertforge.embeddings_train.parallel import shares
 from bertforge.training.run_dir import list_checkpoints
-from tests.embeddings_train.embeddings_train_helpers import TRAIN_TEMPLATES, make_model, pairs, write_tsv
+from tests.embeddings_train.embeddings_train_helpers import DEV_TEMPLATES, TRAIN_TEMPLATES, make_model, pairs, write_tsv
 
 WORKER = Path(__file__).parent / "parallel_worker.py"
 # 32 pairs in global batches of 8: 4 optimizer steps; a row of metrics.jsonl after each
@@ -73,6 +73,11 @@ def train_losses(out: Path) -> list[float]:
     return [r["loss"] for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if r["type"] == "train"]
 
 
+def eval_rows(out: Path) -> list[dict[str, float]]:
+    rows = map(json.loads, (out / "metrics.jsonl").read_text().splitlines())
+    return [{k: v for k, v in r.items() if "@" in k} for r in rows if r["type"] == "eval"]  # mrr@10, recall@k...
+
+
 def weights(out: Path) -> dict[str, torch.Tensor]:
     return load_file(str(out / "model.safetensors"))
 
@@ -84,7 +89,7 @@ def largest_gap(a: dict, b: dict) -> float:
 
 # (settings, optimizer steps): batches of 5 are shared 3 + 2, and with --mini-batch-size 4 the ranks run two and one
 # mini-batches (6 and 4 texts), the last batch (2 pairs) one each
-CASES = [({}, 4), pytest.param({"mini_batch_size": 6}, 4, marks=pytest.mark.slow),
+CASES = [({"dev": "DEV"}, 4), pytest.param({"mini_batch_size": 6}, 4, marks=pytest.mark.slow),
          pytest.param({"batch_size": 5, "mini_batch_size": 4, "symmetric": True, "matryoshka_dims": "32,16"}, 7,
                       marks=pytest.mark.slow)]
 
@@ -93,6 +98,8 @@ CASES = [({}, 4), pytest.param({"mini_batch_size": 6}, 4, marks=pytest.mark.slow
                          ids=["plain", "cached", "uneven-symmetric-matryoshka"])
 def test_two_processes_equal_one_at_the_same_global_batch(inputs, tmp_path, one_thread, settings, steps):
     model, _, train = inputs
+    if settings.get("dev") == "DEV":  # a dev set scored by rank 0 alone, its metrics handed to every rank
+        settings = dict(settings, dev=str(write_tsv(tmp_path / "dev.tsv", pairs(DEV_TEMPLATES))))
     train_embeddings(model=str(model), train=str(train), out=str(tmp_path / "one"), **{**RUN, **settings})
     done = two_processes(arguments(model, train, tmp_path / "two", **settings), count_syncs=tmp_path / "syncs")
     assert done.returncode == 0, done.stderr[-3000:]
@@ -105,6 +112,9 @@ def test_two_processes_equal_one_at_the_same_global_batch(inputs, tmp_path, one_
     assert max(abs(a - b) for a, b in zip(one, two)) < 1e-5, (one, two)
     assert largest_gap(weights(tmp_path / "one"), weights(tmp_path / "two")) < 1e-5
     assert [p.name for p in (tmp_path / "two" / "checkpoints").iterdir()] == [f"step-{steps}"]
+    if "dev" in settings:  # before training and after the epoch, the same figures as one process
+        one, two = (eval_rows(tmp_path / run) for run in ("one", "two"))
+        assert len(one) == len(two) == 2 and all(abs(a[k] - b[k]) < 1e-5 for a, b in zip(one, two) for k in a)
 
 
 @pytest.mark.slow
