@@ -10,11 +10,12 @@ NAME = "glue"
 HELP = "fine-tune and score a model on each GLUE task of a directory (dev splits); prints and saves the GLUE table"
 EXAMPLES = (
     'bertforge glue --model runs/my-bert/model --data-dir glue_data/ --tasks SST-2 MRPC --out runs/glue',
+    'bertforge glue --resume --out runs/glue            # continue a run that stopped, with its recorded settings',
 )  # `--help` shows them; tests/test_cli.py parses them
 
 # FinetuneConfig fields that `bertforge glue` passes to every task's fine-tuning
 FINETUNE_OPTIONS = ("epochs", "batch_size", "lr", "warmup_ratio", "weight_decay", "seed", "grad_accum", "max_length",
-                    "eval_batch_size", "lenient_rows", "device", "progress", "overwrite")
+                    "eval_batch_size", "lenient_rows", "device", "progress", "overwrite", "resume", "save_every")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -34,9 +35,10 @@ def run(args: argparse.Namespace) -> int:
     from ..core.system import last_runtime
     from ..finetune import FinetuneConfig
     from ..finetune.glue import GLUE_RUN, GlueOptions, glue
-    from ..training.run_dir import recorded_settings
+    from ..training.run_dir import recorded_settings, settings_to_replay
 
-    settings = recorded_glue_run(recorded_settings(args.run_config, GLUE_RUN)) if args.run_config else {}
+    replay = settings_to_replay(args.run_config, args.resume, args.out, GLUE_RUN)
+    settings = recorded_glue_run(recorded_settings(replay, GLUE_RUN)) if replay else {}
     settings.update({**given(args, FinetuneConfig, only=("model", *FINETUNE_OPTIONS)), **given(args, GlueOptions)})
     require_options(settings, ("model", "data_dir"))
     report = glue(**settings)
@@ -55,4 +57,4 @@ def recorded_glue_run(recorded: dict) -> dict:
     from ..training.run_dir import INVOCATION_ONLY
 
     finetuning = recorded.pop("finetune", None) or {}
-    return {**recorded, **{k: v for k, v in finetuning.items() if k in FINETUNE_OPTIONS and k not in INVOCATION_ONLY}}
+    return {**{k: v for k, v in finetuning.items() if k in FINETUNE_OPTIONS and k not in INVOCATION_ONLY}, **recorded}

@@ -12,19 +12,29 @@ WNLI and the diagnostic set are not run (the usual GLUE average, as in the BERT 
 
 Each task's files are read and checked (a malformed row is an error naming the file and line) before any training
 starts; a sample of `max_train_examples` training examples (drawn with the run's seed) and the whole dev split are
-handed to `finetune` as plain JSONL in a temporary directory. The table gives one number per task (in percent):
+handed to `finetune` as plain JSONL in a temporary directory (the same one for the same run directory, so that a
+resumed task finds its files where its run recorded them). The table gives one number per task (in percent):
 its metric, or the mean of its two (MRPC and QQP: F1 and accuracy; STS-B: Pearson and Spearman; MNLI: matched and
 mismatched accuracy); the GLUE average is the mean of those numbers over the tasks that ran.
+
+`resume=True` (`glue --resume --out RUN`) continues a run that stopped: the tasks it finished (each wrote
+TASK/glue_task.json, its entry of glue.json) are read back, the task it was in resumes from that fine-tuning's newest
+checkpoint (`finetune --resume`), and the rest run as usual; the run's settings must be the ones it recorded.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import hashlib
 import json
 import logging
 import math
+import os
 import random
+import shutil
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,7 +45,7 @@ from ..core.options import option
 from ..core.system import Runtime, from_main, on_every_rank, on_main, setup_runtime, teardown_runtime
 from ..training.loop import RunLifecycle
 from ..training.run_dir import RunDirectory, RunKind
-from .api import evaluate, finetune, make_settings
+from .api import FINETUNING, RUN_MARKER, evaluate, finetune, make_settings
 from .config import FinetuneConfig, check_int
 from .data import TextExample, read_classification
 from ..core.hub import looks_like_hub_id, model_reference
@@ -95,10 +105,14 @@ GLUE_TASKS = (
 )
 
 # A GLUE run's directory: its table, its report, its settings and one fine-tuning run per task (`--overwrite`
-# replaces them all, the previous run kept aside until the new run's first task is done); no --resume
+# replaces them all, the previous run kept aside until the new run's first task is done; `--resume` continues it)
 GLUE_RUN = RunKind(command="glue", what="GLUE run", config_file=MARKER,
                    entries=("glue.json", "glue.md", MARKER, *(task.name for task in GLUE_TASKS)),
-                   resumable=frozenset(), resume_option=False)
+                   resumable=frozenset({"out", "resume", "overwrite", "progress", "versions",
+                                        *(f"finetune.{k}" for k in FINETUNING.resumable)}))
+TASK_RESULT = "glue_task.json"  # TASK/glue_task.json: a finished task's entry of glue.json (what --resume reads back)
+# FinetuneConfig fields about one invocation: recorded beside the run's settings, not among the "finetune" ones
+GLUE_INVOCATION = ("resume", "overwrite", "progress")
 
 # FinetuneConfig fields that glue sets for each task itself
 SET_BY_GLUE = ("task", "model", "train", "dev", "out", "metric", "text_column", "text_pair_column", "label_column",
@@ -322,13 +336,14 @@ def glue(
     for name, reason in skipped.items() if rt.is_main else ():
         log.warning("GLUE: skipping %s (%s)", name, reason)
     target = Path(options.out or f"glue-{model_label(model)}").resolve()
-    saved = {**dataclasses.asdict(options), "model": template.model, "finetune": _settings_of(template)}
-    lifecycle = RunLifecycle(RunDirectory(target, False, template.overwrite, saved, GLUE_RUN), rt)
+    saved = {**dataclasses.asdict(options), "model": template.model, "finetune": _settings_of(template),
+             **{k: getattr(template, k) for k in GLUE_INVOCATION}}
+    lifecycle = RunLifecycle(RunDirectory(target, template.resume, template.overwrite, saved, GLUE_RUN), rt)
     with lifecycle.guarded():  # rank 0 locks, checks and prepares `target`; a failure puts a replaced run back
         lifecycle.lock(lifecycle.run_dir.refuse_foreign)
-        with tempfile.TemporaryDirectory(prefix="bertforge-glue-") as work:
+        with _work_directory(target, rt.rank) as work:
             prepared = on_every_rank(rt, lambda: [
-                prepare_task(task, directory, Path(work), options.max_train_examples, template.seed,
+                prepare_task(task, directory, work, options.max_train_examples, template.seed,
                              template.lenient_rows) for task, directory in found])
             lifecycle.prepare()  # the first change to `target`: glue_config.json
             results = _run_tasks(prepared, template, target, rt, lifecycle)
@@ -337,6 +352,22 @@ def glue(
         on_main(rt, lambda: _write_report(target, report))
     teardown_runtime(rt)  # the process group, where glue set it up (on success only, as `finetune`)
     return report
+
+
+@contextlib.contextmanager
+def _work_directory(target: Path, rank: int) -> Iterator[Path]:
+    """A private temporary directory for the tasks' prepared files, at the same path for the same run directory and
+    rank (a resumed task's fine-tuning finds --train and --dev where it recorded them); removed at the end."""
+    user = os.getuid() if hasattr(os, "getuid") else ""
+    digest = hashlib.blake2b(f"{user}:{target}".encode(), digest_size=8).hexdigest()
+    work = Path(tempfile.gettempdir()) / f"bertforge-glue-{digest}-{rank}"
+    if work.is_dir() and not work.is_symlink():
+        shutil.rmtree(work)  # what a run killed in this run directory left
+    work.mkdir(mode=0o700)
+    try:
+        yield work
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def _write_report(target: Path, report: dict[str, Any]) -> None:
@@ -366,7 +397,7 @@ def _check_model(model: str) -> None:
 
 
 def _settings_of(template: FinetuneConfig) -> dict[str, Any]:
-    return {k: v for k, v in dataclasses.asdict(template).items() if k not in SET_BY_GLUE}
+    return {k: v for k, v in dataclasses.asdict(template).items() if k not in SET_BY_GLUE + GLUE_INVOCATION}
 
 
 def _run_tasks(prepared: list[PreparedTask], template: FinetuneConfig, target: Path, rt: Runtime,
@@ -379,10 +410,30 @@ def _run_tasks(prepared: list[PreparedTask], template: FinetuneConfig, target: P
     disable = None if template.progress is None else not template.progress  # None: a bar on a terminal only
     with tqdm(prepared, desc="GLUE", unit="task", disable=disable if rt.is_main else True) as bar:
         for task in bar:
-            bar.set_postfix_str(task.task.name)
-            results[task.task.name] = run_task(task, template, target, rt)
+            name = task.task.name
+            bar.set_postfix_str(name)
+            # --resume: a finished task's entry is read back; the task the run stopped in resumes its fine-tuning
+            done, started = from_main(rt, lambda: (_finished_task(target / name), (target / name / RUN_MARKER).is_file()))
+            if template.resume and done is not None:
+                results[name] = done
+                continue
+            results[name] = run_task(task, dataclasses.replace(template, resume=template.resume and started), target, rt)
             lifecycle.checkpointed()
     return results
+
+
+def _finished_task(run_dir: Path) -> dict[str, Any] | None:
+    """The glue.json entry a finished task wrote in its run directory (TASK_RESULT), or None."""
+    path = run_dir / TASK_RESULT
+    if not path.is_file():
+        return None
+    try:
+        entry = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise BertforgeError(f"--resume: {path}: unreadable ({err}); remove it to run the task again") from None
+    if not isinstance(entry, dict) or not isinstance(entry.get("scores"), dict):
+        raise BertforgeError(f"--resume: {path} is not a task's GLUE entry; remove it to run the task again")
+    return entry
 
 
 def run_task(prepared: PreparedTask, template: FinetuneConfig, target: Path, rt: Runtime | None = None) -> dict[str, Any]:
@@ -403,7 +454,7 @@ def run_task(prepared: PreparedTask, template: FinetuneConfig, target: Path, rt:
 
         metrics[split.stem] = score() if rt is None else from_main(rt, score)
     scores = task_scores(task, metrics)
-    return {
+    entry = {
         "scores": scores,
         "score": task_score(scores),
         "metrics": metrics,
@@ -414,6 +465,15 @@ def run_task(prepared: PreparedTask, template: FinetuneConfig, target: Path, rt:
         "train_steps": summary["train_steps"],
         "train_seconds": summary["train_seconds"],
     }
+
+    def record() -> None:  # what --resume reads back instead of running the task again
+        atomic_write_text(run_dir / TASK_RESULT, json.dumps(entry, indent=2) + "\n")
+
+    if rt is None:
+        record()
+    else:
+        on_main(rt, record)
+    return entry
 
 
 def glue_report(model: str | Path, options: GlueOptions, results: dict[str, dict[str, Any]],

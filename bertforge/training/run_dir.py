@@ -75,6 +75,22 @@ def settings_to_replay(run_config: str | None, resume: bool, out: str | None, ki
     return None
 
 
+def _changed(before: dict[str, Any], now: dict[str, Any], resumable: frozenset[str],
+             prefix: str = "") -> list[tuple[str, Any, Any]]:
+    """(name, recorded value, value now) of each setting that differs and may not (`resumable` names those that
+    may; a group of settings, such as GLUE's "finetune", is compared setting by setting: "finetune.lr")."""
+    out = []
+    for key in sorted(now):
+        name, then = prefix + key, before.get(key, now[key])
+        if name in resumable or then == now[key]:
+            continue
+        if isinstance(then, dict) and isinstance(now[key], dict):
+            out += _changed(then, now[key], resumable, name + ".")
+        else:
+            out.append((name, then, now[key]))
+    return out
+
+
 def list_checkpoints(out: Path) -> list[tuple[int, Path]]:
     """Complete checkpoints, oldest first (an unfinished one has a temporary name and is never listed)."""
     root = out / "checkpoints"
@@ -225,7 +241,7 @@ class RunDirectory:
         if unknown:  # a setting renamed or removed since the run began: its value cannot be checked against it
             raise BertforgeError(f"--resume: {previous} records settings this version of bertforge does not have "
                                  f"({', '.join(unknown)}): the run was begun by an older version; start a new run")
-        changed = sorted(k for k in settings if k not in self.kind.resumable and before.get(k, settings[k]) != settings[k])
+        changed = _changed(before, settings, self.kind.resumable)
         if changed:
-            details = ", ".join(f"{k}: {before.get(k)!r} -> {settings[k]!r}" for k in changed)
+            details = ", ".join(f"{k}: {then!r} -> {now!r}" for k, then, now in changed)
             raise BertforgeError(f"--resume with settings that differ from the run in {self.out}: {details}")

@@ -67,8 +67,9 @@ def test_glue_command_end_to_end(tmp_path, tiny_model, capsys, monkeypatch):
     for name, result in report["tasks"].items():
         assert result["train"] == {"file": str(data / name / "train.tsv"), "examples": 24, "available": 32}
         assert sorted(p.name for p in (out / name).iterdir()) == [
-            "checkpoints", "eval.json", "finetune_config.json", "metrics.jsonl", "model", "tensorboard",
-            "training_curve.png"]
+            "checkpoints", "eval.json", "finetune_config.json", "glue_task.json", "metrics.jsonl", "model",
+            "tensorboard", "training_curve.png"]
+        assert json.loads((out / name / "glue_task.json").read_text()) == result  # what --resume reads back
         expected = reference_scores(name, out / name / "model", data)
         # scores are x100; the tiny model's near-constant regression outputs make Pearson move by ~1e-3 between the
         # training run's evaluation and `predict`'s packed batches (float32 summation order)
@@ -83,7 +84,7 @@ def test_glue_command_end_to_end(tmp_path, tiny_model, capsys, monkeypatch):
                                                      "glue_config.json"]
 
     assert main(argv) == 2  # the run is there: replacing it needs --overwrite
-    assert "already holds a GLUE run; pass --overwrite" in capsys.readouterr().err
+    assert "already holds files (another run?); pass --resume to continue it or --overwrite" in capsys.readouterr().err
     assert main([*argv, "--tasks", "cola", "--overwrite"]) == 0
     report = json.loads((out / "glue.json").read_text())
     assert list(report["tasks"]) == ["CoLA"] and report["skipped"] == {}

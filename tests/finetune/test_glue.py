@@ -227,7 +227,7 @@ def test_the_output_directory_is_refused_when_it_holds_something_else_or_a_run(t
     assert sorted(p.name for p in foreign.iterdir()) == ["notes.txt"]
     out = tmp_path / "out"
     files = previous_run(out)
-    with pytest.raises(BertforgeError, match="already holds a GLUE run; pass --overwrite"):
+    with pytest.raises(BertforgeError, match="already holds files .*; pass --resume to continue it or --overwrite"):
         glue(tiny_model, data, out, device="cpu")
     assert {name: (out / name).read_text() for name in files} == files
 
@@ -266,8 +266,49 @@ def test_overwrite_drops_the_previous_run_once_the_first_task_is_done(tmp_path, 
     monkeypatch.setattr("bertforge.finetune.glue.run_task", one_task)
     with pytest.raises(BertforgeError, match="the second task failed"):
         glue(tiny_model, data, out, overwrite=True, device="cpu", progress=False)
-    assert done == ["CoLA"] and json.loads((out / "glue_config.json").read_text())["finetune"]["overwrite"] is True
+    assert done == ["CoLA"] and json.loads((out / "glue_config.json").read_text())["overwrite"] is True
     assert not (out / "glue.md").exists()  # the previous run's table went with it
+
+
+def test_a_stopped_run_resumes_where_it_stopped(tmp_path, tiny_model, monkeypatch, capsys):
+    """Stopped in its second task (RTE) after its first checkpoint: `resume=True` reads the first task's entry back without
+    training it again, resumes RTE from its checkpoint, and ends with the uninterrupted run's scores exactly;
+    `bertforge glue --resume --out RUN` alone then finds every task done and prints the same table."""
+    from bertforge.cli import main
+    from bertforge.training.step import TrainStep
+
+    data = write_glue(tmp_path / "data", ["CoLA", "RTE"])
+    run = dict(device="cpu", progress=False, epochs=2, batch_size=8, seed=1, save_every=1)
+    reference = glue(tiny_model, data, tmp_path / "reference", **run)
+    steps, real = [], TrainStep.run
+
+    def counted(self, *args, **kwargs):
+        outcome = real(self, *args, **kwargs)
+        steps.append(self.step)
+        if stop_at and len(steps) == stop_at:
+            raise BertforgeError("stopped")
+        return outcome
+
+    monkeypatch.setattr(TrainStep, "run", counted)
+    stop_at = 6 + 2  # CoLA's 6 steps (24 examples, batches of 8, 2 epochs), then 2 of RTE's
+    out = tmp_path / "out"
+    with pytest.raises(BertforgeError, match="stopped"):
+        glue(tiny_model, data, out, **run)
+    assert (out / "CoLA" / "glue_task.json").is_file() and not (out / "RTE" / "glue_task.json").exists()
+    with pytest.raises(BertforgeError, match="already holds files .* pass --resume"):
+        glue(tiny_model, data, out, **run)
+    with pytest.raises(BertforgeError, match=r"settings that differ from the run in \S+: finetune.lr: 5e-05 -> 0.001$"):
+        glue(tiny_model, data, out, **run, lr=1e-3, resume=True)
+    steps.clear()
+    stop_at = 0
+    resumed = glue(tiny_model, data, out, **run, resume=True)
+    assert steps == [2, 3, 4, 5, 6]  # RTE's after its checkpoint of step 1 (step 2 stopped before its own was saved)
+    for name in ("CoLA", "RTE"):
+        assert resumed["tasks"][name]["metrics"] == reference["tasks"][name]["metrics"]
+    assert resumed["average"] == reference["average"] and resumed["table"] == reference["table"]
+    capsys.readouterr()
+    assert main(["glue", "--resume", "--out", str(out)]) == 0 and steps == [2, 3, 4, 5, 6]  # nothing trained
+    assert capsys.readouterr().out.startswith(resumed["table"])
 
 
 # ------------------------------------------------------------------------------------------ the table
