@@ -1,4 +1,5 @@
-"""`bertforge distill`: a DistilBERT student trained from a teacher checkpoint on your corpus."""
+"""`bertforge distill`: a student of half the teacher's layers (a DistilBERT from a BERT-shaped teacher, a DeBERTa or
+ModernBERT from one of those) trained from a teacher checkpoint on your corpus."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import argparse
 from . import add_run_config_argument
 
 NAME = "distill"
-HELP = "distil a BERT or RoBERTa checkpoint into a DistilBERT (half the layers) on a corpus"
+HELP = ("distil a checkpoint into a student of half its layers on a corpus: BERT / RoBERTa into a DistilBERT, "
+        "DeBERTa and ModernBERT into their own family")
 EXAMPLES = (
     'bertforge distill --teacher runs/my-bert/model --corpus my_corpus/ --max-steps 5000 --out runs/my-distilbert',
 )  # `--help` shows them; tests/test_cli.py parses them

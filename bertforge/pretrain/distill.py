@@ -1,10 +1,13 @@
-"""Distillation into a DistilBERT, as Sanh et al. (2019) made DistilBERT from BERT.
+"""Distillation into a student of half the teacher's layers, as Sanh et al. (2019) made DistilBERT from BERT.
 
-The student is the teacher's encoder with half its layers, no token types and no pooler (`model_type: distilbert`),
-initialised from the teacher: its embeddings (the first token-type row folded into the position rows, so that the
-initial student computes what the teacher's lower half computes on single segments), every other layer (student
-layer i from teacher layer 2i) and the MLM head. It is trained on the teacher's corpus with MLM and dynamic masking,
-on three losses, weights configurable:
+A BERT-shaped teacher (BERT, RoBERTa, XLM-R, DistilBERT) gives a DistilBERT: the teacher's encoder with half its
+layers, no token types and no pooler (`model_type: distilbert`), initialised from the teacher: its embeddings (the
+first token-type row folded into the position rows, so that the initial student computes what the teacher's lower
+half computes on single segments), every other layer (student layer i from teacher layer 2i) and the MLM head. A
+DeBERTa-v2/v3 or ModernBERT teacher gives a student of its own family (DistilBERT has neither relative attention nor
+rotary positions): the teacher's config with every other layer (`Family.keep_layers`: a ModernBERT layer keeps its
+global or local attention), every other weight copied as it is. ALBERT (shared layers) is refused. The student is
+trained on the teacher's corpus with MLM and dynamic masking, on three losses, weights configurable:
 
 * soft-target cross-entropy against the teacher at temperature T: T^2 · KL(softmax(t/T) || softmax(s/T)) over the
   masked positions (`--alpha-ce`, 5 in the paper's code);
@@ -13,7 +16,7 @@ on three losses, weights configurable:
 
 The teacher runs without gradients, in eval mode, on every rank. Everything else is pretraining's (`Pretrainer`):
 streaming, exact resume, DDP/FSDP, metrics, held-out evaluation, atomic checkpoints, and `OUT/model/` in Hugging
-Face layout (`DistilBertForMaskedLM`) with the teacher's tokenizer.
+Face layout (`DistilBertForMaskedLM`, or the teacher's family's ForMaskedLM) with the teacher's tokenizer.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import torch.nn.functional as F
 
 from ..model.auto import AutoModelForMaskedLM
 from ..model.config import BertConfig
+from ..model.families import BERT, DISTILBERT, ROBERTA, XLM_ROBERTA
 from ..core.errors import BertforgeError
 from ..model import BertForMaskedLM, BertPreTrainedModel
 from ..core.options import check_choices, option
@@ -41,6 +45,8 @@ from ..core.hub import model_path
 
 log = logging.getLogger("bertforge")
 
+#: the families whose teachers become a DistilBERT student (absolute positions, BERT's blocks); the others keep theirs
+DISTILBERT_TEACHERS = (BERT, ROBERTA, XLM_ROBERTA, DISTILBERT)
 #: pretraining settings that the teacher decides (its config and tokenizer) or that distillation fixes (MLM only)
 TEACHER_DECIDES = ("config", "tokenizer", "vocab_size", "tokenizer_sample_mb", "lowercase", "init_from", "objective", "nsp")
 
@@ -82,10 +88,14 @@ class DistillArgs(PretrainArgs):
         layers = self.student_layers or max(1, teacher.num_hidden_layers // 2)
         if layers > teacher.num_hidden_layers:
             raise BertforgeError(f"--student-layers {layers} is more than the teacher's {teacher.num_hidden_layers}")
-        student = dataclasses.replace(
-            teacher, model_type="distilbert", num_hidden_layers=layers, type_vocab_size=0, layer_norm_eps=1e-12,
-            max_position_embeddings=teacher.max_sequence_length, architectures=None, extra={},
-        )
+        if teacher.family in DISTILBERT_TEACHERS:
+            student = dataclasses.replace(
+                teacher, model_type="distilbert", num_hidden_layers=layers, type_vocab_size=0, layer_norm_eps=1e-12,
+                max_position_embeddings=teacher.max_sequence_length, architectures=None, extra={},
+            )
+        else:  # relative attention or rotary positions: a student of the teacher's own family
+            kept = teacher_layers(layers, teacher.num_hidden_layers)
+            student = dataclasses.replace(teacher.family.keep_layers(teacher, kept), architectures=None)
         if self.max_length > student.max_sequence_length:
             raise BertforgeError(f"--max-length {self.max_length} is above the teacher's {student.max_sequence_length} positions")
         return student
@@ -98,6 +108,17 @@ class DistillArgs(PretrainArgs):
     def vocabulary_source(self) -> str | None:
         return self.teacher
 
+    def for_family(self, config: BertConfig) -> DistillArgs:
+        """Pretraining's recipe for the student's family, with MLM alone (DistilBERT dropped NSP; the losses are
+        distillation's) and rows packed as a stream: the cosine loss needs every token's last hidden state, which
+        rows of several documents attending within themselves (`--packing documents`) do not give."""
+        if self.packing == "documents":
+            raise BertforgeError("distill: --packing documents gives no per-token hidden states, which the cosine "
+                                 "loss needs; use --packing stream (the default for distillation)")
+        packing = "stream" if self.packing == "auto" else self.packing
+        mlm = dataclasses.replace(self, objective="mlm", nsp=False, packing=packing)
+        return PretrainArgs.for_family(mlm, config)  # type: ignore[return-value]
+
 
 def teacher_layers(student_layers: int, teacher_layers_: int) -> list[int]:
     """The teacher layer each student layer starts from: every other one (0, 2, 4, ...), as DistilBERT did; for a
@@ -109,14 +130,27 @@ def teacher_layers(student_layers: int, teacher_layers_: int) -> list[int]:
 
 @torch.no_grad()
 def init_from_teacher(student: BertForMaskedLM, teacher: BertPreTrainedModel) -> None:
-    """Copy the teacher's embeddings (first token-type row folded into the positions, RoBERTa's offset skipped),
-    every other layer and the MLM head into `student`."""
+    """Copy the teacher's embeddings (for a DistilBERT student: the first token-type row folded into the positions,
+    RoBERTa's offset skipped), every other layer and the MLM head into `student`; a student of the teacher's own
+    family gets every other weight as it is (DeBERTa's relative table, ModernBERT's final norm)."""
     layers = teacher_layers(student.config.num_hidden_layers, teacher.config.num_hidden_layers)
-    student.base_model.embeddings.load_from(teacher.base_model.embeddings, teacher.config.position_offset)
     teacher_blocks = teacher.blocks()
-    for block, index in zip(student.blocks(), layers):
-        block.load_state_dict(teacher_blocks[index].state_dict())
-    student.mlm_head().load_state_dict(teacher.mlm_head().state_dict())  # type: ignore[operator]
+    if student.config.family is not teacher.config.family:  # a DistilBERT student
+        student.base_model.embeddings.load_from(teacher.base_model.embeddings, teacher.config.position_offset)
+        for block, index in zip(student.blocks(), layers):
+            block.load_state_dict(teacher_blocks[index].state_dict())
+        student.mlm_head().load_state_dict(teacher.mlm_head().state_dict())  # type: ignore[operator]
+        return
+    names = {id(m): name for name, m in teacher.named_modules()}
+    names.update({id(m): name for name, m in student.named_modules()})
+    renames = [(names[id(block)] + ".", names[id(teacher_blocks[index])] + ".")
+               for block, index in zip(student.blocks(), layers)]
+    source = teacher.state_dict()
+    state = {}
+    for key in student.state_dict():
+        mine = next((theirs + key[len(own):] for own, theirs in renames if key.startswith(own)), key)
+        state[key] = source[mine]
+    student.load_state_dict(state)
 
 
 def load_teacher(path: str, device: torch.device) -> BertPreTrainedModel:

@@ -1,5 +1,6 @@
-"""Distillation into a DistilBERT: the student's initialisation from the teacher, an exact resume, refusals (the run
-through the CLI, which learns and which `transformers` loads: tests/commands/test_distill.py)."""
+"""Distillation into a DistilBERT (or, from a DeBERTa or ModernBERT teacher, a student of its own family): the
+student's initialisation from the teacher, an exact resume, refusals (the run through the CLI, which learns and which
+`transformers` loads: tests/commands/test_distill.py; a DeBERTa teacher's student loaded by `transformers`: here)."""
 
 import pytest
 import torch
@@ -27,8 +28,16 @@ def make_teacher(directory, tok_dir, family="bert", layers=4):
     tok = Tokenizer.from_pretrained(tok_dir)
     sizes = dict(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=layers, num_attention_heads=4,
                  intermediate_size=48, max_position_embeddings=66, pad_token_id=tok.pad_token_id)
-    config = {"bert": transformers.BertConfig, "roberta": transformers.RobertaConfig}[family](**sizes)
-    cls = {"bert": transformers.BertForMaskedLM, "roberta": transformers.RobertaForMaskedLM}[family]
+    extra = {  # DeBERTa-v3's attention (relative, log buckets, shared keys); ModernBERT's ids (its layers alternate)
+        "deberta": dict(relative_attention=True, position_biased_input=False, pos_att_type=["p2c", "c2p"],
+                        position_buckets=16, max_relative_positions=64, share_att_key=True, norm_rel_ebd="layer_norm"),
+        "modernbert": dict(cls_token_id=tok.cls_token_id, sep_token_id=tok.sep_token_id, bos_token_id=tok.cls_token_id,
+                           eos_token_id=tok.sep_token_id, global_attn_every_n_layers=3, local_attention=8),
+    }.get(family, {})
+    config = {"bert": transformers.BertConfig, "roberta": transformers.RobertaConfig,
+              "deberta": transformers.DebertaV2Config, "modernbert": transformers.ModernBertConfig}[family](**sizes, **extra)
+    cls = {"bert": transformers.BertForMaskedLM, "roberta": transformers.RobertaForMaskedLM,
+           "deberta": transformers.DebertaV2ForMaskedLM, "modernbert": transformers.ModernBertForMaskedLM}[family]
     torch.manual_seed(0)
     cls(config).save_pretrained(directory)
     tok.save_pretrained(directory)
@@ -41,17 +50,21 @@ def test_teacher_layers_are_every_other_one():
     assert teacher_layers(4, 4) == [0, 1, 2, 3]
 
 
-@pytest.mark.parametrize("family", ["bert", "roberta"])
+@pytest.mark.parametrize("family", ["bert", "roberta", "deberta", "modernbert"])
 def test_a_full_depth_student_computes_what_the_teacher_does(tmp_path, inputs, family):
     """With as many layers as the teacher, the copied student is the teacher without token types: the token-type
-    row folded into the positions (and RoBERTa's offset skipped) keeps every output on single segments."""
+    row folded into the positions (and RoBERTa's offset skipped) keeps every output on single segments. A DeBERTa
+    or ModernBERT teacher's student is of its own family, every weight copied."""
     teacher_dir = make_teacher(tmp_path / "teacher", inputs[1], family)
     teacher = bertforge.AutoModelForMaskedLM.from_pretrained(teacher_dir).eval()
     args = DistillArgs(teacher=str(teacher_dir), corpus=[str(inputs[0])], student_layers=4, max_length=32)
     student = BertForMaskedLM(args.model_config())
     init_from_teacher(student, teacher)
     student.eval()
-    assert student.config.model_type == "distilbert" and student.bert.embeddings.token_type_embeddings is None
+    if family in ("deberta", "modernbert"):
+        assert student.config.model_type == teacher.config.model_type
+    else:
+        assert student.config.model_type == "distilbert" and student.bert.embeddings.token_type_embeddings is None
     ids = torch.randint(5, teacher.config.vocab_size, (2, 12))
     mask = torch.ones_like(ids)
     mask[1, 7:] = 0
@@ -59,6 +72,46 @@ def test_a_full_depth_student_computes_what_the_teacher_does(tmp_path, inputs, f
     with torch.no_grad():
         expected, got = teacher(ids, mask).logits, student(ids, mask).logits
     assert (expected - got)[mask.bool()].abs().max() <= 1e-5
+
+
+def test_a_modernbert_student_keeps_each_copied_layers_attention(tmp_path, inputs):
+    """Student layer i is teacher layer 2i with its own attention kind: teacher layers global, local, local, global,
+    local, local (one global in three) → a 3-layer student of layers 0, 2, 4: global, local, local; weights copied."""
+    from bertforge.model.families.modernbert import GLOBAL, LOCAL, layer_types
+
+    teacher_dir = make_teacher(tmp_path / "teacher", inputs[1], "modernbert", layers=6)
+    teacher = bertforge.AutoModelForMaskedLM.from_pretrained(teacher_dir).eval()
+    config = DistillArgs(teacher=str(teacher_dir), corpus=[str(inputs[0])], max_length=32).model_config()
+    assert layer_types(teacher.config) == [GLOBAL, LOCAL, LOCAL, GLOBAL, LOCAL, LOCAL]
+    assert config.num_hidden_layers == 3 and layer_types(config) == [GLOBAL, LOCAL, LOCAL]
+    student = BertForMaskedLM(config)
+    init_from_teacher(student, teacher)
+    assert [student.config.spec.layer(i).window for i in range(3)] == [None, 8, 8]  # local: a sliding window
+    for block, index in zip(student.blocks(), [0, 2, 4]):
+        theirs = teacher.blocks()[index].state_dict()
+        assert all(torch.equal(v, theirs[k]) for k, v in block.state_dict().items())
+
+
+def test_a_deberta_teacher_gives_a_deberta_student_that_transformers_loads(tmp_path, inputs, capsys):
+    """`bertforge distill` from a DeBERTa-v3-shaped teacher: a 2-layer DeBERTa-v2 student that `transformers` loads
+    with no missing or unexpected weights and whose logits match ours; `--packing documents` is refused (the cosine
+    loss needs every token's hidden state)."""
+    corpus, tok = inputs
+    teacher = make_teacher(tmp_path / "teacher", tok, "deberta")
+    argv = ["distill", "--teacher", str(teacher), "--corpus", str(corpus), "--max-length", "32", "--max-steps", "2",
+            "--batch-size", "4", "--no-progress"]
+    assert main([*argv, "--out", str(tmp_path / "documents"), "--packing", "documents"]) != 0
+    assert "--packing documents gives no per-token hidden states" in capsys.readouterr().err
+    assert not (tmp_path / "documents").exists()
+    assert main([*argv, "--out", str(tmp_path / "run")]) == 0
+    model_dir = tmp_path / "run" / "model"
+    reference, info = transformers.DebertaV2ForMaskedLM.from_pretrained(model_dir, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"], info
+    assert reference.config.num_hidden_layers == 2 and reference.config.relative_attention
+    ours = bertforge.AutoModelForMaskedLM.from_pretrained(model_dir).eval()
+    ids = torch.randint(5, reference.config.vocab_size, (2, 10))
+    with torch.no_grad():
+        assert (ours(ids).logits - reference.eval()(ids).logits).abs().max() <= 1e-5
 
 
 def test_distillation_resumes_exactly(tmp_path, inputs, monkeypatch):

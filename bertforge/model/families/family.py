@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
@@ -67,6 +67,15 @@ class Family:
     read_spec: Callable[["Family", Any], EncoderSpec] | None = None  # config → parts; None: `bert_spec`
     # rotary positions: the config.json keys that give the global layers' θ (context extension); None: no rotary
     global_theta_keys: Callable[[Any, float], dict[str, Any]] | None = None
+    # config fields besides the depth that say which layers a model has (ModernBERT's `layer_types`), for a model made
+    # of some of another's layers (a distilled student): (config, kept layer indices) -> fields; None: depth alone
+    layer_fields: Callable[[Any, list[int]], dict[str, Any]] | None = None
+
+    def keep_layers(self, config: Any, layers: list[int]) -> Any:
+        """The config of a model of this family made of `config`'s layers `layers` (in that order), each keeping
+        what its own layer was (its attention kind, ...)."""
+        fields = self.layer_fields(config, layers) if self.layer_fields is not None else {}
+        return replace(config, num_hidden_layers=len(layers), **fields)
 
     def spec(self, config: Any) -> EncoderSpec:
         """The encoder a `BertConfig` of this family describes."""

@@ -159,6 +159,12 @@ def write_config(out: dict[str, Any], config: Any) -> dict[str, Any]:
     return out
 
 
+def kept_layer_types(config: Any, layers: list[int]) -> dict[str, Any]:
+    """`Family.layer_fields`: a model of some of these layers keeps each one's attention kind (global or local)."""
+    types = layer_types(config)
+    return {"extra": {**config.extra, "layer_types": [types[i] for i in layers]}}
+
+
 _LAYER = "bert.layers.{n}."
 MODERNBERT = Family(
     model_type="modernbert",
@@ -167,6 +173,7 @@ MODERNBERT = Family(
     prefix="model",
     body=("embeddings", "layers", "final_norm"),
     special_ids=SPECIAL_IDS,
+    layer_fields=kept_layer_types,
     sentence_head=None,
     config_keys=dict(hidden_activation="hidden_act", norm_eps="layer_norm_eps",
                      embedding_dropout="hidden_dropout_prob", attention_dropout="attention_probs_dropout_prob"),
