@@ -19,6 +19,7 @@ from ..core.options import check_choices, option
 from ..training.step import PRECISION_HELP, PRECISIONS, check_precision
 
 FINETUNE_TASKS = ("classification", "ner", "qa")  # `--task` of finetune / evaluate / predict
+DEFAULT_LABEL_COLUMN = "label"  # --label-column left at it: each task's own default (ner: ner_tags/tags, qa: answers)
 
 
 @dataclass(kw_only=True)
@@ -30,10 +31,13 @@ class DataOptions:
                                     metavar="N")
     text_column: str | None = option(None, "classification: text column or JSON key; a 0-based index with "
                                      "--no-header (default: text, sentence or sentence1); ner rows: the words' "
-                                     "column (default: tokens, words)", metavar="NAME")
-    text_pair_column: str | None = option(None, "classification: second text of a sentence pair", metavar="NAME")
-    label_column: str = option("label", "classification: label column; ner rows: the tags' column (left at "
-                               "'label': ner_tags, tags or label)", metavar="NAME")
+                                     "column (default: tokens, words); qa rows: the question's (default: question)",
+                                     metavar="NAME")
+    text_pair_column: str | None = option(None, "classification: second text of a sentence pair; qa rows: the "
+                                          "context's column (default: context)", metavar="NAME")
+    label_column: str = option(DEFAULT_LABEL_COLUMN, "classification: label column; ner rows: the tags' column (left "
+                               "at 'label': ner_tags, tags or label); qa rows: the answers' (left at 'label': answers)",
+                               metavar="NAME")
     label_separator: str | None = option(None, "classification: split each text label on SEP into several labels "
                                          "(multi-label, e.g. '|'; an empty label: none); a list label (JSONL, "
                                          "Parquet) needs none", metavar="SEP")

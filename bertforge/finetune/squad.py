@@ -38,19 +38,28 @@ def _id_lines(text: str) -> dict[str, int]:
     return lines
 
 
-def read_squad(data: Any, require_answers: bool = True) -> tuple[list[QAExample], bool]:
+#: the keys of a flat row: question, context, answers (`datasets`' squad layout; `read_squad`'s `columns`)
+SQUAD_COLUMNS = ("question", "context", "answers")
+
+
+def read_squad(data: Any, require_answers: bool = True,
+               columns: tuple[str, str, str] = SQUAD_COLUMNS) -> tuple[list[QAExample], bool]:
     """Read a SQuAD JSON file, or flat rows (a JSONL, Parquet or Arrow file, rows in memory); returns the questions
     and whether it is SQuAD 2.0 (by its "version", or because it has unanswerable questions).
 
     Every answer must be found in its context at its `answer_start`; an answerable question needs at least one
-    answer when `require_answers` is set.
+    answer when `require_answers` is set. `columns`: the keys of a flat row's question, context and answers (a
+    SQuAD JSON file has its own, fixed).
     """
     if not (is_path(data) and Path(data).suffix.lower() == ".json"):
         source = record_source(data)
         if source is not None:
-            examples = _squad_rows(*source, require_answers)
+            examples = _squad_rows(*source, require_answers, columns)
             return examples, any(e.is_impossible for e in examples)
     path = file_path(data)
+    if tuple(columns) != SQUAD_COLUMNS:
+        raise BertforgeError(f"{path}: a SQuAD JSON file has fixed keys (question, context, answers); the column "
+                             "options (--text-column, --text-pair-column, --label-column) are for flat rows")
     text = read_text_file(path)
     try:
         data = json.loads(text)
@@ -119,29 +128,35 @@ def _checked_answers(where: str, context: str, given: Any) -> list[tuple[str, in
     return answers
 
 
-def _squad_rows(path: Path, records: list[Record], require_answers: bool) -> list[QAExample]:
+def _squad_rows(path: Path, records: list[Record], require_answers: bool,
+                columns: tuple[str, str, str] = SQUAD_COLUMNS) -> list[QAExample]:
     """Flat rows, the `datasets` squad layout: "answers" holds parallel "text" and "answer_start" lists (a list
-    of {"text", "answer_start"} objects is read too); no answers is an unanswerable question."""
+    of {"text", "answer_start"} objects is read too); no answers is an unanswerable question. `columns`: the keys
+    of the question, the context and the answers."""
+    q_key, c_key, a_key = columns
     examples = []
     seen: set[str] = set()
     for line, record in records:
-        if not isinstance(record.get("question"), str) or not isinstance(record.get("context"), str):
-            raise BertforgeError(f"{path}:{line}: expected string keys 'question' and 'context'")
-        if not record["context"].strip():
+        if not isinstance(record.get(q_key), str) or not isinstance(record.get(c_key), str):
+            raise BertforgeError(f"{path}:{line}: expected string keys {q_key!r} and {c_key!r}"
+                                 + ("" if (q_key, c_key) != SQUAD_COLUMNS[:2] else
+                                    " (other names: --text-column QUESTION --text-pair-column CONTEXT)"))
+        question, context = record[q_key], record[c_key]
+        if not context.strip():
             raise BertforgeError(f"{path}:{line}: the context is empty")
         qid = str(record.get("id", line))
         where = f"{path}:{line}: question {qid}"
         if qid in seen:
             raise BertforgeError(f"{where}: the id is used twice")
         seen.add(qid)
-        if "answers" not in record:
+        if a_key not in record:
             if require_answers:
-                raise BertforgeError(f"{where}: no key 'answers' (the layout of `datasets`' squad: "
-                                     "{'text': [...], 'answer_start': [...]})")
-            examples.append(QAExample(qid, record["question"], record["context"], line=line))
+                raise BertforgeError(f"{where}: no key {a_key!r} (the layout of `datasets`' squad: "
+                                     "{'text': [...], 'answer_start': [...]}; another name: --label-column)")
+            examples.append(QAExample(qid, question, context, line=line))
             continue
-        answers = _checked_answers(where, record["context"], _answer_objects(where, record["answers"]))
-        examples.append(QAExample(qid, record["question"], record["context"], answers, not answers, line))
+        answers = _checked_answers(where, context, _answer_objects(where, record[a_key]))
+        examples.append(QAExample(qid, question, context, answers, not answers, line))
     return examples
 
 

@@ -17,11 +17,11 @@ from typing import Any
 
 from ..core.errors import BertforgeError
 from ..data.tables import InMemory, in_memory, is_path, refuse_description, table_class_names
+from .config import DEFAULT_LABEL_COLUMN  # --label-column left at it: the tags' column is looked for
 from .data import TaggedSentence, file_format, read_conll, record_source, tag_scheme
 
 TOKEN_COLUMNS = ("tokens", "words")  # the words, when --text-column is not given
 TAG_COLUMNS = ("ner_tags", "tags", "label")  # the tags, when --label-column is left at "label"
-DEFAULT_LABEL_COLUMN = "label"  # DataOptions.label_column's default
 
 
 def read_tagged(

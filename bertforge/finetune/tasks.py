@@ -20,10 +20,10 @@ from ..core.errors import BertforgeError
 from ..model import BertForQuestionAnswering, BertForSequenceClassification, BertForTokenClassification
 from ..data.qa_spans import NULL_ANSWER_KEY  # config.json: the model was trained to say "no answer"
 from . import metrics as M
-from .config import DataOptions
+from .config import DEFAULT_LABEL_COLUMN, DataOptions
 from .data import TaggedSentence, TextExample, read_classification
 from .tagged import name_tag_ids, read_tagged
-from .squad import QAExample, read_squad
+from .squad import SQUAD_COLUMNS, QAExample, read_squad
 from .features import Feature, encode_classification, encode_tagged
 from .qa import Answer, Window, best_answers, encode_qa
 
@@ -404,7 +404,10 @@ class QuestionAnswering(Task):
     metric_names = ("f1", "exact")
 
     def read(self, path: str | Path, opts: DataOptions, labelled: bool) -> tuple[list[QAExample], bool]:
-        return read_squad(path, require_answers=labelled)
+        label = opts.label_column if opts.label_column != DEFAULT_LABEL_COLUMN else None  # 'label': squad's answers
+        given = (opts.text_column, opts.text_pair_column, label)
+        return read_squad(path, require_answers=labelled,
+                          columns=tuple(g or d for g, d in zip(given, SQUAD_COLUMNS)))  # type: ignore[arg-type]
 
     def label_overrides(self, examples: list[QAExample], path: Path) -> dict[str, Any]:
         return {"num_labels": 2, NULL_ANSWER_KEY: any(e.is_impossible for e in examples)}

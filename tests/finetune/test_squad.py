@@ -88,3 +88,26 @@ def test_a_bad_flat_row_is_named_by_its_number(tmp_path):
             read_squad([good, bad])
     unlabelled, version_2 = read_squad([{"question": "where ?", "context": "in paris"}], require_answers=False)
     assert unlabelled[0].id == "1" and unlabelled[0].answers == [] and not version_2
+
+
+def test_rows_with_other_column_names_read_with_the_column_options(tmp_path):
+    """`--text-column` / `--text-pair-column` / `--label-column` name a flat row's question, context and answers
+    (as NER rows and classification rows take them); a SQuAD JSON file, with its fixed keys, refuses them."""
+    from bertforge.finetune.config import DataOptions
+    from bertforge.finetune.tasks import QuestionAnswering
+
+    path = write_squad(tmp_path / "s.json")
+    expected = read_squad(path)[0]
+    renamed = [{"id": r["id"], "query": r["question"], "passage": r["context"], "spans": r["answers"]}
+               for r in flat_rows(path)]
+    opts = DataOptions(text_column="query", text_pair_column="passage", label_column="spans")
+    examples, version_2 = QuestionAnswering().read(renamed, opts, labelled=True)
+    assert version_2 and [(e.id, e.question, e.context, e.answers) for e in examples] == [
+        (e.id, e.question, e.context, e.answers) for e in expected]
+    with pytest.raises(BertforgeError, match="expected string keys 'question' and 'context' .other names: "
+                                             "--text-column QUESTION --text-pair-column CONTEXT"):
+        QuestionAnswering().read(renamed, DataOptions(), labelled=True)
+    with pytest.raises(BertforgeError, match="no key 'answers' .*another name: --label-column"):
+        QuestionAnswering().read(renamed, DataOptions(text_column="query", text_pair_column="passage"), labelled=True)
+    with pytest.raises(BertforgeError, match="a SQuAD JSON file has fixed keys"):
+        QuestionAnswering().read(path, opts, labelled=True)
