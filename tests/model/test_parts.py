@@ -49,11 +49,13 @@ def test_rotary_scores_depend_only_on_the_distance():
         assert torch.allclose(diag, diag[0].expand_as(diag), atol=1e-4)
 
 
+@pytest.mark.parametrize("L", [1, 2, 40])
 @pytest.mark.parametrize("buckets, max_distance", [(8, 16), (256, 512), (0, 4)])
-def test_relative_positions_follow_the_log_bucket_formula(buckets, max_distance):
+def test_relative_positions_follow_the_log_bucket_formula(buckets, max_distance, L):
+    """Every (i, j) of the [L, L] index (built from the 2L - 1 distances: a Toeplitz matrix), by the formula."""
     rel = RelativeAttention(buckets=buckets, max_distance=max_distance)
-    L = 40
     got = relative_positions(L, rel)
+    assert got.shape == (L, L) and got.is_contiguous() and got.dtype == torch.int64
     span = rel.span
     for i in range(L):
         for j in range(L):
