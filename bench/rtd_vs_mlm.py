@@ -2,7 +2,7 @@
 the same CPU seconds of pretraining, each model then fine-tuned the same way on SST-2 and CoLA (issue #31, item 4).
 Method, data and choices: bench/README.md; the write-up: docs/benchmarks/rtd-vs-mlm.md.
 
-    .venv/bin/python bench/rtd_vs_mlm.py --cpu-minutes 12                  # the study (about an hour on 2 cores)
+    .venv/bin/python bench/rtd_vs_mlm.py --cpu-minutes 60                  # the study (about 2 hours on 2 cores)
     .venv/bin/python bench/rtd_vs_mlm.py --cpu-minutes 1 --seeds 1 --sst2-rows 400 --cola-rows 400 \
         --eval-instances 64 --work /tmp/rtd_smoke                          # smoke run of the whole script
 
