@@ -412,12 +412,15 @@ def _run_tasks(prepared: list[PreparedTask], template: FinetuneConfig, target: P
         for task in bar:
             name = task.task.name
             bar.set_postfix_str(name)
-            # --resume: a finished task's entry is read back; the task the run stopped in resumes its fine-tuning
-            done, started = from_main(rt, lambda: (_finished_task(target / name), (target / name / RUN_MARKER).is_file()))
-            if template.resume and done is not None:
-                results[name] = done
-                continue
-            results[name] = run_task(task, dataclasses.replace(template, resume=template.resume and started), target, rt)
+            settings = template
+            if template.resume:  # a finished task's entry is read back; the one the run stopped in resumes
+                done, started = from_main(rt, lambda: (_finished_task(target / name),
+                                                       (target / name / RUN_MARKER).is_file()))
+                if done is not None:
+                    results[name] = done
+                    continue
+                settings = dataclasses.replace(template, resume=started)
+            results[name] = run_task(task, settings, target, rt)
             lifecycle.checkpointed()
     return results
 

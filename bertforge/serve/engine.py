@@ -84,7 +84,7 @@ class Engine:
         if self.task == "embed":
             self.default_normalize = bool(sentence_transformers_settings(model_dir).get("normalize", False))
             source: Any = model_dir
-            tokenizer = None
+            tokenizer, sparse = None, None
             if has_mlm_head(model_dir):
                 # /embed_sparse: SPLADE from the MLM head. One copy of the weights: the masked-LM model, loaded (and
                 # quantized) once, embeds with its encoder for /embed and /embed_all.
@@ -96,8 +96,8 @@ class Engine:
                              normalize=False, quantize=config.quantize, **common)
             self.hidden_size = embed.hidden_size
             pipelines["embed"] = main = embed
-            if "embed_sparse" in pipelines:
-                pipelines["embed_sparse"].max_length = embed.max_length  # sentence-transformers' max_seq_length too
+            if sparse is not None:
+                sparse.max_length = embed.max_length  # sentence-transformers' max_seq_length too
             # /embed_all: every token's vector, from the same weights (and the same max_length)
             pipelines["embed_all"] = pipeline("feature-extraction", model=embed.model, tokenizer=embed.tokenizer,
                                               **dict(common, max_length=embed.max_length))
