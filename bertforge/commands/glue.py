@@ -40,7 +40,9 @@ def run(args: argparse.Namespace) -> int:
     replay = settings_to_replay(args.run_config, args.resume, args.out, GLUE_RUN)
     settings = recorded_glue_run(recorded_settings(replay, GLUE_RUN)) if replay else {}
     settings.update({**given(args, FinetuneConfig, only=("model", *FINETUNE_OPTIONS)), **given(args, GlueOptions)})
-    require_options(settings, ("model", "data_dir"))
+    hint = (f" (--resume found no {GLUE_RUN.config_file} in {args.out} to take them from)"
+            if args.resume and args.out else "")
+    require_options(settings, ("model", "data_dir"), hint)
     report = glue(**settings)
     rt = last_runtime()
     if rt is not None and not rt.is_main:  # under torchrun, rank 0 speaks for the run

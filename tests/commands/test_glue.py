@@ -103,3 +103,12 @@ def test_glue_command_end_to_end(tmp_path, tiny_model, capsys, monkeypatch):
         report["settings"]["model"], str(data), ["cola"], 24)
     assert (again["lr"], again["seed"], again["max_length"], again["out"]) == (2e-3, 3, 32, str(tmp_path / "again"))
     assert "overwrite" not in again and "resume" not in again
+
+
+def test_resume_of_a_directory_without_a_glue_run_says_so_in_one_line(tmp_path, capsys):
+    """`glue --resume --out DIR` with no glue_config.json in DIR: the missing options, and where --resume looked."""
+    assert main(["glue", "--resume", "--out", str(tmp_path / "nothing")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "missing required option(s): --model, --data-dir" in err
+    assert f"(--resume found no glue_config.json in {tmp_path / 'nothing'} to take them from)" in err
+    assert not (tmp_path / "nothing").exists()
