@@ -129,10 +129,12 @@ class Scores:
     window: int | None = None  # query i attends key j only where |i - j| <= window // 2
     terms: Callable[[Tensor, Tensor], Tensor] | None = None  # (q · scale, k) → [n, nh, L, L] added to the scaled q kᵀ
     scale: float | None = None  # None: 1 / √hd
+    bias: Callable[[int, torch.device], Tensor] | None = None  # (L, device) → [1, nh, L, L] added too; shared, not written
 
     @property
     def plain(self) -> bool:
-        return self.rotary is None and self.window is None and self.terms is None and self.scale is None
+        return (self.rotary is None and self.window is None and self.terms is None and self.scale is None
+                and self.bias is None)
 
 
 PLAIN = Scores()
@@ -161,22 +163,27 @@ def attend_scored(
         q, k = scores.rotary(q, k)
     scale = 1 / math.sqrt(q.shape[-1]) if scores.scale is None else scores.scale
     L = q.shape[-2]
-    if scores.window is not None and scores.terms is None and not explicit and L >= blockwise_min_length(scores.window):
+    if (scores.window is not None and scores.terms is None and scores.bias is None and not explicit
+            and L >= blockwise_min_length(scores.window)):
         return attend_blocks(q, k, v, mask, p, training, scores.window, scale), None
     keep = window_mask(L, scores.window, q.device) if scores.window is not None else None  # [L, L]
     if mask is not None:
         real = real_keys(mask)  # [n, 1, 1, L]
         keep = real if keep is None else keep & real  # [n, 1, L, L]
-    bias = None
+    bias, fresh = None, False
     if scores.terms is not None:  # the query scaled once, before every product it enters (q kᵀ and the terms)
         q, scale = q * scale, 1.0
-        bias = scores.terms(q, k)  # [n, nh, L, L], new: masked in place below
+        bias, fresh = scores.terms(q, k), True  # [n, nh, L, L], new: changed in place below
+    if scores.bias is not None:
+        shared = scores.bias(L, q.device).to(q.dtype)  # [1, nh, L, L]
+        bias = shared if bias is None else bias.add_(shared)
     if bias is None and keep is not None and mask is None:  # a window alone: every row keeps its diagonal
         joined: Tensor | None = keep
     elif keep is None:
         joined = bias
     elif bias is not None:
-        joined = bias.masked_fill_(~keep, torch.finfo(q.dtype).min)
+        minimum = torch.finfo(q.dtype).min
+        joined = bias.masked_fill_(~keep, minimum) if fresh else bias.masked_fill(~keep, minimum)
     else:
         joined = torch.zeros(keep.shape, dtype=q.dtype, device=q.device).masked_fill_(~keep, torch.finfo(q.dtype).min)
     return attend(q, k, v, joined, p, training, explicit, scale)

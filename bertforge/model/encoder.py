@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from dataclasses import replace
 
 import torch
 from torch import Tensor, nn
@@ -17,7 +18,7 @@ from torch import Tensor, nn
 from ..core.linear import linear
 from ..core.ops import activation_fn, dropout
 from .attention import PLAIN, Layout, Scores
-from .parts import Dense, Embedding, RelativeTerms, Rotary, norm
+from .parts import BiasTable, Dense, Embedding, RelativeTerms, Rotary, norm
 from .spec import EncoderSpec
 
 
@@ -199,7 +200,7 @@ class BertLayer(nn.Module):
         super().__init__()
         self.attention = BertAttention(spec, index, backend)
         self.intermediate = BertIntermediate(spec)
-        self.output = BertResidualOutput(spec, spec.intermediate_size, spec.mlp_bias, spec.ffn_output_dropout)
+        self.output = BertResidualOutput(spec, spec.intermediate_size, spec.ffn_out_bias, spec.ffn_output_dropout)
 
     def forward(self, x: Tensor, layout: Layout, output_attentions: bool = False, scores: Scores = PLAIN,
                 relative_table: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
@@ -242,12 +243,20 @@ class BertEncoder(nn.Module):
         rel = spec.relative
         self.rel_embeddings = Embedding(2 * rel.span, h) if rel is not None else None
         self.LayerNorm = norm(spec) if rel is not None and rel.norm else None  # of the relative table
+        bias = spec.relative_bias
+        self.relative_attention_bias = BiasTable(bias, spec.num_heads) if bias is not None else None  # MPNet's
         self.final_norm = norm(spec) if spec.final_norm else None
         self.gradient_checkpointing = False
 
     def blocks(self) -> Iterator[BertLayer]:
         """Each layer once (ALBERT's shared layers are one layer)."""
         return iter(self.layer)  # type: ignore[arg-type]
+
+    def shared_parts(self) -> list[nn.Module]:
+        """The parts every block reads, beside the embeddings (at depth 0 for layer-wise learning rates): ALBERT's
+        E → H projection, DeBERTa's relative table and its norm, MPNet's bias table."""
+        parts = (self.embedding_projection, self.rel_embeddings, self.LayerNorm, self.relative_attention_bias)
+        return [part for part in parts if part is not None]
 
     def relative_table(self) -> Tensor | None:
         if self.rel_embeddings is None:
@@ -266,8 +275,11 @@ class BertEncoder(nn.Module):
         hidden = (x,) if output_hidden_states else None
         attentions: tuple[Tensor, ...] | None = () if output_attentions else None
         table = self.relative_table()
+        bias = self.relative_attention_bias.lengths() if self.relative_attention_bias is not None else None
         for block, index in enumerate(self.schedule[:depth]):
             layer, scores = self.layer[index], self.scores[block]
+            if bias is not None:
+                scores = replace(scores, bias=bias)
             if self.gradient_checkpointing and self.training and not output_attentions:
                 x, probs = torch.utils.checkpoint.checkpoint(layer, x, layout, False, scores, table,
                                                              use_reentrant=False)

@@ -91,9 +91,8 @@ class BertPreTrainedModel(nn.Module):
         bert = self.base_model
         encoder = bert.encoder
         depth = {id(p): 0 for p in bert.embeddings.parameters()}
-        for part in (encoder.embedding_projection, encoder.rel_embeddings, encoder.LayerNorm):
-            if part is not None:
-                depth.update((id(p), 0) for p in part.parameters())
+        for part in encoder.shared_parts():
+            depth.update((id(p), 0) for p in part.parameters())
         for block, index in enumerate(encoder.schedule, start=1):  # a later (higher) block overwrites a shared layer's
             depth.update((id(p), block) for p in encoder.layer[index].parameters())
         return len(encoder.schedule), depth
@@ -166,15 +165,18 @@ def init_matrix(param: Tensor, spec: EncoderSpec, role: str) -> None:
 
 
 class BertModel(BertPreTrainedModel):
-    def __init__(self, config: BertConfig, add_pooling_layer: bool = True, *, initialize: bool = True,
+    def __init__(self, config: BertConfig, add_pooling_layer: bool | None = None, *, initialize: bool = True,
                  spec: EncoderSpec | None = None) -> None:
-        """`spec`: the encoder's parts, if not the ones the config's family reads (an encoder no family has)."""
+        """`add_pooling_layer`: None for the family's base model (a pooler where `spec.pooler`), True where a head
+        reads the pooler (a NomicBERT classifier: its base model has none). `spec`: the encoder's parts, if not
+        the ones the config's family reads (an encoder no family has)."""
         super().__init__(config)
         spec = spec or config.spec
         self.spec = spec
         self.embeddings = BertEmbeddings(spec)
         self.encoder = BertEncoder(spec, config.attn_implementation)
-        self.pooler = BertPooler(spec) if add_pooling_layer and spec.pooler else None
+        pooled = spec.pooler if add_pooling_layer is None else add_pooling_layer
+        self.pooler = BertPooler(spec) if pooled else None
         if initialize:  # a head class initialises the whole tree once, body included
             self.init_weights()
 

@@ -15,7 +15,7 @@ from torch import Tensor, nn
 
 from ..core.linear import linear
 from ..core.ops import activation_fn, dropout
-from .spec import EncoderSpec, RelativeAttention
+from .spec import EncoderSpec, RelativeAttention, RelativeBias
 
 #: What a dense layer's weight is for, which an init rule may treat differently: "in" (into a block's attention
 #: or feed-forward), "out" (a block's output projections and the heads' transforms), "head" (the pooler and
@@ -113,10 +113,51 @@ def relative_positions(L: int, relative: RelativeAttention, device: torch.device
         log = torch.ceil(torch.log(magnitude / mid) / math.log((relative.max_distance - 1) / mid) * (mid - 1)) + mid
         r = torch.where(magnitude <= mid, r.float(), log * torch.sign(r)).long()
     span = relative.span
-    row = (r + span).clamp(0, 2 * span - 1)  # [2L - 1]: the index of distance d at d + L - 1
-    # [L, L] with [i, j] = row[L - 1 + i - j]: flipped, row's windows h[i' + j] (a strided view) are the rows from the
-    # last one up; flipped back, a copy (0.4 ms at 512 tokens; indexing row with an [L, L] tensor takes 10)
+    return by_distance((r + span).clamp(0, 2 * span - 1), L)  # the index of distance d at d + L - 1
+
+
+def by_distance(row: Tensor, L: int) -> Tensor:
+    """[L, L] with [i, j] = row[L - 1 + i - j], from `row` [2L - 1] holding a value for each distance i - j from
+    -(L - 1) up. Flipped, row's windows h[i' + j] (a strided view) are the rows from the last one up; flipped back,
+    a copy (0.4 ms at 512 tokens; indexing row with an [L, L] tensor takes 10)."""
     return row.flip(0).as_strided((L, L), (1, 1)).flip(0)
+
+
+def bias_buckets(L: int, bias: RelativeBias, device: torch.device | None = None) -> Tensor:
+    """[L, L] bucket of query i and key j for `RelativeBias`, as MPNet computes it (T5's bidirectional buckets):
+    with r = i - j, h = buckets / 2 and e = h / 2, bucket = h · [r < 0] + (|r| if |r| < e, else min(h - 1,
+    e + ⌊ln(|r| / e) / ln(max_distance / e) · (h - e)⌋)). Computed once per distance (`by_distance`)."""
+    r = torch.arange(-(L - 1), L, device=device)  # every distance i - j, [2L - 1]
+    half = bias.buckets // 2
+    exact = half // 2
+    n = r.abs()
+    log = torch.log(n.clamp(min=1).float() / exact) / math.log(bias.max_distance / exact) * (half - exact)
+    large = (exact + log.long()).clamp(max=half - 1)  # .long() truncates, as transformers' .to(torch.long)
+    return by_distance((r < 0).long() * half + torch.where(n < exact, n, large), L)
+
+
+class BiasTable(nn.Module):
+    """The encoder's side of `RelativeBias`: the [table, nh] table shared by every block (`weight`, as MPNet's
+    `relative_attention_bias` Embedding holds it), and, per forward pass, the bias [1, nh, L, L] of each length
+    (computed once per length for all blocks)."""
+
+    def __init__(self, bias: RelativeBias, heads: int) -> None:
+        super().__init__()
+        self.relative = bias
+        self.weight = nn.Parameter(torch.empty(bias.table, heads))
+
+    def lengths(self) -> Callable[[int, torch.device], Tensor]:
+        """A function L ↦ the additive bias [1, nh, L, L] (shared: never to be written in place), memoised for this
+        forward pass (the table may change between passes)."""
+        cache: dict[int, Tensor] = {}
+
+        def of_length(L: int, device: torch.device) -> Tensor:
+            if L not in cache:
+                index = bias_buckets(L, self.relative, device)  # [L, L]
+                cache[L] = F.embedding(index, self.weight).permute(2, 0, 1).unsqueeze(0)  # [1, nh, L, L]
+            return cache[L]
+
+        return of_length
 
 
 class RelativeTerms(nn.Module):
@@ -164,5 +205,5 @@ class RelativeTerms(nn.Module):
         return score_terms
 
 
-__all__ = ["Dense", "Embedding", "INIT_ROLES", "LayerNorm", "RelativeTerms", "Rotary", "norm", "relative_positions",
+__all__ = ["BiasTable", "Dense", "Embedding", "bias_buckets", "by_distance", "INIT_ROLES", "LayerNorm", "RelativeTerms", "Rotary", "norm", "relative_positions",
            "rotate"]

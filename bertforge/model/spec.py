@@ -51,6 +51,18 @@ class RelativeAttention:
         return self.buckets if self.buckets > 0 else self.max_distance
 
 
+@dataclass(frozen=True)
+class RelativeBias:
+    """A learned bias on every block's attention scores, one number per head and bucket of the relative distance
+    (MPNet's, after T5's): r = i - j, the two directions in halves of `buckets`; |r| below a quarter of `buckets`
+    each its own bucket, longer distances log-bucketed up to `max_distance`. One [table, nh] table shared by every
+    block, added to the scaled q kᵀ."""
+
+    buckets: int = 32  # the distance buckets the formula uses (MPNet: always 32, whatever its table's size)
+    max_distance: int = 128
+    table: int = 32  # rows of the table (relative_attention_num_buckets)
+
+
 SEQUENCE_HEADS = ("pooler", "first-token", "transform")
 POOLINGS = ("cls", "mean")
 
@@ -106,8 +118,10 @@ class EncoderSpec:
     ffn: str = "dense"  # dense: act(x W1) W2; gated: (act(a) · g) W2 with (a, g) = x W1 split in halves
     attention_bias: bool = True  # biases of the query/key/value and attention output projections
     mlp_bias: bool = True  # biases of the feed-forward layers
+    mlp_out_bias: bool | None = None  # the feed-forward output's bias apart from its input's (GTE); None: mlp_bias
     layers: tuple[LayerAttention, ...] = ()  # one per block; () = every block global, no rotary
     relative: RelativeAttention | None = None
+    relative_bias: RelativeBias | None = None
     layer_groups: int | None = None  # the L blocks share this many layers' weights (ALBERT); None: no sharing
     hidden_dropout: float = 0.1  # on the embeddings and, unless set apart below, on both sublayers' outputs
     attention_dropout: float = 0.1  # on the attention probabilities
@@ -141,10 +155,20 @@ class EncoderSpec:
                                      f"{', '.join(SCORE_TERMS)}")
             if self.relative.span < 1:
                 raise BertforgeError("encoder spec: relative attention needs position_buckets or max_relative_positions")
+        bias = self.relative_bias
+        if bias is not None and (bias.buckets < 4 or bias.buckets % 4 or bias.max_distance <= bias.buckets // 4
+                                 or bias.table < bias.buckets):
+            raise BertforgeError(f"encoder spec: relative bias of {bias.buckets} buckets (a multiple of 4), distances up "
+                                 f"to {bias.max_distance} (beyond a quarter of the buckets) and a table of "
+                                 f"{bias.table} rows (at least the buckets) does not hold")
 
     @property
     def head_dim(self) -> int:
         return self.hidden_size // self.num_heads
+
+    @property
+    def ffn_out_bias(self) -> bool:
+        return self.mlp_bias if self.mlp_out_bias is None else self.mlp_out_bias
 
     @property
     def embedding_dim(self) -> int:
@@ -162,4 +186,4 @@ class EncoderSpec:
 
 
 __all__ = ["EncoderSpec", "FFN_KINDS", "HeadSpec", "INIT_RULES", "LayerAttention", "POOLINGS", "SEQUENCE_HEADS", "NORM_PLACEMENTS", "POSITION_KINDS",
-           "RelativeAttention", "SCORE_TERMS"]
+           "RelativeAttention", "RelativeBias", "SCORE_TERMS"]

@@ -76,7 +76,7 @@ class Pretrainer:
         OUT and build the model, optimizer and data."""
         args = self.args
         self.lifecycle.lock()
-        self.tokenizer, trained = choose_tokenizer(args, self.out, self.corpus, self.rt, base_config.model_type)
+        self.tokenizer, trained = choose_tokenizer(args, self.out, self.corpus, self.rt, base_config.family.tokenizer_kind)
         sized = run_model_config(base_config, self.tokenizer, args)
         check_fits(memory_config(sized, args.generator_layers) if args.objective == "rtd" else sized, args, self.rt)
         self.lifecycle.prepare()  # the first change to OUT

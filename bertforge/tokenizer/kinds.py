@@ -13,6 +13,7 @@ reads everything family-specific from its kind, so a family is a `TokenizerKind`
 | `XLM_ROBERTA` | Unigram | whitespace split, Metaspace `▁`, no normalizer | `<s> A </s></s> B </s>` | all 0 |
 | `MODERNBERT` | BPE | byte-level (no prefix space), no normalizer | `[CLS] A [SEP] B [SEP]` | 0 … 0 1 … 1 |
 | `DEBERTA` | Unigram | runs of spaces as one, NFC, Metaspace `▁` (no whitespace split) | `[CLS] A [SEP] B [SEP]` | 0 … 0 1 … 1 |
+| `MPNET` | WordPiece | BERT normalizer and pre-tokenizer | `<s> A </s></s> B </s>` | all 0 |
 
 (A single segment is the pair template cut after A's closing token: `[CLS] A [SEP]`, `<s> A </s>`.)
 
@@ -303,6 +304,24 @@ MODERNBERT = dataclasses.replace(  # RoBERTa's byte-level BPE with BERT's templa
 )
 
 
+#: MPNet: BERT's WordPiece and normalizer under RoBERTa's template and processing (`<s> A </s></s> B </s>`, token
+#: type 0 throughout), as `transformers.MPNetTokenizer` builds it; its mask token swallows the space before it.
+MPNET = dataclasses.replace(
+    BERT,
+    name="mpnet",
+    family="MPNet",
+    tokenizer_class="MPNetTokenizer",
+    # all-mpnet-base-v2's order: <s> 0, <pad> 1 (the id MPNet's positions count after), </s> 2; its unknown token
+    # is BERT's [UNK]
+    special_tokens={"bos_token": "<s>", "pad_token": "<pad>", "eos_token": "</s>", "unk_token": "[UNK]",
+                    "mask_token": "<mask>", "cls_token": "<s>", "sep_token": "</s>"},
+    single="{cls_token} $A {sep_token}",
+    pair="{cls_token} $A {sep_token} {sep_token} $B {sep_token}",
+    lstrip=("mask_token",),
+    processor=_roberta_processing,
+)
+
+
 # ---------------------------------------------------------------------- ALBERT, XLM-RoBERTa: Unigram
 
 
@@ -451,14 +470,14 @@ DEBERTA = TokenizerKind(
 
 #: Every kind by its family name.
 KINDS: dict[str, TokenizerKind] = {kind.name: kind for kind in (BERT, DISTILBERT, ROBERTA, ALBERT, XLM_ROBERTA,
-                                                                  MODERNBERT, DEBERTA)}
+                                                                  MODERNBERT, DEBERTA, MPNET)}
 
 #: The kind each model name trains by default (`bertforge train-tokenizer --model`).
 KINDS_BY_MODEL: dict[str, TokenizerKind] = {"wordpiece": BERT, "bpe": ROBERTA, "unigram": ALBERT}
 
 
 def kind_by_name(name: str) -> TokenizerKind:
-    """The kind of a family ("bert", "distilbert", "roberta", "albert", "xlm-roberta", "modernbert", "deberta-v2") or of a model ("wordpiece",
+    """The kind of a family ("bert", "distilbert", "roberta", "albert", "xlm-roberta", "modernbert", "deberta-v2", "mpnet") or of a model ("wordpiece",
     "bpe", "unigram": BERT's, RoBERTa's, ALBERT's)."""
     key = name.strip().lower().replace("_", "-")
     kind = KINDS.get(key) or KINDS_BY_MODEL.get(key) or (DEBERTA if key in ("deberta", "deberta-v3") else None)

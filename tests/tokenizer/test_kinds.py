@@ -1,7 +1,7 @@
 """Tests of `bertforge.tokenizer.kinds`: the tokenizer kinds against `transformers` on the same saved files.
 
 The kinds beside BERT's: RoBERTa and ModernBERT (byte-level BPE), ALBERT and XLM-RoBERTa (Unigram), DistilBERT
-(WordPiece under its own class), against `transformers` on the same saved files, both ways; and the registry of kinds.
+(WordPiece under its own class), MPNet (WordPiece under RoBERTa's template), against `transformers` on the same saved files, both ways; and the registry of kinds.
 
 The `tokenizers` trainers are not reproducible run to run, so nothing here expects a fixed vocabulary: each test
 compares bertforge with `transformers` loading the very files bertforge wrote (or the other way round).
@@ -19,11 +19,11 @@ import transformers
 from transformers import AutoTokenizer
 
 from bertforge.core.errors import BertforgeError
-from bertforge.tokenizer import (ALBERT, BERT, DEBERTA, DISTILBERT, KINDS, MODERNBERT, ROBERTA, XLM_ROBERTA, Tokenizer,
-                                 kind_by_name)
+from bertforge.tokenizer import (ALBERT, BERT, DEBERTA, DISTILBERT, KINDS, MODERNBERT, MPNET, ROBERTA, XLM_ROBERTA,
+                                 Tokenizer, kind_by_name)
 from tests.tokenizer.tokenizer_helpers import TRUNCATIONS, assert_same, hard_strings, training_corpus
 
-NEW_KINDS = [ROBERTA, ALBERT, XLM_ROBERTA, DISTILBERT, MODERNBERT, DEBERTA]
+NEW_KINDS = [ROBERTA, ALBERT, XLM_ROBERTA, DISTILBERT, MODERNBERT, DEBERTA, MPNET]
 FILES = {
     "roberta": ["merges.txt", "special_tokens_map.json", "tokenizer.json", "tokenizer_config.json", "vocab.json"],
     "albert": ["special_tokens_map.json", "tokenizer.json", "tokenizer_config.json"],
@@ -31,10 +31,11 @@ FILES = {
     "distilbert": ["special_tokens_map.json", "tokenizer.json", "tokenizer_config.json", "vocab.txt"],
     "modernbert": ["special_tokens_map.json", "tokenizer.json", "tokenizer_config.json"],
     "deberta-v2": ["special_tokens_map.json", "tokenizer.json", "tokenizer_config.json"],
+    "mpnet": ["special_tokens_map.json", "tokenizer.json", "tokenizer_config.json", "vocab.txt"],
 }
 HF_CLASS = {"roberta": "RobertaTokenizer", "albert": "AlbertTokenizer", "xlm-roberta": "XLMRobertaTokenizer",
             "distilbert": "DistilBertTokenizer", "modernbert": "PreTrainedTokenizerFast",
-            "deberta-v2": "DebertaV2Tokenizer"}
+            "deberta-v2": "DebertaV2Tokenizer", "mpnet": "MPNetTokenizer"}
 OPTIONS = dict(return_offsets_mapping=True, return_special_tokens_mask=True)
 
 
@@ -101,7 +102,8 @@ def test_special_tokens_come_first_in_the_kinds_order(saved):
                      "albert": ["<pad>", "<unk>", "[CLS]", "[SEP]", "[MASK]"],
                      "distilbert": ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"],
                      "modernbert": ["[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]"],
-                     "deberta-v2": ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]}[tok.kind.name]
+                     "deberta-v2": ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"],
+                     "mpnet": ["<s>", "<pad>", "</s>", "[UNK]", "<mask>"]}[tok.kind.name]
     if tok.kind is ROBERTA:
         assert tok.pad_token_id == 1 and tok.vocab_size > 261  # roberta-base's padding id; 256 bytes + 5 specials
         assert all(tok.backend.token_to_id(c) is not None for c in ("Ġ", "Ã", "©"))  # the byte alphabet
@@ -160,7 +162,7 @@ def test_pair_templates_and_token_types(saved):
     ids, types = encoded["input_ids"], encoded["token_type_ids"]
     a, b = tok.encode_ids(["kato rimé", "lu sa"])
     cls, sep = tok.cls_token_id, tok.sep_token_id
-    if tok.kind in (ROBERTA, XLM_ROBERTA):  # <s> A </s></s> B </s>, one token type
+    if tok.kind in (ROBERTA, XLM_ROBERTA, MPNET):  # <s> A </s></s> B </s>, one token type
         assert ids == [cls, *a, sep, sep, *b, sep] and set(types) == {0}
         assert tok.num_special_tokens_to_add(pair=True) == hf.num_special_tokens_to_add(pair=True) == 4
     else:  # [CLS] A [SEP] B [SEP], types 0 then 1
@@ -169,7 +171,7 @@ def test_pair_templates_and_token_types(saved):
     assert tok.num_special_tokens_to_add() == hf.num_special_tokens_to_add() == 2
     assert tok.build_inputs(a, b) == (ids, types)
     assert tok.build_inputs(a) == (tok("kato rimé")["input_ids"], tok("kato rimé")["token_type_ids"])
-    two_seps = tok.kind in (ROBERTA, XLM_ROBERTA)
+    two_seps = tok.kind in (ROBERTA, XLM_ROBERTA, MPNET)
     assert tok.build_inputs([], [])[0] == ([cls, sep, sep, sep] if two_seps else [cls, sep, sep])
 
 
@@ -281,7 +283,7 @@ def test_pickled_tokenizers_encode_alike(saved, texts):
 
 
 def test_kind_by_name_and_the_registry():
-    names = ("bert", "distilbert", "roberta", "albert", "xlm-roberta", "modernbert", "deberta-v2")
+    names = ("bert", "distilbert", "roberta", "albert", "xlm-roberta", "modernbert", "deberta-v2", "mpnet")
     assert {name: kind_by_name(name) for name in names} == KINDS
     assert kind_by_name("deberta-v3") is kind_by_name("DeBERTa") is DEBERTA
     assert kind_by_name("wordpiece") is BERT and kind_by_name("bpe") is ROBERTA and kind_by_name("unigram") is ALBERT

@@ -1,4 +1,5 @@
-"""The BERT family: one module per member (`bert`, `roberta`, `distilbert`, `albert`, `modernbert`, `deberta`), each a `Family` value
+"""The BERT family: one module per member (`bert`, `roberta`, `distilbert`, `albert`, `modernbert`, `deberta`, `mpnet`,
+`nomic_bert`, `gte`), each a `Family` value
 (`family.py`) holding what the member changes — its parts of the encoder (`Family.spec`), its `config.json`
 spelling, its presets, its checkpoint adapter — and `FAMILIES`, the registry `model_type` is looked up in.
 Adding a member is a module here, its line in `FAMILIES`, its tokenizer kind and its tests."""
@@ -11,14 +12,17 @@ from .bert import BERT
 from .deberta import DEBERTA_V2
 from .distilbert import DISTILBERT
 from .family import INTERNAL_PREFIX, Family
+from .gte import GTE
 from .modernbert import MODERNBERT
+from .mpnet import MPNET
+from .nomic_bert import NOMIC_BERT
 from .roberta import ROBERTA, XLM_ROBERTA
 
 FAMILIES: dict[str, Family] = {f.model_type: f for f in (BERT, ROBERTA, XLM_ROBERTA, DISTILBERT, ALBERT, MODERNBERT,
-                                                                  DEBERTA_V2)}
+                                                                  DEBERTA_V2, MPNET, NOMIC_BERT, GTE)}
 
-#: other names a preset may give a family (`--config deberta-v3-base`)
-ALIASES: dict[str, Family] = {"deberta-v3": DEBERTA_V2}
+#: other names a preset may give a family (`--config deberta-v3-base`, `--config nomicbert-tiny`)
+ALIASES: dict[str, Family] = {"deberta-v3": DEBERTA_V2, "nomicbert": NOMIC_BERT, "nomic-bert": NOMIC_BERT}
 
 
 def family(model_type: str | None, source: str = "config") -> Family:
@@ -33,5 +37,6 @@ def family(model_type: str | None, source: str = "config") -> Family:
         ) from None
 
 
-__all__ = ["ALIASES", "ALBERT", "BERT", "DEBERTA_V2", "DISTILBERT", "FAMILIES", "Family", "INTERNAL_PREFIX", "MODERNBERT", "ROBERTA", "XLM_ROBERTA",
+__all__ = ["ALIASES", "ALBERT", "BERT", "DEBERTA_V2", "DISTILBERT", "FAMILIES", "Family", "GTE", "INTERNAL_PREFIX", "MODERNBERT",
+           "MPNET", "NOMIC_BERT", "ROBERTA", "XLM_ROBERTA",
            "family"]

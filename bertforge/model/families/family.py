@@ -23,8 +23,10 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
+import torch
 from torch import Tensor
 
+from ...core.errors import BertforgeError
 from ..spec import EncoderSpec, HeadSpec
 
 INTERNAL_PREFIX = "bert"  # the encoder's attribute in every head class, so `bert.` in internal parameter names
@@ -70,6 +72,12 @@ class Family:
     # config fields besides the depth that say which layers a model has (ModernBERT's `layer_types`), for a model made
     # of some of another's layers (a distilled student): (config, kept layer indices) -> fields; None: depth alone
     layer_fields: Callable[[Any, list[int]], dict[str, Any]] | None = None
+    tokenizer: str = ""  # the name of its tokenizer kind (`bertforge.tokenizer.kinds`); "": its model_type
+
+    @property
+    def tokenizer_kind(self) -> str:
+        """The tokenizer kind a model of this family pretrains with (`kinds.kind_by_name`)."""
+        return self.tokenizer or self.model_type
 
     def keep_layers(self, config: Any, layers: list[int]) -> Any:
         """The config of a model of this family made of `config`'s layers `layers` (in that order), each keeping
@@ -134,6 +142,46 @@ class Family:
         return key
 
 
+def _parts(key: str, name: str) -> tuple[str, str] | None:
+    """(stem, kind) where `key` is stem + name + "." + kind with `name` a whole segment path, else None."""
+    stem, found, kind = key.rpartition(name + ".")
+    return (stem, kind) if found and (not stem or stem.endswith(".")) else None
+
+
+def split(state: dict[str, Tensor], fused: str, names: tuple[str, ...]) -> dict[str, Tensor]:
+    """Each tensor `…fused.KIND` (a weight or bias) cut along its rows into len(names) equal pieces `…name.KIND`,
+    in order: a checkpoint's fused projections, split for the encoder (and back, with `join`)."""
+    out = {}
+    for key, tensor in state.items():
+        parts = _parts(key, fused)
+        if parts is None:
+            out[key] = tensor
+            continue
+        if tensor.shape[0] % len(names):
+            raise BertforgeError(f"weight {key!r} has {tensor.shape[0]} rows, not {len(names)} pieces of equal size")
+        stem, kind = parts
+        for name, piece in zip(names, tensor.chunk(len(names))):
+            out[f"{stem}{name}.{kind}"] = piece.contiguous()
+    return out
+
+
+def join(state: dict[str, Tensor], names: tuple[str, ...], fused: str) -> dict[str, Tensor]:
+    """The inverse of `split`: the tensors `…name.KIND` of `names`, stacked in order into `…fused.KIND`."""
+    out = {}
+    for key, tensor in state.items():
+        parts = _parts(key, names[0])
+        if parts is None:
+            if not any(_parts(key, name) for name in names[1:]):
+                out[key] = tensor
+            continue
+        stem, kind = parts
+        missing = [f"{stem}{name}.{kind}" for name in names[1:] if f"{stem}{name}.{kind}" not in state]
+        if missing:
+            raise BertforgeError(f"weight {key!r} has no {missing[0]!r} beside it")
+        out[f"{stem}{fused}.{kind}"] = torch.cat([state[f"{stem}{name}.{kind}"] for name in names])
+    return out
+
+
 def bert_spec(family: Family, config: Any) -> EncoderSpec:
     """BERT's encoder (post-LN, learned positions, a dense feed-forward, biases everywhere) with the member's
     positions and pooler, and ALBERT's factorised embeddings and shared layers where the config has them."""
@@ -151,4 +199,4 @@ def bert_spec(family: Family, config: Any) -> EncoderSpec:
     )
 
 
-__all__ = ["INTERNAL_LAYER", "INTERNAL_PREFIX", "WRITTEN", "Family", "bert_spec"]
+__all__ = ["INTERNAL_LAYER", "INTERNAL_PREFIX", "WRITTEN", "Family", "bert_spec", "join", "split"]

@@ -1,4 +1,4 @@
-"""RoBERTa, XLM-RoBERTa, DistilBERT, ALBERT and ModernBERT on the one encoder, against `transformers` itself: every task class
+"""RoBERTa, XLM-RoBERTa, DistilBERT, ALBERT, ModernBERT, DeBERTa-v2, MPNet, NomicBERT and GTE on the one encoder, against `transformers` itself: every task class
 loads a tiny random checkpoint that `transformers` saved with the same outputs (padded batches included), saves back
 what the same `transformers` class loads with no missing or unexpected keys, and runs the packed inference path."""
 
@@ -42,11 +42,18 @@ def hf_config(model_type: str, num_labels: int = 3):
             **SIZES, hidden_size=32, num_hidden_layers=3, num_attention_heads=4, intermediate_size=37,
             local_attention=4, pad_token_id=0, bos_token_id=1, eos_token_id=2, cls_token_id=1, sep_token_id=2,
             num_labels=num_labels)
+    if model_type == "mpnet":  # a table of 40 rows, 32 of them read by the buckets; positions after pad id 1
+        return transformers.MPNetConfig(**common, relative_attention_num_buckets=40, layer_norm_eps=1e-5)
+    if model_type == "nomic_bert":  # rotary θ 1,000, SwiGLU, no biases
+        return transformers.NomicBertConfig(**common)
+    if model_type == "gte":  # rotary θ 160,000 (its default), gated GELU, token types
+        return transformers.GteConfig(**common, type_vocab_size=2, pad_token_id=0)
     return transformers.BertConfig(**common)
 
 
 PREFIX = {"bert": "Bert", "roberta": "Roberta", "xlm-roberta": "XLMRoberta", "distilbert": "DistilBert",
-          "albert": "Albert", "modernbert": "ModernBert", "deberta-v2": "DebertaV2"}
+          "albert": "Albert", "modernbert": "ModernBert", "deberta-v2": "DebertaV2", "mpnet": "MPNet",
+          "nomic_bert": "NomicBert", "gte": "Gte"}
 AUTO = {
     "Model": bertforge.AutoModel,
     "ForPreTraining": bertforge.AutoModelForPreTraining,
@@ -132,7 +139,7 @@ def test_packed_inference_equals_the_padded_batch(tmp_path, model_type):
         assert (logits - model(ids, mask).logits).abs().max() <= TOL
 
 
-@pytest.mark.parametrize("model_type", ["bert", "roberta", "albert", "distilbert"])
+@pytest.mark.parametrize("model_type", ["bert", "roberta", "albert", "distilbert", "mpnet", "nomic_bert", "gte"])
 def test_pretraining_from_scratch_saves_what_transformers_loads(tmp_path, model_type):
     """A preset of each family, trained one step here, is the same model in `transformers` (its MLM head too)."""
     config = BertConfig.preset(f"{model_type}-tiny", vocab_size=99, max_position_embeddings=66)
