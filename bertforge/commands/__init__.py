@@ -3,7 +3,13 @@
 
 The commands speak one vocabulary: the same option name for the same thing everywhere (`--model`, `--out`,
 `--input`, `--max-length`, `--text-column`, `--keep-checkpoints`, `--early-stop-patience`, `--seed`, `--device`,
-`--run-config`, ...), each trainer's settings declared once on its settings dataclass (`core.options`)."""
+`--run-config`, ...), each trainer's settings declared once on its settings dataclass (`core.options`).
+`tests/test_cli.py` fails on a second spelling of a shared setting and on an old one the changelog lists as removed.
+Every trainer's `--seed` defaults to `constants.SEED`; every trainer records its settings in its run directory and
+replays them with `--run-config` (`training/run_dir.py`). Each module's `EXAMPLES` end its `--help` and are parsed by
+the tests. Every command calls `system.setup_runtime` before it works.
+
+A new command is a module here and its name in `cli.COMMANDS`."""
 
 from __future__ import annotations
 

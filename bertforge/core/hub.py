@@ -3,6 +3,7 @@ taken, resolved to a directory through `huggingface_hub` — its cache first (`H
 when the snapshot is there), then a download where the network allows it (not with `HF_HUB_OFFLINE=1`).
 
 A path that exists is always that path; an id that cannot be resolved gets one line saying what was tried.
+Every loader and entry point calls `model_path`.
 """
 
 from __future__ import annotations

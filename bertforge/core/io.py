@@ -4,6 +4,9 @@ Each writer puts its bytes into a temporary name beside the target, fsyncs them,
 (`os.replace` is atomic on POSIX). A whole directory (a training checkpoint) is built under a temporary name and
 renamed into place in one step; one that replaces an existing directory is swapped with it in one step too
 (Linux's `renameat2(RENAME_EXCHANGE)`), so the target name always holds a complete directory, the old or the new.
+
+Also here, for every layer: the run-directory lock (`lock_run_directory`), JSON lines (`json_line`, `json_object`)
+and the check that an input file is text (`check_text`).
 """
 
 from __future__ import annotations

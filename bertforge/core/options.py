@@ -11,6 +11,7 @@ commands generate their argparse options from the dataclass.
 
 Every generated option defaults to None, meaning "not given", so the default lives in the dataclass alone and a
 command can start from another base (a saved config, the demo's settings) and change only what was given.
+The Python API, which takes the same settings as keywords, checks them with `check_choices`.
 """
 
 from __future__ import annotations

@@ -4,6 +4,11 @@ training on CPU, the switches the environment sets) is what every command calls 
 The environment's switches (BERTFORGE_LINEAR, BERTFORGE_INT8_KERNEL, BERTFORGE_SKIP_MEMORY_CHECK) are read here and
 nowhere else (`read_switches`), checked and handed to the modules they steer (`apply_switches`); a library user who
 never calls `setup_runtime` has the defaults (the fastest kernels that compute the same, the memory check on).
+`cli.main` applies the switches for every command, those that set up no runtime too.
+
+`inference_device` is the device choice of the pipelines and the server. Under torchrun every rank takes the same
+decisions through `all_ranks_agree`, `on_main` (a check on rank 0, its refusal raised everywhere), `on_every_rank`
+and `from_main` (rank 0 computes, every rank learns the value).
 
 glibc's malloc serves every request above 32 MiB (BERT's word-embedding gradient, the vocabulary logits, the
 feed-forward activations of a large batch) with a fresh `mmap` and gives it back with `munmap` when freed. The

@@ -10,11 +10,13 @@ checkpoint whatever the cadence: a fine-tuning epoch, or the whole pretraining r
 
 A trainer (`LoopTrainer`) brings its model, data, `forward_backward` and evaluation: one optimizer step
 (`train_step`), what a step adds to the next row (`record_step`) and the row itself (`log_row`), its evaluation
-(`evaluate_now`, True to stop early), the end of a period (`end_period`) and its checkpoint (`save_checkpoint`).
+(`evaluate_now`, True to stop early), the end of a period (`period_ends` says a step ended one, `end_period`
+records its data position) and its checkpoint (`save_checkpoint`); it says nothing of *when*.
 
 `RunLifecycle` is the run directory's lifecycle around it (`run_dir.RunDirectory` on rank 0: lock and checks,
 the first change to OUT, the run --overwrite replaced dropped at the first checkpoint or put back on failure, the
-lock released), and `open_metrics` the metrics log of a run that may resume.
+lock released), and `open_metrics` the metrics log of a run that may resume (rows after the step resumed from are
+dropped).
 """
 
 from __future__ import annotations

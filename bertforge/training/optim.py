@@ -1,4 +1,14 @@
-"""Optimizers and learning-rate schedules for pretraining and fine-tuning."""
+"""Optimizers and learning-rate schedules for every trainer: one construction (`make_optimizer`) and one schedule
+(`warmup_decay`).
+
+* Weight decay by dimension, not by name: matrices and embeddings (>= 2-D) decay, vectors (biases, LayerNorm
+  weights) do not (`split_by_dimension`).
+* Layer-wise learning-rate decay (`layer_decay_groups`): parameter groups by depth (the model's
+  `parameter_depths`), each split by the same weight-decay rule.
+* The optimizers (`OPTIMIZERS`): AdamW (PyTorch's fused kernel where it applies), StableAdamW and LAMB.
+* The schedule: a linear warmup, then a decay that is linear, cosine, constant, or warmup-stable-decay (linear, or
+  ModernBERT's 1 - sqrt); `set_schedule_length` refits it when a time budget changes the run's length.
+"""
 
 from __future__ import annotations
 

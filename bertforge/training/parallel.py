@@ -1,5 +1,15 @@
 """Several processes under `torchrun`: the model every trainer wraps for them (DDP, or FSDP per block and whole),
-and torch.compile on top when asked. The trainers' data readers split each global batch by rank themselves."""
+and torch.compile on top when asked. The trainers' data readers split each global batch by rank themselves:
+
+* pretraining's readers give each rank its own documents (`--batch-size` is per process);
+* fine-tuning draws the one-process batches on every rank and each rank takes its share
+  (`finetune.trainer.rank_share`: `--batch-size` is the global batch); rank 0 evaluates the dev set and every rank
+  learns the metrics (`system.from_main`);
+* embedding training gives each rank a contiguous share and gathers the embeddings with their gradient, so the
+  in-batch losses see the whole global batch (`embeddings_train/parallel.py`).
+
+A refusal on any rank is one on all (`system.on_main`, `on_every_rank`, `all_ranks_agree`).
+"""
 
 from __future__ import annotations
 

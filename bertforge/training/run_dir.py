@@ -6,6 +6,12 @@ the GLUE suite's in `finetune/glue.py`): its settings file, its entries and the 
 `--overwrite` never loses the previous run before the new one is worth keeping: the previous run's entries are
 moved (renamed, nothing deleted) into OUT/.replaced-run/ once the new run has been checked, deleted when the new run
 has its first checkpoint, and put back if it fails before (or, after a SIGKILL, by the next launch into OUT).
+The GLUE suite drops the run it replaced once its first task is done.
+
+A trainer whose OUT is its alone (fine-tuning, GLUE, embedding training) refuses an OUT holding something else,
+`--overwrite` or not (`RunDirectory.refuse_foreign`). Every trainer records its settings in OUT (its
+`RunKind.config_file`) and replays them with `--run-config FILE|RUN`, or with `--resume --out RUN` alone RUN's own
+(`recorded_settings`, `settings_to_replay`).
 """
 
 from __future__ import annotations
