@@ -1,14 +1,15 @@
-"""ModernBERT and DeBERTa-v3: bertforge against transformers in the same run, same weights, same batches.
+"""ModernBERT, DeBERTa-v3, MPNet, NomicBERT and GTE: bertforge against transformers in the same run, same weights,
+same batches.
 
 Pure measurement: prints a table with each target beside its ratio, never asserts.
 
   (a) train: one masked-LM training step (forward, loss, backward, AdamW step, zero_grad; train mode, fp32) at the
       presets' mini (4 x 256) and base sizes (ModernBERT 22 x 768, DeBERTa-v3 12 x 768), on batches of mixed
       lengths padded to their longest, 15 % of the real tokens labelled. Targets: ModernBERT >= 2x mini, >= 1.3x
-      base; DeBERTa-v3 >= 2x mini, >= 1.5x base.
+      base; DeBERTa-v3 >= 2x mini, >= 1.5x base; MPNet, NomicBERT, GTE >= 2x mini.
   (b) embed: sentence embeddings (mean pooling) of texts of mixed lengths: `bertforge.pipeline("embed")` against the
       plain transformers loop (its tokenizer, batches of 32 in file order padded to their longest, masked mean,
-      no_grad). Targets: ModernBERT >= 2x, DeBERTa >= 2.5x.
+      no_grad). Targets: ModernBERT >= 2x, DeBERTa >= 2.5x, MPNet, NomicBERT, GTE >= 2x.
   (c) long: ModernBERT (mini) at 512, 2,048 and 8,192 tokens, one sequence: tokens/s and peak memory of a training
       step and of an embedding forward. Memory is the growth of the resident set's high-water mark (VmHWM, reset
       through /proc/self/clear_refs) during the first call over the RSS just before it (model loaded, optimizer
@@ -18,13 +19,14 @@ Pure measurement: prints a table with each target beside its ratio, never assert
 
 Both models load one checkpoint that transformers wrote (bertforge reads it with from_pretrained); both use
 `bertforge.training.optim.make_optimizer(model, "adamw", ...)` (fused AdamW); transformers runs its SDPA attention
-(DeBERTa has only its eager one). The implementations are interleaved round by round (the order flips each
+(DeBERTa and MPNet have only their eager one). The implementations are interleaved round by round (the order flips each
 round); times are medians and each ratio is the median of the per-round ratios, which holds up when other load on
 the machine drifts. On a shared machine, read the ratios, not the absolute figures.
 
     .venv/bin/python bench/family_speed.py --quick                 # a few minutes: small batches, few rounds
     .venv/bin/python bench/family_speed.py --parts train --sizes mini --rounds 7
     .venv/bin/python bench/family_speed.py --parts long --lengths 512,2048,8192
+    .venv/bin/python bench/family_speed.py --families mpnet,nomic,gte --parts train,embed --sizes mini --embed-size mini
 """
 
 from __future__ import annotations
@@ -47,10 +49,15 @@ import bertforge  # noqa: E402
 from bertforge.model.config import BertConfig  # noqa: E402
 from bertforge.training.optim import make_optimizer  # noqa: E402
 
-FAMILIES = {"modernbert": ("modernbert", "ModernBert"), "deberta": ("deberta-v2", "DebertaV2")}
+FAMILIES = {"modernbert": ("modernbert", "ModernBert"), "deberta": ("deberta-v2", "DebertaV2"),
+            "mpnet": ("mpnet", "MPNet"), "nomic": ("nomic_bert", "NomicBert"), "gte": ("gte", "Gte")}
 TARGETS = {("modernbert", "train", "mini"): 2.0, ("modernbert", "train", "base"): 1.3,
            ("deberta", "train", "mini"): 2.0, ("deberta", "train", "base"): 1.5,
-           ("modernbert", "embed"): 2.0, ("deberta", "embed"): 2.5}
+           ("modernbert", "embed"): 2.0, ("deberta", "embed"): 2.5,
+           **{(f, "train", "mini"): 2.0 for f in ("mpnet", "nomic", "gte")},
+           **{(f, "embed"): 2.0 for f in ("mpnet", "nomic", "gte")}}
+#: the tokenizer kind each family's checkpoints ship (DeBERTa's is built below from transformers' own class)
+KINDS = {"modernbert": "modernbert", "mpnet": "mpnet", "nomic": "bert", "gte": "bert"}
 SPECIALS = ["[PAD]", "[CLS]", "[SEP]", "[UNK]", "[MASK]"]
 LR, WD = 1e-4, 0.01
 
@@ -73,10 +80,10 @@ def save_tokenizer(family: str, directory: Path) -> int:
     """The family's kind of tokenizer over `words()` into `directory`; returns its vocabulary size."""
     import transformers
 
-    if family == "modernbert":
+    if family in KINDS:
         from bertforge.tokenizer import Tokenizer
 
-        tokenizer = Tokenizer.train(iter(texts(400, 5, 40)), vocab_size=2000, kind="modernbert", show_progress=False)
+        tokenizer = Tokenizer.train(iter(texts(400, 5, 40)), vocab_size=2000, kind=KINDS[family], show_progress=False)
         tokenizer.model_max_length = 8192  # modernbert-base's tokenizer_config.json says 8192
         tokenizer.save_pretrained(directory)
         return tokenizer.vocab_size
@@ -92,7 +99,8 @@ def save_checkpoint(family: str, size: str, directory: Path, head: bool = True, 
 
     member, prefix = FAMILIES[family]
     vocab = save_tokenizer(family, directory)
-    config = BertConfig.preset(f"{member}-{size}", vocab_size=vocab if not head else 30522, pad_token_id=0,
+    pad = 1 if family == "mpnet" else 0  # MPNet's tokenizer's (its positions count after it)
+    config = BertConfig.preset(f"{member}-{size}", vocab_size=vocab if not head else 30522, pad_token_id=pad,
                                **overrides)
     torch.manual_seed(0)
     bertforge.AutoModel.from_config(config).save_pretrained(directory)  # config.json as bertforge writes it

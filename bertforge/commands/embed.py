@@ -46,6 +46,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-length", type=int, default=None, metavar="N",
                         help="longest input in tokens; longer ones are truncated (default: the model's limit)")
     parser.add_argument("--max-batch-tokens", type=int, default=4096, metavar="N", help="real tokens per batch (4096)")
+    prompts = parser.add_mutually_exclusive_group()
+    prompts.add_argument("--prompt-name", default=None, metavar="NAME",
+                         help="the model's sentence-transformers prompt put before every text (nomic-embed: "
+                              "search_query, search_document; default: the model's default prompt, if any)")
+    prompts.add_argument("--prompt", default=None, metavar="TEXT",
+                         help="a prompt string put before every text instead ('' for none)")
     parser.add_argument("--threads", type=int, default=None, metavar="N", help="PyTorch threads (default: the CPUs available)")
     parser.add_argument("--no-progress", dest="progress", action="store_false", default=None, help="no progress bar")
     add_quantize_argument(parser)
@@ -124,7 +130,8 @@ def run(args: argparse.Namespace) -> int:
     texts = read_texts(Path(args.input), args.text_column)
     embed = pipeline("embed", model=args.model, pooling=args.pooling, normalize=args.normalize, layer=args.layer,
                      max_length=args.max_length, max_batch_tokens=args.max_batch_tokens, num_threads=args.threads,
-                     progress=args.progress, quantize=args.quantize, device=args.device)
+                     progress=args.progress, quantize=args.quantize, device=args.device,
+                     prompt_name=args.prompt_name, prompt=args.prompt)
     vectors = embed(texts)  # [n, hidden]
 
     def write(tmp: Path) -> None:

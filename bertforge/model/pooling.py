@@ -82,10 +82,11 @@ def sentence_transformers_settings(path: Path | None) -> dict[str, Any]:
     """Pooling, normalisation and maximum length a sentence-transformers model directory declares, if any.
 
     Reads `modules.json`, the Pooling module's `config.json` (its `pooling_mode`, or the older `pooling_mode_*`
-    flags), `sentence_bert_config.json` (max_seq_length) and `config_sentence_transformers.json` (prompts).
-    Unreadable files are ignored: they are only defaults. What bertforge would not compute as sentence-transformers
-    does is refused in one line: a module other than Transformer → Pooling → Normalize (a Dense layer, ...), several
-    pooling modes concatenated, a prompt applied by default.
+    flags), `sentence_bert_config.json` (max_seq_length) and `config_sentence_transformers.json` (its `prompts` by
+    name and `default_prompt_name`, e.g. nomic-embed's "search_query: "). Unreadable files are ignored: they are
+    only defaults. What bertforge would not compute as sentence-transformers does is refused in one line: a module
+    other than Transformer → Pooling → Normalize (a Dense layer, ...), several pooling modes concatenated, a
+    Pooling that leaves the prompt's tokens out (`include_prompt: false`).
     """
     if path is None:
         return {}
@@ -116,12 +117,17 @@ def sentence_transformers_settings(path: Path | None) -> dict[str, Any]:
     st_config = read(path / "sentence_bert_config.json")
     if isinstance(st_config, dict) and isinstance(st_config.get("max_seq_length"), int):
         settings["max_length"] = st_config["max_seq_length"]
-    prompts = read(path / "config_sentence_transformers.json")
-    if isinstance(prompts, dict) and prompts.get("default_prompt_name"):
-        raise BertforgeError(
-            f"{path}: sentence-transformers prepends the prompt {prompts['default_prompt_name']!r} to every text of "
-            "this model; bertforge does not apply prompts: write the prompt into your texts, or use "
-            "sentence-transformers")
+    st = read(path / "config_sentence_transformers.json")
+    if isinstance(st, dict):
+        prompts = st.get("prompts") or {}
+        if not isinstance(prompts, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in prompts.items()):
+            raise BertforgeError(f"{path / 'config_sentence_transformers.json'}: 'prompts' must map names to strings")
+        default = st.get("default_prompt_name")
+        if default is not None and default not in prompts:
+            raise BertforgeError(f"{path / 'config_sentence_transformers.json'}: default_prompt_name {default!r} is "
+                                 f"not one of its prompts ({', '.join(prompts) or 'none'})")
+        if prompts:
+            settings["prompts"], settings["default_prompt_name"] = prompts, default
     return settings
 
 
@@ -136,6 +142,9 @@ def _pooling_mode(config: dict[str, Any], path: Path) -> dict[str, str]:
                              " bertforge computes one: use sentence-transformers for this model")
     if modes and modes[0] not in ours:
         raise BertforgeError(f"{path}: unknown sentence-transformers pooling mode {modes[0]!r}")
+    if config.get("include_prompt") is False:
+        raise BertforgeError(f"{path}: its Pooling module leaves the prompt's tokens out of the pooling "
+                             "(include_prompt false), which bertforge does not: use sentence-transformers for this model")
     return {"pooling": ours[modes[0]]} if modes else {}
 
 

@@ -34,8 +34,12 @@ class EmbedPipeline(VectorPipeline):
         layer: whose hidden states are pooled, numbered as transformers' `hidden_states` (`output_hidden_states`):
             0 the embedding output, N (the model's number of layers) the last; negative counts from the end, -1
             (the default) the last. Only the layers up to it are run.
-        settings_from: the directory whose sentence-transformers settings (pooling, normalisation, max_seq_length)
-            apply when `model` is a loaded model (by default a model object has none).
+        settings_from: the directory whose sentence-transformers settings (pooling, normalisation, max_seq_length,
+            prompts) apply when `model` is a loaded model (by default a model object has none).
+        prompt_name: the sentence-transformers prompt (of the directory's `config_sentence_transformers.json`)
+            put before every text, as `SentenceTransformer.encode(prompt_name=...)` does: nomic-embed's
+            "search_query" / "search_document", say. Default: the directory's `default_prompt_name`, if any.
+        prompt: a prompt string instead (`encode(prompt=...)`); "" puts none, even where a default is declared.
         Other arguments: see `Pipeline`. `max_length` defaults to sentence-transformers' `max_seq_length` if the
         directory gives one.
     """
@@ -48,7 +52,8 @@ class EmbedPipeline(VectorPipeline):
     attention_padding = 0.5
 
     def __init__(self, model: Any, *, pooling: str | None = None, normalize: bool | None = None, layer: int = -1,
-                 settings_from: str | os.PathLike[str] | None = None, **kwargs: Any) -> None:
+                 settings_from: str | os.PathLike[str] | None = None, prompt_name: str | None = None,
+                 prompt: str | None = None, **kwargs: Any) -> None:
         if pooling is not None and pooling not in POOLINGS:
             raise BertforgeError(f"embed: pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
         if isinstance(model, torch.nn.Module):
@@ -71,6 +76,28 @@ class EmbedPipeline(VectorPipeline):
         self.layer = self.check_layer(layer)
         n = self.model.config.num_hidden_layers
         self.depth = None if self.layer == n else self.layer  # None: every block
+        self.prompts: dict[str, str] = defaults.get("prompts", {})
+        self.prompt = self.choose_prompt(prompt_name, prompt, defaults.get("default_prompt_name"))
+
+    def choose_prompt(self, name: str | None, prompt: str | None, default: str | None) -> str:
+        """The text put before every input: `prompt`, or the prompt called `name` (else the default one), or ""."""
+        if name is not None and prompt is not None:
+            raise BertforgeError("embed: give prompt_name or prompt, not both")
+        if prompt is not None:
+            if not isinstance(prompt, str):
+                raise BertforgeError(f"embed: prompt must be a string, got {type(prompt).__name__}")
+            return prompt
+        name = name if name is not None else default
+        if name is None:
+            return ""
+        if name not in self.prompts:
+            known = ", ".join(repr(k) for k in self.prompts) or "none (no config_sentence_transformers.json prompts)"
+            raise BertforgeError(f"embed: unknown prompt_name {name!r}; this model's prompts: {known}")
+        return self.prompts[name]
+
+    def featurize(self, inputs: list[str]) -> tuple[list[Feature], int]:
+        """The texts tokenized with the prompt before each, as sentence-transformers does (truncated together)."""
+        return super().featurize([self.prompt + text for text in inputs] if self.prompt else inputs)
 
     def check_layer(self, layer: Any) -> int:
         """`layer` as an index 0..N of the hidden states, or a BertforgeError naming the range."""

@@ -109,8 +109,16 @@ def test_what_bertforge_would_compute_differently_is_refused_in_one_line(tmp_pat
         sentence_transformers_settings(both)
     prompted = _st_copy(src, tmp_path / "prompt", "mean", prompts={"prompts": {"query": "query: "},
                                                                    "default_prompt_name": "query"})
-    with pytest.raises(BertforgeError, match="prepends the prompt 'query'"):
-        sentence_transformers_settings(prompted)
+    settings = sentence_transformers_settings(prompted)
+    assert settings["prompts"] == {"query": "query: "} and settings["default_prompt_name"] == "query"
+    stray = _st_copy(src, tmp_path / "stray", "mean", prompts={"prompts": {"query": "query: "},
+                                                               "default_prompt_name": "passage"})
+    with pytest.raises(BertforgeError, match="default_prompt_name 'passage' is not one of its prompts \\(query\\)"):
+        sentence_transformers_settings(stray)
+    left_out = _st_copy(src, tmp_path / "left-out", "mean")
+    (left_out / "1_Pooling" / "config.json").write_text(json.dumps({"pooling_mode": "mean", "include_prompt": False}))
+    with pytest.raises(BertforgeError, match="include_prompt false"):
+        sentence_transformers_settings(left_out)
     offered = _st_copy(src, tmp_path / "offered", "mean", prompts={"prompts": {"query": "query: "},
                                                                    "default_prompt_name": None})
     assert sentence_transformers_settings(offered)["pooling"] == "mean"  # prompts only on request: nothing differs

@@ -84,3 +84,30 @@ def test_feature_extraction_returns_token_vectors_as_transformers_does(minilm_di
     assert [np.asarray(x).shape for x in ours(texts)] == [np.asarray(x).shape for x in reference(texts)]
     with pytest.raises(bertforge.BertforgeError, match="use pipeline\\(\"embed\"\\)"):
         bertforge.pipeline("feature-extraction", model=minilm_dir, pooling="mean")
+
+
+def test_prompts_by_name_and_by_default_equal_sentence_transformers(minilm_dir, tmp_path):
+    """A directory's prompts (nomic-embed's "search_query: " / "search_document: ") put before every text as
+    `SentenceTransformer.encode(prompt_name=...)` does, its default prompt when none is named; "" puts none."""
+    import json
+    import shutil
+
+    st = pytest.importorskip("sentence_transformers")
+    directory = tmp_path / "prompted"
+    shutil.copytree(minilm_dir, directory)
+    prompts = {"search_query": "search_query: ", "search_document": "search_document: "}
+    (directory / "config_sentence_transformers.json").write_text(json.dumps(
+        {"prompts": prompts, "default_prompt_name": "search_document", "similarity_fn_name": "cosine"}))
+    reference = st.SentenceTransformer(str(directory), device="cpu")
+    texts = SENTENCES[:6]
+    for name in ("search_query", None):
+        ours = bertforge.pipeline("embed", model=directory, prompt_name=name)(texts)
+        theirs = reference.encode(texts, prompt_name=name, convert_to_numpy=True)
+        assert np.abs(ours - theirs).max() < 1e-5, name
+    plain = bertforge.pipeline("embed", model=directory, prompt="")(texts)
+    assert np.abs(plain - reference.encode(texts, prompt="", convert_to_numpy=True)).max() < 1e-5
+    assert np.abs(plain - bertforge.pipeline("embed", model=directory, prompt_name="search_query")(texts)).max() > 1e-3
+    with pytest.raises(BertforgeError, match="unknown prompt_name 'query'; this model's prompts: 'search_query', "):
+        bertforge.pipeline("embed", model=directory, prompt_name="query")
+    with pytest.raises(BertforgeError, match="prompt_name or prompt, not both"):
+        bertforge.pipeline("embed", model=directory, prompt_name="search_query", prompt="x")
