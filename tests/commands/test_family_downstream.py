@@ -1,4 +1,4 @@
-"""ModernBERT and DeBERTa-v3 checkpoints through every downstream command: `evaluate`, `predict`, `glue`, `embed`,
+"""ModernBERT, DeBERTa-v3, MPNet, NomicBERT and GTE checkpoints through every downstream command: `evaluate`, `predict`, `glue`, `embed`,
 `train-embeddings`, `serve` (in-process, one embed and one predict request), `fill-mask` and `attention`.
 
 Each family's checkpoints are tiny random models built by `transformers` itself and saved with its
@@ -24,7 +24,11 @@ from tests.finetune.test_glue import write_task
 
 transformers = pytest.importorskip("transformers")
 
-FAMILIES = ["modernbert", "deberta-v2"]
+FAMILIES = ["modernbert", "deberta-v2", "mpnet", "nomic_bert", "gte"]
+PREFIX = {"modernbert": "ModernBert", "deberta-v2": "DebertaV2", "mpnet": "MPNet", "nomic_bert": "NomicBert",
+          "gte": "Gte"}
+#: the tokenizer kind each family's checkpoints get here (DeBERTa's is transformers' own class, below)
+KINDS = {"modernbert": "modernbert", "mpnet": "mpnet", "nomic_bert": "bert", "gte": "bert"}
 LABELS = {0: "neg", 1: "pos"}
 #: Longer than ModernBERT's window of 4 tokens, so its local layers really cut.
 TEXTS = ["john lives in paris and mary works at acme corp .", "a great film", "an awful plot of this film , not fun",
@@ -39,6 +43,14 @@ def _hf_config(family: str, vocab_size: int, **extra):
         return transformers.ModernBertConfig(vocab_size=vocab_size, num_hidden_layers=4, local_attention=4,
                                              global_attn_every_n_layers=3, bos_token_id=1, eos_token_id=2,
                                              cls_token_id=1, sep_token_id=2, **SMALL, **extra)
+    if family == "mpnet":  # positions after its tokenizer's padding id 1; the bias table of 32 buckets
+        return transformers.MPNetConfig(vocab_size=vocab_size, num_hidden_layers=2, hidden_dropout_prob=0.0,
+                                        attention_probs_dropout_prob=0.0, **{**SMALL, "pad_token_id": 1}, **extra)
+    if family == "nomic_bert":  # rotary θ 1,000, SwiGLU, no biases
+        return transformers.NomicBertConfig(vocab_size=vocab_size, num_hidden_layers=2, **SMALL, **extra)
+    if family == "gte":  # rotary, gated GELU, biases on attention and the feed-forward's output
+        return transformers.GteConfig(vocab_size=vocab_size, num_hidden_layers=2, hidden_dropout_prob=0.0,
+                                      type_vocab_size=2, **SMALL, **extra)
     return transformers.DebertaV2Config(vocab_size=vocab_size, num_hidden_layers=2, relative_attention=True,
                                         position_buckets=8, max_relative_positions=24, pos_att_type=["p2c", "c2p"],
                                         norm_rel_ebd="layer_norm", share_att_key=True, position_biased_input=False,
@@ -48,9 +60,9 @@ def _hf_config(family: str, vocab_size: int, **extra):
 
 def _save_tokenizer(family: str, directory: Path) -> int:
     """The family's tokenizer files in `directory`; returns the vocabulary size."""
-    if family == "modernbert":
+    if family in KINDS:
         lines = POSITIVE + NEGATIVE + TEXTS + [" ".join(w for w, _ in s) for s in NER_SENTENCES]
-        tokenizer = Tokenizer.train(iter(lines * 20), vocab_size=300, kind="modernbert", show_progress=False)
+        tokenizer = Tokenizer.train(iter(lines * 20), vocab_size=300, kind=KINDS[family], show_progress=False)
         tokenizer.save_pretrained(directory)
         return tokenizer.vocab_size
     chars = sorted(set("".join(WORDS)) | set("abcdefghijklmnopqrstuvwxyz0123456789.,?!'\"-*()"))
@@ -66,7 +78,7 @@ def family(request, tmp_path_factory) -> dict:
     """The family's name, and its checkpoints saved by `transformers`: "mlm" (ForMaskedLM), "classify" (sequence
     classification, neg/pos), "ner" (token classification, the CoNLL tags)."""
     name = request.param
-    prefix = "ModernBert" if name == "modernbert" else "DebertaV2"
+    prefix = PREFIX[name]
     root = tmp_path_factory.mktemp(name)
     tags = sorted({t for s in NER_SENTENCES for _, t in s})
     kinds = {"mlm": ("ForMaskedLM", {}),
@@ -81,7 +93,8 @@ def family(request, tmp_path_factory) -> dict:
         model = getattr(transformers, prefix + suffix)(_hf_config(name, vocab_size, **labels))
         if kind == "classify":
             with torch.no_grad():  # confident, varied scores rather than ~0.5 everywhere
-                model.classifier.weight.normal_(0.0, 2.0)
+                classifier = getattr(model.classifier, "out_proj", model.classifier)  # MPNet's is a first-token head
+                classifier.weight.normal_(0.0, 2.0)
         model.save_pretrained(directory)
         found[kind] = directory
     return found
@@ -231,7 +244,7 @@ def test_serve_answers_an_embed_and_a_predict_request(family):
 
 def test_fill_mask_predicts_what_transformers_predicts(family, capsys):
     mask = Tokenizer.from_pretrained(family["mlm"]).mask_token
-    assert mask == "[MASK]"
+    assert mask == ("<mask>" if family["family"] == "mpnet" else "[MASK]")
     text = f"john lives in {mask} ."
     lines = _run(capsys, "fill-mask", "--model", str(family["mlm"]), text, "--top-k", "3", "--json").splitlines()
     [results] = json.loads(lines[0])["predictions"]  # one mask

@@ -1,4 +1,4 @@
-"""Fine-tuning and using RoBERTa, ALBERT and DistilBERT checkpoints through the CLI and the pipelines, as for BERT:
+"""Fine-tuning and using RoBERTa, ALBERT, DistilBERT, ModernBERT, MPNet, NomicBERT and GTE checkpoints through the CLI and the pipelines, as for BERT:
 each family's tokenizer kind (byte-level BPE, Unigram, WordPiece) trained in the test, a tiny random model of the
 family, `finetune` / `predict` / `evaluate`, and `transformers` loading what comes out as that family."""
 
@@ -18,17 +18,19 @@ from .conftest import NER_SENTENCES, NEGATIVE, POSITIVE, write_conll, write_sent
 transformers = pytest.importorskip("transformers")
 
 FAST = ["--epochs", "1", "--batch-size", "8", "--lr", "1e-3", "--no-progress"]
-PREFIX = {"roberta": "Roberta", "albert": "Albert", "distilbert": "DistilBert", "modernbert": "ModernBert"}
+PREFIX = {"roberta": "Roberta", "albert": "Albert", "distilbert": "DistilBert", "modernbert": "ModernBert",
+          "mpnet": "MPNet", "nomic_bert": "NomicBert", "gte": "Gte"}
 
 
-@pytest.fixture(scope="module", params=["roberta", "albert", "distilbert", "modernbert"])
+@pytest.fixture(scope="module", params=["roberta", "albert", "distilbert", "modernbert", "mpnet", "nomic_bert", "gte"])
 def family_model(request, tmp_path_factory) -> tuple[str, Path]:
     """A tiny random model of the family with its own kind of tokenizer, trained on the tests' words."""
     family = request.param
     directory = tmp_path_factory.mktemp(family)
     lines = POSITIVE + NEGATIVE + [" ".join(w for w, _ in s) for s in NER_SENTENCES]
     lines += ["where does john live ?", "mary works at acme corp in paris ."]
-    tokenizer = Tokenizer.train(iter(lines * 20), vocab_size=300, kind=family)
+    kind = bertforge.BertConfig.preset(f"{family}-tiny").family.tokenizer_kind  # NomicBERT, GTE: BERT's WordPiece
+    tokenizer = Tokenizer.train(iter(lines * 20), vocab_size=300, kind=kind)
     tokenizer.save_pretrained(directory)
     config = BertConfig.preset(f"{family}-tiny", vocab_size=tokenizer.vocab_size, pad_token_id=tokenizer.pad_token_id,
                                hidden_size=32, num_attention_heads=2, intermediate_size=64, max_position_embeddings=140)
@@ -110,7 +112,7 @@ def test_fill_mask_with_the_family_mask_token(family_model, tmp_path):
     bertforge.AutoModelForMaskedLM.from_config(config).save_pretrained(tmp_path)
     Tokenizer.from_pretrained(model).save_pretrained(tmp_path)
     mask = Tokenizer.from_pretrained(tmp_path).mask_token
-    assert mask == ("<mask>" if family == "roberta" else "[MASK]")
+    assert mask == ("<mask>" if family in ("roberta", "mpnet") else "[MASK]")
     results = bertforge.pipeline("fill-mask", model=tmp_path, top_k=3)(f"john lives in {mask} .")
     assert len(results) == 3 and all(0.0 <= r["score"] <= 1.0 for r in results)
     reference = transformers.pipeline("fill-mask", model=str(tmp_path), top_k=3)(f"john lives in {mask} .")
