@@ -191,8 +191,8 @@ class BertConfig:
             num_hidden_layers=layers, hidden_size=hidden, num_attention_heads=heads, intermediate_size=intermediate,
             model_type=member.model_type, **member.preset,
         )
-        if member.model_type == "albert":
-            kwargs["embedding_size"] = min(128, hidden // 2)
+        if member.sized_preset is not None:
+            kwargs.update(member.sized_preset(hidden))
         kwargs.update(overrides)
         return cls(**kwargs)
 
@@ -208,8 +208,6 @@ class BertConfig:
         if data.get("inner_group_num", 1) != 1:
             raise BertforgeError(f"{source}: inner_group_num {data['inner_group_num']!r} is not supported (only 1)")
         data = {member.config_keys.get(k, k): v for k, v in data.items()}
-        if member.model_type == "albert" and "num_hidden_groups" not in data:
-            data["num_hidden_groups"] = 1
         known = {f.name for f in dataclasses.fields(cls)} - {"extra"}
         kwargs = {**member.defaults, **{k: v for k, v in data.items() if k in known}}
         kwargs["model_type"] = member.model_type

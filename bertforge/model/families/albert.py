@@ -6,6 +6,13 @@ from __future__ import annotations
 from .family import INTERNAL_LAYER, WRITTEN, Family
 
 _ALBERT_LAYER = "bert.encoder.albert_layer_groups.{n}.albert_layers.0."
+
+
+def embedding_width(hidden: int) -> dict[str, int]:
+    """A preset's E: ALBERT's 128, at most half of H for the small sizes."""
+    return {"embedding_size": min(128, hidden // 2)}
+
+
 ALBERT = Family(
     model_type="albert",
     name="ALBERT",
@@ -41,5 +48,6 @@ ALBERT = Family(
         num_hidden_groups=1, hidden_act="gelu_new", hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
         classifier_dropout=0.1,
     ),
+    sized_preset=embedding_width,
     recipe=dict(masking="ngram"),
 )

@@ -63,6 +63,7 @@ class Family:
     unfuse: Callable[[dict[str, Tensor]], dict[str, Tensor]] | None = None  # a file's tensors, fused ones split
     fuse: Callable[[dict[str, Tensor]], dict[str, Tensor]] | None = None  # the inverse, on the file's names
     preset: dict[str, Any] = field(default_factory=dict)  # what `--config FAMILY-SIZE` sets besides the size
+    sized_preset: Callable[[int], dict[str, Any]] | None = None  # preset fields that follow the hidden size
     sizes: dict[str, tuple[int, int, int, int]] = field(default_factory=dict)  # (layers, hidden, heads, intermediate)
     intermediate_ratio: float = 4.0  # a preset's feed-forward width over its hidden size
     recipe: dict[str, Any] = field(default_factory=dict)  # pretraining settings "auto" means: masking, adam_beta2
