@@ -187,7 +187,7 @@ def hf_sst2(model_dir: str, train: Path, dev: Path, hp: dict[str, Any], out: Pat
     from transformers import AutoModelForSequenceClassification, AutoTokenizer, DataCollatorWithPadding
 
     started = time.perf_counter()
-    read = lambda p: [line.rsplit("\t", 1) for line in p.read_text(encoding="utf-8").splitlines()[1:] if line.strip()]
+    read = lambda p: [line.rsplit("\t", 1) for line in p.read_text(encoding="utf-8").splitlines()[1:] if line.strip()]  # noqa: E731
     train_rows, dev_rows = read(train), read(dev)
     names = sorted({label for _, label in train_rows}, key=int)
     label2id = {n: i for i, n in enumerate(names)}
@@ -235,7 +235,7 @@ def hf_conll(model_dir: str, train: Path, dev: Path, hp: dict[str, Any], out: Pa
     )
 
     started = time.perf_counter()
-    read = lambda p: [([c.split()[0] for c in s], [c.split()[-1] for c in s]) for s in conll_sentences(p)]
+    read = lambda p: [([c.split()[0] for c in s], [c.split()[-1] for c in s]) for s in conll_sentences(p)]  # noqa: E731
     train_rows, dev_rows = read(train), read(dev)
     tags = {t for _, ts in train_rows for t in ts}
     names = ["O"] + sorted(tags - {"O"})

@@ -93,7 +93,7 @@ async def load(url: str, endpoint: str, sentences: list[str], concurrency: int, 
                     if response.status != 200:
                         errors[str(response.status)] = errors.get(str(response.status), 0) + 1
                         continue
-            except (aiohttp.ClientError, asyncio.TimeoutError) as err:
+            except (TimeoutError, aiohttp.ClientError) as err:
                 errors[type(err).__name__] = errors.get(type(err).__name__, 0) + 1
                 continue
             latencies.append(time.perf_counter() - start)

@@ -40,6 +40,6 @@ __all__ = [
     "BertForTokenClassification",
     "BertModel",
     "BertforgeError",
-    "Tokenizer",
-    "pipeline",
+    "Tokenizer",  # noqa: F405 (lazy: the module's __getattr__)
+    "pipeline",  # noqa: F405
 ]

@@ -160,8 +160,11 @@ def test_readme_is_short_and_keeps_the_two_set_up_commands():
         "python3 -m venv .venv && . .venv/bin/activate && pip install -e '.[plots]' && bertforge pretrain\n",
         "python3 -m venv .venv && . .venv/bin/activate && pip install -e '.[test]' && pytest\n",
     ], setups
-    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
-    assert "python3 -m venv .venv && . .venv/bin/activate && pip install -q -e '.[test]' && pytest" in ci
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+    # CI: the README's install (quiet), one step a line; ruff and mypy; then exactly the README's test command
+    steps = ["python3 -m venv .venv", ". .venv/bin/activate", "pip install -q -e '.[test]'",
+             "ruff check bertforge tests bench", "mypy bertforge", "pytest"]
+    assert [line for line in ci if line in steps] == steps, ci
 
 
 def test_readme_python_blocks_run(tmp_path, monkeypatch):

@@ -90,7 +90,7 @@ def draw(probs: np.ndarray, tokens: list[str], heads: list[int], layer: int, tit
         ax.set_yticklabels(tokens, fontsize=font)
         ax.tick_params(length=0)
     fig.suptitle(title, fontsize=11)
-    fig.colorbar(image, ax=axes, shrink=0.6, label="attention probability (row attends to column)")
+    fig.colorbar(image, ax=axes, shrink=0.6, label="attention probability (row attends to column)")  # type: ignore[arg-type]  # n >= 1
     fmt = out.suffix.lower().lstrip(".")
 
     def write(tmp: Path) -> None:

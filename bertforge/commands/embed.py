@@ -9,6 +9,7 @@ import json
 import logging
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
@@ -17,6 +18,9 @@ from ..core.errors import BertforgeError
 from ..core.io import atomic_write, check_output_file, check_text
 from ..data.tables import table_format, table_records
 from . import add_device_argument, add_quantize_argument
+
+if TYPE_CHECKING:
+    from ..pipelines.embed import EmbedPipeline
 
 NAME = "embed"
 HELP = "embed the texts of a .txt (one a line), .jsonl, Parquet or Arrow file into a .npy array [n, hidden]"
@@ -128,10 +132,11 @@ def run(args: argparse.Namespace) -> int:
         raise BertforgeError(f"{output}: the output file name must end in .npy")
     check_output_file(output, inputs=(args.input,), model=args.model)
     texts = read_texts(Path(args.input), args.text_column)
-    embed = pipeline("embed", model=args.model, pooling=args.pooling, normalize=args.normalize, layer=args.layer,
-                     max_length=args.max_length, max_batch_tokens=args.max_batch_tokens, num_threads=args.threads,
-                     progress=args.progress, quantize=args.quantize, device=args.device,
-                     prompt_name=args.prompt_name, prompt=args.prompt)
+    embed = cast("EmbedPipeline", pipeline(
+        "embed", model=args.model, pooling=args.pooling, normalize=args.normalize, layer=args.layer,
+        max_length=args.max_length, max_batch_tokens=args.max_batch_tokens, num_threads=args.threads,
+        progress=args.progress, quantize=args.quantize, device=args.device, prompt_name=args.prompt_name,
+        prompt=args.prompt))
     vectors = embed(texts)  # [n, hidden]
 
     def write(tmp: Path) -> None:

@@ -8,6 +8,7 @@ Every loader and entry point calls `model_path`.
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -28,7 +29,7 @@ def looks_like_hub_id(name: str) -> bool:
     return bool(_HUB_ID.match(name)) and not name.endswith((".json", ".safetensors", ".bin", ".txt"))
 
 
-def model_path(model: str | Path, revision: str | None = None) -> Path:
+def model_path(model: str | os.PathLike[str], revision: str | None = None) -> Path:
     """The directory `model` names: itself when it exists (or is not a Hub id), else the Hub snapshot of that id
     (`revision`, or the id's `@revision`, or "main"), from the cache or downloaded."""
     path = Path(model)

@@ -29,7 +29,7 @@ from .errors import BertforgeError
 try:  # safetensors' writer reports a full disk or a failed write as SafetensorError, not OSError
     from safetensors import SafetensorError as _SafetensorError
 except ImportError:  # pragma: no cover - safetensors is a dependency
-    _SafetensorError = OSError
+    _SafetensorError = OSError  # type: ignore[misc, assignment]
 
 # What a failed write raises; each becomes a BertforgeError naming the target.
 WRITE_ERRORS: tuple[type[Exception], ...] = (OSError, _SafetensorError)
@@ -197,7 +197,7 @@ def _describe(err: Exception, target: Path) -> BertforgeError:
     return BertforgeError(f"cannot write {target}: {reason}")
 
 
-def atomic_write(target: str | Path, write: Callable[[Path], None]) -> None:
+def atomic_write(target: str | Path, write: Callable[[Path], object]) -> None:
     """Call `write(tmp_path)` and move the result to `target` atomically; on failure `target` is untouched."""
     target = Path(target)
     try:
@@ -222,7 +222,7 @@ def atomic_write(target: str | Path, write: Callable[[Path], None]) -> None:
     fsync_dir(target.parent)
 
 
-def atomic_write_files(directory: str | Path, writers: dict[str, Callable[[Path], None]]) -> None:
+def atomic_write_files(directory: str | Path, writers: dict[str, Callable[[Path], object]]) -> None:
     """Write several files of `directory` so that a failure leaves all of them as they were.
 
     Every `writers[name](tmp_path)` runs (and is fsynced) before the first rename, so a full disk or a failed

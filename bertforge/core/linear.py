@@ -110,7 +110,7 @@ class _OneDnnLinear(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:  # type: ignore[override]
+    def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
         x2 = x.reshape(-1, x.shape[-1]).contiguous()  # [M, K]
         y = torch.ops.mkldnn._linear_pointwise(x2, weight, bias, "none", [], "")  # [M, N]
         ctx.save_for_backward(x2, weight)
@@ -118,7 +118,7 @@ class _OneDnnLinear(torch.autograd.Function):
         return y.view(*x.shape[:-1], weight.shape[0])
 
     @staticmethod
-    def backward(ctx, grad: Tensor):  # type: ignore[override]
+    def backward(ctx, grad: Tensor):
         x2, weight = ctx.saved_tensors
         g2 = grad.reshape(-1, grad.shape[-1]).contiguous()  # [M, N]
         gx = gw = gb = None

@@ -27,7 +27,7 @@ import os
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -301,7 +301,7 @@ def from_main(rt: Runtime, compute: Callable[[], T]) -> T:
     every rank (rank 0's own exception on rank 0, its message as a BertforgeError elsewhere)."""
     if not rt.distributed:
         return compute()
-    box: list[object] = [None]
+    box: list[Any] = [None]
     failure: BaseException | None = None
     if rt.is_main:
         try:
@@ -309,9 +309,9 @@ def from_main(rt: Runtime, compute: Callable[[], T]) -> T:
         except Exception as err:  # the other ranks wait in the broadcast: they must learn of it
             failure, box = err, [("error", f"rank 0 failed: {type(err).__name__}: {err}")]
     dist.broadcast_object_list(box, src=0, device=rt.device if rt.device.type == "cuda" else None)
-    kind, value = box[0]  # type: ignore[misc]
+    kind, value = box[0]
     if failure is not None:
         raise failure
     if kind == "error":
         raise BertforgeError(str(value))
-    return value  # type: ignore[return-value]
+    return value

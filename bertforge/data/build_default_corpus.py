@@ -64,7 +64,7 @@ def _sentences(block: list[str]) -> list[str]:
     if len(block) > 1 and len(block[-1]) - len(block[-1].lstrip()) >= 24:
         block = block[:-1]
     text = _flow(block).replace("_", "")
-    parts = []
+    parts: list[str] = []
     for piece in _SENTENCE_END.split(text):
         if parts and re.fullmatch(r"[\"')\]]*", piece):
             parts[-1] += piece  # closing quote/bracket captured by the split group
@@ -87,8 +87,8 @@ def build(dictd_dir: Path) -> list[list[str]]:
     data = gzip.decompress((dictd_dir / "devil.dict.dz").read_bytes()).decode("utf-8")
     entries = []
     for line in (dictd_dir / "devil.index").read_text("utf-8").splitlines():
-        head, offset, length = line.split("\t")
-        entries.append((_b64(offset), _b64(length), head))
+        head, offset_b64, length_b64 = line.split("\t")
+        entries.append((_b64(offset_b64), _b64(length_b64), head))
     documents: list[list[str]] = []
     section = None
     done: set[tuple[str, ...]] = set()

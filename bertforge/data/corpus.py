@@ -49,7 +49,7 @@ import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Literal, overload
 
 from bertforge.data.decoding import decode_line, replace_surrogates, warn_replaced
 from bertforge.core.errors import BertforgeError
@@ -407,6 +407,12 @@ class CorpusReader:
         self.bytes_replaced = int(stats["bytes_replaced"])
 
 
+@overload
+def iter_documents(paths: PathsLike, *, text_column: str = ..., rank: int = ..., world_size: int = ..., shard_by: str = ...,
+                   as_documents: Literal[False] = ..., allow_binary: bool = ...) -> Iterator[str]: ...
+@overload
+def iter_documents(paths: PathsLike, *, text_column: str = ..., rank: int = ..., world_size: int = ..., shard_by: str = ...,
+                   as_documents: Literal[True], allow_binary: bool = ...) -> Iterator[list[str]]: ...
 def iter_documents(
     paths: PathsLike,
     *,

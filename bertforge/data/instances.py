@@ -111,8 +111,8 @@ def truncate_pair(tokens_a: list[int], tokens_b: list[int], max_tokens: int, rng
         excess -= k
     # Phase 2 (equal lengths): B (a tie), then A (now longer by one), then B (a tie again), ... alternately.
     if excess > 0:
-        fronts = [draw() < 0.5 for _ in range(excess)]
-        on_b, on_a = fronts[0::2], fronts[1::2]
+        flips = [draw() < 0.5 for _ in range(excess)]
+        on_b, on_a = flips[0::2], flips[1::2]
         f = sum(on_b)
         front_b += f
         back_b += len(on_b) - f

@@ -221,7 +221,7 @@ def window_spans(
     spans = []
     for i in best:
         s, e = int(s_index[i // len(e_index)]), int(e_index[i % len(e_index)])
-        spans.append(Span(window.offsets[s][0], window.offsets[e][1],
+        spans.append(Span(window.offsets[s][0], window.offsets[e][1],  # type: ignore[index]  # context tokens: offsets
                           float(starts[s] + ends[e]), float(p_start[s] * p_end[e])))
     return spans, null_logit, null_probability
 

@@ -61,6 +61,7 @@ class PairData:
 def read_pairs(data: Any) -> PairData:
     """Read a pair, triplet or scored-pair file, or such rows in memory (see the module docstring)."""
     source = record_source(data)
+    names: list[str] | None
     if source is not None:
         path, records = source
         names, rows = _record_rows(path, records)

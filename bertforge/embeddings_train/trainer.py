@@ -215,7 +215,7 @@ class EmbeddingTraining(Finetuning):
             return self.loss(batch.split(embeddings), labels)
         return self.loss(gather_columns(embeddings, batch.columns, batch.sizes, self.rt.rank), labels)
 
-    def forward_backward(self, batch: TextBatch, weights: dict[str, float]) -> dict[str, Tensor]:
+    def forward_backward(self, batch: TextBatch, weights: dict[str, float]) -> dict[str, Tensor]:  # type: ignore[override]
         mini = self.cfg.mini_batch_size
         texts = len(batch.ids) if batch.sizes is None else max(batch.sizes) * batch.columns  # every rank alike
         if mini is None or mini >= texts:

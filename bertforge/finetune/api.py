@@ -213,7 +213,7 @@ def predict(
 
 
 def _prepare(
-    task: str, model: str | Path, data: str | Path, options: dict[str, Any], labelled: bool, quantize: str | None
+    task: str, model: str | Path, data: Any, options: dict[str, Any], labelled: bool, quantize: str | None
 ) -> tuple[Any, ...]:
     """What `evaluate` and `predict` start from: the task, its options, the tokenizer, the fine-tuned model (int8
     with `quantize`) and the encoded examples of `data`."""

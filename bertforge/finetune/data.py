@@ -331,7 +331,7 @@ def _classification_records(
             text_pair_column = text_pair_column or guessed_pair
             if text_column is None:
                 raise BertforgeError(f"{path}:{line}: name the text key with --text-column (no 'text' or 'sentence')")
-        values = []
+        values: list[Any] = []  # the text (a str, its key checked above) and the optional pair
         for key in (text_column, text_pair_column):
             if key is None:
                 values.append(None)

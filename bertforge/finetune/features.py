@@ -119,7 +119,7 @@ def training_batches(
     if not group_by_length:
         return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
     span = batch_size * GROUPING_SPAN
-    batches = []
+    batches: list[list[int]] = []
     for start in range(0, len(order), span):
         chunk = sorted(order[start : start + span], key=lambda i: -lengths[i])
         batches.extend(chunk[i : i + batch_size] for i in range(0, len(chunk), batch_size))

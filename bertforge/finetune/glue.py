@@ -331,7 +331,7 @@ def glue(
     template = finetune_template(model, settings)
     # a bad --device fails before anything is read; under torchrun, every task's fine-tuning shares the process group
     rt = setup_runtime(template.device)
-    found, skipped = on_every_rank(rt, lambda: _check_model(template.model) or find_tasks(options.data_dir,
+    found, skipped = on_every_rank(rt, lambda: _check_model(template.model) or find_tasks(options.data_dir,  # type: ignore[func-returns-value]
                                                                                         options.tasks))
     for name, reason in skipped.items() if rt.is_main else ():
         log.warning("GLUE: skipping %s (%s)", name, reason)
@@ -414,8 +414,8 @@ def _run_tasks(prepared: list[PreparedTask], template: FinetuneConfig, target: P
             bar.set_postfix_str(name)
             settings = template
             if template.resume:  # a finished task's entry is read back; the one the run stopped in resumes
-                done, started = from_main(rt, lambda: (_finished_task(target / name),
-                                                       (target / name / RUN_MARKER).is_file()))
+                done, started = from_main(rt, lambda: (_finished_task(target / name),  # noqa: B023 (called at once)
+                                                       (target / name / RUN_MARKER).is_file()))  # noqa: B023
                 if done is not None:
                     results[name] = done
                     continue
@@ -444,7 +444,7 @@ def run_task(prepared: PreparedTask, template: FinetuneConfig, target: Path, rt:
     score that checkpoint on any further split (MNLI mismatched). Returns the task's entry of glue.json."""
     task = prepared.task
     run_dir = target / task.name
-    columns = {"text_column": "text", "text_pair_column": "text_pair" if task.pair else None, "label_column": "label",
+    columns: dict[str, Any] = {"text_column": "text", "text_pair_column": "text_pair" if task.pair else None, "label_column": "label",
                "no_header": False}
     first, *more = prepared.devs
     cfg = dataclasses.replace(template, train=str(prepared.train), dev=str(first.data), out=str(run_dir),

@@ -17,7 +17,7 @@ import math
 import re
 import string
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 # ---------------------------------------------------------------------------------------------------- classification
 
@@ -78,7 +78,7 @@ def classification_metrics(gold: Sequence[int], pred: Sequence[int], num_labels:
     return metrics
 
 
-def multi_label_metrics(gold: Sequence[Sequence[int]], pred: Sequence[Sequence[int]], num_labels: int) -> dict[str, float]:
+def multi_label_metrics(gold: Sequence[Iterable[int]], pred: Sequence[Iterable[int]], num_labels: int) -> dict[str, float]:
     """Multi-label scores from each example's label ids (gold and predicted sets): micro_f1 (true positives, predicted
     and actual labels counted over every label), macro_f1 (the mean of each of the `num_labels` labels' F1, 0 for a
     label never true nor predicted, as scikit-learn's `f1_score(average="macro")`) and subset_accuracy (the share
@@ -287,7 +287,7 @@ def squad_metrics(
         has_answer[qid] = answers != [""]
         scores[qid] = _question_scores(predictions.get(qid, ""), answers)
 
-    def summary(ids: list[str], prefix: str) -> dict[str, float]:
+    def summary(ids: list[str], prefix: str) -> dict[str, float | None]:
         return {
             f"{prefix}exact": 100.0 * sum(scores[q][0] for q in ids) / len(ids) if ids else 0.0,
             f"{prefix}f1": 100.0 * sum(scores[q][1] for q in ids) / len(ids) if ids else 0.0,

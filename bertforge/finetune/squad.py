@@ -69,7 +69,7 @@ def read_squad(data: Any, require_answers: bool = True,
         raise BertforgeError(f"{path}:1: not a SQuAD file (expected an object with a 'data' list)")
     lines = _id_lines(text)
     version_2 = str(data.get("version", "")).lstrip("v").startswith("2")
-    examples: list[QAExample] = []
+    examples = []
     seen: set[str] = set()
     for article in data["data"]:
         for paragraph in article.get("paragraphs", []) if isinstance(article, dict) else []:

@@ -102,4 +102,4 @@ def name_tag_ids(path: Path, sentences: list[TaggedSentence], id2label: dict[int
             if isinstance(tag, int) and tag not in (id2label or {}):
                 raise BertforgeError(f"{path}:{sentence.word_line(k)}: tag id {tag} is not in the model's id2label "
                                      f"({len(id2label or {})} labels)")
-        sentence.tags = [id2label[t] if isinstance(t, int) else t for t in sentence.tags or []]  # type: ignore[index]
+        sentence.tags = [id2label[t] if isinstance(t, int) else t for t in sentence.tags or []]

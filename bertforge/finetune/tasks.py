@@ -17,7 +17,9 @@ import numpy as np
 
 from ..model.config import BertConfig
 from ..core.errors import BertforgeError
-from ..model import BertForQuestionAnswering, BertForSequenceClassification, BertForTokenClassification
+from ..model import (BertForQuestionAnswering, BertForSequenceClassification, BertForTokenClassification,
+                     BertPreTrainedModel)
+from ..data.tables import InMemory
 from ..data.qa_spans import NULL_ANSWER_KEY  # config.json: the model was trained to say "no answer"
 from . import metrics as M
 from .config import DEFAULT_LABEL_COLUMN, DataOptions
@@ -45,13 +47,13 @@ class Task(ABC):
     """What training, evaluation and prediction need to know about a task."""
 
     name: str
-    model_class: type
+    model_class: type[BertPreTrainedModel]
     default_max_length = 128
     # Metric names a task reports; the first is the default main metric.
     metric_names: tuple[str, ...] = ()
 
     @abstractmethod
-    def read(self, path: str | Path, opts: DataOptions, labelled: bool) -> tuple[list[Any], bool]:
+    def read(self, path: str | Path | InMemory, opts: DataOptions, labelled: bool) -> tuple[list[Any], bool]:
         """The examples of a file, and (for qa) whether it is SQuAD 2.0."""
 
     @abstractmethod
@@ -64,7 +66,7 @@ class Task(ABC):
     ) -> Encoded:
         """Features for the model; with `labelled`, targets too, and an error for a label the model lacks."""
 
-    def check_trainable(self, data: Encoded) -> None:
+    def check_trainable(self, data: Encoded) -> None:  # noqa: B027 (a hook: accepts all by default)
         """Refuse training data the task's objective cannot learn from (after `encode`, so what the model reads)."""
 
     def main_metric(self, config: BertConfig, requested: str | None) -> str:
@@ -161,7 +163,7 @@ class Classification(Task):
     regression_metric_names = ("pearson", "spearman", "mse")
     multi_label_metric_names = ("micro_f1", "macro_f1", "subset_accuracy")
 
-    def read(self, path: str | Path, opts: DataOptions, labelled: bool) -> tuple[list[TextExample], bool]:
+    def read(self, path: str | Path | InMemory, opts: DataOptions, labelled: bool) -> tuple[list[TextExample], bool]:
         examples = read_classification(
             path, opts.text_column, opts.text_pair_column, opts.label_column, opts.no_header, require_labels=labelled,
             lenient=opts.lenient_rows, label_separator=opts.label_separator,
@@ -317,7 +319,7 @@ class TokenClassification(Task):
     model_class = BertForTokenClassification
     metric_names = ("f1", "precision", "recall", "accuracy")
 
-    def read(self, path: str | Path, opts: DataOptions, labelled: bool) -> tuple[list[TaggedSentence], bool]:
+    def read(self, path: str | Path | InMemory, opts: DataOptions, labelled: bool) -> tuple[list[TaggedSentence], bool]:
         return read_tagged(path, opts.text_column, opts.label_column, labelled, _split_words), False
 
     def label_overrides(self, examples: list[TaggedSentence], path: Path) -> dict[str, Any]:
@@ -403,7 +405,7 @@ class QuestionAnswering(Task):
     default_max_length = 384
     metric_names = ("f1", "exact")
 
-    def read(self, path: str | Path, opts: DataOptions, labelled: bool) -> tuple[list[QAExample], bool]:
+    def read(self, path: str | Path | InMemory, opts: DataOptions, labelled: bool) -> tuple[list[QAExample], bool]:
         label = opts.label_column if opts.label_column != DEFAULT_LABEL_COLUMN else None  # 'label': squad's answers
         given = (opts.text_column, opts.text_pair_column, label)
         return read_squad(path, require_answers=labelled,

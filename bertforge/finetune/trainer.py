@@ -384,7 +384,7 @@ def freeze_backbone(model: torch.nn.Module) -> None:
     """`--freeze-backbone`: the embeddings and the encoder get requires_grad False, so that only the task head
     trains. The pooler (BERT's, ALBERT's) counts as the head: it is the first layer of the sequence head, and a
     checkpoint pre-trained without it (MLM only) has a freshly initialised one that must learn."""
-    backbone = model.base_model
+    backbone: Any = model.base_model  # its BertModel
     for module in (backbone.embeddings, backbone.encoder):
         module.requires_grad_(False)
 

@@ -296,11 +296,11 @@ class Unpadded(Padded):
 
     def unpad(self, x: Tensor) -> Tensor:
         """[B, S, C] or [B*S, C] → [T, C]"""
-        return x.reshape(self.batch * self.seq, -1).index_select(0, self.index)
+        return x.reshape(self.batch * self.seq, -1).index_select(0, self.index)  # type: ignore[arg-type]
 
     def pad(self, x: Tensor) -> Tensor:
         """[T, C] → [B, S, C], zeros at padding."""
-        full = x.new_zeros(self.batch * self.seq, x.shape[-1]).index_copy(0, self.index, x)
+        full = x.new_zeros(self.batch * self.seq, x.shape[-1]).index_copy(0, self.index, x)  # type: ignore[arg-type]
         return full.view(self.batch, self.seq, -1)
 
     def attend(self, qkv: Tensor, nh: int, p: float, training: bool, explicit: bool,
@@ -450,9 +450,9 @@ class Packed:
                                        False, scores)
                 outs.append(merge_heads(ctx).view(n * L, -1))  # [n*L, H]
             else:  # several runs padded to the longest: one call, padded keys masked out
-                padded = qkv.index_select(0, b.gather)  # [n*L, 3H]; padding rows repeat a real row
+                padded = qkv.index_select(0, b.gather)  # type: ignore[arg-type]  # [n*L, 3H]; padding rows repeat a real row
                 ctx, _ = attend_scored(*split_heads(padded, n, L, nh), b.mask, p, training, False, scores)
-                outs.append(merge_heads(ctx).view(n * L, -1).index_select(0, b.scatter))  # [real, H]
+                outs.append(merge_heads(ctx).view(n * L, -1).index_select(0, b.scatter))  # type: ignore[arg-type]  # [real, H]
         return (outs[0] if len(outs) == 1 else torch.cat(outs)), None
 
 

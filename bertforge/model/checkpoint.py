@@ -143,7 +143,7 @@ def convert_state_dict(
     A shape mismatch is an error, except that with `ignore_mismatched_sizes` a head weight (a classifier with
     another number of labels) is left out, to be initialised anew; the encoder's weights must always fit."""
     own = model.state_dict()
-    member = model.config.family  # type: ignore[union-attr]
+    member: Any = model.config.family  # type: ignore[union-attr]
     with_prefix = any(k.startswith("bert.") for k in own)
     own_full = set(own) if with_prefix else {f"{INTERNAL_PREFIX}.{k}" for k in own}  # with the `bert.` prefix
     mapped: dict[str, torch.Tensor] = {}
@@ -206,7 +206,7 @@ def load_pretrained(
     config = BertConfig.from_pretrained(config_dir, **overrides)
     state, source = read_state_dict(path)
     with torch.device("meta"):
-        model = cls(config)  # type: ignore[call-arg]
+        model = cls(config)
     mapped, info = convert_state_dict(state, model, source, ignore_mismatched_sizes)
     if not mapped:
         raise BertforgeError(f"{source}: none of its weights belong to a {config.family.name} model")
@@ -223,7 +223,7 @@ def load_pretrained(
         old = getattr(model.get_submodule(owner), attr)
         setattr(model.get_submodule(owner), attr, torch.nn.Parameter(torch.empty(old.shape, dtype=old.dtype)))
     model.init_weights(only=set(fresh))  # type: ignore[operator]
-    model.loading_info = info  # type: ignore[attr-defined]
+    model.loading_info = info  # type: ignore[assignment]
     _report(cls.__name__, info, quiet)
     return model
 

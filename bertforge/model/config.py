@@ -133,7 +133,7 @@ class BertConfig:
             raise BertforgeError(f"config field 'problem_type' has unknown value {self.problem_type!r}")
         if self.id2label is not None and sorted(self.id2label) != list(range(len(self.id2label))):
             raise BertforgeError("config field 'id2label' must map the ids 0..num_labels-1")
-        self.spec  # the family reads its parts now: a setting it cannot follow fails here, named with its file
+        self.spec  # noqa: B018 (the family reads its parts now: a setting it cannot follow fails here, named with its file)
 
     # ------------------------------------------------------------------ construction
     @property

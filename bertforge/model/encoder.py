@@ -165,7 +165,7 @@ class BertAttention(nn.Module):
         explicit = self.backend == "eager" or output_attentions
         h = self.norm(x) if self.norm is not None else x
         if self.relative is not None and relative_table is not None:
-            terms = self.relative.scorer(relative_table, self.self.query, self.self.key, self.scale)
+            terms = self.relative.scorer(relative_table, self.self.query, self.self.key, self.scale)  # type: ignore[arg-type]
             scores = Scores(scores.rotary, scores.window, terms, self.scale)
         ctx, probs = layout.attend(self.self(h), self.num_heads, self.attn_dropout, self.training, explicit, scores)
         return self.output(ctx, x), probs
@@ -272,7 +272,7 @@ class BertEncoder(nn.Module):
         final norm, which `hidden_states` leave out, as in `transformers`)."""
         if self.embedding_projection is not None:
             x = self.embedding_projection(x)  # [..., E] -> [..., H]
-        hidden = (x,) if output_hidden_states else None
+        hidden: tuple[Tensor, ...] | None = (x,) if output_hidden_states else None
         attentions: tuple[Tensor, ...] | None = () if output_attentions else None
         table = self.relative_table()
         bias = self.relative_attention_bias.lengths() if self.relative_attention_bias is not None else None

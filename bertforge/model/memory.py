@@ -48,7 +48,7 @@ def parameter_count(config: BertConfig, head: str = "pretraining", num_labels: i
         if num_labels is not None:
             config = dataclasses.replace(config, num_labels=num_labels, id2label=None, label2id=None)
     with torch.device("meta"):
-        return cls.from_config(config).num_parameters()
+        return cls.from_config(config).num_parameters()  # type: ignore[attr-defined]
 
 
 def activation_bytes_per_sequence(config: BertConfig, seq_len: int, gradient_checkpointing: bool = False,

@@ -71,7 +71,7 @@ class BertPreTrainedModel(nn.Module):
 
     @property
     def base_model(self) -> "BertModel":
-        return getattr(self, "bert", self)  # type: ignore[return-value]
+        return getattr(self, "bert", self)  # type: ignore[arg-type]
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
@@ -121,7 +121,7 @@ class BertPreTrainedModel(nn.Module):
         are the head's other inputs (`next_sentence_label`, `start_positions` / `end_positions`, `sparse_mlm`);
         the encoder skips padding when the head reads no padded position (`skips_padding`). `document_ids`: rows
         that pack several documents (see `BertModel.forward`)."""
-        out = self.bert(
+        out = self.bert(  # type: ignore[operator]
             input_ids, attention_mask, token_type_ids, position_ids, output_attentions, output_hidden_states,
             unpad=self.skips_padding(labels, **targets), document_ids=document_ids,
         )
@@ -180,7 +180,7 @@ class BertModel(BertPreTrainedModel):
         if initialize:  # a head class initialises the whole tree once, body included
             self.init_weights()
 
-    def forward(
+    def forward(  # type: ignore[override]
         self,
         input_ids: Tensor,
         attention_mask: Tensor | None = None,
@@ -224,7 +224,7 @@ class BertModel(BertPreTrainedModel):
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
         rows = Unpadded.from_mask(attention_mask, None)  # [B, S] ↔ [T], row order
-        layout, order, positions = document_layout(rows.index, document_ids, merge_short=self.training)
+        layout, order, positions = document_layout(rows.index, document_ids, merge_short=self.training)  # type: ignore[arg-type]
         position_ids = None
         if self.spec.positions != "none":  # a table: each document counts from 0 (RoBERTa from the padding id + 1)
             offset = (self.spec.pad_token_id or 0) + 1 if self.spec.positions == "after-padding" else 0

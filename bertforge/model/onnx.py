@@ -103,14 +103,14 @@ def load_for_export(path: Path, model_class: str = "auto") -> BertPreTrainedMode
         if model_class not in MODEL_CLASSES:
             raise BertforgeError(f"unknown model class {model_class!r}; choose auto, none or one of: {', '.join(MODEL_CLASSES)}")
         model = load_pretrained(MODEL_CLASSES[model_class], path, quiet=True).eval()
-        heads_missing = [k for k in model.loading_info.missing_keys if not k.startswith(("bert.pooler.", "pooler."))]
+        heads_missing = [k for k in model.loading_info.missing_keys if not k.startswith(("bert.pooler.", "pooler."))]  # type: ignore[union-attr]
         if heads_missing:
             raise BertforgeError(f"{path} has no {model_class} head weights ({heads_missing[0]} is missing)")
         return model
     architectures = BertConfig.from_pretrained(path).architectures or []
     cls = next((MODEL_CLASSES[a] for a in architectures if a in MODEL_CLASSES), BertModel)
     model = load_pretrained(cls, path, quiet=True).eval()
-    if cls is not BertModel and model.loading_info.missing_keys:
+    if cls is not BertModel and model.loading_info.missing_keys:  # type: ignore[union-attr]
         log.warning("%s: config names %s but its head weights are missing; exporting BertModel", path, cls.__name__)
         model = load_pretrained(BertModel, path, quiet=True).eval()
     return model

@@ -137,7 +137,7 @@ def quantize_model(
                 block.replace_part(role, Int8SelfAttention(module, inputs.get(module)))
             elif isinstance(module, Dense):
                 block.replace_part(role, Int8Dense(module, inputs.get(module)))
-    model.quantization = quantize
+    model.quantization = quantize  # type: ignore[assignment]
     return model.eval()
 
 
@@ -170,9 +170,9 @@ def channel_maxima(model: BertPreTrainedModel, calibration: Sequence[Sequence[in
         by_length: dict[int, list[Sequence[int]]] = {}
         for ids in calibration:
             by_length.setdefault(min(len(ids), limit), []).append(list(ids)[:limit])
-        for length, rows in sorted(by_length.items()):
-            ids = torch.tensor(rows, dtype=torch.long)
-            model.base_model(input_ids=ids, attention_mask=torch.ones_like(ids))
+        for _length, rows in sorted(by_length.items()):
+            batch = torch.tensor(rows, dtype=torch.long)
+            model.base_model(input_ids=batch, attention_mask=torch.ones_like(batch))
     finally:
         for hook in hooks:
             hook.remove()

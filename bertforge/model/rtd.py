@@ -85,7 +85,7 @@ class DisentangledEmbedding(nn.Module):
 
     @property
     def weight(self) -> Tensor:
-        return self.shared.weight.detach() + self.delta  # [V, E]
+        return self.shared.weight.detach() + self.delta  # type: ignore[union-attr, operator]  # [V, E]
 
     def forward(self, ids: Tensor) -> Tensor:
         return F.embedding(ids, self.weight)
@@ -135,7 +135,7 @@ class ReplacedTokenDetection(nn.Module):
         own = discriminator.bert.embeddings.word_embeddings.weight
         with torch.no_grad():
             delta = own - shared.weight if keep_embeddings else torch.zeros_like(own)
-        discriminator.bert.embeddings.word_embeddings = DisentangledEmbedding(shared, delta)
+        discriminator.bert.embeddings.word_embeddings = DisentangledEmbedding(shared, delta)  # type: ignore[assignment]
 
     @classmethod
     def build(cls, config: BertConfig, generator_layers: int | None = None) -> "ReplacedTokenDetection":

@@ -18,7 +18,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import torch
 from torch import Tensor
@@ -148,7 +148,7 @@ class Pipeline:
         if tokenizer is None:
             from ..tokenizer import Tokenizer
 
-            tokenizer = Tokenizer.from_pretrained(self.model_dir)
+            tokenizer = Tokenizer.from_pretrained(cast(Path, self.model_dir))  # a model object comes with tokenizer=
         self.tokenizer = tokenizer
         if quantize is not None and not is_quantized(self.model):
             self.model = quantize_model(copy.deepcopy(self.model) if self.model_dir is None else self.model, quantize,

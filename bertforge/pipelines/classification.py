@@ -145,8 +145,8 @@ class TextClassificationPipeline(Pipeline):
         if self.top_k == 1:
             best = int(scores.argmax())
             return {"label": self.id2label[best], "score": float(scores[best])}
-        order = np.argsort(-scores, kind="stable")[: self.top_k]
-        return [{"label": self.id2label[int(i)], "score": float(scores[i])} for i in order]
+        top = np.argsort(-scores, kind="stable")[: self.top_k]
+        return [{"label": self.id2label[int(i)], "score": float(scores[i])} for i in top]
 
 
 class TokenClassificationPipeline(Pipeline):
@@ -193,7 +193,7 @@ class TokenClassificationPipeline(Pipeline):
         ]
         return features, truncated
 
-    def head(self, batch: PackedBatch, hidden: Tensor, features: list[Feature]) -> list[np.ndarray]:
+    def head(self, batch: PackedBatch, hidden: Tensor, features: list[Feature]) -> list[Tensor]:
         model: BertForTokenClassification = self.model  # type: ignore[assignment]
         probs = model.token_logits(hidden).float().softmax(dim=-1)  # [T, num_labels]
         return list(torch.split(probs.cpu(), batch.lengths))  # per sequence [len, num_labels]

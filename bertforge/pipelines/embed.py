@@ -134,7 +134,7 @@ class FeatureExtractionPipeline(EmbedPipeline):
         rows = hidden.float().cpu().numpy()
         return [rows[start:start + n] for start, n in zip(batch.starts, batch.lengths)]  # [T, H] each
 
-    def __call__(self, inputs: str | Iterable[str]) -> Any:  # type: ignore[override]
+    def __call__(self, inputs: str | Iterable[str]) -> Any:
         if isinstance(inputs, str):
             return Pipeline.__call__(self, inputs)[None].tolist()
         return [rows[None].tolist() for rows in Pipeline.__call__(self, inputs)]

@@ -66,7 +66,7 @@ class FillMaskPipeline(Pipeline):
     def head(self, batch: PackedBatch, hidden: Tensor, features: list[Feature]) -> list[tuple[np.ndarray, np.ndarray]]:
         rows = (batch.input_ids == self.mask_id).nonzero().squeeze(1)  # [N] packed positions of the masks
         model: BertForMaskedLM = self.model  # type: ignore[assignment]
-        logits = model.mlm_logits(hidden[rows])  # [N, V]
+        logits = model.mlm_logits(hidden[rows])  # type: ignore[misc]  # [N, V] (BertForPreTraining's method, shared)
         probs = logits.float().softmax(dim=-1)
         if self.target_ids is not None:
             probs = probs[:, self.target_ids.to(probs.device)]
@@ -74,8 +74,8 @@ class FillMaskPipeline(Pipeline):
         if self.target_ids is not None:
             ids = self.target_ids[ids.cpu()]
         counts = [seq.count(self.mask_id) for seq in (f.input_ids for f in features)]
-        scores, ids = scores.cpu().numpy(), ids.cpu().numpy()
-        return list(zip(np.split(scores, np.cumsum(counts)[:-1]), np.split(ids, np.cumsum(counts)[:-1])))
+        top_scores, top_ids = scores.cpu().numpy(), ids.cpu().numpy()
+        return list(zip(np.split(top_scores, np.cumsum(counts)[:-1]), np.split(top_ids, np.cumsum(counts)[:-1])))
 
     def postprocess(self, item: str, outputs: list[Any], features: list[Feature]) -> list[Any]:
         scores, ids = outputs[0]  # [masks, k] each

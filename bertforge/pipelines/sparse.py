@@ -34,7 +34,7 @@ class SparseEmbedPipeline(VectorPipeline):
         model: BertForMaskedLM = self.model  # type: ignore[assignment]
         rows = []
         for start, n in zip(batch.starts, batch.lengths):  # one sequence at a time: [n, V] logits, not [T, V]
-            logits = model.mlm_logits(hidden[start:start + n]).float()  # [n, V]
+            logits = model.mlm_logits(hidden[start:start + n]).float()  # type: ignore[misc]  # [n, V]
             rows.append(torch.log1p(torch.relu(logits)).amax(dim=0).cpu().numpy())  # [V]
         return rows
 

@@ -81,7 +81,7 @@ def choose_tokenizer(args: PretrainArgs, out: Path, corpus: list[str], rt: Runti
     a, own = args, out / "tokenizer"
     tokenizer = None
     if a.tokenizer or a.init_from:
-        tokenizer = Tokenizer.from_pretrained(a.tokenizer or a.init_from)
+        tokenizer = Tokenizer.from_pretrained(a.tokenizer or a.init_from)  # type: ignore[arg-type]
     elif not a.overwrite and (own / "tokenizer.json").is_file():
         tokenizer = Tokenizer.from_pretrained(own)
     # too few documents (or none) is refused now, not at the first batch, and before a vocabulary is trained

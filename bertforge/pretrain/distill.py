@@ -81,7 +81,7 @@ class DistillArgs(PretrainArgs):
 
     def model_config(self) -> BertConfig:
         """The student's config: the teacher's, as a DistilBERT of `student_layers` (half the teacher's) layers."""
-        teacher = BertConfig.from_pretrained(self.teacher)
+        teacher = BertConfig.from_pretrained(self.teacher)  # type: ignore[arg-type]
         if teacher.embedding_dim != teacher.hidden_size or teacher.num_hidden_groups:
             raise BertforgeError(f"--teacher {self.teacher}: a {teacher.family.name} teacher (factorised embeddings or "
                                  "shared layers) cannot be copied into a DistilBERT; use a BERT- or RoBERTa-shaped one")
@@ -139,7 +139,7 @@ def init_from_teacher(student: BertForMaskedLM, teacher: BertPreTrainedModel) ->
         student.base_model.embeddings.load_from(teacher.base_model.embeddings, teacher.config.position_offset)
         for block, index in zip(student.blocks(), layers):
             block.load_state_dict(teacher_blocks[index].state_dict())
-        student.mlm_head().load_state_dict(teacher.mlm_head().state_dict())  # type: ignore[operator]
+        student.mlm_head().load_state_dict(teacher.mlm_head().state_dict())  # type: ignore[operator, misc]
         return
     names = {id(m): name for name, m in teacher.named_modules()}
     names.update({id(m): name for name, m in student.named_modules()})

@@ -102,7 +102,7 @@ class Pretrainer:
                 module.requires_grad_(False)
         self.train_model = wrap_model(self.model, self.rt, args.fsdp, args.compile)
         self.optimizer = make_optimizer(self.model, args.optimizer, args.lr, args.weight_decay,  # fused where it applies
-                                        betas=(0.9, args.adam_beta2))
+                                        betas=(0.9, args.adam_beta2))  # type: ignore[arg-type]
         self.clock = None if args.max_minutes is None and args.save_every_minutes is None else RunClock(
             args.max_minutes, args.save_every_minutes, self.rt)
         warmup, _ = args.warmup(args.first_length)
@@ -222,7 +222,7 @@ class Pretrainer:
         outcome = self.stepper.run(batches, lambda b, w: self.forward_backward(b, w), self.loss_counts, self.train_model)
         totals = outcome.totals
         first, rest = self.objective.statistics(totals)  # metrics.jsonl's columns: the objective's around the step's
-        result = {"loss": totals["loss"].item(), **first, "lr": outcome.lr, "grad_norm": outcome.grad_norm.item(),
+        result: dict[str, Any] = {"loss": totals["loss"].item(), **first, "lr": outcome.lr, "grad_norm": outcome.grad_norm.item(),
                   "tokens": int(totals["tokens"].item()), **rest}
         self.tokens_seen += result["tokens"]
         return result
@@ -272,7 +272,7 @@ class Pretrainer:
     def record_step(self, result: dict[str, float]) -> None:
         """A step's statistics into the window of the next metrics row (restored by a resume); tokens/s counts this
         process's steps only."""
-        self.window_tokens += result.pop("tokens")
+        self.window_tokens += result.pop("tokens")  # type: ignore[assignment]
         self.metrics_window.append({k: float(v) for k, v in result.items()})
 
     def period_ends(self) -> bool:
@@ -327,16 +327,16 @@ class Pretrainer:
         weights = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
         if not self.rt.is_main:
             return
-        refuse_nonfinite(weights, str(target))
+        refuse_nonfinite(weights, str(target))  # type: ignore[arg-type]
         a = self.args
         recipe = {"objective": a.objective, "masking": a.masking, "mlm_probability": a.mlm_probability,
                   "max_length": a.max_length, "batch_size": a.batch_size, "max_steps": a.max_steps, "lr": a.lr}
         metrics = {k: v for k, v in (evaluation or {}).items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
         card = ModelCard(base_model=a.init_from, datasets=tuple(self.corpus), recipe=recipe, metrics=metrics,
                          metrics_on="the held-out text (eval.json)", trained_by="pretrain")
-        for name, export in self.objective.exports(self.model, weights, self.config).items():
+        for name, export in self.objective.exports(self.model, weights, self.config).items():  # type: ignore[arg-type]
             with atomic_directory(network_dir(target, name)) as tmp:
-                export.save_pretrained(tmp, card)
+                export.save_pretrained(tmp, card)  # type: ignore[operator]
                 self.tokenizer.save_pretrained(tmp)
                 if evaluation is not None:
                     (tmp / "eval.json").write_text(json.dumps(evaluation, indent=2) + "\n", encoding="utf-8")

@@ -55,7 +55,7 @@ from .errors import TIMED_OUT, ApiError, Overloaded
 from .handlers import CLIENT_CLOSED, LARGE_REQUEST, endpoint
 from .metrics import MULTIPROC_ENV, ROUTES, Metrics, MetricsMiddleware
 from .requests import read_json
-from .responses import _json_floats, finite_rows, json_bytes, json_response, vectors_json  # _json_floats: for its test
+from .responses import _json_floats, finite_rows, json_bytes, json_response, vectors_json  # noqa: F401 (_json_floats: for its test)
 
 __all__ = [
     "CLIENT_CLOSED", "ENV_CONFIG", "LARGE_REQUEST", "MULTIPROC_ENV", "ROUTES", "SWITCH_INTERVAL", "TASKS", "TIMED_OUT",

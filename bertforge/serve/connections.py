@@ -42,7 +42,12 @@ def _raw_response(status: str, message: str, kind: str, extra: str = "") -> byte
     return head.encode("ascii") + body
 
 
-class ConnectionGuard:
+#: `ConnectionGuard`'s base: `object`, typed Any, since the guard mixes into a uvicorn protocol whose attributes
+#: and methods (`cycle`, `transport`, `super().data_received` ...) it uses.
+_UvicornProtocol: Any = object
+
+
+class ConnectionGuard(_UvicornProtocol):
     """A deadline for what the server waits on, and the connection cap (see the module's docstring), for either of
     uvicorn's HTTP protocols: it relies on what both keep, `cycle` (`more_body`, `response_complete`,
     `response_started`, `scope`), `connections`, `transport`, `loop` and `on_response_complete`."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ..core.errors import BertforgeError
 from .batcher import Batcher
@@ -13,6 +13,10 @@ from .config import ServeConfig
 from .errors import ApiError
 from .metrics import Metrics
 from ..core.hub import model_path
+
+if TYPE_CHECKING:
+    from ..pipelines.classification import TextClassificationPipeline
+    from ..pipelines.embed import EmbedPipeline
 
 #: The default bound on one input's characters, per token of the model's max length: English averages 4-5
 #: characters a token, so a text cut there keeps every token the model reads unless it averages more than 16.
@@ -81,6 +85,7 @@ class Engine:
                       batch_size=config.max_batch_tokens, progress=False, num_threads=config.num_threads,
                       device=config.device)
         pipelines: dict[str, Any] = {}
+        main: EmbedPipeline | TextClassificationPipeline  # the pipeline of /embed, or of /predict
         if self.task == "embed":
             self.default_normalize = bool(sentence_transformers_settings(model_dir).get("normalize", False))
             source: Any = model_dir
@@ -92,8 +97,9 @@ class Engine:
                 pipelines["embed_sparse"] = sparse
                 source, tokenizer = sparse.model, sparse.tokenizer
             # Unnormalised rows: each request says whether it wants them normalised.
-            embed = pipeline("embed", model=source, tokenizer=tokenizer, settings_from=model_dir, pooling=config.pooling,
-                             normalize=False, quantize=config.quantize, **common)
+            embed = cast("EmbedPipeline", pipeline("embed", model=source, tokenizer=tokenizer, settings_from=model_dir,
+                                                   pooling=config.pooling, normalize=False, quantize=config.quantize,
+                                                   **common))
             self.hidden_size = embed.hidden_size
             pipelines["embed"] = main = embed
             if sparse is not None:
@@ -104,7 +110,8 @@ class Engine:
         else:
             if config.pooling is not None:
                 raise BertforgeError("serve: --pooling is for embedding models, not classification")
-            main = pipeline("text-classification", model=model_dir, top_k=None, quantize=config.quantize, **common)
+            main = cast("TextClassificationPipeline", pipeline("text-classification", model=model_dir, top_k=None,
+                                                               quantize=config.quantize, **common))
             shared = dict(common, model=main.model, tokenizer=main.tokenizer, max_length=main.max_length)
             pipelines["classify"] = main
             pipelines["classify_raw"] = pipeline("text-classification", top_k=None, function_to_apply="none", **shared)
@@ -117,7 +124,7 @@ class Engine:
         self.pipelines = pipelines
         self.tokenizer = main.tokenizer
         self.max_length = main.max_length
-        for kind, pipe in pipelines.items():  # the first call builds kernels and caches: not a client's
+        for pipe in pipelines.values():  # the first call builds kernels and caches: not a client's
             items = ["warm up"] if self.task == "embed" else [("warm", "up")]
             pipe.run_features(items, pipe.features(items)[0])
         self.batcher.runners.update({kind: pipe.run_features for kind, pipe in pipelines.items()})

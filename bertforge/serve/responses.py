@@ -38,7 +38,7 @@ def json_bytes(data: Any) -> bytes:
     try:
         import orjson
     except ImportError:
-        orjson = None
+        orjson = None  # type: ignore[assignment]
     if orjson is not None:
         try:
             return orjson.dumps(data, option=orjson.OPT_SERIALIZE_NUMPY)

@@ -299,7 +299,7 @@ class Tokenizer(Vocabulary):
         if isinstance(ids, int):
             ids = [ids]
         if ids and isinstance(ids[0], (list, tuple)):
-            return [self.decode(sequence, skip_special_tokens) for sequence in ids]
+            return [self.decode(sequence, skip_special_tokens) for sequence in ids]  # type: ignore[misc]  # each a str
         text = self._backend.decode(list(ids), skip_special_tokens=skip_special_tokens)
         return encoding.clean_up_tokenization(text) if self.clean_up_tokenization_spaces else text
 

@@ -9,7 +9,7 @@ import functools
 import re
 import string
 from collections.abc import Callable
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar, cast
 
 import numpy as np
 import tokenizers
@@ -63,7 +63,7 @@ def configure(backend: tokenizers.Tokenizer, strategies: Strategies, pad_id: int
     if strategies.truncation == "do_not_truncate":
         backend.no_truncation()
     else:
-        backend.enable_truncation(strategies.max_length, stride=0, strategy=strategies.truncation, direction="right")
+        backend.enable_truncation(cast(int, strategies.max_length), stride=0, strategy=strategies.truncation, direction="right")
     if strategies.padding == "do_not_pad":
         backend.no_padding()
     else:

@@ -12,7 +12,7 @@ import json
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import tokenizers
 
@@ -150,7 +150,7 @@ def training_texts(source: str | os.PathLike[str] | Sequence[str | os.PathLike[s
         source = [source]
     if isinstance(source, (list, tuple)):
         return _lines_of(_check_training_files(source)), "training files " + ", ".join(str(p) for p in source)
-    return iter(source), "training text iterator"
+    return iter(cast("Iterable[str]", source)), "training text iterator"
 
 
 def _check_training_files(paths: Sequence[str | os.PathLike[str]]) -> list[Path]:

@@ -248,7 +248,7 @@ def _roberta_processing(kind: TokenizerKind, backend: tokenizers.Tokenizer,
     """`RobertaProcessing`, as `transformers.RobertaTokenizer` sets it: `kind.single` / `kind.pair`, and the
     offsets trimmed of the spaces that byte-level tokens carry."""
     sep, cls = special_tokens["sep_token"], special_tokens["cls_token"]
-    return processors.RobertaProcessing((sep, backend.token_to_id(sep)), (cls, backend.token_to_id(cls)),
+    return processors.RobertaProcessing((sep, backend.token_to_id(sep)), (cls, backend.token_to_id(cls)),  # type: ignore[arg-type]
                                         trim_offsets=True, add_prefix_space=False)
 
 
@@ -333,7 +333,7 @@ def _metaspace_pipeline(model: Model, normalization: Normalization, *, albert: b
     """
     backend = tokenizers.Tokenizer(model)
     if albert:
-        steps = [normalizers.Replace("``", '"'), normalizers.Replace("''", '"')]
+        steps: list[normalizers.Normalizer] = [normalizers.Replace("``", '"'), normalizers.Replace("''", '"')]
         if normalization.strips_accents:
             steps += [normalizers.NFKD(), normalizers.StripAccents()]
         if normalization.do_lower_case:

@@ -4,6 +4,7 @@ how the kind's template lays them around one segment or a pair. `Tokenizer` (`co
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import cast
 
 import tokenizers
 from tokenizers import AddedToken
@@ -73,14 +74,14 @@ class Vocabulary:
         if isinstance(tokens, str):
             token_id = self._backend.token_to_id(tokens)
             return self.unk_token_id if token_id is None else token_id
-        return [self.convert_tokens_to_ids(token) for token in tokens]
+        return [self.convert_tokens_to_ids(token) for token in tokens]  # type: ignore[misc]  # each an int
 
     def convert_ids_to_tokens(self, ids: int | Iterable[int], skip_special_tokens: bool = False) -> str | list[str]:
         """The token of an id (or of each id), optionally dropping special tokens from a list."""
         if isinstance(ids, int):
-            return self._backend.id_to_token(ids)
+            return self._backend.id_to_token(ids)  # type: ignore[return-value]  # None only for an id beyond the vocabulary
         special_ids = set(self.all_special_ids) if skip_special_tokens else set()
-        return [self._backend.id_to_token(int(i)) for i in ids if int(i) not in special_ids]
+        return [self._backend.id_to_token(int(i)) for i in ids if int(i) not in special_ids]  # type: ignore[misc]
 
     @property
     def kind(self) -> TokenizerKind:
@@ -100,7 +101,7 @@ class Vocabulary:
     @property
     def _role_ids(self) -> dict[str, int]:
         """Role -> id of the special tokens (the kind's roles: RoBERTa's bos_token is its cls_token, ...)."""
-        return {role: self._backend.token_to_id(token) for role, token in self._special_tokens.items()}
+        return {role: self._backend.token_to_id(token) for role, token in self._special_tokens.items()}  # type: ignore[misc]  # in the vocabulary (__init__ checks)
 
     pad_token, unk_token, cls_token, sep_token, mask_token, bos_token, eos_token = (
         _role_token(role) for role in ("pad_token", "unk_token", "cls_token", "sep_token", "mask_token",
@@ -116,7 +117,7 @@ class Vocabulary:
         ids: list[int] = []
         types: list[int] = []
         for piece, type_id in self._kind.pieces(pair=ids_b is not None):
-            run = ids_a if piece == "A" else ids_b if piece == "B" else [self._role_ids[piece]]
+            run = ids_a if piece == "A" else cast("Sequence[int]", ids_b) if piece == "B" else [self._role_ids[piece]]
             ids += run
             types += [type_id] * len(run)
         return ids, types
@@ -129,7 +130,7 @@ class Vocabulary:
         """For each id, whether its token continues the word before it ("##ing" in WordPiece; a byte-level or
         Unigram token not starting with "Ġ" or "▁"), for whole-word masking; False for special tokens."""
         special = set(self.all_special_ids)
-        return [i not in special and self._kind.is_continuation(self._backend.id_to_token(i))
+        return [i not in special and self._kind.is_continuation(self._backend.id_to_token(i))  # type: ignore[arg-type]
                 for i in range(self.vocab_size)]
 
 

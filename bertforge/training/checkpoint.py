@@ -28,7 +28,7 @@ import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -145,7 +145,7 @@ class TrainingCheckpoints:
         `keep` are deleted. Returns the checkpoint's path."""
         stepper, rt = self.stepper, self.rt
         options = StateDictOptions(full_state_dict=True, cpu_offload=True)
-        weights = get_model_state_dict(stepper.model, options=options)
+        weights = cast("dict[str, torch.Tensor]", get_model_state_dict(stepper.model, options=options))  # full: tensors
         optim_state = get_optimizer_state_dict(stepper.model, stepper.optimizer, options=options)
         rngs, data = self.gathered(rng_state()), self.gathered(data)
         target = self.root / f"step-{stepper.step}"
@@ -200,7 +200,7 @@ class TrainingCheckpoints:
         """Model and optimizer state; under FSDP this shards the full tensors, a collective every rank enters."""
         model = self.stepper.model
         options = StateDictOptions(full_state_dict=True, strict=False)  # unused heads (NSP with --no-nsp) have no optimizer state
-        set_model_state_dict(model, loaded.weights, options=options)
+        set_model_state_dict(model, cast("dict[str, Any]", loaded.weights), options=options)
         set_optimizer_state_dict(model, self.stepper.optimizer, loaded.optimizer, options=options)
         loaded.weights, loaded.optimizer = {}, None  # applied: not kept twice in memory
 
@@ -221,7 +221,7 @@ class TrainingCheckpoints:
                 raise refusal or DataChanged("cannot resume: another rank's data differs from the checkpoint's")
             if all_ranks_agree(self.rt, error is None):
                 try:  # every rank reads the same files, so every rank fails (or not) here alike
-                    self.apply_weights(loaded)
+                    self.apply_weights(cast(Loaded, loaded))  # read, on every rank (no error)
                 except Exception as err:
                     error = f"{type(err).__name__}: {err}"
             else:

@@ -47,7 +47,7 @@ its key listed in the row's `"nonfinite"` (for example `"loss": null, "nonfinite
             return
         if resume_step is not None and file.exists():
             kept = [line for line in file.read_text(encoding="utf-8").splitlines()
-                    if line.strip() and _row_step(line) is not None and _row_step(line) <= resume_step]
+                    if line.strip() and (step := _row_step(line)) is not None and step <= resume_step]
             atomic_write_text(file, "".join(line + "\n" for line in kept))
         if tensorboard is not None:
             try:

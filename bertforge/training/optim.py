@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -67,7 +68,7 @@ class AdamMoments(torch.optim.Optimizer):
         super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
 
     @torch.no_grad()
-    def step(self, closure=None):  # type: ignore[override]
+    def step(self, closure=None):
         loss = closure() if closure is not None else None
         for group in self.param_groups:
             beta1, beta2 = group["betas"]
@@ -154,7 +155,7 @@ def make_optimizer(
     else:
         groups = layer_decay_groups(model, lr, weight_decay, layer_lr_decay)
     if name == "adamw":
-        kwargs = dict(lr=lr, betas=betas, eps=eps)
+        kwargs: dict[str, Any] = dict(lr=lr, betas=betas, eps=eps)
         if fused is None:
             fused = fused_adamw_supported([p for g in groups for p in g["params"]])
         if fused:

@@ -36,5 +36,5 @@ def wrap_model(model: torch.nn.Module, rt: Runtime, fsdp: bool = False, compile:
         ids = [rt.local_rank] if rt.device.type == "cuda" else None
         wrapped = DistributedDataParallel(model, device_ids=ids)
     if compile:
-        wrapped = torch.compile(wrapped)
+        wrapped = torch.compile(wrapped)  # type: ignore[assignment]  # of a Module: an OptimizedModule, a Module
     return wrapped

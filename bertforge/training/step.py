@@ -141,7 +141,7 @@ class TrainStep:
             present = [loss for loss in losses.values() if loss is not None]
             if self.world_size > 1 and present:  # DDP all-reduces gradients in backward: a rank whose micro-batch
                 # has no target (a stand-in, see `finetune.trainer.rank_share`) joins with zero gradients
-                self.scaler.scale(sum(loss.sum() * 0.0 for loss in present)).backward()  # type: ignore[union-attr]
+                self.scaler.scale(sum(loss.sum() * 0.0 for loss in present)).backward()  # type: ignore[arg-type]  # a Tensor: present
             return torch.zeros((), device=self.device)
         objective = terms[0]
         for term in terms[1:]:
@@ -173,7 +173,7 @@ class TrainStep:
         for i, (batch, w) in enumerate(zip(batches, weights)):
             last = i == len(batches) - 1
             no_sync = self.world_size > 1 and not last and hasattr(wrapped, "no_sync")
-            with wrapped.no_sync() if no_sync else contextlib.nullcontext():  # type: ignore[union-attr]
+            with wrapped.no_sync() if no_sync else contextlib.nullcontext():  # type: ignore[union-attr, operator]
                 stats = forward_backward(batch, w)
             for k, v in stats.items():
                 totals[k] = totals.get(k, 0) + v

@@ -27,7 +27,7 @@ import logging
 import math
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -90,12 +90,12 @@ class RunClock:
             dist.all_reduce(agreed, op=dist.ReduceOp.MIN)
             length, due = int(agreed[0].item()), agreed[1].item() == 0
         if due:
-            self.saves = int(self.elapsed() // self.interval)
+            self.saves = int(self.elapsed() // cast(float, self.interval))  # due: there is an interval
         if length != max_steps and self.rt.is_main:
             if length <= step:
-                log.info("--max-minutes %g: the time is up at step %d", self.budget / 60, step)
+                log.info("--max-minutes %g: the time is up at step %d", cast(float, self.budget) / 60, step)
             elif max_steps == PROVISIONAL_STEPS:
-                log.info("--max-minutes %g: %d steps fit (timed over steps %d-%d)", self.budget / 60, length,
+                log.info("--max-minutes %g: %d steps fit (timed over steps %d-%d)", cast(float, self.budget) / 60, length,
                          step - CALIBRATION_STEPS, step)
         return length, due
 

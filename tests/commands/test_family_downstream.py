@@ -16,7 +16,6 @@ import numpy as np
 import pytest
 import torch
 
-import bertforge
 from bertforge.cli import main
 from bertforge.tokenizer import Tokenizer
 from tests.finetune.conftest import NEGATIVE, NER_SENTENCES, POSITIVE, write_sentiment

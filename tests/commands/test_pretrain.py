@@ -26,7 +26,6 @@ from bertforge import BertConfig, data
 from bertforge.cli import main
 from bertforge.pretrain.trainer import PretrainArgs, Pretrainer
 from bertforge.training.run_dir import list_checkpoints
-from bertforge.tokenizer import Tokenizer
 from tests.helpers import TINY_CONFIG, make_corpus
 from tests.pretrain.test_trainer_budget import use_fake_time
 from tests.pretrain.test_eval import rows, write_eval_text

@@ -8,14 +8,13 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
 
 from bertforge.cli import main
 from bertforge.core.errors import BertforgeError
 from bertforge.embeddings_train import train_embeddings
 from bertforge.training.run_dir import list_checkpoints
 
-from tests.helpers import metrics_rows as rows, same_run, stopped_after
+from tests.helpers import same_run, stopped_after
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

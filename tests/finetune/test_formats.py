@@ -22,7 +22,7 @@ pa = pytest.importorskip("pyarrow")
 datasets = pytest.importorskip("datasets")
 import pyarrow.parquet as pq  # noqa: E402
 
-from tests.helpers import stopped_after
+from tests.helpers import stopped_after  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

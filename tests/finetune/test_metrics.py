@@ -169,11 +169,11 @@ def test_multi_label_metrics_equal_scikit_learns():
     from bertforge.finetune.metrics import multi_label_metrics
 
     rng = random.Random(0)
-    for trial in range(20):
+    for _trial in range(20):
         n, k = rng.randint(1, 30), rng.randint(2, 6)
         gold = [[j for j in range(k) if rng.random() < 0.4] for _ in range(n)]
         pred = [[j for j in range(k) if rng.random() < 0.4] for _ in range(n)]
-        hot = lambda sets: [[int(j in s) for j in range(k)] for s in sets]  # noqa: E731
+        hot = lambda sets: [[int(j in s) for j in range(k)] for s in sets]  # noqa: E731, B023 (used within the iteration)
         ours = multi_label_metrics(gold, pred, k)
         assert ours["micro_f1"] == pytest.approx(sklearn.f1_score(hot(gold), hot(pred), average="micro", zero_division=0))
         assert ours["macro_f1"] == pytest.approx(sklearn.f1_score(hot(gold), hot(pred), average="macro", zero_division=0))

@@ -9,7 +9,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-import torch
 
 from bertforge.cli import main
 from bertforge.core.errors import BertforgeError

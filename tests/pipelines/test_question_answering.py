@@ -41,12 +41,12 @@ def _qa_reference(
         real = enc["attention_mask"][w].numpy().astype(bool)  # not padding
 
         def probs(x: np.ndarray) -> np.ndarray:
-            x = np.where(keep, x.astype(np.float64), -np.inf)
+            x = np.where(keep, x.astype(np.float64), -np.inf)  # noqa: B023 (called within the iteration)
             p = np.exp(x - x.max())
             return p / p.sum()
 
         def top(x: np.ndarray) -> set[int]:
-            order = np.argsort(np.where(real, x, -np.inf))[::-1][: int(real.sum())]
+            order = np.argsort(np.where(real, x, -np.inf))[::-1][: int(real.sum())]  # noqa: B023
             return set(order[:n_best].tolist()) if n_best is not None else set(order.tolist())
 
         start, end = probs(starts), probs(ends)

@@ -92,7 +92,7 @@ def test_evaluation_trains_exactly_the_same_weights(corpus_and_tokenizer, eval_t
     pretrain(eval_args(corpus_and_tokenizer, evaluated, eval_text, eval_every=1))
     assert len(rows(evaluated, "eval")) == 9
     assert same_weights(weights(plain / "model"), weights(evaluated / "model"))
-    strip = lambda out: [{k: v for k, v in r.items() if k != "tokens_per_s"} for r in rows(out) if "type" not in r]
+    strip = lambda out: [{k: v for k, v in r.items() if k != "tokens_per_s"} for r in rows(out) if "type" not in r]  # noqa: E731
     assert strip(plain) == strip(evaluated)
 
 
@@ -156,7 +156,7 @@ def test_resumed_run_evaluates_and_decides_as_an_uninterrupted_one(corpus_and_to
     broken = tmp_path / "broken"
     crash_after_seven(monkeypatch, eval_args(corpus_and_tokenizer, broken, eval_text, **settings))
     pretrain(eval_args(corpus_and_tokenizer, broken, eval_text, resume=True, **settings))
-    state = lambda out: json.loads((out / "checkpoints" / "step-12" / "trainer_state.json").read_text())["evaluation"]
+    state = lambda out: json.loads((out / "checkpoints" / "step-12" / "trainer_state.json").read_text())["evaluation"]  # noqa: E731
     assert state(broken) == state(straight)
     assert rows(broken, "eval") == rows(straight, "eval")
     # the record is not trivial: the loss went up at least once, so "evaluations since the best" counted (the

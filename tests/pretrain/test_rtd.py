@@ -215,7 +215,7 @@ def test_an_interrupted_and_resumed_rtd_run_is_bitwise_identical(inputs, tmp_pat
     assert any("generator." in str(k) for k in names) and any("delta" in str(k) for k in names)  # both networks'
     assert torch.equal(torch.cat([v.flatten() for k in names for v in opt_a["state"][k].values() if torch.is_tensor(v)]),
                        torch.cat([v.flatten() for k in names for v in opt_b["state"][k].values() if torch.is_tensor(v)]))
-    strip = lambda out: [{k: v for k, v in json.loads(r).items() if k != "tokens_per_s"}
+    strip = lambda out: [{k: v for k, v in json.loads(r).items() if k != "tokens_per_s"}  # noqa: E731
                          for r in (out / "metrics.jsonl").read_text().splitlines()]
     assert strip(straight) == strip(broken)
 

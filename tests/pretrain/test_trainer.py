@@ -139,7 +139,7 @@ def test_interrupted_and_resumed_run_is_bitwise_identical(corpus_and_tokenizer, 
         assert torch.equal(a[k], b[k]), k
     rows_a = (straight / "metrics.jsonl").read_text().splitlines()
     rows_b = (broken / "metrics.jsonl").read_text().splitlines()
-    strip = lambda rows: [{k: v for k, v in json.loads(r).items() if k != "tokens_per_s"} for r in rows]
+    strip = lambda rows: [{k: v for k, v in json.loads(r).items() if k != "tokens_per_s"} for r in rows]  # noqa: E731
     assert strip(rows_a) == strip(rows_b)
 
 
@@ -147,7 +147,7 @@ def test_metrics_rows_after_a_resume_average_the_same_steps(corpus_and_tokenizer
     """log_every (5) off the checkpoint grid (4): the rows logged after a resume, from a crash or from a run
     extended past its max_steps, equal an uninterrupted run's (the partial window is checkpointed)."""
     settings = dict(nsp=False, log_every=5, decay="constant")  # a schedule that does not depend on max_steps
-    strip = lambda out: {r["step"]: {k: v for k, v in r.items() if k != "tokens_per_s"}
+    strip = lambda out: {r["step"]: {k: v for k, v in r.items() if k != "tokens_per_s"}  # noqa: E731
                          for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())}
     straight = tmp_path / "straight"
     pretrain(args(corpus_and_tokenizer, straight, **settings))
@@ -395,7 +395,7 @@ def test_torchrun_fsdp_trains_resumes_and_exports(corpus_and_tokenizer, tmp_path
     assert again.keys() == final.keys()
     for k in final:
         assert torch.equal(again[k], final[k]), k
-    rows = lambda out: [{k: v for k, v in json.loads(r).items() if k != "tokens_per_s"}
+    rows = lambda out: [{k: v for k, v in json.loads(r).items() if k != "tokens_per_s"}  # noqa: E731
                         for r in (out / "metrics.jsonl").read_text().splitlines()]
     assert rows(resumed) == rows(straight)
 

@@ -99,7 +99,7 @@ def test_a_slower_machine_shortens_the_run_without_changing_a_used_learning_rate
     decay_from = next(s for s in range(3, last + 1) if lrs[s] < PEAK) - 2
     assert 12 < decay_from < 30  # the first estimate (step 12: 60 steps) put it at 30; the slow-down moved it
     lengths = [t for t in range(decay_from, 200) if decay_start(2, t, "wsd", 0.5) == decay_from]
-    follows = lambda total: values[decay_from:] == pytest.approx(
+    follows = lambda total: values[decay_from:] == pytest.approx(  # noqa: E731
         [PEAK * schedule_factor(2, total, "wsd", 0.5)(t) for t in range(decay_from, last)])
     assert any(follows(total) for total in lengths), (decay_from, lengths, values[decay_from:])
 
@@ -125,7 +125,7 @@ def test_a_resumed_budgeted_run_is_bitwise_identical(corpus_and_tokenizer, tmp_p
     assert [s for s, _ in list_checkpoints(broken)] == [6, 12, 18]
     pretrain(budget_args(corpus_and_tokenizer, broken, save_every_minutes=0.1, resume=True))
     assert [s for s, _ in list_checkpoints(broken)] == [6, 12, 18, 24, 30]
-    strip = lambda found: [{k: v for k, v in r.items() if k != "tokens_per_s"} for r in found]
+    strip = lambda found: [{k: v for k, v in r.items() if k != "tokens_per_s"} for r in found]  # noqa: E731
     assert strip(rows(straight)) == strip(rows(broken))
     from safetensors.torch import load_file
 

@@ -205,7 +205,7 @@ def test_bf16_autocast_stays_near_fp32(inputs, tmp_path, one_thread):
     bf16 = [trainer.train_step() for _ in range(3)]
     assert dense_output_dtypes(trainer) == {torch.bfloat16}  # a fourth step, watched
     gaps = [abs(a - b) for a, b in zip(losses(bf16), losses(fp32))]
-    print(f"bf16 - fp32 loss gaps {['%.2e' % g for g in gaps]}")
+    print(f"bf16 - fp32 loss gaps {[f'{g:.2e}' for g in gaps]}")
     assert max(gaps) <= 3e-3, gaps
     assert max(gaps) > 0.0
 

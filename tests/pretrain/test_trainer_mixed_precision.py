@@ -65,7 +65,7 @@ def test_fp16_pretraining_resume_is_bitwise_identical(corpus_and_tokenizer, tmp_
     scale_pattern(monkeypatch)
     straight = tmp_path / "straight"
     pretrain(args(corpus_and_tokenizer, straight, precision="fp16"))
-    state = lambda run, step: json.loads((run / "checkpoints" / f"step-{step}" / "trainer_state.json").read_text())
+    state = lambda run, step: json.loads((run / "checkpoints" / f"step-{step}" / "trainer_state.json").read_text())  # noqa: E731
     assert state(straight, 4)["grad_scaler"]["scale"] == 2.0**9 and state(straight, 4)["grad_scaler"]["_growth_tracker"] == 1
     final = state(straight, 6)
     assert final["skipped_steps"] == 1 and final["consecutive_skipped"] == 0
@@ -87,7 +87,7 @@ def test_fp16_pretraining_resume_is_bitwise_identical(corpus_and_tokenizer, tmp_
 
     a, b = (load_file(str(d / "model" / "model.safetensors")) for d in (straight, broken))
     assert all(torch.equal(a[k], b[k]) for k in a)
-    strip = lambda d: [{k: v for k, v in json.loads(r).items() if k != "tokens_per_s"}
+    strip = lambda d: [{k: v for k, v in json.loads(r).items() if k != "tokens_per_s"}  # noqa: E731
                        for r in (d / "metrics.jsonl").read_text().splitlines()]
     assert strip(straight) == strip(broken)
     assert state(broken, 6) == final

@@ -155,7 +155,7 @@ def test_binary_files_are_refused_by_every_reader(tmp_path):
     from bertforge.commands.embed import read_texts
 
     refused = 0
-    for kind, path in binary_samples(tmp_path).items():
+    for path in binary_samples(tmp_path).values():
         for read in (lambda p: CorpusReader(p), lambda p: list(iter_documents(p))):
             with pytest.raises(BertforgeError, match=rf"^{path}: not a text file: .*--allow-binary"):
                 read(path)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from ..spec import EncoderSpec, HeadSpec, RelativeBias
+from ..spec import EncoderSpec, RelativeBias
 from .family import INTERNAL_LAYER, Family, bert_spec
 
 #: `transformers.MPNetConfig`'s defaults for what the encoder's parts read
