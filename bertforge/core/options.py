@@ -40,8 +40,8 @@ def option(
 
     A bool field is a switch to the other value than its default (`flag="--cased"` on a `lowercase=True` field
     sets it False; without a default, a flag starting with `--no-` sets False). A `list[str]` field takes one or
-    more values."""
-    cli = {"help": help, "flag": flag, "metavar": metavar, "choices": tuple(choices) if choices else None}
+    more values. `choices` is kept as given: a registry's live view of its names (`--objective`'s) stays current."""
+    cli = {"help": help, "flag": flag, "metavar": metavar, "choices": choices or None}
     if default_factory is not None:
         return dataclasses.field(default_factory=default_factory, metadata={"cli": cli})
     return dataclasses.field(default=default, metadata={"cli": cli})

@@ -14,17 +14,17 @@ from ..core.constants import SEED
 from ..core.errors import BertforgeError
 from ..core.system import TRAINING_DEVICES
 from ..model.config import BertConfig, PRESETS
-from ..model.rtd import generator_config
 from ..training.optim import DECAYS, OPTIMIZERS, STABLE_DECAYS
 from ..core.options import check_choices, option
 from ..training.time_budget import PROVISIONAL_STEPS
 from ..training.run_dir import RunKind, recorded_settings, settings_to_replay
 from ..training.step import MAX_SKIPPED_STEPS, PRECISION_HELP, PRECISIONS
 from .data import STATIC_DIR
+from .objectives import BERT_REPLACEMENT, ObjectiveKind
+from .registry import AUTO, OBJECTIVE_CHOICES, objective_kind, own_settings, owners
 from ..core.hub import model_path
 
 WARMUP_STEPS = 100  # the default --warmup-steps
-OBJECTIVES = ("auto", "mlm", "nsp", "sop", "rtd")
 RTD_WEIGHT = 50.0  # λ of --objective rtd: the papers' (ELECTRA, DeBERTa-v3); Microsoft's DeBERTa code defaults to 10
 RUN_CONFIG = "run_config.json"  # the settings of a pretraining run, in OUT
 # A pretraining (or distillation) run's directory: all that --overwrite replaces, and the settings a --resume may
@@ -118,7 +118,7 @@ class PretrainArgs:
                             "(next-sentence prediction), sop (sentence-order prediction) or rtd (DeBERTa-v3's "
                             "replaced-token detection: a generator's MLM samples fill the masks, the model learns "
                             "which tokens were replaced; OUT/model is that discriminator, OUT/generator the generator)",
-                            choices=OBJECTIVES)
+                            choices=OBJECTIVE_CHOICES)
     generator_layers: int | None = option(None, "with --objective rtd: the generator's layers (default: half the "
                                           "model's); it has the model's width", metavar="N")
     rtd_weight: float = option(RTD_WEIGHT, "with --objective rtd: λ, the replaced-token loss's weight beside the "
@@ -190,8 +190,8 @@ class PretrainArgs:
             raise BertforgeError(f"--mlm-probability must be in (0, 1), got {a.mlm_probability}")
         if not (a.rtd_weight > 0 and math.isfinite(a.rtd_weight)):
             raise BertforgeError(f"--rtd-weight must be a positive number, got {a.rtd_weight}")
-        if a.generator_layers is not None and a.objective not in ("auto", "rtd"):
-            raise BertforgeError(f"--generator-layers applies to --objective rtd only, not --objective {a.objective}")
+        if a.objective != AUTO:
+            a.refuse_foreign_settings(objective_kind(a.objective), f", not --objective {a.objective}")
         if a.resume and a.overwrite:
             raise BertforgeError("--resume and --overwrite contradict each other; choose one")
         refuse_contradictions(self.chosen())
@@ -261,37 +261,30 @@ class PretrainArgs:
         a, member = self, config.family
         recipe = {**RECIPE_DEFAULTS, **member.recipe}
         objective = a.objective
-        if objective == "auto":
+        if objective == AUTO:  # the family's: its recipe's, else its sentence head's
             sentence = {"NSP": "nsp", "SOP": "sop", None: "mlm"}[member.sentence_head]
             objective = recipe.get("objective", sentence) if a.nsp else "mlm"
-        elif not a.nsp and objective not in ("mlm", "rtd"):
+        kind = objective_kind(objective)
+        if a.objective != AUTO and not a.nsp and kind.sentence is not None:
             raise BertforgeError(f"--no-nsp and --objective {objective} contradict each other; choose one")
         model = f"--config {a.config}" if a.init_from is None else f"--init-from {a.init_from}"
-        if objective == "rtd" and member.model_type != "deberta-v2":
-            raise BertforgeError(f"--objective rtd contradicts {model}: replaced-token detection is DeBERTa-v3's "
-                                 f"(--config deberta-v3-SIZE), not {member.name}'s")
-        if a.generator_layers is not None and objective != "rtd":
-            raise BertforgeError(f"--generator-layers applies to --objective rtd only; {model} pretrains with "
-                                 f"{objective}")
-        if objective == "rtd":
-            generator_config(config, a.generator_layers)  # refuses a generator deeper than the model, before OUT changes
-        if objective in ("nsp", "sop") and member.sentence_head is None:
-            raise BertforgeError(f"--objective {objective} contradicts {model}: {member.name} is pretrained with MLM "
-                                 "only (it has no sentence head)")
-        if objective == "nsp" and member.sentence_head == "SOP":
-            raise BertforgeError(f"--objective nsp contradicts {model}: {member.name}'s sentence head learns "
-                                 "sentence order (--objective sop)")
+        refusal = kind.refusal(member)
+        if refusal is not None:
+            raise BertforgeError(f"--objective {objective} contradicts {model}: {refusal}")
+        a.refuse_foreign_settings(kind, f"; {model} pretrains with {objective}")
+        if kind.check is not None:
+            kind.check(config, a)
         masking = recipe["masking"] if a.masking == "auto" else a.masking
         beta2 = recipe["adam_beta2"] if a.adam_beta2 is None else a.adam_beta2
         rate = recipe["mlm_probability"] if a.mlm_probability is None else a.mlm_probability
         decay = recipe["decay"] if a.decay == "auto" else a.decay
-        packing = (recipe["packing"] if objective == "mlm" else "stream") if a.packing == "auto" else a.packing
+        packing = (recipe["packing"] if kind.packs_documents else "stream") if a.packing == "auto" else a.packing
         if decay not in STABLE_DECAYS and "decay_ratio" in a.chosen():
             raise BertforgeError(f"--decay-ratio applies to --decay wsd or wsd-sqrt only, not {member.name}'s "
                                  f"--decay {decay}")
-        if packing == "documents" and objective != "mlm":
+        if packing == "documents" and not kind.packs_documents:
             raise BertforgeError(f"--packing documents needs MLM alone, not --objective {objective}")
-        return dataclasses.replace(a, objective=objective, nsp=objective == "nsp", masking=masking, adam_beta2=beta2,
+        return dataclasses.replace(a, objective=objective, nsp=kind.next_sentence, masking=masking, adam_beta2=beta2,
                                    mlm_probability=rate, decay=decay, packing=packing)
 
     @property
@@ -301,18 +294,33 @@ class PretrainArgs:
         return self.init_from
 
     @property
+    def objective_kind(self) -> ObjectiveKind:
+        """The objective's registry entry (`registry.OBJECTIVES`), which the run builds and its data follow; of
+        settings resolved by `for_family` ("auto" has none)."""
+        return objective_kind(self.objective)
+
+    def refuse_foreign_settings(self, kind: ObjectiveKind, why: str) -> None:
+        """Refuse a setting that another objective reads alone (`ObjectiveKind.settings`: --generator-layers, RTD's)
+        given with `kind`; `why` ends the message."""
+        for name in sorted(own_settings() - set(kind.settings)):
+            if getattr(self, name) is not None:
+                raise BertforgeError(f"--{name.replace('_', '-')} applies to --objective "
+                                     f"{' or '.join(owners(name))} only{why}")
+
+    @property
     def sentence_objective(self) -> str | None:
-        """The data's sentence objective: "nsp", "sop" or None (settings not resolved by `for_family` yet read
-        "auto" as BERT's: NSP unless --no-nsp)."""
-        if self.objective == "auto":
+        """The data's sentence objective: "nsp", "sop" or None, the objective's (`ObjectiveKind.sentence`; settings
+        not resolved by `for_family` yet read "auto" as BERT's: NSP unless --no-nsp)."""
+        if self.objective == AUTO:
             return "nsp" if self.nsp else None
-        return self.objective if self.objective in ("nsp", "sop") else None
+        return self.objective_kind.sentence
 
     @property
     def mask_replacement(self) -> tuple[float, float]:
-        """Of the masked tokens, the shares that become [MASK] and a random token: BERT's 80 % and 10 %, or all
-        [MASK] for replaced-token detection (its generator's samples replace them)."""
-        return (1.0, 0.0) if self.objective == "rtd" else (0.8, 0.1)
+        """Of the masked tokens, the shares that become [MASK] and a random token, the objective's
+        (`ObjectiveKind.mask_replacement`): BERT's 80 % and 10 %, or all [MASK] for replaced-token detection (its
+        generator's samples replace them)."""
+        return BERT_REPLACEMENT if self.objective == AUTO else self.objective_kind.mask_replacement
 
     @property
     def masking_rate(self) -> float:

@@ -16,11 +16,11 @@ from ..core.errors import BertforgeError
 from ..model.memory import check_training_fits
 from ..model import BertPreTrainedModel
 from ..model.config import BertConfig
-from .args import PretrainArgs
 from .data import check_run_corpora, pretraining_stream, static_reader, train_run_tokenizer
 from ..core.system import Runtime, on_every_rank, on_main
 
 if TYPE_CHECKING:
+    from .args import PretrainArgs
     from ..tokenizer import Tokenizer
 
 

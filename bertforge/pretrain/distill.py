@@ -14,9 +14,15 @@ trained on the teacher's corpus with MLM and dynamic masking, on three losses, w
 * the MLM loss against the true tokens (`--alpha-mlm`, 2);
 * cosine alignment of the last hidden states, 1 - cos(student, teacher) over the real tokens (`--alpha-cos`, 1).
 
-The teacher runs without gradients, in eval mode, on every rank. Everything else is pretraining's (`Pretrainer`):
-streaming, exact resume, DDP/FSDP, metrics, held-out evaluation, atomic checkpoints, and `OUT/model/` in Hugging
-Face layout (`DistilBertForMaskedLM`, or the teacher's family's ForMaskedLM) with the teacher's tokenizer.
+The teacher runs without gradients, in eval mode, on every rank. A distillation run is a pretraining run
+(`Pretrainer`) whose settings (`DistillArgs`) name the objective entry `DISTILLATION`: it loads the teacher and
+builds the student from it and the three losses on it, in one function (`distillation`), so nothing depends on the
+order the trainer builds things in. Everything else is pretraining's: streaming, exact resume, DDP/FSDP, metrics,
+held-out evaluation, atomic checkpoints, and `OUT/model/` in Hugging Face layout (`DistilBertForMaskedLM`, or the
+teacher's family's ForMaskedLM) with the teacher's tokenizer. `DistillArgs` extends `PretrainArgs` (the command line
+and run_config.json are pretraining's settings and the teacher's): the student's config is the teacher's
+(`model_config`), its vocabulary the teacher's (`vocabulary_source`), and `for_family` fixes MLM rows packed as a
+stream, which the pretrainer then reads as any run's.
 """
 
 from __future__ import annotations
@@ -38,10 +44,11 @@ from ..model import BertForMaskedLM, BertPreTrainedModel
 from ..core.options import check_choices, option
 from .args import PretrainArgs
 from .trainer import Pretrainer
-from .objectives import Objective, mlm_stats
+from .objectives import MaskedLMObjective, ObjectiveKind, mlm_stats
 from .data import model_inputs
 from ..training.step import TrainStep
 from ..core.hub import model_path
+from ..core.system import Runtime
 
 log = logging.getLogger("bertforge")
 
@@ -108,6 +115,11 @@ class DistillArgs(PretrainArgs):
     def vocabulary_source(self) -> str | None:
         return self.teacher
 
+    @property
+    def objective_kind(self) -> ObjectiveKind:
+        """Distillation's entry, whatever `objective` reads (MLM's data: `for_family`)."""
+        return DISTILLATION
+
     def for_family(self, config: BertConfig) -> DistillArgs:
         """Pretraining's recipe for the student's family, with MLM alone (DistilBERT dropped NSP; the losses are
         distillation's) and rows packed as a stream: the cosine loss needs every token's last hidden state, which
@@ -162,30 +174,23 @@ def load_teacher(path: str, device: torch.device) -> BertPreTrainedModel:
     return teacher.to(device).eval().requires_grad_(False)
 
 
-class Distiller(Pretrainer):
-    """Pretraining's run with a DistilBERT student, a teacher and the three losses."""
-
-    args: DistillArgs
-
-    def build_model(self, resuming: bool) -> BertPreTrainedModel:
-        self.teacher = load_teacher(self.args.teacher, self.rt.device)  # type: ignore[arg-type]
-        torch.manual_seed(self.args.seed)
-        student = BertForMaskedLM(self.config)
-        if not resuming:  # a resumed run's checkpoint brings the student's weights
-            init_from_teacher(student, self.teacher)
-        if self.rt.is_main:
-            kept = teacher_layers(self.config.num_hidden_layers, self.teacher.config.num_hidden_layers)
-            log.info("student: %d layers initialised from the teacher's layers %s (%.1f M parameters; teacher %.1f M)",
-                     self.config.num_hidden_layers, kept, student.num_parameters() / 1e6,
-                     self.teacher.num_parameters() / 1e6)
-        return student
-
-    def build_objective(self) -> Distillation:
-        a = self.args
-        return Distillation(self.teacher, a.temperature, a.alpha_ce, a.alpha_mlm, a.alpha_cos)
+def distillation(config: BertConfig, args: DistillArgs, resuming: bool,
+                 rt: Runtime) -> tuple[BertForMaskedLM, Distillation]:
+    """The student (of `config`, the student's; initialised from the teacher unless resuming, whose checkpoint
+    brings its weights) and the three losses against the teacher, which both are built from."""
+    teacher = load_teacher(args.teacher, rt.device)  # type: ignore[arg-type]
+    torch.manual_seed(args.seed)
+    student = BertForMaskedLM(config)
+    if not resuming:
+        init_from_teacher(student, teacher)
+    if rt.is_main:
+        kept = teacher_layers(config.num_hidden_layers, teacher.config.num_hidden_layers)
+        log.info("student: %d layers initialised from the teacher's layers %s (%.1f M parameters; teacher %.1f M)",
+                 config.num_hidden_layers, kept, student.num_parameters() / 1e6, teacher.num_parameters() / 1e6)
+    return student, Distillation(teacher, args.temperature, args.alpha_ce, args.alpha_mlm, args.alpha_cos)
 
 
-class Distillation(Objective):
+class Distillation(MaskedLMObjective):
     """Distillation's objective: the teacher's soft targets at temperature T, the MLM loss and the cosine
     alignment of the last hidden states, weighted (`--alpha-ce`, `--alpha-mlm`, `--alpha-cos`)."""
 
@@ -225,13 +230,21 @@ class Distillation(Objective):
         return out.logits
 
 
+#: distillation: MLM rows packed as a stream (the cosine loss needs every token's last hidden state), the student
+#: and the teacher's three losses; named by `DistillArgs.objective_kind`, not by `--objective`
+DISTILLATION = ObjectiveKind("distillation", distillation)
+#: a distillation run is a pretraining run whose settings are a `DistillArgs`
+Distiller = Pretrainer
+
+
 def distill(args: DistillArgs | None = None, **kwargs: Any) -> Path:
     """Distil `args.teacher` into a DistilBERT on `args.corpus`; returns the directory of the student."""
     args = args or DistillArgs(**kwargs)
-    trainer = Distiller(args)
+    trainer = Pretrainer(args)
     final = trainer.run()
     trainer.finish()
     return final
 
 
-__all__ = ["DistillArgs", "Distillation", "Distiller", "distill", "init_from_teacher", "teacher_layers"]
+__all__ = ["DISTILLATION", "DistillArgs", "Distillation", "Distiller", "distill", "distillation", "init_from_teacher",
+           "teacher_layers"]

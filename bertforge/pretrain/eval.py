@@ -25,7 +25,7 @@ import torch.distributed as dist
 from ..core.constants import IGNORE_INDEX
 from ..core.errors import BertforgeError
 from .data import document_split, model_inputs, pretraining_stream
-from .objectives import Objective
+from .objectives import MaskedLMObjective
 from ..core.system import Runtime
 
 if TYPE_CHECKING:
@@ -68,8 +68,8 @@ class HeldOutEvaluation:
 
     def __init__(self, batches: list[dict[str, torch.Tensor]], every: int, patience: int | None, rt: Runtime,
                  autocast: Callable[[], Any], sharded: bool,
-                 sums: Callable[[Any, dict[str, torch.Tensor]], torch.Tensor] = Objective.eval_sums,
-                 results: Callable[[torch.Tensor], dict[str, float]] = Objective.eval_results) -> None:
+                 sums: Callable[[Any, dict[str, torch.Tensor]], torch.Tensor] = MaskedLMObjective.eval_sums,
+                 results: Callable[[torch.Tensor], dict[str, float]] = MaskedLMObjective.eval_results) -> None:
         self.batches, self.every, self.patience = batches, every, patience
         self.sums = sums  # a batch's sums (MLM loss sum, MLM correct, MLM targets, ...): the objective's
         self.results = results  # the metrics of those sums over the set: the objective's

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from ..data.demo_world import PROBES
-from .objectives import Objective
+from .objectives import MaskedLMObjective
 from ..training.log import Panel, plot_curves, read_rows
 
 log = logging.getLogger("bertforge")
@@ -59,7 +59,7 @@ def plot_metrics(metrics_file: Path, png: Path) -> None:
 
 @torch.no_grad()
 def show_predictions(model: torch.nn.Module, tokenizer, title: str, device: torch.device, k: int = 3,
-                     emit: bool = True, logits: Callable[[Any], torch.Tensor] = Objective.masked_logits) -> int:
+                     emit: bool = True, logits: Callable[[Any], torch.Tensor] = MaskedLMObjective.masked_logits) -> int:
     """Print the top-k fillers of the [MASK] in each probe sentence (`demo_world.PROBES`), marking the top guess
     that is the word the demo corpus puts there, and return how many are (`emit=False`: run the forwards, print
     nothing). `logits(out)`: the vocabulary logits of the model's output (the run's objective reads them)."""

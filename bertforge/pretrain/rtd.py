@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
@@ -34,8 +34,12 @@ from ..model import BertForMaskedLM
 from ..model.config import BertConfig
 from ..model.rtd import BertForReplacedTokenDetection, ReplacedTokenDetection, generator_config
 from .data import model_inputs
-from .objectives import Batch, Objective, mlm_stats, network_dir
+from .objectives import Batch, MaskedLMObjective, ObjectiveKind, mlm_stats, network_dir
 from ..training.step import TrainStep, labelled_count
+
+if TYPE_CHECKING:
+    from ..core.system import Runtime
+    from ..model.families import Family
 
 log = logging.getLogger("bertforge")
 
@@ -78,7 +82,7 @@ def initial_rtd_model(config: BertConfig, args: Any, resuming: bool, is_main: bo
     return ReplacedTokenDetection.around(discriminator, generator, args.generator_layers)
 
 
-class ReplacedTokenObjective(Objective):
+class ReplacedTokenObjective(MaskedLMObjective):
     """The generator's MLM loss and λ times the discriminator's replaced-token loss (`weight`: λ)."""
 
     def __init__(self, weight: float) -> None:
@@ -109,9 +113,9 @@ class ReplacedTokenObjective(Objective):
         return stats
 
     def statistics(self, totals: dict[str, Tensor]) -> tuple[dict[str, float], dict[str, float]]:  # type: ignore[override]
-        """Objective's, and the discriminator's accuracy and the share of real tokens replaced (its all-original
+        """MLM's, and the discriminator's accuracy and the share of real tokens replaced (its all-original
         baseline is 1 - that share)."""
-        first, rest = Objective.statistics(totals)
+        first, rest = MaskedLMObjective.statistics(totals)
         count = max(1, totals["rtd_count"].item())
         rest["rtd_accuracy"] = totals["rtd_correct"].item() / count
         rest["rtd_replaced"] = totals["rtd_replaced"].item() / count
@@ -124,7 +128,7 @@ class ReplacedTokenObjective(Objective):
     @staticmethod
     def eval_sums(out: Any, batch: Batch) -> Tensor:
         """`EVAL_FIELDS` sums of one held-out batch, in float64."""
-        mlm = Objective.eval_sums(out, batch)
+        mlm = MaskedLMObjective.eval_sums(out, batch)
         labels = out.rtd_labels
         real = labels != IGNORE_INDEX
         logits, target = out.rtd_logits.float()[real], labels[real]
@@ -138,7 +142,7 @@ class ReplacedTokenObjective(Objective):
         """eval_loss (the step's objective: generator MLM loss + λ · RTD loss), eval_mlm_loss, eval_perplexity and
         eval_mlm_accuracy (the generator's), eval_rtd_loss, eval_rtd_accuracy, eval_rtd_all_original (the accuracy
         of calling every token original) and eval_rtd_f1 (replaced tokens the positive class)."""
-        result = Objective.eval_results(sums)
+        result = MaskedLMObjective.eval_results(sums)
         loss, correct, count, tp, fp, fn = sums[5:].tolist()
         count = max(1.0, count)
         result["eval_mlm_loss"] = result["eval_loss"]
@@ -150,4 +154,32 @@ class ReplacedTokenObjective(Objective):
         return result
 
 
-__all__ = ["EVAL_FIELDS", "ReplacedTokenObjective", "generator_dir", "initial_rtd_model", "memory_config"]
+def replaced_token_detection(config: BertConfig, args: Any, resuming: bool,
+                             rt: Runtime) -> tuple[torch.nn.Module, ReplacedTokenObjective]:
+    """The generator and discriminator in one module (`initial_rtd_model`) and their two losses, λ `--rtd-weight`."""
+    return initial_rtd_model(config, args, resuming, rt.is_main), ReplacedTokenObjective(args.rtd_weight)
+
+
+def pair_memory_config(config: BertConfig, args: Any) -> BertConfig:
+    """`memory_config` of the run's generator (`--generator-layers`)."""
+    return memory_config(config, args.generator_layers)
+
+
+def family_refusal(family: Family) -> str | None:
+    """Replaced-token detection is pretrained by the families that declare it (`Family.objectives`: DeBERTa's)."""
+    if "rtd" in family.objectives:
+        return None
+    return f"replaced-token detection is DeBERTa-v3's (--config deberta-v3-SIZE), not {family.name}'s"
+
+
+def check_generator(config: BertConfig, args: Any) -> None:
+    """Refuse a generator deeper than the model (`generator_config`), before OUT changes."""
+    generator_config(config, args.generator_layers)
+
+
+#: replaced-token detection: MLM rows (stream-packed) with every masked token [MASK], for the generator to fill
+RTD = ObjectiveKind("rtd", replaced_token_detection, memory_config=pair_memory_config, mask_replacement=(1.0, 0.0),
+                    settings=("generator_layers",), refusal=family_refusal, check=check_generator)
+
+
+__all__ = ["EVAL_FIELDS", "RTD", "ReplacedTokenObjective", "generator_dir", "initial_rtd_model", "memory_config"]

@@ -7,9 +7,10 @@ logs and writes. A checkpoint is a directory `OUT/checkpoints/step-N/` built und
 place, so a kill at any moment leaves only complete checkpoints; `resume=True` continues from the newest one that
 loads, and the run ends bitwise equal to one that was never interrupted.
 
-The run's parts live beside this module: its settings (`pretrain_args`), its model, tokenizer and stream
-(`pretrain_model`), its data (`pretrain_data`), its objective (`pretrain_objectives`), its held-out evaluation
-(`pretrain_eval`) and its report (`pretrain_report`); the loop is every trainer's (`train_loop`).
+The run's parts live beside this module: its settings (`args`), its model config, tokenizer and stream (`build`),
+its data (`data`), its objective (`objectives`: the registry entry the settings name, `registry.OBJECTIVES`, which
+builds the model it trains), its held-out evaluation (`eval`) and its report (`report`); the loop is every
+trainer's (`training.loop`).
 """
 
 from __future__ import annotations
@@ -28,16 +29,15 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 from ..data.demo_world import DEMO_CORPUS
 from ..core.errors import BertforgeError
 from ..core.io import atomic_directory
-from ..model import BertForPreTraining, BertPreTrainedModel
+from ..model import BertForPreTraining
 from ..model.card import ModelCard
 from ..model.config import BertConfig
 from ..training.optim import make_optimizer, warmup_decay
 from .args import PRETRAINING, PretrainArgs, run_settings
 from .eval import HeldOutEvaluation, build_eval_set
-from .build import build_stream, check_fits, choose_tokenizer, initial_model, run_model_config
+from .build import build_stream, check_fits, choose_tokenizer, run_model_config
 from ..training.parallel import wrap_model
-from .objectives import Objective, network_dir
-from .rtd import ReplacedTokenObjective, initial_rtd_model, memory_config
+from .objectives import network_dir
 from .report import metrics_summary, plot_metrics, show_predictions
 from ..training.run_dir import RunDirectory, list_checkpoints
 from ..core.system import barrier, setup_runtime, teardown_runtime
@@ -51,8 +51,9 @@ log = logging.getLogger("bertforge")
 
 class Pretrainer:
     """One pretraining run: its model, optimizer, schedule, data stream and objective, on the shared loop
-    (`train_loop.TrainLoop`). `run()` trains to the run's length. A trainer built on this one brings its own model
-    (`build_model`) and objective (`build_objective`): distillation."""
+    (`training.loop.TrainLoop`). `run()` trains to the run's length. The model and the objective are those of the
+    objective's registry entry (`args.objective_kind`: `registry.OBJECTIVES`, or distillation's, which
+    `DistillArgs` names), built together; the memory check, the data and the exports follow the same entry."""
 
     def __init__(self, args: PretrainArgs) -> None:
         self.args = args
@@ -64,6 +65,7 @@ class Pretrainer:
         self.lifecycle = RunLifecycle(run_dir, self.rt)  # rank 0 acts on OUT
         base_config = args.model_config()  # settings the model config refuses fail here, before anything is written
         self.args = args = args.for_family(base_config)  # the family's recipe where the settings say "auto"
+        self.kind = args.objective_kind  # what the run learns: its model, objective, memory and data
         self.autocast_dtype = pick_precision(self.args.precision, self.rt.device)
         try:
             self.setup(base_config)
@@ -78,7 +80,7 @@ class Pretrainer:
         self.lifecycle.lock()
         self.tokenizer, trained = choose_tokenizer(args, self.out, self.corpus, self.rt, base_config.family.tokenizer_kind)
         sized = run_model_config(base_config, self.tokenizer, args)
-        check_fits(memory_config(sized, args.generator_layers) if args.objective == "rtd" else sized, args, self.rt)
+        check_fits(self.kind.memory_config(sized, args), args, self.rt)
         self.lifecycle.prepare()  # the first change to OUT
         if trained:
             if self.rt.is_main:
@@ -91,9 +93,10 @@ class Pretrainer:
         # the exported tokenizer's limit is the model's (8,192 after ModernBERT's context extension, not 512)
         self.tokenizer.model_max_length = self.config.max_sequence_length
         resuming = args.resume and bool(list_checkpoints(self.out))  # then resume() brings the weights
-        self.model = self.build_model(resuming).to(self.rt.device)
+        model, self.objective = self.kind.build(self.config, args, resuming, self.rt)
+        self.model = model.to(self.rt.device)
         if args.gradient_checkpointing:
-            self.model.gradient_checkpointing_enable()
+            self.model.gradient_checkpointing_enable()  # type: ignore[operator]  # one network's, or RTD's pair's
         if args.sentence_objective is None and isinstance(self.model, BertForPreTraining):
             # MLM alone with a family that has a sentence head: the pooler and that head get no gradient, so freeze
             # them (DDP wants a gradient for every trainable weight); they are still saved, so the model keeps the
@@ -114,7 +117,6 @@ class Pretrainer:
                                  device=self.rt.device, precision=self.autocast_dtype, world_size=self.rt.world_size,
                                  max_skipped_steps=args.max_skipped_steps)
         self.stream = build_stream(args, self.out, self.corpus, self.tokenizer, self.rt)
-        self.objective = self.build_objective()
         self.evaluation = None if not args.evaluates else HeldOutEvaluation(
             build_eval_set(args, self.corpus, self.tokenizer), args.eval_every or args.save_every,
             args.early_stop_patience, self.rt, self.stepper.autocast, args.fsdp, self.objective.eval_sums,
@@ -192,20 +194,6 @@ class Pretrainer:
         self.checkpoints.resume(self.restore)
 
     # ------------------------------------------------------------------ the step
-    def build_model(self, resuming: bool) -> BertPreTrainedModel:
-        """The model this run trains (a trainer built on this one, distillation, brings its own): replaced-token
-        detection's generator and discriminator in one module, or one network."""
-        if self.args.objective == "rtd":
-            return initial_rtd_model(self.config, self.args, resuming, self.rt.is_main)  # type: ignore[return-value]
-        return initial_model(self.config, self.args, resuming, self.rt.is_main)
-
-    def build_objective(self) -> Objective:
-        """What the model learns: MLM, with the sentence head the settings resolved (NSP, SOP) or none; or
-        replaced-token detection."""
-        if self.args.objective == "rtd":
-            return ReplacedTokenObjective(self.args.rtd_weight)
-        return Objective(self.args.sentence_objective)
-
     def forward_backward(self, batch: dict[str, torch.Tensor], weights: dict[str, float]) -> dict[str, torch.Tensor]:
         """One micro-batch forward and backward: the objective's (`Objective.forward_backward`)."""
         batch = {k: v.to(self.rt.device, non_blocking=True) for k, v in batch.items()}
@@ -321,9 +309,9 @@ class Pretrainer:
 
     def export(self, target: Path, evaluation: dict[str, Any] | None = None) -> None:
         """`OUT/model/` (or `OUT/best/`, with its `evaluation` in eval.json) in Hugging Face layout: config.json,
-        model.safetensors and the tokenizer files; and, for replaced-token detection, the generator beside it
-        (`objectives.network_dir`). Called on every rank (under FSDP the full state dict is gathered
-        collectively); rank 0 alone writes."""
+        model.safetensors and the tokenizer files; and every other network the objective exports beside it
+        (`Objective.exports`, `objectives.network_dir`: replaced-token detection's generator). Called on every rank
+        (under FSDP the full state dict is gathered collectively); rank 0 alone writes."""
         weights = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
         if not self.rt.is_main:
             return

@@ -8,7 +8,7 @@ import torch
 
 from bertforge.model import BertForMaskedLM, BertForPreTraining
 from bertforge.training.optim import make_optimizer, warmup_decay
-from bertforge.pretrain.objectives import Objective, pretraining_counts
+from bertforge.pretrain.objectives import MaskedLMObjective, pretraining_counts
 from bertforge.training.step import TrainStep
 from tests.helpers import tiny_config
 
@@ -32,14 +32,14 @@ def stepper(model) -> TrainStep:
 
 
 def test_counts_are_masked_tokens_and_labelled_sequences():
-    assert Objective().counts(batch(False)) == {"mlm": 6} == pretraining_counts(batch(False))
-    assert Objective("nsp").counts(batch(True)) == {"mlm": 6, "nsp": 4}
+    assert MaskedLMObjective().counts(batch(False)) == {"mlm": 6} == pretraining_counts(batch(False))
+    assert MaskedLMObjective("nsp").counts(batch(True)) == {"mlm": 6, "nsp": 4}
 
 
 def test_an_mlm_and_nsp_step_gives_the_metrics_pretraining_logs():
     torch.manual_seed(0)
     model = BertForPreTraining(tiny_config())
-    objective, step = Objective("nsp"), stepper(model)
+    objective, step = MaskedLMObjective("nsp"), stepper(model)
     outcome = step.run([batch(True)], lambda b, w: objective.forward_backward(model, step, b, w), objective.counts)
     first, rest = objective.statistics(outcome.totals)
     assert list(first) == ["mlm_loss", "mlm_accuracy"] and list(rest) == ["nsp_accuracy", "nsp_loss"]
@@ -56,12 +56,12 @@ def test_masked_logits_and_eval_sums_read_the_models_output():
     with torch.no_grad():
         dense = model(input_ids=b["input_ids"], token_type_ids=b["token_type_ids"])
         sparse = model(**b)
-    assert Objective.masked_logits(dense).shape == (4, 16, 120)  # [B, S, V]
-    sums = Objective.eval_sums(sparse, b)
+    assert MaskedLMObjective.masked_logits(dense).shape == (4, 16, 120)  # [B, S, V]
+    sums = MaskedLMObjective.eval_sums(sparse, b)
     assert sums.dtype == torch.float64 and sums[2] == 6 and sums[4] == 0  # 6 masked tokens, no NSP
     assert abs(sums[0].item() / 6 - sparse.loss.item()) < 1e-4  # the summed loss is the mean loss x targets
 
 
 def test_every_objective_trains_one_network_today():
     model = BertForMaskedLM(tiny_config())
-    assert Objective().networks(model) == {"": model}
+    assert MaskedLMObjective().networks(model) == {"": model}

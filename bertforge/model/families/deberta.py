@@ -139,6 +139,7 @@ DEBERTA_V2 = Family(
                large=(24, 1024, 16, 4096)),
     # DeBERTa-v3's replaced-token detection; --objective mlm pretrains as DeBERTa-v2 did
     recipe=dict(objective="rtd"),
+    objectives=("rtd",),
 )
 
 __all__ = ["DEBERTA_V2", "deberta_spec", "relative", "score_terms", "write_config"]

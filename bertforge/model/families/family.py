@@ -67,6 +67,7 @@ class Family:
     sizes: dict[str, tuple[int, int, int, int]] = field(default_factory=dict)  # (layers, hidden, heads, intermediate)
     intermediate_ratio: float = 4.0  # a preset's feed-forward width over its hidden size
     recipe: dict[str, Any] = field(default_factory=dict)  # pretraining settings "auto" means: masking, adam_beta2
+    objectives: tuple[str, ...] = ()  # `--objective` names it pretrains with besides MLM and its sentence head's
     read_spec: Callable[["Family", Any], EncoderSpec] | None = None  # config → parts; None: `bert_spec`
     # rotary positions: the config.json keys that give the global layers' θ (context extension); None: no rotary
     global_theta_keys: Callable[[Any, float], dict[str, Any]] | None = None
