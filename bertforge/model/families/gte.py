@@ -16,7 +16,7 @@ from ..spec import EncoderSpec
 from torch import Tensor
 
 from .family import INTERNAL_LAYER, Family, join, split
-from .nomic_bert import NATIVE_LAYER_KEYS, join_native, rope_theta, rotary_spec
+from .nomic_bert import NATIVE_LAYER_KEYS, join_native, rope_config, rope_theta, rotary_spec
 
 DEFAULT_THETA = 160_000.0  # `transformers.GteConfig`'s
 _LAYER = "bert.encoder.layer.{n}."  # GTE's own layout, which `transformers` writes
@@ -56,10 +56,7 @@ def gte_spec(family: Family, config: Any) -> EncoderSpec:
                        mlp_out_bias=True, ffn_inner_dropout=config.hidden_dropout_prob, mlm_act="gelu")
 
 
-def write_config(out: dict[str, Any], config: Any) -> dict[str, Any]:
-    out["rope_parameters"] = {"rope_type": "default", "rope_theta": rope_theta(config, DEFAULT_THETA)}
-    out.pop("rope_theta", None)
-    return out
+write_config = rope_config(DEFAULT_THETA)
 
 
 GTE = Family(

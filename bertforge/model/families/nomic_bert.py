@@ -13,6 +13,7 @@ Its tokenizer is BERT's WordPiece; its sentence-transformers directories carry t
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from torch import Tensor
@@ -111,12 +112,17 @@ def nomic_spec(family: Family, config: Any) -> EncoderSpec:
                        mlp_out_bias=False, ffn_inner_dropout=0.0, mlm_act=config.hidden_act)
 
 
-def write_config(out: dict[str, Any], config: Any) -> dict[str, Any]:
-    """config.json with the rotary θ in 5.x's `rope_parameters`."""
-    theta = rope_theta(config, DEFAULT_THETA)
-    out["rope_parameters"] = {"rope_type": "default", "rope_theta": theta}
-    out.pop("rope_theta", None)
-    return out
+def rope_config(default: float) -> Callable[[dict[str, Any], Any], dict[str, Any]]:
+    """A `Family.write_config` that writes the rotary θ (the config's, else `default`) in 5.x's `rope_parameters`."""
+    def write_config(out: dict[str, Any], config: Any) -> dict[str, Any]:
+        out["rope_parameters"] = {"rope_type": "default", "rope_theta": rope_theta(config, default)}
+        out.pop("rope_theta", None)
+        return out
+
+    return write_config
+
+
+write_config = rope_config(DEFAULT_THETA)
 
 
 NOMIC_BERT = Family(
@@ -146,4 +152,4 @@ NOMIC_BERT = Family(
 )
 
 __all__ = ["DEFAULT_THETA", "NATIVE_LAYER_KEYS", "NOMIC_BERT", "fuse", "join_native", "nomic_spec", "rope_theta",
-           "rotary_spec", "unfuse", "write_config"]
+           "rope_config", "rotary_spec", "unfuse", "write_config"]
