@@ -33,6 +33,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..core.constants import IGNORE_INDEX
+from ..model import BertForPreTraining
 from .build import initial_model
 from .data import model_inputs
 from ..training.step import TrainStep, labelled_count
@@ -221,7 +222,14 @@ def mlm_stats(loss: Tensor, mlm_loss: Tensor, logits: Tensor, batch: Batch, weig
 def masked_lm(config: BertConfig, args: Any, resuming: bool, rt: Runtime) -> tuple[torch.nn.Module, Objective]:
     """The family's pretraining model (MLM and its sentence head, or MLM alone: `build.initial_model`) and MLM with
     the sentence head the settings resolved (NSP, SOP) or none."""
-    return initial_model(config, args, resuming, rt.is_main), MaskedLMObjective(args.sentence_objective)
+    model = initial_model(config, args, resuming, rt.is_main)
+    if args.sentence_objective is None and isinstance(model, BertForPreTraining):
+        # MLM alone with a family that has a sentence head: the pooler and that head get no gradient, so freeze
+        # them (DDP wants a gradient for every trainable weight); they are still saved, so the model keeps the
+        # BertForPreTraining layout.
+        for module in model.sentence_head_parts():
+            module.requires_grad_(False)
+    return model, MaskedLMObjective(args.sentence_objective)
 
 
 def sentence_head_refusal(family: Family) -> str | None:

@@ -29,7 +29,6 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 from ..data.demo_world import DEMO_CORPUS
 from ..core.errors import BertforgeError
 from ..core.io import atomic_directory
-from ..model import BertForPreTraining
 from ..model.card import ModelCard
 from ..model.config import BertConfig
 from ..training.optim import make_optimizer, warmup_decay
@@ -97,12 +96,6 @@ class Pretrainer:
         self.model = model.to(self.rt.device)
         if args.gradient_checkpointing:
             self.model.gradient_checkpointing_enable()  # type: ignore[operator]  # one network's, or RTD's pair's
-        if args.sentence_objective is None and isinstance(self.model, BertForPreTraining):
-            # MLM alone with a family that has a sentence head: the pooler and that head get no gradient, so freeze
-            # them (DDP wants a gradient for every trainable weight); they are still saved, so the model keeps the
-            # BertForPreTraining layout.
-            for module in self.model.sentence_head_parts():
-                module.requires_grad_(False)
         self.train_model = wrap_model(self.model, self.rt, args.fsdp, args.compile)
         self.optimizer = make_optimizer(self.model, args.optimizer, args.lr, args.weight_decay,  # fused where it applies
                                         betas=(0.9, args.adam_beta2))  # type: ignore[arg-type]

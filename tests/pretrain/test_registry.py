@@ -147,10 +147,16 @@ def test_a_new_objective_registered_here_runs_through_the_pretrainer(tmp_path, m
     assert json.loads((out / "model" / "config.json").read_text())["num_hidden_layers"] == 2
 
 
-def test_the_mlm_entry_is_what_pretraining_without_a_sentence_head_builds():
+def test_the_mlm_entry_freezes_a_sentence_head_it_does_not_train():
+    """MLM alone on a family with a sentence head (BERT): the model keeps the head (BertForPreTraining's layout),
+    frozen, since DDP wants a gradient for every trainable weight; NSP trains it."""
     model, objective = MLM.build(tiny_config(), PretrainArgs(objective="mlm"), False, CPU)
     assert type(objective) is MaskedLMObjective and objective.sentence is None
     assert objective.networks(model) == {"": model}
+    head = [p for module in model.sentence_head_parts() for p in module.parameters()]
+    assert head and not any(p.requires_grad for p in head)
+    model, objective = OBJECTIVES["nsp"].build(tiny_config(), PretrainArgs(objective="nsp"), False, CPU)
+    assert objective.sentence == "nsp" and all(p.requires_grad for m in model.sentence_head_parts() for p in m.parameters())
 
 
 def test_a_family_declares_the_objectives_it_pretrains_besides_its_heads():
