@@ -171,7 +171,7 @@ class BertConfig:
     @property
     def position_offset(self) -> int:
         """The first position id (RoBERTa's start after the padding id)."""
-        return self.pad_token_id + 1 if self.family.positions_after_padding else 0
+        return self.spec.position_offset
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> "BertConfig":

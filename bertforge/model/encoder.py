@@ -18,7 +18,7 @@ from torch import Tensor, nn
 from ..core.linear import linear
 from ..core.ops import activation_fn, dropout
 from .attention import PLAIN, Layout, Scores
-from .parts import BiasTable, Dense, Embedding, RelativeTerms, Rotary, norm
+from .parts import ROTARIES, BiasTable, Dense, Embedding, RelativeTerms, norm
 from .spec import EncoderSpec
 
 
@@ -31,15 +31,17 @@ class BertEmbeddings(nn.Module):
     def __init__(self, spec: EncoderSpec) -> None:
         super().__init__()
         e = spec.embedding_dim
-        self.word_embeddings = Embedding(spec.vocab_size, e)
-        self.position_embeddings = Embedding(spec.max_positions, e) if spec.positions != "none" else None
+        self.word_embeddings = Embedding(spec.vocab_size, e, padding_idx=spec.pad_token_id)
+        positions = spec.position_kind
+        self.position_embeddings = Embedding(spec.max_positions, e) if positions.table else None
         self.token_type_embeddings = Embedding(spec.type_vocab_size, e) if spec.type_vocab_size else None
-        project_here = e != spec.hidden_size and spec.projection == "before-norm"
-        self.embed_proj = Dense(e, spec.hidden_size, bias=False) if project_here else None  # DeBERTa's E → H
+        projection = spec.projection_kind
+        project_here = e != spec.hidden_size and projection.in_embeddings
+        self.embed_proj = Dense(e, spec.hidden_size, bias=projection.bias) if project_here else None  # DeBERTa's E → H
         self.LayerNorm = norm(spec, spec.hidden_size if project_here else e) if spec.embedding_norm else None
         self.dropout = spec.hidden_dropout
         self.pad_token_id = spec.pad_token_id or 0
-        self.positions_after_padding = spec.positions == "after-padding"
+        self.positions_after_padding = positions.after_padding
         self.zero_padding = spec.zero_padding_embeddings
 
     def forward(self, input_ids: Tensor, token_type_ids: Tensor | None, position_ids: Tensor | None,
@@ -131,7 +133,7 @@ class BertResidualOutput(nn.Module):
         """`p`: the dropout on the sublayer's output (None: the spec's hidden dropout)."""
         super().__init__()
         self.dense = Dense(n_in, spec.hidden_size, bias, role="out")
-        self.LayerNorm = norm(spec) if spec.norm == "post" else None
+        self.LayerNorm = norm(spec) if spec.placement.exit else None
         self.dropout = spec.hidden_dropout if p is None else p
 
     def forward(self, x: Tensor, residual: Tensor) -> Tensor:
@@ -147,7 +149,7 @@ class BertAttention(nn.Module):
 
     def __init__(self, spec: EncoderSpec, index: int, backend: str = "sdpa") -> None:
         super().__init__()
-        pre = spec.norm == "pre" and (index > 0 or spec.first_attention_norm)
+        pre = spec.placement.entry and (index > 0 or spec.first_attention_norm)
         self.norm = norm(spec) if pre else None
         self.self = BertSelfAttention(spec)
         self.relative = RelativeTerms(spec) if spec.relative is not None else None
@@ -172,25 +174,46 @@ class BertAttention(nn.Module):
 
 
 class BertIntermediate(nn.Module):
-    """(norm →) the feed-forward layer's first half: act(x W1) [..., I], or gated act(a) · g with (a, g) the two
-    halves of x W1 [..., 2I]."""
+    """(norm →) the feed-forward layer's first half, dense: act(x W1) [..., I] (the activation fused into the
+    matmul)."""
 
     def __init__(self, spec: EncoderSpec) -> None:
         super().__init__()
-        self.norm = norm(spec) if spec.norm == "pre" else None
-        gated = spec.ffn == "gated"
-        width = 2 * spec.intermediate_size if gated else spec.intermediate_size
-        self.dense = Dense(spec.hidden_size, width, spec.mlp_bias, act=None if gated else spec.activation)
-        self.gate_act = activation_fn(spec.activation) if gated else None
+        self.norm = norm(spec) if spec.placement.entry else None
+        self.dense = Dense(spec.hidden_size, self.width(spec), spec.mlp_bias, act=self.fused_act(spec))
         self.dropout = spec.ffn_inner_dropout
 
+    def width(self, spec: EncoderSpec) -> int:
+        return spec.intermediate_size
+
+    def fused_act(self, spec: EncoderSpec) -> str | None:
+        return spec.activation
+
     def forward(self, x: Tensor) -> Tensor:
-        h = self.norm(x) if self.norm is not None else x
-        h = self.dense(h)  # [..., I] or [..., 2I]
-        if self.gate_act is None:
-            return h
-        a, g = h.chunk(2, dim=-1)
+        return self.dense(self.norm(x) if self.norm is not None else x)  # [..., I]
+
+
+class GatedIntermediate(BertIntermediate):
+    """(norm →) a gated feed-forward's first half: act(a) · g [..., I] with (a, g) the two halves of x W1
+    [..., 2I] (GeGLU, SwiGLU: the activation is the spec's), then the inner dropout."""
+
+    def __init__(self, spec: EncoderSpec) -> None:
+        super().__init__(spec)
+        self.gate_act = activation_fn(spec.activation)
+
+    def width(self, spec: EncoderSpec) -> int:
+        return 2 * spec.intermediate_size
+
+    def fused_act(self, spec: EncoderSpec) -> str | None:
+        return None
+
+    def forward(self, x: Tensor) -> Tensor:
+        a, g = super().forward(x).chunk(2, dim=-1)  # [..., I] each
         return dropout(self.gate_act(a) * g, self.dropout, self.training)  # [..., I]
+
+
+#: The feed-forward kinds by the spec's `ffn` (`spec.FFNName`): the block's first half; the second is `output`.
+FEED_FORWARDS: dict[str, type[BertIntermediate]] = {"dense": BertIntermediate, "gated": GatedIntermediate}
 
 
 class BertLayer(nn.Module):
@@ -199,7 +222,7 @@ class BertLayer(nn.Module):
     def __init__(self, spec: EncoderSpec, index: int = 0, backend: str = "sdpa") -> None:
         super().__init__()
         self.attention = BertAttention(spec, index, backend)
-        self.intermediate = BertIntermediate(spec)
+        self.intermediate = FEED_FORWARDS[spec.ffn](spec)
         self.output = BertResidualOutput(spec, spec.intermediate_size, spec.ffn_out_bias, spec.ffn_output_dropout)
 
     def forward(self, x: Tensor, layout: Layout, output_attentions: bool = False, scores: Scores = PLAIN,
@@ -233,10 +256,12 @@ class BertEncoder(nn.Module):
     def __init__(self, spec: EncoderSpec, backend: str = "sdpa") -> None:
         super().__init__()
         e, h = spec.embedding_dim, spec.hidden_size
-        self.embedding_projection = Dense(e, h) if e != h and spec.projection == "after-norm" else None
+        projection = spec.projection_kind
+        self.embedding_projection = Dense(e, h, projection.bias) if e != h and not projection.in_embeddings else None
         self.schedule = spec.schedule  # the layer each block runs
         self.layer = nn.ModuleList(BertLayer(spec, i, backend) for i in range(max(self.schedule) + 1))
-        rotaries = {t: Rotary(t, spec.head_dim) for t in {spec.layer(i).rope_theta for i in range(spec.num_layers)}
+        rotary = ROTARIES[spec.rotary]
+        rotaries = {t: rotary(t, spec.head_dim) for t in {spec.layer(i).rope_theta for i in range(spec.num_layers)}
                     if t is not None}
         self.scores = [Scores(rotaries.get(spec.layer(i).rope_theta), spec.layer(i).window)  # type: ignore[arg-type]
                        for i in range(spec.num_layers)]
@@ -305,4 +330,5 @@ class BertPooler(nn.Module):
 
 
 __all__ = ["BertAttention", "BertEmbeddings", "BertEncoder", "BertIntermediate", "BertLayer", "BertPooler",
+           "FEED_FORWARDS", "GatedIntermediate",
            "BertResidualOutput", "BertSelfAttention", "padded_position_ids"]

@@ -30,7 +30,7 @@ from .heads import (BertPredictionHeadTransform, BertPreTrainingHeads, FirstToke
                     require_sentence_head)
 from .outputs import (BaseModelOutput, MaskedLMOutput, ModelOutput, PreTrainingOutput, QuestionAnsweringOutput,
                       SequenceClassifierOutput)
-from .parts import Dense, LayerNorm
+from .parts import Dense, init_matrix
 from .spec import EncoderSpec
 
 
@@ -46,28 +46,24 @@ class BertPreTrainedModel(nn.Module):
         self.config = config
 
     def init_weights(self, only: Collection[str] | None = None) -> None:
-        """The spec's init rule: "normal" (BERT's, as `transformers` does it): N(0, σ²) for matrices and
-        embeddings (a truncated normal, BERT's TensorFlow init, gave fine-tuning heads 0.6 F1 points less on
-        CoNLL-2003 over 3 seeds); "scaled-truncated" (ModernBERT's): cut off at ±2σ, and the blocks' output
-        projections at σ / √(2L). LayerNorm 1/0, biases 0, padding row 0 either way.
+        """Each part initialises its own parameters by the spec's init rule (`init_parameter`: `parts.Dense`,
+        `parts.Embedding`, the norms, ...; `parts.INIT_RULES`); a parameter of a module that is no part (the MLM
+        decoder's bias, RTD's embedding delta) is zero if a bias, else drawn as a matrix.
 
         `only`: the parameter names to initialise (the loader initialises just what a checkpoint lacks)."""
         spec = self.base_model.spec
-        pad = spec.pad_token_id
-        word = self.base_model.embeddings.word_embeddings
         for prefix, module in self.named_modules():
+            own_rule = getattr(module, "init_parameter", None)
             for name, param in module.named_parameters(recurse=False):
                 if param.is_meta or (only is not None and (f"{prefix}.{name}" if prefix else name) not in only):
                     continue  # a model built without storage (the loader's, the memory estimate's) has none to fill
                 with torch.no_grad():
-                    if isinstance(module, LayerNorm):
-                        param.fill_(1.0 if name == "weight" else 0.0)
-                    elif name == "bias":  # dense layers' and the MLM decoder's
+                    if own_rule is not None:
+                        own_rule(name, param, spec)
+                    elif name == "bias":
                         param.zero_()
-                    else:  # dense and embedding matrices
-                        init_matrix(param, spec, getattr(module, "role", "in"))
-                        if module is word and pad is not None:
-                            param[pad].zero_()
+                    else:
+                        init_matrix(param, spec, "in")
 
     @property
     def base_model(self) -> "BertModel":
@@ -149,21 +145,6 @@ class BertPreTrainedModel(nn.Module):
         save_pretrained(self, path, card)
 
 
-def init_matrix(param: Tensor, spec: EncoderSpec, role: str) -> None:
-    """Draw a dense or embedding matrix by the spec's rule (see `BertPreTrainedModel.init_weights`); `role` is its
-    `Dense.role` (`parts.INIT_ROLES`; embeddings "in"). "scaled-truncated" (ModernBERT's): cut off at ±2σ, the
-    blocks' output projections and head transforms at σ / √(2L), the classifiers at 1 / √H."""
-    std = spec.init_std
-    if spec.init == "normal":
-        nn.init.normal_(param, std=std)
-        return
-    if role == "out":
-        std = std / (2.0 * spec.num_layers) ** 0.5
-    elif role == "final":
-        std = spec.hidden_size ** -0.5
-    nn.init.trunc_normal_(param, std=std, a=-2 * std, b=2 * std)
-
-
 class BertModel(BertPreTrainedModel):
     def __init__(self, config: BertConfig, add_pooling_layer: bool | None = None, *, initialize: bool = True,
                  spec: EncoderSpec | None = None) -> None:
@@ -226,9 +207,8 @@ class BertModel(BertPreTrainedModel):
         rows = Unpadded.from_mask(attention_mask, None)  # [B, S] ↔ [T], row order
         layout, order, positions = document_layout(rows.index, document_ids, merge_short=self.training)  # type: ignore[arg-type]
         position_ids = None
-        if self.spec.positions != "none":  # a table: each document counts from 0 (RoBERTa from the padding id + 1)
-            offset = (self.spec.pad_token_id or 0) + 1 if self.spec.positions == "after-padding" else 0
-            position_ids = positions + offset
+        if self.spec.position_kind.table:  # each document counts from 0 (RoBERTa from the padding id + 1)
+            position_ids = positions + self.spec.position_offset
 
         def packed(t: Tensor) -> Tensor:  # [B, S] → [T] in the layout's order (documents by length)
             return rows.unpad(t[..., None]).squeeze(1).index_select(0, order)
@@ -245,9 +225,7 @@ class BertModel(BertPreTrainedModel):
         the pipelines). `max_padding`: see `bertforge.model.attention.attention_plan`. Apply the pooler to
         `hidden[batch.starts]` for each sequence's pooled output. `depth`: the hidden states after that many
         blocks instead (`hidden_states[depth]` of `forward`), the blocks above it not run."""
-        positions = batch.position_ids
-        if self.spec.positions == "after-padding":  # RoBERTa counts from pad_token_id + 1
-            positions = positions + (self.spec.pad_token_id or 0) + 1
+        positions = batch.position_ids + self.spec.position_offset  # RoBERTa counts from pad_token_id + 1
         x = self.embeddings(batch.input_ids, batch.token_type_ids, positions)  # [T, E]
         layout = Packed.from_lengths(batch.lengths, max_padding, merge_short=self.training)  # training: SDPA for all
         x, _, _ = self.encoder(x, layout, depth=depth)

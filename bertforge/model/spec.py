@@ -11,15 +11,63 @@ Shapes: H = hidden size, E = embedding width, I = feed-forward inner width, L = 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal, get_args
 
 from ..core.errors import BertforgeError
 
-POSITION_KINDS = ("absolute", "after-padding", "none")
-PROJECTIONS = ("after-norm", "before-norm")
-NORM_PLACEMENTS = ("post", "pre")
-FFN_KINDS = ("dense", "gated")
-INIT_RULES = ("normal", "scaled-truncated")  # see `bertforge.model.models.init_matrix`
+# Each kind of part is a Literal here and a registry beside the part's code, keyed by the same names (a test checks
+# that the two agree): the encoder looks a kind up and never compares it.
+PositionName = Literal["absolute", "after-padding", "none"]
+ProjectionName = Literal["after-norm", "before-norm"]
+PlacementName = Literal["post", "pre"]
+NormName = Literal["layernorm", "rmsnorm"]  # `parts.NORMS`
+FFNName = Literal["dense", "gated"]  # `encoder.FEED_FORWARDS`
+RotaryName = Literal["neox", "interleaved"]  # `parts.ROTARIES`
+InitName = Literal["normal", "scaled-truncated"]  # `parts.INIT_RULES`
+POSITION_KINDS: tuple[str, ...] = get_args(PositionName)
+PROJECTIONS: tuple[str, ...] = get_args(ProjectionName)
+NORM_PLACEMENTS: tuple[str, ...] = get_args(PlacementName)
+NORM_KINDS: tuple[str, ...] = get_args(NormName)
+FFN_KINDS: tuple[str, ...] = get_args(FFNName)
+ROTARY_KINDS: tuple[str, ...] = get_args(RotaryName)
+INIT_NAMES: tuple[str, ...] = get_args(InitName)
+BIASED_NORMS = frozenset({"layernorm"})  # the norm kinds that may have a bias
 SCORE_TERMS = ("c2p", "p2c")
+
+
+@dataclass(frozen=True)
+class PositionKind:
+    """What a `positions` name means at the input."""
+
+    table: bool  # a learned position table added to the word embeddings
+    after_padding: bool  # ids counted from pad_token_id + 1, padding keeping pad_token_id (RoBERTa, MPNet)
+
+
+POSITIONS: dict[str, PositionKind] = {"absolute": PositionKind(True, False), "after-padding": PositionKind(True, True),
+                                      "none": PositionKind(False, False)}  # "none": rotary or relative positions
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a norm placement puts each sublayer's norm."""
+
+    entry: bool  # pre-LN: x + f(norm(x))
+    exit: bool  # post-LN: norm(x + f(x))
+
+
+PLACEMENTS: dict[str, Placement] = {"post": Placement(entry=False, exit=True), "pre": Placement(entry=True, exit=False)}
+
+
+@dataclass(frozen=True)
+class Projection:
+    """Where embeddings narrower than H (E < H) are projected to H."""
+
+    in_embeddings: bool  # before the embeddings' norm, without a bias (DeBERTa); else the encoder's first step (ALBERT)
+    bias: bool
+
+
+PROJECTION_KINDS: dict[str, Projection] = {"after-norm": Projection(in_embeddings=False, bias=True),
+                                           "before-norm": Projection(in_embeddings=True, bias=False)}
 
 
 @dataclass(frozen=True)
@@ -27,7 +75,7 @@ class LayerAttention:
     """What one block's attention adds to softmax(q kᵀ / √d) v over every key of its sequence."""
 
     window: int | None = None  # sliding window: query i attends key j only where |i - j| <= window // 2
-    rope_theta: float | None = None  # rotary positions (NeoX layout) with this base; None: none
+    rope_theta: float | None = None  # rotary positions (the spec's `rotary` layout) with this base; None: none
 
 
 @dataclass(frozen=True)
@@ -104,22 +152,24 @@ class EncoderSpec:
     activation: str  # of the feed-forward layer (the gate's, for a gated one)
     max_positions: int  # the position table's rows (the longest sequence for rotary and relative positions)
     embedding_size: int | None = None  # E < H: embeddings projected to H (ALBERT, DeBERTa)
-    projection: str = "after-norm"  # E → H: after the embeddings' norm, with a bias (ALBERT); "before-norm": DeBERTa's
+    projection: ProjectionName = "after-norm"  # E → H: after the embeddings' norm, with a bias (ALBERT); "before-norm": DeBERTa's
     type_vocab_size: int = 2  # 0: no token-type embeddings
     pad_token_id: int | None = 0
-    positions: str = "absolute"  # learned table counted from 0, from pad_token_id + 1 (RoBERTa), or none
+    positions: PositionName = "absolute"  # learned table counted from 0, from pad_token_id + 1 (RoBERTa), or none
     embedding_norm: bool = True  # a LayerNorm on the summed embeddings
     zero_padding_embeddings: bool = False  # embeddings multiplied by the attention mask (DeBERTa)
-    norm: str = "post"  # post-LN: x = LN(x + f(x)); pre-LN: x = x + f(LN(x))
+    norm: PlacementName = "post"  # post-LN: x = LN(x + f(x)); pre-LN: x = x + f(LN(x))
+    norm_kind: NormName = "layernorm"  # every norm's kind: LayerNorm (with or without a bias) or RMSNorm
     first_attention_norm: bool = True  # pre-LN: whether block 0's attention has a norm (ModernBERT: none)
     final_norm: bool = False  # a LayerNorm after the last block (pre-LN encoders)
     norm_bias: bool = True
     norm_eps: float = 1e-12
-    ffn: str = "dense"  # dense: act(x W1) W2; gated: (act(a) · g) W2 with (a, g) = x W1 split in halves
+    ffn: FFNName = "dense"  # dense: act(x W1) W2; gated: (act(a) · g) W2 with (a, g) = x W1 split in halves
     attention_bias: bool = True  # biases of the query/key/value and attention output projections
     mlp_bias: bool = True  # biases of the feed-forward layers
     mlp_out_bias: bool | None = None  # the feed-forward output's bias apart from its input's (GTE); None: mlp_bias
     layers: tuple[LayerAttention, ...] = ()  # one per block; () = every block global, no rotary
+    rotary: RotaryName = "neox"  # rotary pairs: the two halves of a head (GPT-NeoX, Llama) or neighbours (RoFormer, GPT-J)
     relative: RelativeAttention | None = None
     relative_bias: RelativeBias | None = None
     layer_groups: int | None = None  # the L blocks share this many layers' weights (ALBERT); None: no sharing
@@ -129,16 +179,19 @@ class EncoderSpec:
     ffn_output_dropout: float | None = None  # on the feed-forward sublayer's output; None: hidden_dropout
     ffn_inner_dropout: float = 0.0  # inside a gated feed-forward, before its output projection (ModernBERT)
     pooler: bool = True
-    init: str = "normal"  # normal: N(0, σ²) everywhere; scaled-truncated: ±2σ cutoff, outputs σ / √(2L)
+    init: InitName = "normal"  # normal: N(0, σ²) everywhere; scaled-truncated: ±2σ cutoff, outputs σ / √(2L)
     init_std: float = 0.02
     heads: HeadSpec = HeadSpec()
 
     def __post_init__(self) -> None:
         for name, value, choices in (("positions", self.positions, POSITION_KINDS), ("norm", self.norm, NORM_PLACEMENTS),
-                                     ("projection", self.projection, PROJECTIONS),
-                                     ("ffn", self.ffn, FFN_KINDS), ("init", self.init, INIT_RULES)):
+                                     ("projection", self.projection, PROJECTIONS), ("norm_kind", self.norm_kind, NORM_KINDS),
+                                     ("ffn", self.ffn, FFN_KINDS), ("rotary", self.rotary, ROTARY_KINDS),
+                                     ("init", self.init, INIT_NAMES)):
             if value not in choices:
                 raise BertforgeError(f"encoder spec: {name} {value!r} is not one of {', '.join(choices)}")
+        if self.norm_bias and self.norm_kind not in BIASED_NORMS:
+            raise BertforgeError(f"encoder spec: a {self.norm_kind} norm has no bias; set norm_bias False")
         if self.layers and len(self.layers) != self.num_layers:
             raise BertforgeError(f"encoder spec: {len(self.layers)} layer attentions for {self.num_layers} layers")
         for i, layer in enumerate(self.layers):
@@ -167,6 +220,23 @@ class EncoderSpec:
         return self.hidden_size // self.num_heads
 
     @property
+    def position_kind(self) -> PositionKind:
+        return POSITIONS[self.positions]
+
+    @property
+    def position_offset(self) -> int:
+        """The first position id of a sequence (RoBERTa's and MPNet's start after the padding id; else 0)."""
+        return (self.pad_token_id or 0) + 1 if self.position_kind.after_padding else 0
+
+    @property
+    def placement(self) -> Placement:
+        return PLACEMENTS[self.norm]
+
+    @property
+    def projection_kind(self) -> Projection:
+        return PROJECTION_KINDS[self.projection]
+
+    @property
     def ffn_out_bias(self) -> bool:
         return self.mlp_bias if self.mlp_out_bias is None else self.mlp_out_bias
 
@@ -185,5 +255,6 @@ class EncoderSpec:
         return [i * groups // self.num_layers for i in range(self.num_layers)]
 
 
-__all__ = ["EncoderSpec", "FFN_KINDS", "HeadSpec", "INIT_RULES", "LayerAttention", "POOLINGS", "SEQUENCE_HEADS", "NORM_PLACEMENTS", "POSITION_KINDS",
+__all__ = ["EncoderSpec", "FFN_KINDS", "HeadSpec", "INIT_NAMES", "LayerAttention", "NORM_KINDS", "PLACEMENTS",
+           "POSITIONS", "PROJECTION_KINDS", "Placement", "PositionKind", "Projection", "ROTARY_KINDS", "POOLINGS", "SEQUENCE_HEADS", "NORM_PLACEMENTS", "POSITION_KINDS",
            "RelativeAttention", "RelativeBias", "SCORE_TERMS"]

@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from bertforge import BertConfig
+from bertforge.model.spec import RelativeBias
 from bertforge.model import BertModel, EncoderSpec, LayerAttention, RelativeAttention, pack
 from bertforge.model.parts import relative_positions
 
@@ -66,7 +67,18 @@ def real_rows(x: torch.Tensor, mask: torch.Tensor) -> list[torch.Tensor]:
     return [x[b][mask[b].bool()] for b in range(len(LENGTHS))]
 
 
+def spec_bias() -> EncoderSpec:
+    """MPNet's parts: post-LN, positions after the padding id, a relative-position bias table shared by every block
+    (buckets short enough that the rows reach its log buckets)."""
+    return EncoderSpec(vocab_size=V, hidden_size=H, num_layers=2, num_heads=NH, intermediate_size=I, activation="gelu",
+                       max_positions=64, positions="after-padding", pad_token_id=0, type_vocab_size=0,
+                       relative_bias=RelativeBias(buckets=8, max_distance=12, table=10), pooler=False,
+                       hidden_dropout=0.0, attention_dropout=0.0)
+
+
 SPECS = {"pre-LN rotary gated window": spec_modern, "post-LN relative terms": spec_relative,
+         "RMSNorm, interleaved rotary": lambda: spec_modern(norm_kind="rmsnorm", rotary="interleaved"),
+         "relative bias after padding": spec_bias,
          "relative, separate position projections": lambda: spec_relative(share_key=False),
          "relative, c2p only": lambda: spec_relative(terms=("c2p",))}
 

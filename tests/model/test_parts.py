@@ -70,3 +70,44 @@ def test_relative_positions_follow_the_log_bucket_formula(buckets, max_distance,
                     scaled = math.log(abs(r) / mid) / math.log((max_distance - 1) / mid) * (mid - 1)
                     want = int(math.copysign(math.ceil(scaled) + mid, r))
             assert got[i, j] == min(max(want + span, 0), 2 * span - 1), (i, j)
+
+
+def test_rmsnorm_equals_transformers_llama_rmsnorm():
+    pytest.importorskip("transformers")
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+    from bertforge.model.parts import RMSNorm
+
+    ours, ref = RMSNorm(16, 1e-6), LlamaRMSNorm(16, eps=1e-6)
+    with torch.no_grad():
+        ours.weight.uniform_(0.5, 1.5)
+        ref.weight.copy_(ours.weight)
+    x = torch.randn(3, 5, 16) * 3
+    assert torch.allclose(ours(x), ref(x), atol=1e-6) and [n for n, _ in ours.named_parameters()] == ["weight"]
+    assert ours.to(torch.bfloat16)(x.bfloat16()).dtype == torch.bfloat16  # a bf16 model stays bf16
+    with pytest.raises(ValueError, match="no bias"):
+        RMSNorm(16, 1e-6, bias=True)
+
+
+def test_interleaved_rotary_equals_gpt_j_and_depends_on_distance_only():
+    """Neighbouring pairs rotate together, as transformers' GPT-J rotates them (θ 10,000); q·k then depends on i - j
+    alone, as the layouts need."""
+    pytest.importorskip("transformers")
+    from transformers.models.gptj.modeling_gptj import apply_rotary_pos_emb, create_sinusoidal_positions
+
+    from bertforge.model.parts import ROTARIES, InterleavedRotary
+
+    n, nh, L, hd = 2, 3, 7, 8
+    q, k = torch.randn(n, nh, L, hd), torch.randn(n, nh, L, hd)
+    ours_q, ours_k = ROTARIES["interleaved"](10_000.0, hd)(q, k)
+    sin, cos = torch.split(create_sinusoidal_positions(L, hd)[None], hd // 2, dim=-1)  # [1, L, hd/2] each
+    for ours, x in ((ours_q, q), (ours_k, k)):
+        ref = apply_rotary_pos_emb(x.transpose(1, 2), sin, cos).transpose(1, 2)  # GPT-J's [n, L, nh, hd]
+        assert torch.allclose(ours, ref, atol=1e-6)
+    rotary = InterleavedRotary(500.0, hd)
+    vec = torch.randn(hd)
+    rows = vec.expand(1, 1, 12, hd)
+    rq, rk = rotary(rows, rows)
+    scores = rq[0, 0] @ rk[0, 0].T  # [12, 12]: the same vector at every position
+    assert torch.allclose(scores.diagonal(3), scores.diagonal(3)[0].expand(9), atol=1e-5)
+    assert not torch.allclose(ours_q, Rotary(10_000.0, hd)(q, k)[0])  # not the halves' layout

@@ -45,3 +45,41 @@ def test_each_family_reads_its_config_into_the_parts_it_changes():
     assert specs["distilbert-tiny"].pooler is False and specs["distilbert-tiny"].type_vocab_size == 0
     albert = specs["albert-tiny"]
     assert albert.layer_groups == 1 and albert.embedding_dim == 64 < albert.hidden_size
+
+
+def test_every_kind_of_part_is_a_registry_whose_names_are_the_specs():
+    """A kind is a Literal of the spec and an entry of the registry beside its part, under the same names."""
+    from typing import get_args
+
+    from bertforge.model import encoder, parts, spec
+
+    pairs = [(spec.NormName, parts.NORMS), (spec.FFNName, encoder.FEED_FORWARDS), (spec.RotaryName, parts.ROTARIES),
+             (spec.InitName, parts.INIT_RULES), (spec.PositionName, spec.POSITIONS),
+             (spec.PlacementName, spec.PLACEMENTS), (spec.ProjectionName, spec.PROJECTION_KINDS)]
+    for names, registry in pairs:
+        assert set(get_args(names)) == set(registry), (names, sorted(registry))
+
+
+def test_the_encoder_and_the_models_never_compare_a_kind():
+    """The encoder assembles its parts by looking each kind up: no `spec.KIND == "..."` in its modules."""
+    import re
+    from pathlib import Path
+
+    import bertforge.model as model_package
+
+    kinds = "positions|norm|norm_kind|ffn|projection|init|rotary"
+    pattern = re.compile(rf"spec\.({kinds})\s*(==|!=|in\b)")
+    root = Path(model_package.__file__).parent
+    for name in ("encoder.py", "models.py", "parts.py", "attention.py", "heads.py"):
+        text = (root / name).read_text()
+        assert not pattern.search(text), (name, pattern.search(text))
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(norm_kind="batchnorm"), "norm_kind 'batchnorm'"),
+    (dict(rotary="complex"), "rotary 'complex'"),
+    (dict(norm_kind="rmsnorm"), "a rmsnorm norm has no bias"),
+])
+def test_a_bad_kind_of_part_is_refused(change, message):
+    with pytest.raises(BertforgeError, match=message):
+        EncoderSpec(**BASE, **change)
