@@ -38,7 +38,6 @@ import torch.nn.functional as F
 
 from ..model.auto import AutoModelForMaskedLM
 from ..model.config import BertConfig
-from ..model.families import BERT, DISTILBERT, ROBERTA, XLM_ROBERTA
 from ..core.errors import BertforgeError
 from ..model import BertForMaskedLM, BertPreTrainedModel
 from ..core.options import check_choices, option
@@ -52,8 +51,6 @@ from ..core.system import Runtime
 
 log = logging.getLogger("bertforge")
 
-#: the families whose teachers become a DistilBERT student (absolute positions, BERT's blocks); the others keep theirs
-DISTILBERT_TEACHERS = (BERT, ROBERTA, XLM_ROBERTA, DISTILBERT)
 #: pretraining settings that the teacher decides (its config and tokenizer) or that distillation fixes (MLM only)
 TEACHER_DECIDES = ("config", "tokenizer", "vocab_size", "tokenizer_sample_mb", "lowercase", "init_from", "objective", "nsp")
 
@@ -95,14 +92,9 @@ class DistillArgs(PretrainArgs):
         layers = self.student_layers or max(1, teacher.num_hidden_layers // 2)
         if layers > teacher.num_hidden_layers:
             raise BertforgeError(f"--student-layers {layers} is more than the teacher's {teacher.num_hidden_layers}")
-        if teacher.family in DISTILBERT_TEACHERS:
-            student = dataclasses.replace(
-                teacher, model_type="distilbert", num_hidden_layers=layers, type_vocab_size=0, layer_norm_eps=1e-12,
-                max_position_embeddings=teacher.max_sequence_length, architectures=None, extra={},
-            )
-        else:  # relative attention or rotary positions: a student of the teacher's own family
-            kept = teacher_layers(layers, teacher.num_hidden_layers)
-            student = dataclasses.replace(teacher.family.keep_layers(teacher, kept), architectures=None)
+        # BERT's and RoBERTa's: a DistilBERT; relative attention or rotary positions: a student of the teacher's family
+        kept = teacher_layers(layers, teacher.num_hidden_layers)
+        student = dataclasses.replace(teacher.family.student_config(teacher, kept), architectures=None)
         if self.max_length > student.max_sequence_length:
             raise BertforgeError(f"--max-length {self.max_length} is above the teacher's {student.max_sequence_length} positions")
         return student

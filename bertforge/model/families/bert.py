@@ -3,6 +3,7 @@ pooler; pretrained with MLM and next-sentence prediction."""
 
 from __future__ import annotations
 
+from .distilbert import distilbert_student
 from .family import Family
 
-BERT = Family(model_type="bert", name="BERT", class_prefix="Bert", prefix="bert")
+BERT = Family(model_type="bert", name="BERT", class_prefix="Bert", prefix="bert", student=distilbert_student)

@@ -3,9 +3,22 @@ parameter names; MLM only."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+from typing import Any
+
 from .family import INTERNAL_LAYER, Family
 
 _DISTIL_LAYER = "bert.transformer.layer.{n}."
+
+
+def distilbert_student(config: Any, layers: list[int]) -> Any:
+    """`Family.student` of BERT, RoBERTa, XLM-R and DistilBERT: a DistilBERT of len(layers) layers (no token types,
+    ε 1e-12, positions from 0 as many as the teacher takes: its first token-type row and RoBERTa's offset are folded
+    in when the weights are copied)."""
+    return replace(config, model_type="distilbert", num_hidden_layers=len(layers), type_vocab_size=0,
+                   layer_norm_eps=1e-12, max_position_embeddings=config.max_sequence_length, extra={})
+
+
 DISTILBERT = Family(
     model_type="distilbert",
     name="DistilBERT",
@@ -17,6 +30,7 @@ DISTILBERT = Family(
     sequence_head_act="relu",
     dropout_before_head_dense=False,
     sentence_head=None,
+    student=distilbert_student,
     config_keys=dict(
         dim="hidden_size",
         n_layers="num_hidden_layers",

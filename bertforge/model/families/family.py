@@ -74,6 +74,9 @@ class Family:
     # config fields besides the depth that say which layers a model has (ModernBERT's `layer_types`), for a model made
     # of some of another's layers (a distilled student): (config, kept layer indices) -> fields; None: depth alone
     layer_fields: Callable[[Any, list[int]], dict[str, Any]] | None = None
+    # a distilled student of a teacher of this family, (teacher config, its kept layers) -> the student's config;
+    # None: a model of this family made of those layers (relative attention, rotary positions stay as they are)
+    student: Callable[[Any, list[int]], Any] | None = None
     tokenizer: str = ""  # the name of its tokenizer kind (`bertforge.tokenizer.kinds`); "": its model_type
 
     @property
@@ -86,6 +89,11 @@ class Family:
         what its own layer was (its attention kind, ...)."""
         fields = self.layer_fields(config, layers) if self.layer_fields is not None else {}
         return replace(config, num_hidden_layers=len(layers), **fields)
+
+    def student_config(self, config: Any, layers: list[int]) -> Any:
+        """The config of a distilled student of a teacher `config` that starts from its layers `layers`: the
+        family's `student` (BERT's and RoBERTa's: a DistilBERT), else a model of this family (`keep_layers`)."""
+        return (self.student or self.keep_layers)(config, layers)
 
     def spec(self, config: Any) -> EncoderSpec:
         """The encoder a `BertConfig` of this family describes."""

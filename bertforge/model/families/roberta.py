@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .distilbert import distilbert_student
 from .family import Family
 
 _ROBERTA_KEYS = (
@@ -23,6 +24,7 @@ _ROBERTA_PARTS: dict[str, Any] = dict(
     # roberta-base's: 512 positions after the padding offset, one token type, eps 1e-5
     preset=dict(max_position_embeddings=514, type_vocab_size=1, layer_norm_eps=1e-5, pad_token_id=1),
     recipe=dict(adam_beta2=0.98),  # the RoBERTa paper's, for stability with large batches
+    student=distilbert_student,  # distilled into a DistilBERT (its positions' offset folded in)
 )
 # `transformers.RobertaConfig`'s defaults (roberta-base itself sets 514 positions, 1 token type, eps 1e-5)
 _ROBERTA_DEFAULTS: dict[str, Any] = dict(vocab_size=50265, pad_token_id=1)
