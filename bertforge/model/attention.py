@@ -231,9 +231,17 @@ def attend_blocks(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, p: float
     return ctx.reshape(n, blocks, nh, b, hd).transpose(1, 2).reshape(n, nh, blocks * b, hd)[:, :, :L]
 
 
-def split_heads(qkv: Tensor, n: int, L: int, nh: int) -> tuple[Tensor, Tensor, Tensor]:
-    """[n * L, 3H] or [n, L, 3H] (query, key, value side by side) → q, k, v [n, nh, L, hd]."""
-    q, k, v = qkv.view(n, L, 3, nh, qkv.shape[-1] // (3 * nh)).permute(2, 0, 3, 1, 4)
+def split_heads(qkv: Tensor, n: int, L: int, nh: int, kv: int | None = None) -> tuple[Tensor, Tensor, Tensor]:
+    """[n * L, H + 2·kv·hd] or [n, L, ·] (query, key, value side by side) → q, k, v [n, nh, L, hd]. With fewer
+    key/value heads than query heads (`kv` < nh, grouped-query attention), key/value head j serves query heads
+    j·g .. (j + 1)·g - 1, g = nh / kv (as `transformers`' `repeat_kv`)."""
+    if kv is None or kv == nh:
+        q, k, v = qkv.view(n, L, 3, nh, qkv.shape[-1] // (3 * nh)).permute(2, 0, 3, 1, 4)
+        return q, k, v
+    x = qkv.view(n, L, nh + 2 * kv, qkv.shape[-1] // (nh + 2 * kv))  # [n, L, heads, hd]
+    q = x[:, :, :nh].transpose(1, 2)  # [n, nh, L, hd]
+    k = x[:, :, nh : nh + kv].transpose(1, 2).repeat_interleave(nh // kv, dim=1)  # [n, kv, L, hd] → [n, nh, L, hd]
+    v = x[:, :, nh + kv :].transpose(1, 2).repeat_interleave(nh // kv, dim=1)
     return q, k, v
 
 
@@ -270,10 +278,11 @@ class Padded:
     mask: Tensor | None = None
 
     def attend(self, qkv: Tensor, nh: int, p: float, training: bool, explicit: bool,
-               scores: Scores = PLAIN) -> tuple[Tensor, Tensor | None]:
-        """qkv [B, S, 3H] → context [B, S, H], probabilities [B, nh, S, S] when `explicit`."""
+               scores: Scores = PLAIN, kv: int | None = None) -> tuple[Tensor, Tensor | None]:
+        """qkv [B, S, 3H] → context [B, S, H], probabilities [B, nh, S, S] when `explicit`; `kv`: key/value heads
+        where fewer than `nh` (`split_heads`)."""
         B, S = qkv.shape[:2]
-        ctx, probs = attend_scored(*split_heads(qkv, B, S, nh), self.mask, p, training, explicit, scores)
+        ctx, probs = attend_scored(*split_heads(qkv, B, S, nh, kv), self.mask, p, training, explicit, scores)
         return merge_heads(ctx), probs
 
 
@@ -304,9 +313,9 @@ class Unpadded(Padded):
         return full.view(self.batch, self.seq, -1)
 
     def attend(self, qkv: Tensor, nh: int, p: float, training: bool, explicit: bool,
-               scores: Scores = PLAIN) -> tuple[Tensor, Tensor | None]:
+               scores: Scores = PLAIN, kv: int | None = None) -> tuple[Tensor, Tensor | None]:
         """qkv [T, 3H] → context [T, H]: zeros at padding (masked keys; their query rows are dropped)."""
-        ctx, probs = super().attend(self.pad(qkv), nh, p, training, explicit, scores)  # [B, S, H]
+        ctx, probs = super().attend(self.pad(qkv), nh, p, training, explicit, scores, kv)  # [B, S, H]
         return self.unpad(ctx), probs
 
 
@@ -437,7 +446,7 @@ class Packed:
         return cls(attention_plan(lengths, max_padding, merge_short))
 
     def attend(self, qkv: Tensor, nh: int, p: float, training: bool, explicit: bool,
-               scores: Scores = PLAIN) -> tuple[Tensor, None]:
+               scores: Scores = PLAIN, kv: int | None = None) -> tuple[Tensor, None]:
         """qkv [T, 3H] → context [T, H], attending only within each sequence (a run of equal length needs no
         padding mask; `scores` may still add a window's)."""
         if explicit:
@@ -446,12 +455,12 @@ class Packed:
         for b in self.plan:
             n, L = b.count, b.length
             if b.mask is None:  # one run of equal length: a dense block, no mask, no copy
-                ctx, _ = attend_scored(*split_heads(qkv[b.start : b.start + n * L], n, L, nh), None, p, training,
-                                       False, scores)
+                ctx, _ = attend_scored(*split_heads(qkv[b.start : b.start + n * L], n, L, nh, kv), None, p,
+                                       training, False, scores)
                 outs.append(merge_heads(ctx).view(n * L, -1))  # [n*L, H]
             else:  # several runs padded to the longest: one call, padded keys masked out
                 padded = qkv.index_select(0, b.gather)  # type: ignore[arg-type]  # [n*L, 3H]; padding rows repeat a real row
-                ctx, _ = attend_scored(*split_heads(padded, n, L, nh), b.mask, p, training, False, scores)
+                ctx, _ = attend_scored(*split_heads(padded, n, L, nh, kv), b.mask, p, training, False, scores)
                 outs.append(merge_heads(ctx).view(n * L, -1).index_select(0, b.scatter))  # type: ignore[arg-type]  # [real, H]
         return (outs[0] if len(outs) == 1 else torch.cat(outs)), None
 

@@ -112,15 +112,16 @@ class BertSelfAttention(nn.Module):
     def __init__(self, spec: EncoderSpec) -> None:
         super().__init__()
         h, bias = spec.hidden_size, spec.attention_bias
+        kv = spec.kv_heads * spec.head_dim  # H, or less with grouped-query attention
         self.query = Dense(h, h, bias)
-        self.key = Dense(h, h, bias)
-        self.value = Dense(h, h, bias)
+        self.key = Dense(h, kv, bias)
+        self.value = Dense(h, kv, bias)
 
     def forward(self, x: Tensor) -> Tensor:
-        """[..., H] → [..., 3H]: query, key, value side by side, from one matrix multiply. The weights are stacked
+        """[..., H] → [..., H + 2·kv·hd]: query, key, value side by side, from one matrix multiply. The weights are stacked
         on every call (a copy of 3H × H, small beside the multiply; a cache would go stale: fused AdamW updates
         parameters in place without bumping their version counters)."""
-        weight = torch.cat([self.query.weight, self.key.weight, self.value.weight])  # [3H, H]
+        weight = torch.cat([self.query.weight, self.key.weight, self.value.weight])  # [H + 2·kv·hd, H]
         biases = [self.query.bias, self.key.bias, self.value.bias]
         return linear(x, weight, torch.cat(biases) if biases[0] is not None else None)  # type: ignore[arg-type]
 
@@ -155,6 +156,7 @@ class BertAttention(nn.Module):
         self.relative = RelativeTerms(spec) if spec.relative is not None else None
         self.output = BertResidualOutput(spec, spec.hidden_size, spec.attention_bias, spec.attention_output_dropout)
         self.num_heads = spec.num_heads
+        self.num_kv_heads = spec.kv_heads
         self.attn_dropout = spec.attention_dropout
         self.backend = backend
         terms = len(spec.relative.terms) if spec.relative is not None else 0
@@ -169,7 +171,8 @@ class BertAttention(nn.Module):
         if self.relative is not None and relative_table is not None:
             terms = self.relative.scorer(relative_table, self.self.query, self.self.key, self.scale)  # type: ignore[arg-type]
             scores = Scores(scores.rotary, scores.window, terms, self.scale)
-        ctx, probs = layout.attend(self.self(h), self.num_heads, self.attn_dropout, self.training, explicit, scores)
+        ctx, probs = layout.attend(self.self(h), self.num_heads, self.attn_dropout, self.training, explicit, scores,
+                                   self.num_kv_heads)
         return self.output(ctx, x), probs
 
 

@@ -166,6 +166,7 @@ class EncoderSpec:
     norm_eps: float = 1e-12
     ffn: FFNName = "dense"  # dense: act(x W1) W2; gated: (act(a) · g) W2 with (a, g) = x W1 split in halves
     attention_bias: bool = True  # biases of the query/key/value and attention output projections
+    num_kv_heads: int | None = None  # grouped-query attention: fewer key/value heads, each shared; None: num_heads
     mlp_bias: bool = True  # biases of the feed-forward layers
     mlp_out_bias: bool | None = None  # the feed-forward output's bias apart from its input's (GTE); None: mlp_bias
     layers: tuple[LayerAttention, ...] = ()  # one per block; () = every block global, no rotary
@@ -208,6 +209,12 @@ class EncoderSpec:
                                      f"{', '.join(SCORE_TERMS)}")
             if self.relative.span < 1:
                 raise BertforgeError("encoder spec: relative attention needs position_buckets or max_relative_positions")
+        if self.num_kv_heads is not None and (self.num_kv_heads < 1 or self.num_heads % self.num_kv_heads):
+            raise BertforgeError(f"encoder spec: {self.num_heads} heads cannot share {self.num_kv_heads} key/value "
+                                 "heads (it must divide the heads)")
+        if self.kv_heads != self.num_heads and self.relative is not None:
+            raise BertforgeError("encoder spec: relative score terms project the table with every head's key: "
+                                 "not with fewer key/value heads")
         bias = self.relative_bias
         if bias is not None and (bias.buckets < 4 or bias.buckets % 4 or bias.max_distance <= bias.buckets // 4
                                  or bias.table < bias.buckets):
@@ -218,6 +225,11 @@ class EncoderSpec:
     @property
     def head_dim(self) -> int:
         return self.hidden_size // self.num_heads
+
+    @property
+    def kv_heads(self) -> int:
+        """The key/value heads (the query heads' number unless grouped-query attention has fewer)."""
+        return self.num_kv_heads or self.num_heads
 
     @property
     def position_kind(self) -> PositionKind:

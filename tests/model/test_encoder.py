@@ -6,6 +6,8 @@ import math
 
 import pytest
 import torch
+
+from bertforge import BertforgeError
 import torch.nn.functional as F
 
 from bertforge import BertConfig
@@ -78,6 +80,7 @@ def spec_bias() -> EncoderSpec:
 
 SPECS = {"pre-LN rotary gated window": spec_modern, "post-LN relative terms": spec_relative,
          "RMSNorm, interleaved rotary": lambda: spec_modern(norm_kind="rmsnorm", rotary="interleaved"),
+         "grouped-query attention": lambda: spec_modern(num_kv_heads=2, norm_kind="rmsnorm"),
          "relative bias after padding": spec_bias,
          "relative, separate position projections": lambda: spec_relative(share_key=False),
          "relative, c2p only": lambda: spec_relative(terms=("c2p",))}
@@ -274,3 +277,26 @@ def test_long_sequences_attend_their_windows_in_blocks_with_the_same_result(monk
         for a, b in zip(grads, dense_grads):
             assert torch.allclose(a, b, atol=1e-5, rtol=1e-4), layout
     assert torch.allclose(run(True, "right")[0], run(True, "packed")[0], atol=2e-5)
+
+
+def test_grouped_query_attention_equals_every_head_with_its_groups_key_and_value():
+    """4 query heads sharing 2 key/value heads (each serving heads 2j and 2j + 1, as transformers' repeat_kv) compute
+    what 4-head attention whose key/value projections repeat each shared head does; every layout agrees."""
+    kv, hd = 2, H // NH
+    gqa = build(spec_modern(num_kv_heads=kv, norm_kind="rmsnorm"))
+    full = BertModel(gqa.config, spec=spec_modern(norm_kind="rmsnorm"))
+    assert gqa.encoder.layer[0].attention.self.key.weight.shape == (kv * hd, H)
+    state = gqa.state_dict()
+    for key, tensor in list(state.items()):
+        if ".attention.self.key." in key or ".attention.self.value." in key:  # [kv·hd, ...] → [nh·hd, ...]
+            state[key] = tensor.view(kv, hd, *tensor.shape[1:]).repeat_interleave(NH // kv, dim=0).flatten(0, 1)
+    full.load_state_dict(state)
+    ids, mask = batch()
+    gqa.eval(), full.eval()
+    with torch.no_grad():
+        ours, reference = gqa(ids, mask).last_hidden_state, full(ids, mask).last_hidden_state
+        packed = gqa.forward_packed(pack([ids[b][mask[b].bool()].tolist() for b in range(len(LENGTHS))]))
+    assert torch.allclose(torch.cat(real_rows(ours, mask)), torch.cat(real_rows(reference, mask)), atol=1e-5)
+    assert torch.allclose(packed, torch.cat(real_rows(reference, mask)), atol=1e-5)
+    with pytest.raises(BertforgeError, match="cannot share 3 key/value heads"):
+        spec_modern(num_kv_heads=3)
