@@ -14,6 +14,7 @@ from ..core.constants import SEED
 from ..core.errors import BertforgeError
 from ..core.system import TRAINING_DEVICES
 from ..model.config import BertConfig, PRESETS
+from ..model.families import Recipe
 from ..training.optim import DECAYS, OPTIMIZERS, STABLE_DECAYS
 from ..core.options import check_choices, option
 from ..training.time_budget import PROVISIONAL_STEPS
@@ -58,10 +59,6 @@ CONTRADICTIONS = (
 DEMO: dict[str, Any] = dict(vocab_size=8000, max_steps=2500, max_length=32, lr=2e-3, warmup_steps=100, save_every=500,
                             out="runs/demo")
 
-# the pretraining recipe of a family that says nothing else (`Family.recipe` overrides it: RoBERTa's beta2, ALBERT's
-# n-gram masking, ModernBERT's 30 % masking, document packing and warmup-stable-decay)
-RECIPE_DEFAULTS: dict[str, Any] = {"masking": "token", "adam_beta2": 0.999, "mlm_probability": 0.15,
-                                   "decay": "linear", "packing": "stream"}
 
 @dataclass
 class PretrainArgs:
@@ -259,11 +256,11 @@ class PretrainArgs:
         beta2, the decay, the packing of MLM-only rows) and `nsp` following the objective; a setting the family contradicts is refused (RoBERTa has no sentence
         objective, ALBERT's is sentence order)."""
         a, member = self, config.family
-        recipe = {**RECIPE_DEFAULTS, **member.recipe}
+        recipe = member.recipe  # `Family.recipe`: RoBERTa's beta2, ALBERT's n-gram masking, ModernBERT's 30 % ...
         objective = a.objective
         if objective == AUTO:  # the family's: its recipe's, else its sentence head's
             sentence = {"NSP": "nsp", "SOP": "sop", None: "mlm"}[member.sentence_head]
-            objective = recipe.get("objective", sentence) if a.nsp else "mlm"
+            objective = (recipe.objective or sentence) if a.nsp else "mlm"
         kind = objective_kind(objective)
         if a.objective != AUTO and not a.nsp and kind.sentence is not None:
             raise BertforgeError(f"--no-nsp and --objective {objective} contradict each other; choose one")
@@ -274,11 +271,11 @@ class PretrainArgs:
         a.refuse_foreign_settings(kind, f"; {model} pretrains with {objective}")
         if kind.check is not None:
             kind.check(config, a)
-        masking = recipe["masking"] if a.masking == "auto" else a.masking
-        beta2 = recipe["adam_beta2"] if a.adam_beta2 is None else a.adam_beta2
-        rate = recipe["mlm_probability"] if a.mlm_probability is None else a.mlm_probability
-        decay = recipe["decay"] if a.decay == "auto" else a.decay
-        packing = (recipe["packing"] if kind.packs_documents else "stream") if a.packing == "auto" else a.packing
+        masking = recipe.masking if a.masking == "auto" else a.masking
+        beta2 = recipe.adam_beta2 if a.adam_beta2 is None else a.adam_beta2
+        rate = recipe.mlm_probability if a.mlm_probability is None else a.mlm_probability
+        decay = recipe.decay if a.decay == "auto" else a.decay
+        packing = (recipe.packing if kind.packs_documents else "stream") if a.packing == "auto" else a.packing
         if decay not in STABLE_DECAYS and "decay_ratio" in a.chosen():
             raise BertforgeError(f"--decay-ratio applies to --decay wsd or wsd-sqrt only, not {member.name}'s "
                                  f"--decay {decay}")
@@ -325,12 +322,12 @@ class PretrainArgs:
     @property
     def masking_rate(self) -> float:
         """The share of tokens masked (unresolved None reads as the default recipe's)."""
-        return RECIPE_DEFAULTS["mlm_probability"] if self.mlm_probability is None else self.mlm_probability
+        return Recipe().mlm_probability if self.mlm_probability is None else self.mlm_probability
 
     @property
     def packing_kind(self) -> str:
         """How MLM-only rows are filled: "stream" or "documents" ("auto" unresolved reads as the default's)."""
-        return RECIPE_DEFAULTS["packing"] if self.packing == "auto" else self.packing
+        return Recipe().packing if self.packing == "auto" else self.packing
 
     @property
     def masking_kind(self) -> str:

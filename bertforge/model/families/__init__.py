@@ -11,7 +11,7 @@ from .albert import ALBERT
 from .bert import BERT
 from .deberta import DEBERTA_V2
 from .distilbert import DISTILBERT
-from .family import INTERNAL_PREFIX, Family
+from .family import INTERNAL_PREFIX, Family, Recipe
 from .gte import GTE
 from .modernbert import MODERNBERT
 from .mpnet import MPNET
@@ -38,5 +38,5 @@ def family(model_type: str | None, source: str = "config") -> Family:
 
 
 __all__ = ["ALIASES", "ALBERT", "BERT", "DEBERTA_V2", "DISTILBERT", "FAMILIES", "Family", "GTE", "INTERNAL_PREFIX", "MODERNBERT",
-           "MPNET", "NOMIC_BERT", "ROBERTA", "XLM_ROBERTA",
+           "MPNET", "NOMIC_BERT", "ROBERTA", "Recipe", "XLM_ROBERTA",
            "family"]

@@ -3,7 +3,7 @@ GELU-tanh, no dropout; MLM with n-gram masking and sentence-order prediction."""
 
 from __future__ import annotations
 
-from .family import INTERNAL_LAYER, WRITTEN, Family
+from .family import INTERNAL_LAYER, WRITTEN, Family, Recipe
 
 _ALBERT_LAYER = "bert.encoder.albert_layer_groups.{n}.albert_layers.0."
 
@@ -49,5 +49,5 @@ ALBERT = Family(
         classifier_dropout=0.1,
     ),
     sized_preset=embedding_width,
-    recipe=dict(masking="ngram"),
+    recipe=Recipe(masking="ngram"),
 )

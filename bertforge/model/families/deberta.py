@@ -21,7 +21,7 @@ from typing import Any
 
 from ...core.errors import BertforgeError
 from ..spec import EncoderSpec, HeadSpec, RelativeAttention
-from .family import INTERNAL_LAYER, Family
+from .family import INTERNAL_LAYER, Family, Recipe
 
 #: `transformers.DebertaV2Config`'s defaults for what the encoder's parts read, and deberta-v3-base's
 PART_DEFAULTS: dict[str, Any] = dict(
@@ -138,7 +138,7 @@ DEBERTA_V2 = Family(
     sizes=dict(xsmall=(12, 384, 6, 1536), small=(6, 768, 12, 3072), base=(12, 768, 12, 3072),
                large=(24, 1024, 16, 4096)),
     # DeBERTa-v3's replaced-token detection; --objective mlm pretrains as DeBERTa-v2 did
-    recipe=dict(objective="rtd"),
+    recipe=Recipe(objective="rtd"),
     objectives=("rtd",),
 )
 

@@ -36,6 +36,18 @@ WRITTEN: dict[str, Any] = {"position_embedding_type": "absolute", "tie_word_embe
 
 
 @dataclass(frozen=True)
+class Recipe:
+    """A family's pretraining recipe: what the `bertforge pretrain` settings left at "auto" become for it."""
+
+    objective: str | None = None  # an --objective name; None: MLM with the family's sentence objective (NSP, SOP)
+    masking: str = "token"  # "token" or "ngram" (ALBERT's)
+    mlm_probability: float = 0.15
+    adam_beta2: float = 0.999
+    decay: str = "linear"  # the learning-rate decay after warmup (ModernBERT's: "wsd-sqrt")
+    packing: str = "stream"  # how MLM-only rows are cut: "stream", or "documents" (ModernBERT's)
+
+
+@dataclass(frozen=True)
 class Family:
     model_type: str  # "model_type" in config.json
     name: str  # as messages and the documentation name it
@@ -66,7 +78,7 @@ class Family:
     sized_preset: Callable[[int], dict[str, Any]] | None = None  # preset fields that follow the hidden size
     sizes: dict[str, tuple[int, int, int, int]] = field(default_factory=dict)  # (layers, hidden, heads, intermediate)
     intermediate_ratio: float = 4.0  # a preset's feed-forward width over its hidden size
-    recipe: dict[str, Any] = field(default_factory=dict)  # pretraining settings "auto" means: masking, adam_beta2
+    recipe: Recipe = Recipe()  # what the pretraining settings left at "auto" become
     objectives: tuple[str, ...] = ()  # `--objective` names it pretrains with besides MLM and its sentence head's
     read_spec: Callable[["Family", Any], EncoderSpec] | None = None  # config → parts; None: `bert_spec`
     # rotary positions: the config.json keys that give the global layers' θ (context extension); None: no rotary
@@ -209,4 +221,4 @@ def bert_spec(family: Family, config: Any) -> EncoderSpec:
     )
 
 
-__all__ = ["INTERNAL_LAYER", "INTERNAL_PREFIX", "WRITTEN", "Family", "bert_spec", "join", "split"]
+__all__ = ["INTERNAL_LAYER", "INTERNAL_PREFIX", "WRITTEN", "Family", "Recipe", "bert_spec", "join", "split"]

@@ -15,7 +15,7 @@ from typing import Any
 from ..spec import EncoderSpec
 from torch import Tensor
 
-from .family import INTERNAL_LAYER, Family, join, split
+from .family import INTERNAL_LAYER, Family, Recipe, join, split
 from .nomic_bert import NATIVE_LAYER_KEYS, join_native, rope_config, rope_theta, rotary_spec
 
 DEFAULT_THETA = 160_000.0  # `transformers.GteConfig`'s
@@ -81,7 +81,7 @@ GTE = Family(
     write_config=write_config,
     # gte-base-en-v1.5's shape of embeddings: BERT's vocabulary (pad id 0), no token types, 8,192 positions
     preset=dict(type_vocab_size=0, pad_token_id=0, max_position_embeddings=8192, attention_probs_dropout_prob=0.0),
-    recipe=dict(mlm_probability=0.3),  # mGTE's masking rate
+    recipe=Recipe(mlm_probability=0.3),  # mGTE's masking rate
     tokenizer="bert",
 )
 

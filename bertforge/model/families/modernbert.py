@@ -20,7 +20,7 @@ from torch import Tensor
 from ...core.errors import BertforgeError
 from ...core.ops import ACTIVATIONS
 from ..spec import EncoderSpec, HeadSpec, LayerAttention
-from .family import INTERNAL_LAYER, Family
+from .family import INTERNAL_LAYER, Family, Recipe
 
 GLOBAL, LOCAL = "full_attention", "sliding_attention"  # `layer_types` names
 #: `transformers.ModernBertConfig`'s defaults for what the encoder's parts read (modernbert-base's)
@@ -213,7 +213,7 @@ MODERNBERT = Family(
     intermediate_ratio=1.5,  # the smaller sizes' (base's ratio); GeGLU's Wi is twice as wide
     # ModernBERT's pretraining (Warner et al., 2024): 30 % masking, documents packed and attended within themselves,
     # warmup-stable-decay with a 1 - sqrt decay, AdamW's beta2 0.98
-    recipe=dict(mlm_probability=0.3, packing="documents", decay="wsd-sqrt", adam_beta2=0.98),
+    recipe=Recipe(mlm_probability=0.3, packing="documents", decay="wsd-sqrt", adam_beta2=0.98),
     preset=dict(type_vocab_size=0, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, classifier_dropout=0.0,
                 layer_norm_eps=1e-5, max_position_embeddings=8192),
 )

@@ -12,7 +12,7 @@ from dataclasses import replace
 from typing import Any
 
 from ..spec import EncoderSpec, RelativeBias
-from .family import INTERNAL_LAYER, Family, bert_spec
+from .family import INTERNAL_LAYER, Family, Recipe, bert_spec
 
 #: `transformers.MPNetConfig`'s defaults for what the encoder's parts read
 PART_DEFAULTS: dict[str, Any] = dict(relative_attention_num_buckets=32)
@@ -65,7 +65,7 @@ MPNET = Family(
     write_config=write_config,
     # all-mpnet-base-v2's: 512 positions after the padding offset (pad id 1), eps 1e-5
     preset=dict(max_position_embeddings=514, type_vocab_size=0, layer_norm_eps=1e-5, pad_token_id=1),
-    recipe=dict(adam_beta2=0.98),  # MPNet's (RoBERTa's) Adam β2
+    recipe=Recipe(adam_beta2=0.98),  # MPNet's (RoBERTa's) Adam β2
     tokenizer="mpnet",
 )
 

@@ -20,7 +20,7 @@ from torch import Tensor
 
 from ...core.errors import BertforgeError
 from ..spec import EncoderSpec, HeadSpec, LayerAttention
-from .family import INTERNAL_LAYER, Family, join, split
+from .family import INTERNAL_LAYER, Family, Recipe, join, split
 
 DEFAULT_THETA = 1000.0  # `transformers.NomicBertConfig`'s
 _LAYER = "bert.layers.{n}."
@@ -147,7 +147,7 @@ NOMIC_BERT = Family(
     # nomic-embed-text-v1.5's: SwiGLU, no dropout, 2,048 positions
     preset=dict(hidden_act="silu", hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
                 max_position_embeddings=2048, type_vocab_size=2),
-    recipe=dict(mlm_probability=0.3),  # nomic-bert-2048's masking rate
+    recipe=Recipe(mlm_probability=0.3),  # nomic-bert-2048's masking rate
     tokenizer="bert",
 )
 

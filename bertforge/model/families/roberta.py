@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from .distilbert import distilbert_student
-from .family import Family
+from .family import Family, Recipe
 
 _ROBERTA_KEYS = (
     ("lm_head.dense.", "cls.predictions.transform.dense."),
@@ -23,7 +23,7 @@ _ROBERTA_PARTS: dict[str, Any] = dict(
     dropped=(r"^lm_head\.decoder\.(weight|bias)$",),
     # roberta-base's: 512 positions after the padding offset, one token type, eps 1e-5
     preset=dict(max_position_embeddings=514, type_vocab_size=1, layer_norm_eps=1e-5, pad_token_id=1),
-    recipe=dict(adam_beta2=0.98),  # the RoBERTa paper's, for stability with large batches
+    recipe=Recipe(adam_beta2=0.98),  # the RoBERTa paper's, for stability with large batches
     student=distilbert_student,  # distilled into a DistilBERT (its positions' offset folded in)
 )
 # `transformers.RobertaConfig`'s defaults (roberta-base itself sets 514 positions, 1 token type, eps 1e-5)

@@ -106,7 +106,7 @@ def test_deberta_v3_presets_have_v3s_sizes_and_parts(size, shape):
     config = BertConfig.preset(f"deberta-v3-{size}")
     assert (config.num_hidden_layers, config.hidden_size, config.num_attention_heads,
             config.intermediate_size) == shape
-    assert config.model_type == "deberta-v2" and config.family.recipe["objective"] == "rtd"
+    assert config.model_type == "deberta-v2" and config.family.recipe.objective == "rtd"
     assert config.to_dict() == BertConfig.preset(f"deberta-v2-{size}").to_dict()  # v3 is v2's architecture
     spec = config.spec
     assert spec.positions == "none" and spec.relative.buckets == 256 and spec.relative.share_key
