@@ -17,11 +17,14 @@ none (bertforge computes the same buckets for any length; Microsoft's code clamp
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...core.errors import BertforgeError
 from ..spec import EncoderSpec, HeadSpec, RelativeAttention
 from .family import INTERNAL_LAYER, Family, Recipe
+
+if TYPE_CHECKING:
+    from ..config import BertConfig
 
 #: `transformers.DebertaV2Config`'s defaults for what the encoder's parts read, and deberta-v3-base's
 PART_DEFAULTS: dict[str, Any] = dict(
@@ -32,12 +35,12 @@ PART_DEFAULTS: dict[str, Any] = dict(
 TERMS = ("c2p", "p2c")
 
 
-def part(config: Any, name: str) -> Any:
+def part(config: BertConfig, name: str) -> Any:
     """A DeBERTa setting the config keeps among its extra fields (`config.extra`), or its default."""
     return config.extra.get(name, PART_DEFAULTS.get(name))
 
 
-def score_terms(config: Any) -> tuple[str, ...]:
+def score_terms(config: BertConfig) -> tuple[str, ...]:
     """`pos_att_type` as a tuple: a list, or the "p2c|c2p" string older configs hold."""
     value = part(config, "pos_att_type") or []
     if isinstance(value, str):
@@ -47,7 +50,7 @@ def score_terms(config: Any) -> tuple[str, ...]:
     return tuple(value)
 
 
-def relative(config: Any) -> RelativeAttention | None:
+def relative(config: BertConfig) -> RelativeAttention | None:
     terms = score_terms(config)
     if not part(config, "relative_attention"):
         if terms:
@@ -66,7 +69,7 @@ def relative(config: Any) -> RelativeAttention | None:
                              norm="layer_norm" in norm)
 
 
-def deberta_spec(family: Family, config: Any) -> EncoderSpec:
+def deberta_spec(family: Family, config: BertConfig) -> EncoderSpec:
     if part(config, "conv_kernel_size"):
         raise BertforgeError(f"config: conv_kernel_size {part(config, 'conv_kernel_size')} (DeBERTa-v2-xlarge's "
                              "convolution after the first layer) is not supported; use a checkpoint without it")
@@ -86,7 +89,7 @@ def deberta_spec(family: Family, config: Any) -> EncoderSpec:
     )
 
 
-def write_config(out: dict[str, Any], config: Any) -> dict[str, Any]:
+def write_config(out: dict[str, Any], config: BertConfig) -> dict[str, Any]:
     """config.json with every part setting explicit, the MLM head under `transformers`' (legacy) names."""
     for name, value in PART_DEFAULTS.items():
         out.setdefault(name, value)

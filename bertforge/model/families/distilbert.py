@@ -4,14 +4,17 @@ parameter names; MLM only."""
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING
 
 from .family import INTERNAL_LAYER, Family
+
+if TYPE_CHECKING:
+    from ..config import BertConfig
 
 _DISTIL_LAYER = "bert.transformer.layer.{n}."
 
 
-def distilbert_student(config: Any, layers: list[int]) -> Any:
+def distilbert_student(config: BertConfig, layers: list[int]) -> BertConfig:
     """`Family.student` of BERT, RoBERTa, XLM-R and DistilBERT: a DistilBERT of len(layers) layers (no token types,
     ε 1e-12, positions from 0 as many as the teacher takes: its first token-type row and RoBERTa's offset are folded
     in when the weights are copied)."""

@@ -21,13 +21,16 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
 
 from ...core.errors import BertforgeError
 from ..spec import EncoderSpec, HeadSpec
+
+if TYPE_CHECKING:
+    from ..config import BertConfig
 
 INTERNAL_PREFIX = "bert"  # the encoder's attribute in every head class, so `bert.` in internal parameter names
 INTERNAL_LAYER = "bert.encoder.layer.{n}."  # the internal names of block n's parameters start so
@@ -67,7 +70,7 @@ class Family:
     defaults: dict[str, Any] = field(default_factory=dict)  # `transformers`' defaults for fields a file may omit
     unused: tuple[str, ...] = ()  # internal fields the family does not have (not written to its config.json)
     written: dict[str, Any] = field(default_factory=lambda: dict(WRITTEN))  # fixed keys its config.json gets
-    write_config: Callable[[dict[str, Any], Any], dict[str, Any]] | None = None  # completes config.json's dict
+    write_config: Callable[[dict[str, Any], "BertConfig"], dict[str, Any]] | None = None  # completes config.json's dict
     special_ids: tuple[str, ...] = ()  # config.json's token-id fields besides pad (ModernBERT's bos/eos/cls/sep)
     # parameter names
     keys: tuple[tuple[str, str], ...] = ()  # (hf, internal) key prefixes, {n} = a layer number
@@ -80,15 +83,15 @@ class Family:
     intermediate_ratio: float = 4.0  # a preset's feed-forward width over its hidden size
     recipe: Recipe = Recipe()  # what the pretraining settings left at "auto" become
     objectives: tuple[str, ...] = ()  # `--objective` names it pretrains with besides MLM and its sentence head's
-    read_spec: Callable[["Family", Any], EncoderSpec] | None = None  # config → parts; None: `bert_spec`
+    read_spec: Callable[["Family", "BertConfig"], EncoderSpec] | None = None  # config → parts; None: `bert_spec`
     # rotary positions: the config.json keys that give the global layers' θ (context extension); None: no rotary
-    global_theta_keys: Callable[[Any, float], dict[str, Any]] | None = None
+    global_theta_keys: Callable[["BertConfig", float], dict[str, Any]] | None = None
     # config fields besides the depth that say which layers a model has (ModernBERT's `layer_types`), for a model made
     # of some of another's layers (a distilled student): (config, kept layer indices) -> fields; None: depth alone
-    layer_fields: Callable[[Any, list[int]], dict[str, Any]] | None = None
+    layer_fields: Callable[["BertConfig", list[int]], dict[str, Any]] | None = None
     # a distilled student of a teacher of this family, (teacher config, its kept layers) -> the student's config;
     # None: a model of this family made of those layers (relative attention, rotary positions stay as they are)
-    student: Callable[[Any, list[int]], Any] | None = None
+    student: Callable[["BertConfig", list[int]], "BertConfig"] | None = None
     tokenizer: str = ""  # the name of its tokenizer kind (`bertforge.tokenizer.kinds`); "": its model_type
 
     @property
@@ -96,18 +99,18 @@ class Family:
         """The tokenizer kind a model of this family pretrains with (`kinds.kind_by_name`)."""
         return self.tokenizer or self.model_type
 
-    def keep_layers(self, config: Any, layers: list[int]) -> Any:
+    def keep_layers(self, config: BertConfig, layers: list[int]) -> BertConfig:
         """The config of a model of this family made of `config`'s layers `layers` (in that order), each keeping
         what its own layer was (its attention kind, ...)."""
         fields = self.layer_fields(config, layers) if self.layer_fields is not None else {}
         return replace(config, num_hidden_layers=len(layers), **fields)
 
-    def student_config(self, config: Any, layers: list[int]) -> Any:
+    def student_config(self, config: BertConfig, layers: list[int]) -> BertConfig:
         """The config of a distilled student of a teacher `config` that starts from its layers `layers`: the
         family's `student` (BERT's and RoBERTa's: a DistilBERT), else a model of this family (`keep_layers`)."""
         return (self.student or self.keep_layers)(config, layers)
 
-    def spec(self, config: Any) -> EncoderSpec:
+    def spec(self, config: BertConfig) -> EncoderSpec:
         """The encoder a `BertConfig` of this family describes."""
         return (self.read_spec or bert_spec)(self, config)
 
@@ -204,7 +207,7 @@ def join(state: dict[str, Tensor], names: tuple[str, ...], fused: str) -> dict[s
     return out
 
 
-def bert_spec(family: Family, config: Any) -> EncoderSpec:
+def bert_spec(family: Family, config: BertConfig) -> EncoderSpec:
     """BERT's encoder (post-LN, learned positions, a dense feed-forward, biases everywhere) with the member's
     positions and pooler, and ALBERT's factorised embeddings and shared layers where the config has them."""
     return EncoderSpec(

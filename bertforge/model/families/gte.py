@@ -10,13 +10,16 @@ up first); the adapter splits and reorders them for the encoder and back. The to
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
-from ..spec import EncoderSpec
 from torch import Tensor
 
+from ..spec import EncoderSpec
 from .family import INTERNAL_LAYER, Family, Recipe, join, split
 from .nomic_bert import NATIVE_LAYER_KEYS, join_native, rope_config, rope_theta, rotary_spec
+
+if TYPE_CHECKING:
+    from ..config import BertConfig
 
 DEFAULT_THETA = 160_000.0  # `transformers.GteConfig`'s
 _LAYER = "bert.encoder.layer.{n}."  # GTE's own layout, which `transformers` writes
@@ -51,7 +54,7 @@ def fuse(state: dict[str, Tensor]) -> dict[str, Tensor]:
     return join(state, ("mlp.up", "mlp.gate"), "mlp.up_gate_proj")
 
 
-def gte_spec(family: Family, config: Any) -> EncoderSpec:
+def gte_spec(family: Family, config: BertConfig) -> EncoderSpec:
     return rotary_spec(config, rope_theta(config, DEFAULT_THETA), attention_bias=True, mlp_bias=False,
                        mlp_out_bias=True, ffn_inner_dropout=config.hidden_dropout_prob, mlm_act="gelu")
 

@@ -12,7 +12,7 @@ saved model loads in every `transformers` from 4.48 on.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
@@ -21,6 +21,9 @@ from ...core.errors import BertforgeError
 from ...core.ops import ACTIVATIONS
 from ..spec import EncoderSpec, HeadSpec, LayerAttention
 from .family import INTERNAL_LAYER, Family, Recipe
+
+if TYPE_CHECKING:
+    from ..config import BertConfig
 
 GLOBAL, LOCAL = "full_attention", "sliding_attention"  # `layer_types` names
 #: `transformers.ModernBertConfig`'s defaults for what the encoder's parts read (modernbert-base's)
@@ -33,12 +36,12 @@ _QKV = ("Wq", "Wk", "Wv")  # the file's fused Wqkv, split in this order
 SPECIAL_IDS = ("bos_token_id", "eos_token_id", "cls_token_id", "sep_token_id")  # config.json fields it may carry
 
 
-def part(config: Any, name: str) -> Any:
+def part(config: BertConfig, name: str) -> Any:
     """A ModernBERT setting the config keeps among its extra fields (`config.extra`), or its default."""
     return config.extra.get(name, PART_DEFAULTS.get(name))
 
 
-def layer_types(config: Any) -> list[str]:
+def layer_types(config: BertConfig) -> list[str]:
     """Each layer's attention: 5.x's `layer_types`, or 4.48's "global when i % global_attn_every_n_layers == 0"."""
     n = config.num_hidden_layers
     types = config.extra.get("layer_types")
@@ -52,7 +55,7 @@ def layer_types(config: Any) -> list[str]:
     return types
 
 
-def rope_thetas(config: Any) -> dict[str, float]:
+def rope_thetas(config: BertConfig) -> dict[str, float]:
     """θ of the global and the local layers: 5.x's `rope_parameters`, or 4.48's `global_rope_theta` /
     `local_rope_theta`. Only the default rotary kind is implemented; a scaled one is refused."""
     params = config.extra.get("rope_parameters") or {}
@@ -69,7 +72,7 @@ def rope_thetas(config: Any) -> dict[str, float]:
     return thetas
 
 
-def global_theta_keys(config: Any, theta: float) -> dict[str, Any]:
+def global_theta_keys(config: BertConfig, theta: float) -> dict[str, Any]:
     """config.json keys that give the global layers' rotary θ `theta` (context extension: ModernBERT trains at 1,024
     tokens with θ 10,000, then continues at 8,192 with 160,000), in both spellings; the local layers keep theirs."""
     thetas = {**rope_thetas(config), GLOBAL: float(theta)}
@@ -77,7 +80,7 @@ def global_theta_keys(config: Any, theta: float) -> dict[str, Any]:
             "rope_parameters": {kind: {"rope_type": "default", "rope_theta": value} for kind, value in thetas.items()}}
 
 
-def modernbert_spec(family: Family, config: Any) -> EncoderSpec:
+def modernbert_spec(family: Family, config: BertConfig) -> EncoderSpec:
     window = part(config, "local_attention")
     if isinstance(window, bool) or not isinstance(window, int) or window < 2:
         raise BertforgeError(f"config field 'local_attention' must be an integer of at least 2, got {window!r}")
@@ -135,7 +138,7 @@ def fuse(state: dict[str, Tensor]) -> dict[str, Tensor]:
     return out
 
 
-def write_config(out: dict[str, Any], config: Any) -> dict[str, Any]:
+def write_config(out: dict[str, Any], config: BertConfig) -> dict[str, Any]:
     """config.json in both spellings: 5.x's `layer_types` and `rope_parameters`, and 4.48's
     `global_attn_every_n_layers` and θ pair where the layers follow its every-n-th rule."""
     types, thetas = layer_types(config), rope_thetas(config)
@@ -159,7 +162,7 @@ def write_config(out: dict[str, Any], config: Any) -> dict[str, Any]:
     return out
 
 
-def kept_layer_types(config: Any, layers: list[int]) -> dict[str, Any]:
+def kept_layer_types(config: BertConfig, layers: list[int]) -> dict[str, Any]:
     """`Family.layer_fields`: a model of some of these layers keeps each one's attention kind (global or local)."""
     types = layer_types(config)
     return {"extra": {**config.extra, "layer_types": [types[i] for i in layers]}}

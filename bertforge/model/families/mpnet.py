@@ -9,10 +9,13 @@ Pretrained with MLM here (MPNet's permuted objective is not implemented)."""
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..spec import EncoderSpec, RelativeBias
 from .family import INTERNAL_LAYER, Family, Recipe, bert_spec
+
+if TYPE_CHECKING:
+    from ..config import BertConfig
 
 #: `transformers.MPNetConfig`'s defaults for what the encoder's parts read
 PART_DEFAULTS: dict[str, Any] = dict(relative_attention_num_buckets=32)
@@ -20,14 +23,14 @@ PART_DEFAULTS: dict[str, Any] = dict(relative_attention_num_buckets=32)
 BUCKETS, MAX_DISTANCE = 32, 128
 
 
-def mpnet_spec(family: Family, config: Any) -> EncoderSpec:
+def mpnet_spec(family: Family, config: BertConfig) -> EncoderSpec:
     table = config.extra.get("relative_attention_num_buckets", PART_DEFAULTS["relative_attention_num_buckets"])
     spec = bert_spec(family, config)
     return replace(spec, type_vocab_size=0,
                    relative_bias=RelativeBias(buckets=BUCKETS, max_distance=MAX_DISTANCE, table=table))
 
 
-def write_config(out: dict[str, Any], config: Any) -> dict[str, Any]:
+def write_config(out: dict[str, Any], config: BertConfig) -> dict[str, Any]:
     for name, value in PART_DEFAULTS.items():
         out.setdefault(name, value)
     return out

@@ -14,13 +14,16 @@ Its tokenizer is BERT's WordPiece; its sentence-transformers directories carry t
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torch import Tensor
 
 from ...core.errors import BertforgeError
 from ..spec import EncoderSpec, HeadSpec, LayerAttention
 from .family import INTERNAL_LAYER, Family, Recipe, join, split
+
+if TYPE_CHECKING:
+    from ..config import BertConfig
 
 DEFAULT_THETA = 1000.0  # `transformers.NomicBertConfig`'s
 _LAYER = "bert.layers.{n}."
@@ -69,7 +72,7 @@ def fuse(state: dict[str, Tensor]) -> dict[str, Tensor]:
     return split(join(state, _QKV, "attn.Wqkv"), "mlp.fc1", ("mlp.fc12", "mlp.fc11"))
 
 
-def rope_theta(config: Any, default: float) -> float:
+def rope_theta(config: BertConfig, default: float) -> float:
     """The rotary θ: 5.x's `rope_parameters` (only the default rotary kind), an older `rope_theta`, or `default`."""
     params = config.extra.get("rope_parameters") or {}
     scaling = config.extra.get("rope_scaling") or {}
@@ -83,14 +86,14 @@ def rope_theta(config: Any, default: float) -> float:
     return float(theta)
 
 
-def check_head_dim(config: Any) -> None:
+def check_head_dim(config: BertConfig) -> None:
     head_dim = config.extra.get("head_dim")
     if head_dim is not None and head_dim != config.hidden_size // config.num_attention_heads:
         raise BertforgeError(f"config field 'head_dim' {head_dim!r} is not hidden_size / num_attention_heads "
                              f"({config.hidden_size // config.num_attention_heads}); bertforge supports only that")
 
 
-def rotary_spec(config: Any, theta: float, *, attention_bias: bool, mlp_bias: bool, mlp_out_bias: bool,
+def rotary_spec(config: BertConfig, theta: float, *, attention_bias: bool, mlp_bias: bool, mlp_out_bias: bool,
                 ffn_inner_dropout: float, mlm_act: str) -> EncoderSpec:
     """The post-LN rotary encoder with a gated feed-forward that NomicBERT and GTE share."""
     check_head_dim(config)
@@ -107,14 +110,14 @@ def rotary_spec(config: Any, theta: float, *, attention_bias: bool, mlp_bias: bo
     )
 
 
-def nomic_spec(family: Family, config: Any) -> EncoderSpec:
+def nomic_spec(family: Family, config: BertConfig) -> EncoderSpec:
     return rotary_spec(config, rope_theta(config, DEFAULT_THETA), attention_bias=False, mlp_bias=False,
                        mlp_out_bias=False, ffn_inner_dropout=0.0, mlm_act=config.hidden_act)
 
 
-def rope_config(default: float) -> Callable[[dict[str, Any], Any], dict[str, Any]]:
+def rope_config(default: float) -> Callable[[dict[str, Any], "BertConfig"], dict[str, Any]]:
     """A `Family.write_config` that writes the rotary θ (the config's, else `default`) in 5.x's `rope_parameters`."""
-    def write_config(out: dict[str, Any], config: Any) -> dict[str, Any]:
+    def write_config(out: dict[str, Any], config: BertConfig) -> dict[str, Any]:
         out["rope_parameters"] = {"rope_type": "default", "rope_theta": rope_theta(config, default)}
         out.pop("rope_theta", None)
         return out
