@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 from .errors import BertforgeError
@@ -40,7 +40,10 @@ def option(
 
     A bool field is a switch to the other value than its default (`flag="--cased"` on a `lowercase=True` field
     sets it False; without a default, a flag starting with `--no-` sets False). A `list[str]` field takes one or
-    more values. `choices` is kept as given: a registry's live view of its names (`--objective`'s) stays current."""
+    more values. `choices` is kept as given where it is a sequence: a registry's live view of its names
+    (`--objective`'s) stays current; any other collection becomes a tuple."""
+    if choices and not isinstance(choices, Sequence):
+        choices = tuple(choices)  # a dict's keys (PRECISIONS'): argparse's choices are read as a sequence
     cli = {"help": help, "flag": flag, "metavar": metavar, "choices": choices or None}
     if default_factory is not None:
         return dataclasses.field(default_factory=default_factory, metadata={"cli": cli})

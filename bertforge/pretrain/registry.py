@@ -7,7 +7,8 @@ command, `bertforge distill`, names it."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator
+from collections.abc import Iterator, Sequence
+from typing import overload
 
 from ..core.errors import BertforgeError
 from .objectives import MLM, NSP, SOP, ObjectiveKind
@@ -18,9 +19,9 @@ OBJECTIVES: dict[str, ObjectiveKind] = {kind.name: kind for kind in (MLM, NSP, S
 AUTO = "auto"  # `--objective auto`: the family's recipe (`PretrainArgs.for_family`)
 
 
-class ObjectiveChoices(Collection[str]):
+class ObjectiveChoices(Sequence[str]):
     """`--objective`'s choices: "auto" and the registered names, read from `OBJECTIVES` when asked, so that an
-    entry registered later (a test's) is a choice too."""
+    entry registered later (a test's) is a choice too. A sequence, as argparse's other choices are."""
 
     def __contains__(self, name: object) -> bool:
         return name == AUTO or name in OBJECTIVES
@@ -30,6 +31,15 @@ class ObjectiveChoices(Collection[str]):
 
     def __len__(self) -> int:
         return 1 + len(OBJECTIVES)
+
+    @overload
+    def __getitem__(self, index: int) -> str: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[str]: ...
+
+    def __getitem__(self, index: int | slice) -> str | Sequence[str]:
+        return (AUTO, *OBJECTIVES)[index]
 
 
 OBJECTIVE_CHOICES = ObjectiveChoices()
