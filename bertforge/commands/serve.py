@@ -12,7 +12,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from ..core.constants import POOLINGS
+from ..core.constants import POOLINGS, SERVE_DEFAULTS
 from ..core.errors import BertforgeError
 from . import add_device_argument, add_quantize_argument
 
@@ -38,13 +38,13 @@ def _flag(text: str) -> bool:
 TEI_ENVIRONMENT: dict[str, tuple[str, Callable[[str], Any], Any]] = {
     "model": ("MODEL_ID", str, None),
     "model_name": ("SERVED_MODEL_NAME", str, None),
-    "host": ("HOSTNAME", str, "127.0.0.1"),
-    "port": ("PORT", int, 8080),
+    "host": ("HOSTNAME", str, SERVE_DEFAULTS.host),
+    "port": ("PORT", int, SERVE_DEFAULTS.port),
     "api_key": ("API_KEY", str, None),
-    "max_queue": ("MAX_CONCURRENT_REQUESTS", int, 512),
-    "max_batch_tokens": ("MAX_BATCH_TOKENS", int, 4096),
-    "max_client_batch_size": ("MAX_CLIENT_BATCH_SIZE", int, 256),
-    "max_body_bytes": ("PAYLOAD_LIMIT", int, 2_000_000),
+    "max_queue": ("MAX_CONCURRENT_REQUESTS", int, SERVE_DEFAULTS.max_queue),
+    "max_batch_tokens": ("MAX_BATCH_TOKENS", int, SERVE_DEFAULTS.max_batch_tokens),
+    "max_client_batch_size": ("MAX_CLIENT_BATCH_SIZE", int, SERVE_DEFAULTS.max_client_batch_size),
+    "max_body_bytes": ("PAYLOAD_LIMIT", int, SERVE_DEFAULTS.max_body_bytes),
     "auto_truncate": ("AUTO_TRUNCATE", _flag, False),
     "pooling": ("POOLING", str, None),
 }
@@ -60,9 +60,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "not given")
     parser.add_argument("--hostname", dest="host", default=None, metavar="HOST",
                         help=f"address to listen on (0.0.0.0 for every interface); {_env('host')} when not given "
-                             "(default 127.0.0.1)")
+                             f"(default {SERVE_DEFAULTS.host})")
     parser.add_argument("--port", "-p", type=int, default=None,
-                        help=f"port to listen on; {_env('port')} when not given (default 8080)")
+                        help=f"port to listen on; {_env('port')} when not given (default {SERVE_DEFAULTS.port})")
     parser.add_argument("--workers", type=int, default=1, metavar="N",
                         help="server processes, each with its own copy of the model and its share of the CPUs; "
                              "/metrics counts them all (1)")
@@ -77,16 +77,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"{_env('api_key')} when not given")
     parser.add_argument("--max-batch-tokens", type=int, default=None, metavar="N",
                         help="tokens per forward pass: waiting requests are grouped up to this; "
-                             f"{_env('max_batch_tokens')} when not given (default 4096)")
+                             f"{_env('max_batch_tokens')} when not given (default {SERVE_DEFAULTS.max_batch_tokens})")
     parser.add_argument("--max-concurrent-requests", dest="max_queue", type=int, default=None,
                         metavar="N", help="requests that may wait for the model (per worker); more are refused at once "
-                                          f"with 429; {_env('max_queue')} when not given (default 512)")
+                                          f"with 429; {_env('max_queue')} when not given "
+                                          f"(default {SERVE_DEFAULTS.max_queue})")
     parser.add_argument("--max-client-batch-size", type=int, default=None, metavar="N",
                         help=f"inputs in one request; more get 413; {_env('max_client_batch_size')} when not given "
-                             "(default 256)")
+                             f"(default {SERVE_DEFAULTS.max_client_batch_size})")
     parser.add_argument("--payload-limit", dest="max_body_bytes", type=int, default=None,
                         metavar="N", help=f"largest request body in bytes; larger ones get 413; "
-                                          f"{_env('max_body_bytes')} when not given (default 2000000)")
+                                          f"{_env('max_body_bytes')} when not given "
+                                          f"(default {SERVE_DEFAULTS.max_body_bytes})")
     parser.add_argument("--auto-truncate", action="store_true", default=None,
                         help='cut inputs longer than the model takes (the default of a request\'s "truncate"); '
                              f"without it they get 413; {_env('auto_truncate')}=true when not given")

@@ -6,6 +6,8 @@ file next to that module; `bertforge.data.qa_spans.NULL_ANSWER_KEY`.)
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 #: The label of a position or sequence that the loss ignores: `ignore_index` of `torch.nn.functional.cross_entropy`,
 #: and the -100 of Hugging Face labels. Masked-LM labels of tokens that were not chosen, the NSP label of an
 #: instance without a sentence pair, token-classification labels of special tokens and of every sub-word but a
@@ -19,3 +21,18 @@ SEED = 42
 ST_POOLING_MODES = {"mean": "mean", "cls": "cls", "max": "max", "mean-sqrt-len": "mean_sqrt_len_tokens",
                     "weighted-mean": "weightedmean", "last-token": "lasttoken"}
 POOLINGS = tuple(ST_POOLING_MODES)
+
+@dataclass(frozen=True)
+class ServeDefaults:
+    """`bertforge serve`'s defaults, read by the command line (its help and TEI's environment variables) and by
+    `serve.ServeConfig` / `serve.run_server`: where it listens and what it takes at once."""
+
+    host: str = "127.0.0.1"  # this machine only; 0.0.0.0 for every interface
+    port: int = 8080
+    max_queue: int = 512  # requests waiting for the model (--max-concurrent-requests); one more gets 429
+    max_batch_tokens: int = 4096  # real tokens per forward pass (requests are grouped up to this)
+    max_client_batch_size: int = 256  # inputs in one request; more gets 413
+    max_body_bytes: int = 2_000_000  # request body size; more gets 413
+
+
+SERVE_DEFAULTS = ServeDefaults()

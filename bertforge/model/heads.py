@@ -104,17 +104,26 @@ class FirstTokenHead(nn.Module):
         return self.out_proj(dropout(self.dense(first), self.p, self.training))
 
 
-def pool_padded(hidden: Tensor, attention_mask: Tensor | None, how: str) -> Tensor:
-    """Each sequence's vector [B, H] of padded hidden states [B, S, H]: position 0 ("cls", as `transformers`
-    takes it, padding or not), or the mean of the real tokens ("mean"; all of them without a mask). Packed rows:
-    `bertforge.model.pooling.pool`."""
-    if how == "cls":
-        return hidden[:, 0]
+def _first_padded(hidden: Tensor, attention_mask: Tensor | None) -> Tensor:
+    return hidden[:, 0]  # as `transformers` takes it, padding or not
+
+
+def _mean_padded(hidden: Tensor, attention_mask: Tensor | None) -> Tensor:
     if attention_mask is None:
         return hidden.mean(dim=1)
     weights = attention_mask.to(hidden.dtype).unsqueeze(-1)  # [B, S, 1]
     return (hidden * weights).sum(dim=1) / weights.sum(dim=1)
 
 
-__all__ = ["BertLMPredictionHead", "BertPreTrainingHeads", "BertPredictionHeadTransform", "FirstTokenHead", "masked_lm",
-           "pool_padded", "require_sentence_head"]
+#: The sequence heads' poolings (`HeadSpec.pooling`) of padded rows: (hidden [B, S, H], mask [B, S]) → [B, H].
+PADDED_POOLERS = {"cls": _first_padded, "mean": _mean_padded}
+
+
+def pool_padded(hidden: Tensor, attention_mask: Tensor | None, how: str) -> Tensor:
+    """Each sequence's vector [B, H] of padded hidden states [B, S, H]: position 0 ("cls"), or the mean of the real
+    tokens ("mean"; all of them without a mask). Packed rows: `bertforge.model.pooling.pool`."""
+    return PADDED_POOLERS[how](hidden, attention_mask)
+
+
+__all__ = ["BertLMPredictionHead", "BertPreTrainingHeads", "BertPredictionHeadTransform", "FirstTokenHead",
+           "PADDED_POOLERS", "masked_lm", "pool_padded", "require_sentence_head"]

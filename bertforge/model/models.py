@@ -332,7 +332,7 @@ class _ClassifierMixin:
 
     def _head_transform(self) -> BertPredictionHeadTransform | None:
         spec = self.bert.spec  # type: ignore[attr-defined]
-        wanted = spec.heads.token_transform or spec.heads.sequence == "transform"
+        wanted = spec.heads.token_transform or spec.heads.sequence_kind.transform
         return BertPredictionHeadTransform(spec, spec.hidden_size, spec.heads.sequence_act) if wanted else None
 
 
@@ -344,12 +344,11 @@ class BertForSequenceClassification(_ClassifierMixin, BertPreTrainedModel):
 
     def __init__(self, config: BertConfig) -> None:
         super().__init__(config)
-        pooled = config.spec.heads.sequence == "pooler"
-        self.bert = BertModel(config, add_pooling_layer=pooled, initialize=False)
+        kind = config.spec.heads.sequence_kind
+        self.bert = BertModel(config, add_pooling_layer=kind.pooler, initialize=False)
         spec = self.bert.spec
         self.head_transform = self._head_transform()
-        first_token = spec.heads.sequence == "first-token"
-        self.classifier: nn.Module = FirstTokenHead(spec, config.num_labels, self._dropout_p()) if first_token else (
+        self.classifier: nn.Module = FirstTokenHead(spec, config.num_labels, self._dropout_p()) if kind.first_token else (
             Dense(config.hidden_size, config.num_labels, role="final"))
         self.init_weights()
 
@@ -363,7 +362,7 @@ class BertForSequenceClassification(_ClassifierMixin, BertPreTrainedModel):
     def pool_packed(self, hidden: Tensor, batch: PackedBatch) -> Tensor:
         """Each sequence's pooled vector [B, H] from packed last hidden states [T, H] (`BertModel.forward_packed`):
         the pooler or first token, or the mean where the spec pools so (ModernBERT's `classifier_pooling`)."""
-        if self.bert.spec.heads.sequence == "transform":
+        if self.bert.spec.heads.sequence_kind.transform:
             return pool(hidden, batch.lengths, batch.starts, self.bert.spec.heads.pooling)
         return self.bert.pool(hidden[batch.starts])
 

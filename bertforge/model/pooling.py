@@ -10,6 +10,7 @@ sentence-transformers loads, and the reverse.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -51,30 +52,51 @@ def mean_pool(hidden: Tensor, lengths: list[int], weights: Tensor | None = None,
     return sums / totals.unsqueeze(1).to(hidden.dtype)
 
 
+def _first(hidden: Tensor, lengths: list[int], starts: list[int]) -> Tensor:
+    return hidden[starts]  # [B, H]
+
+
+def _last(hidden: Tensor, lengths: list[int], starts: list[int]) -> Tensor:
+    return hidden[[s + n - 1 for s, n in zip(starts, lengths)]]  # [B, H]
+
+
+def _mean(hidden: Tensor, lengths: list[int], starts: list[int]) -> Tensor:
+    return mean_pool(hidden, lengths)  # [B, H]
+
+
+def _mean_sqrt_len(hidden: Tensor, lengths: list[int], starts: list[int]) -> Tensor:
+    """sum / √n = mean · √n"""
+    root = torch.tensor(lengths, device=hidden.device, dtype=hidden.dtype).sqrt().unsqueeze(1)
+    return mean_pool(hidden, lengths) * root
+
+
+def _weighted_mean(hidden: Tensor, lengths: list[int], starts: list[int]) -> Tensor:
+    segment = _segments(hidden, lengths)
+    first = torch.tensor(starts, device=hidden.device)[segment]  # [T]: each row's sequence start
+    weights = (torch.arange(hidden.shape[0], device=hidden.device) - first + 1).to(torch.float32)
+    return mean_pool(hidden, lengths, weights, segment)
+
+
+def _max(hidden: Tensor, lengths: list[int], starts: list[int]) -> Tensor:
+    index = _segments(hidden, lengths).unsqueeze(1).expand_as(hidden)
+    return hidden.new_zeros(len(lengths), hidden.shape[-1]).scatter_reduce(0, index, hidden, reduce="amax",
+                                                                          include_self=False)
+
+
+#: Each pooling by its name: (packed rows [T, H], lengths, starts) → [B, H].
+POOLERS: dict[str, Callable[[Tensor, list[int], list[int]], Tensor]] = {
+    "mean": _mean, "cls": _first, "max": _max, "mean-sqrt-len": _mean_sqrt_len, "weighted-mean": _weighted_mean,
+    "last-token": _last}
+
+
 def pool(hidden: Tensor, lengths: list[int], starts: list[int], pooling: str, normalize: bool = False) -> Tensor:
     """Sentence embeddings [B, H] of packed rows [T, H], as sentence-transformers' Pooling computes them ([CLS] and
     [SEP] included): "mean" of each sequence's rows, its first ("cls") or last ("last-token") row, the elementwise
     "max", the sum over √length ("mean-sqrt-len"), or the mean weighted by position 1, 2, ... ("weighted-mean");
     scaled to unit length with `normalize`."""
-    if pooling == "cls":
-        pooled = hidden[starts]  # [B, H]
-    elif pooling == "last-token":
-        pooled = hidden[[s + n - 1 for s, n in zip(starts, lengths)]]  # [B, H]
-    elif pooling in ("mean", "mean-sqrt-len"):
-        pooled = mean_pool(hidden, lengths)  # [B, H]
-        if pooling == "mean-sqrt-len":  # sum / sqrt(n) = mean * sqrt(n)
-            pooled = pooled * torch.tensor(lengths, device=hidden.device, dtype=hidden.dtype).sqrt().unsqueeze(1)
-    elif pooling == "weighted-mean":
-        segment = _segments(hidden, lengths)
-        first = torch.tensor(starts, device=hidden.device)[segment]  # [T]: each row's sequence start
-        weights = (torch.arange(hidden.shape[0], device=hidden.device) - first + 1).to(torch.float32)
-        pooled = mean_pool(hidden, lengths, weights, segment)
-    elif pooling == "max":
-        index = _segments(hidden, lengths).unsqueeze(1).expand_as(hidden)
-        pooled = hidden.new_zeros(len(lengths), hidden.shape[-1]).scatter_reduce(
-            0, index, hidden, reduce="amax", include_self=False)
-    else:
+    if pooling not in POOLERS:
         raise ValueError(f"unknown pooling {pooling!r}; choose one of {', '.join(POOLINGS)}")
+    pooled = POOLERS[pooling](hidden, lengths, starts)
     return F.normalize(pooled, dim=-1) if normalize else pooled
 
 

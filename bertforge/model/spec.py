@@ -111,8 +111,24 @@ class RelativeBias:
     table: int = 32  # rows of the table (relative_attention_num_buckets)
 
 
-SEQUENCE_HEADS = ("pooler", "first-token", "transform")
+SequenceHeadName = Literal["pooler", "first-token", "transform"]
+SEQUENCE_HEADS: tuple[str, ...] = get_args(SequenceHeadName)
 POOLINGS = ("cls", "mean")
+
+
+@dataclass(frozen=True)
+class SequenceHead:
+    """What a sequence-head name means for the classifier on a whole sequence."""
+
+    pooler: bool  # reads the base model's pooler (BERT, ALBERT): the base model keeps one
+    first_token: bool  # the classifier is the first-token MLP (`heads.FirstTokenHead`: RoBERTa, DistilBERT, DeBERTa)
+    transform: bool  # the sequences pooled by `HeadSpec.pooling`, then a transform before the classifier (ModernBERT)
+
+
+SEQUENCE_KINDS: dict[str, SequenceHead] = {
+    "pooler": SequenceHead(pooler=True, first_token=False, transform=False),
+    "first-token": SequenceHead(pooler=False, first_token=True, transform=False),
+    "transform": SequenceHead(pooler=False, first_token=False, transform=True)}
 
 
 @dataclass(frozen=True)
@@ -128,12 +144,16 @@ class HeadSpec:
     mlm_act: str = "gelu"
     transform_bias: bool = True  # the transforms' dense layers
     decoder_bias: bool = True
-    sequence: str = "pooler"
+    sequence: SequenceHeadName = "pooler"
     sequence_act: str = "tanh"
     dropout_before_dense: bool = True  # "first-token": RoBERTa drops out token 0 before the dense layer
     first_dropout: float | None = None  # that dropout's rate; None: the classifier's (DeBERTa: its pooler_dropout)
     pooling: str = "cls"
     token_transform: bool = False
+
+    @property
+    def sequence_kind(self) -> SequenceHead:
+        return SEQUENCE_KINDS[self.sequence]
 
     def __post_init__(self) -> None:
         if self.sequence not in SEQUENCE_HEADS:
@@ -269,4 +289,4 @@ class EncoderSpec:
 
 __all__ = ["EncoderSpec", "FFN_KINDS", "HeadSpec", "INIT_NAMES", "LayerAttention", "NORM_KINDS", "PLACEMENTS",
            "POSITIONS", "PROJECTION_KINDS", "Placement", "PositionKind", "Projection", "ROTARY_KINDS", "POOLINGS", "SEQUENCE_HEADS", "NORM_PLACEMENTS", "POSITION_KINDS",
-           "RelativeAttention", "RelativeBias", "SCORE_TERMS"]
+           "RelativeAttention", "RelativeBias", "SCORE_TERMS", "SEQUENCE_KINDS", "SequenceHead"]

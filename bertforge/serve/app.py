@@ -12,6 +12,7 @@ import sys
 import tempfile
 from typing import Any
 
+from ..core.constants import SERVE_DEFAULTS
 from ..core.errors import BertforgeError
 from .config import ENV_CONFIG, ServeConfig
 from .engine import Engine
@@ -129,7 +130,8 @@ def app_from_environment() -> Any:
     return create_app(ServeConfig.from_json(text))
 
 
-def run_server(config: ServeConfig, host: str = "127.0.0.1", port: int = 8080, workers: int = 1,
+def run_server(config: ServeConfig, host: str = SERVE_DEFAULTS.host, port: int = SERVE_DEFAULTS.port,
+               workers: int = 1,
                log_level: str = "info", graceful_timeout: float | None = 30.0) -> int:
     """Serve until SIGTERM or SIGINT; in-flight requests finish first. Returns 0 after a clean shutdown."""
     # One process counts in memory, N workers in a directory of our own: not in one the environment names (read

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 
+from ..core.constants import SERVE_DEFAULTS
 from ..core.errors import BertforgeError
 from ..core.options import option
 
@@ -20,10 +21,11 @@ class ServeConfig:
     model: str
     task: str = "auto"  # "embed", "classify" (predict + rerank), or "auto": from the checkpoint's architecture
     model_name: str | None = None  # reported by /info and /v1/embeddings; default: the directory's name
-    max_batch_tokens: int = 4096  # real tokens per forward pass (requests are grouped up to this)
-    max_queue: int = 512  # requests waiting for the model (--max-concurrent-requests); one more gets 429
-    max_client_batch_size: int = 256  # inputs in one request; more gets 413
-    max_body_bytes: int = 2_000_000  # request body size; more gets 413
+    # what it takes at once: `constants.SERVE_DEFAULTS` says each default and what it bounds
+    max_batch_tokens: int = SERVE_DEFAULTS.max_batch_tokens
+    max_queue: int = SERVE_DEFAULTS.max_queue
+    max_client_batch_size: int = SERVE_DEFAULTS.max_client_batch_size
+    max_body_bytes: int = SERVE_DEFAULTS.max_body_bytes
     auto_truncate: bool = False  # the default of a request's "truncate" (and the only setting for /v1/embeddings)
     max_length: int | None = None  # the model's limit by default (sentence-transformers' max_seq_length for embed)
     pooling: str | None = None  # embed: one of `POOLINGS`; default: what the model directory declares

@@ -196,6 +196,29 @@ def test_cli_embed_txt_and_jsonl(tmp_path, minilm_dir, minilm_embed, capsys):
     assert "2 texts ->" in capsys.readouterr().err
 
 
+def test_cli_embed_puts_the_named_prompt_or_the_given_one_before_every_text(tmp_path, minilm_dir, capsys):
+    """--prompt-name picks a prompt of the model's config_sentence_transformers.json, --prompt gives one; the vectors
+    are the pipeline's with that prompt; both at once is refused by the parser."""
+    import shutil
+
+    model = tmp_path / "prompted"
+    shutil.copytree(minilm_dir, model)
+    (model / "config_sentence_transformers.json").write_text(json.dumps(
+        {"prompts": {"search_query": "search_query: "}, "default_prompt_name": None}))
+    texts = tmp_path / "in.txt"
+    texts.write_text("hello world\nthird line\n", encoding="utf-8")
+    argv = ["embed", "--model", str(model), "--input", str(texts), "--no-progress"]
+    assert main([*argv, "--out", str(tmp_path / "named.npy"), "--prompt-name", "search_query"]) == 0
+    assert main([*argv, "--out", str(tmp_path / "given.npy"), "--prompt", "search_query: "]) == 0
+    expected = bertforge.pipeline("embed", model=model, prompt_name="search_query")(["hello world", "third line"])
+    assert np.abs(np.load(tmp_path / "named.npy") - expected).max() < 1e-6
+    assert np.abs(np.load(tmp_path / "given.npy") - expected).max() < 1e-6
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as stop:
+        main([*argv, "--out", str(tmp_path / "both.npy"), "--prompt", "x", "--prompt-name", "search_query"])
+    assert stop.value.code == 2 and "not allowed with argument" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize(
     "content, name, message",
     [

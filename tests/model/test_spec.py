@@ -55,9 +55,14 @@ def test_every_kind_of_part_is_a_registry_whose_names_are_the_specs():
 
     pairs = [(spec.NormName, parts.NORMS), (spec.FFNName, encoder.FEED_FORWARDS), (spec.RotaryName, parts.ROTARIES),
              (spec.InitName, parts.INIT_RULES), (spec.PositionName, spec.POSITIONS),
-             (spec.PlacementName, spec.PLACEMENTS), (spec.ProjectionName, spec.PROJECTION_KINDS)]
+             (spec.PlacementName, spec.PLACEMENTS), (spec.ProjectionName, spec.PROJECTION_KINDS),
+             (spec.SequenceHeadName, spec.SEQUENCE_KINDS)]
     for names, registry in pairs:
         assert set(get_args(names)) == set(registry), (names, sorted(registry))
+    from bertforge.core.constants import POOLINGS
+    from bertforge.model import heads, pooling
+
+    assert set(pooling.POOLERS) == set(POOLINGS) and set(heads.PADDED_POOLERS) == set(spec.POOLINGS)
 
 
 def test_the_encoder_and_the_models_never_compare_a_kind():
@@ -67,7 +72,7 @@ def test_the_encoder_and_the_models_never_compare_a_kind():
 
     import bertforge.model as model_package
 
-    kinds = "positions|norm|norm_kind|ffn|projection|init|rotary"
+    kinds = "positions|norm|norm_kind|ffn|projection|init|rotary|heads\\.sequence|heads\\.pooling"
     pattern = re.compile(rf"spec\.({kinds})\s*(==|!=|in\b)")
     root = Path(model_package.__file__).parent
     for name in ("encoder.py", "models.py", "parts.py", "attention.py", "heads.py"):

@@ -226,7 +226,7 @@ def hf_built(tok: Tokenizer, directory: Path):
         built = cls(vocab=data["model"]["vocab"], merges=[tuple(m) for m in data["model"]["merges"]])
         built.add_special_tokens({"mask_token": transformers.AddedToken("<mask>", lstrip=True, special=True,
                                                                          normalized=False)})
-    elif tok.kind is DISTILBERT:
+    elif tok.kind in (DISTILBERT, MPNET):
         built = cls(vocab=data["model"]["vocab"])
     elif tok.kind is MODERNBERT:  # its generic class takes a whole `tokenizers` backend, as the Hub's files are
         import tokenizers
@@ -328,7 +328,7 @@ def test_an_unsupported_model_is_named_with_the_supported_ones(tmp_path):
         Tokenizer.from_pretrained(tmp_path)
     message = str(error.value)
     assert "\n" not in message and "tokenizer.json: model WordLevel is not a supported tokenizer model" in message
-    assert "WordPiece (BERT, DistilBERT)" in message and "BPE (RoBERTa, ModernBERT)" in message
+    assert "WordPiece (BERT, DistilBERT, MPNet)" in message and "BPE (RoBERTa, ModernBERT)" in message
     assert "Unigram (ALBERT, XLM-RoBERTa, DeBERTa)" in message
 
 

@@ -27,7 +27,7 @@ import torch
 from torch import Tensor
 
 from ...core.errors import BertforgeError
-from ..spec import EncoderSpec, HeadSpec
+from ..spec import EncoderSpec, HeadSpec, SequenceHeadName
 
 if TYPE_CHECKING:
     from ..config import BertConfig
@@ -60,7 +60,7 @@ class Family:
     # parts of the encoder, as `bert_spec` reads them (a family with its own `read_spec` decides them there)
     positions_after_padding: bool = False  # RoBERTa: position ids count from pad_token_id + 1, padding keeps pad_token_id
     pooler: bool = True  # a tanh dense layer on the first token in the base model
-    sequence_head: str = "pooler"  # "pooler": dropout → linear on the pooled output; "first-token": an MLP on token 0
+    sequence_head: SequenceHeadName = "pooler"  # "pooler": dropout → linear on the pooled output; "first-token": an MLP on token 0
     sequence_head_act: str = "tanh"  # the first-token head's hidden activation (RoBERTa tanh, DistilBERT relu)
     dropout_before_head_dense: bool = True  # RoBERTa drops out token 0 before the head's dense layer, DistilBERT not
     mlm_head_act: str | None = None  # the MLM transform's activation; None: the config's hidden_act
