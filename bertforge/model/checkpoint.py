@@ -9,6 +9,7 @@ to the encoder's, and back when saving.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import re
@@ -270,8 +271,9 @@ def save_pretrained(model: torch.nn.Module, path: str | Path, card: ModelCard | 
     if any(isinstance(getattr(m, "weight", None), Int8Weight) for m in model.modules()):
         raise BertforgeError(f"{path}: not saved: the model's dense layers are quantized to int8 for inference "
                              "(its checkpoint would lack them); save the float32 model it was made from")
-    config: BertConfig = model.config  # type: ignore[assignment]
-    config.architectures = [type(model).__name__]
+    # the file's config names the class; the model's own config is left as it is (loaded configs are not changed)
+    loaded: BertConfig = model.config  # type: ignore[assignment]
+    config = dataclasses.replace(loaded, architectures=[type(model).__name__])
     member = config.family
     own = model.state_dict()
     with_prefix = any(k.startswith(INTERNAL_PREFIX + ".") for k in own)

@@ -11,6 +11,7 @@ to these and back (`bertforge.families`).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Collection
 from typing import Any
 
@@ -101,10 +102,13 @@ class BertPreTrainedModel(nn.Module):
         return own + ((pooler,) if pooler else ())
 
     def set_attn_implementation(self, backend: str) -> None:
-        self.config.attn_implementation = backend
-        self.config.validate()
+        """Run attention with `backend` ("sdpa", "eager"): every model of the tree gets a new config saying so (the
+        one it was built with is not changed) and every attention module the backend."""
+        config = dataclasses.replace(self.config, attn_implementation=backend)  # validated: a bad name fails here
         for module in self.modules():
-            if isinstance(module, BertAttention):
+            if isinstance(module, BertPreTrainedModel):
+                module.config = config
+            elif isinstance(module, BertAttention):
                 module.backend = backend
 
     def gradient_checkpointing_enable(self) -> None:

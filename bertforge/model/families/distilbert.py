@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from .family import INTERNAL_LAYER, Family
+from .family import INTERNAL_LAYER, BertParts, Family
 
 if TYPE_CHECKING:
     from ..config import BertConfig
@@ -28,10 +28,7 @@ DISTILBERT = Family(
     class_prefix="DistilBert",
     prefix="distilbert",
     body=("embeddings", "transformer"),
-    pooler=False,
-    sequence_head="first-token",
-    sequence_head_act="relu",
-    dropout_before_head_dense=False,
+    parts=BertParts(pooler=False, sequence_head="first-token", sequence_act="relu", dropout_before_dense=False),
     sentence_head=None,
     student=distilbert_student,
     config_keys=dict(

@@ -27,7 +27,7 @@ import torch
 from torch import Tensor
 
 from ...core.errors import BertforgeError
-from ..spec import EncoderSpec, HeadSpec, SequenceHeadName
+from ..spec import EncoderSpec, HeadSpec, PositionName, SequenceHeadName
 
 if TYPE_CHECKING:
     from ..config import BertConfig
@@ -36,6 +36,19 @@ INTERNAL_PREFIX = "bert"  # the encoder's attribute in every head class, so `ber
 INTERNAL_LAYER = "bert.encoder.layer.{n}."  # the internal names of block n's parameters start so
 #: what a BERT-like config.json says that no config field holds (bertforge has absolute positions and a tied decoder)
 WRITTEN: dict[str, Any] = {"position_embedding_type": "absolute", "tie_word_embeddings": True}
+
+
+@dataclass(frozen=True)
+class BertParts:
+    """What a member read by `bert_spec` changes in BERT's encoder and heads (a family with its own `read_spec`
+    decides its whole spec there)."""
+
+    positions: PositionName = "absolute"  # "after-padding": RoBERTa's ids from pad_token_id + 1
+    pooler: bool = True  # a tanh dense layer on the first token in the base model
+    sequence_head: SequenceHeadName = "pooler"  # "pooler": dropout → linear on the pooled output; "first-token": an MLP
+    sequence_act: str = "tanh"  # the first-token head's hidden activation (RoBERTa tanh, DistilBERT relu)
+    dropout_before_dense: bool = True  # RoBERTa drops out token 0 before the head's dense layer, DistilBERT not
+    mlm_act: str | None = None  # the MLM transform's activation; None: the config's hidden_act
 
 
 @dataclass(frozen=True)
@@ -57,13 +70,7 @@ class Family:
     class_prefix: str  # of its `transformers` classes: "Roberta" + "ForMaskedLM"
     prefix: str  # its base model's attribute in `transformers`' head classes: "roberta.encoder.layer.0..."
     body: tuple[str, ...] = ("embeddings", "encoder", "pooler")  # first key segments of a bare base model's file
-    # parts of the encoder, as `bert_spec` reads them (a family with its own `read_spec` decides them there)
-    positions_after_padding: bool = False  # RoBERTa: position ids count from pad_token_id + 1, padding keeps pad_token_id
-    pooler: bool = True  # a tanh dense layer on the first token in the base model
-    sequence_head: SequenceHeadName = "pooler"  # "pooler": dropout → linear on the pooled output; "first-token": an MLP on token 0
-    sequence_head_act: str = "tanh"  # the first-token head's hidden activation (RoBERTa tanh, DistilBERT relu)
-    dropout_before_head_dense: bool = True  # RoBERTa drops out token 0 before the head's dense layer, DistilBERT not
-    mlm_head_act: str | None = None  # the MLM transform's activation; None: the config's hidden_act
+    parts: BertParts = BertParts()  # what it changes in BERT's encoder, as `bert_spec` reads it (else: `read_spec`)
     sentence_head: str | None = "NSP"  # the pretraining sentence objective ("NSP", "SOP") or None: MLM only
     # config.json
     config_keys: dict[str, str] = field(default_factory=dict)  # its field name -> the internal (BertConfig) name
@@ -215,13 +222,13 @@ def bert_spec(family: Family, config: BertConfig) -> EncoderSpec:
         num_heads=config.num_attention_heads, intermediate_size=config.intermediate_size,
         activation=config.hidden_act, max_positions=config.max_position_embeddings,
         embedding_size=config.embedding_size, type_vocab_size=config.type_vocab_size,
-        pad_token_id=config.pad_token_id, positions="after-padding" if family.positions_after_padding else "absolute",
+        pad_token_id=config.pad_token_id, positions=family.parts.positions,
         norm_eps=config.layer_norm_eps, layer_groups=config.num_hidden_groups,
         hidden_dropout=config.hidden_dropout_prob, attention_dropout=config.attention_probs_dropout_prob,
-        pooler=family.pooler, init_std=config.initializer_range,
-        heads=HeadSpec(mlm_act=family.mlm_head_act or config.hidden_act, sequence=family.sequence_head,
-                       sequence_act=family.sequence_head_act, dropout_before_dense=family.dropout_before_head_dense),
+        pooler=family.parts.pooler, init_std=config.initializer_range,
+        heads=HeadSpec(mlm_act=family.parts.mlm_act or config.hidden_act, sequence=family.parts.sequence_head,
+                       sequence_act=family.parts.sequence_act, dropout_before_dense=family.parts.dropout_before_dense),
     )
 
 
-__all__ = ["INTERNAL_LAYER", "INTERNAL_PREFIX", "WRITTEN", "Family", "Recipe", "bert_spec", "join", "split"]
+__all__ = ["INTERNAL_LAYER", "INTERNAL_PREFIX", "WRITTEN", "BertParts", "Family", "Recipe", "bert_spec", "join", "split"]

@@ -12,7 +12,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ..spec import EncoderSpec, RelativeBias
-from .family import INTERNAL_LAYER, Family, Recipe, bert_spec
+from .family import INTERNAL_LAYER, BertParts, Family, Recipe, bert_spec
 
 if TYPE_CHECKING:
     from ..config import BertConfig
@@ -42,9 +42,7 @@ MPNET = Family(
     name="MPNet",
     class_prefix="MPNet",
     prefix="mpnet",
-    positions_after_padding=True,
-    sequence_head="first-token",
-    mlm_head_act="gelu",
+    parts=BertParts(positions="after-padding", sequence_head="first-token", mlm_act="gelu"),
     sentence_head=None,
     defaults=dict(  # `transformers.MPNetConfig`'s
         vocab_size=30527, hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from .distilbert import distilbert_student
-from .family import Family, Recipe
+from .family import BertParts, Family, Recipe
 
 _ROBERTA_KEYS = (
     ("lm_head.dense.", "cls.predictions.transform.dense."),
@@ -15,9 +15,7 @@ _ROBERTA_KEYS = (
 )
 _ROBERTA_PARTS: dict[str, Any] = dict(
     prefix="roberta",
-    positions_after_padding=True,
-    sequence_head="first-token",
-    mlm_head_act="gelu",
+    parts=BertParts(positions="after-padding", sequence_head="first-token", mlm_act="gelu"),
     sentence_head=None,
     keys=_ROBERTA_KEYS,
     dropped=(r"^lm_head\.decoder\.(weight|bias)$",),
