@@ -18,7 +18,7 @@ from ..model.pooling import POOLINGS
 LOSSES = ("auto", "mnrl", "cosent", "cosine")
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, frozen=True)
 class EmbeddingsConfig:
     """Everything that defines a `train-embeddings` run. Paths are made absolute when the run starts."""
 

@@ -22,7 +22,7 @@ FINETUNE_TASKS = ("classification", "ner", "qa")  # `--task` of finetune / evalu
 DEFAULT_LABEL_COLUMN = "label"  # --label-column left at it: each task's own default (ner: ner_tags/tags, qa: answers)
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, frozen=True)
 class DataOptions:
     """How to read and encode a task's files; shared by finetune, evaluate and predict (each field is also their
     command-line option, see `bertforge.core.options`)."""
@@ -63,7 +63,7 @@ class DataOptions:
             raise BertforgeError(f"label_separator must be a non-empty string, got {self.label_separator!r}")
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, frozen=True)
 class FinetuneConfig(DataOptions):
     """Everything that defines a fine-tuning run. Paths are made absolute when the run starts."""
 

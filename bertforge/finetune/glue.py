@@ -119,7 +119,7 @@ SET_BY_GLUE = ("task", "model", "train", "dev", "out", "metric", "text_column", 
                "no_header")
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, frozen=True)
 class GlueOptions:
     """The settings of a GLUE run beside the fine-tuning ones (each field is also a `bertforge glue` option)."""
 

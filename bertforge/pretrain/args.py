@@ -60,7 +60,7 @@ DEMO: dict[str, Any] = dict(vocab_size=8000, max_steps=2500, max_length=32, lr=2
                             out="runs/demo")
 
 
-@dataclass
+@dataclass(frozen=True)
 class PretrainArgs:
     """Everything that defines a pretraining run; each field with `option(...)` is also a `bertforge pretrain`
     option (see `bertforge.core.options`)."""

@@ -55,7 +55,7 @@ log = logging.getLogger("bertforge")
 TEACHER_DECIDES = ("config", "tokenizer", "vocab_size", "tokenizer_sample_mb", "lowercase", "init_from", "objective", "nsp")
 
 
-@dataclass
+@dataclass(frozen=True)
 class DistillArgs(PretrainArgs):
     """`PretrainArgs` (the training, data and output settings) and the teacher, the student's depth and the loss."""
 
@@ -100,8 +100,8 @@ class DistillArgs(PretrainArgs):
         return student
 
     def __post_init__(self) -> None:
-        if self.tokenizer is None:
-            self.tokenizer = self.teacher  # the student speaks the teacher's vocabulary
+        if self.tokenizer is None:  # the student speaks the teacher's vocabulary (set once, while it is built)
+            object.__setattr__(self, "tokenizer", self.teacher)
 
     @property
     def vocabulary_source(self) -> str | None:

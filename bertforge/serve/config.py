@@ -14,7 +14,7 @@ ENV_CONFIG = "BERTFORGE_SERVE_CONFIG"
 TASKS = ("auto", "embed", "classify")
 
 
-@dataclass
+@dataclass(frozen=True)
 class ServeConfig:
     """What the server serves and its limits (the command line's options)."""
 
