@@ -170,7 +170,7 @@ class BertAttention(nn.Module):
         h = self.norm(x) if self.norm is not None else x
         if self.relative is not None and relative_table is not None:
             terms = self.relative.scorer(relative_table, self.self.query, self.self.key, self.scale)  # type: ignore[arg-type]
-            scores = Scores(scores.rotary, scores.window, terms, self.scale)
+            scores = replace(scores, terms=terms, scale=self.scale)  # the block's rotary, window and bias kept
         ctx, probs = layout.attend(self.self(h), self.num_heads, self.attn_dropout, self.training, explicit, scores,
                                    self.num_kv_heads)
         return self.output(ctx, x), probs
