@@ -14,13 +14,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import torch
 from torch import Tensor
 
 from ...core.errors import BertforgeError
 from ...core.ops import ACTIVATIONS
 from ..spec import EncoderSpec, HeadSpec, LayerAttention
-from .family import INTERNAL_LAYER, Family, Recipe
+from .family import INTERNAL_LAYER, Family, Recipe, join, split
 
 if TYPE_CHECKING:
     from ..config import BertConfig
@@ -32,7 +31,7 @@ PART_DEFAULTS: dict[str, Any] = dict(
     norm_bias=False, attention_bias=False, mlp_bias=False, decoder_bias=True, classifier_bias=False,
     classifier_activation="gelu", classifier_pooling="cls", mlp_dropout=0.0,
 )
-_QKV = ("Wq", "Wk", "Wv")  # the file's fused Wqkv, split in this order
+_QKV = ("attn.Wq", "attn.Wk", "attn.Wv")  # the file's fused attn.Wqkv, split in this order
 SPECIAL_IDS = ("bos_token_id", "eos_token_id", "cls_token_id", "sep_token_id")  # config.json fields it may carry
 
 
@@ -113,29 +112,12 @@ def modernbert_spec(family: Family, config: BertConfig) -> EncoderSpec:
 
 def unfuse(state: dict[str, Tensor]) -> dict[str, Tensor]:
     """`attn.Wqkv` [3H, H] (and its bias) → `attn.Wq`, `attn.Wk`, `attn.Wv` [H, H] each."""
-    out = {}
-    for key, tensor in state.items():
-        stem, fused, kind = key.rpartition("attn.Wqkv.")
-        if not fused:
-            out[key] = tensor
-            continue
-        if tensor.shape[0] % 3:
-            raise BertforgeError(f"weight {key!r} has {tensor.shape[0]} rows, not query, key and value of equal size")
-        for name, piece in zip(_QKV, tensor.chunk(3)):
-            out[f"{stem}attn.{name}.{kind}"] = piece
-    return out
+    return split(state, "attn.Wqkv", _QKV)
 
 
 def fuse(state: dict[str, Tensor]) -> dict[str, Tensor]:
     """The inverse of `unfuse`, on the file's names."""
-    out = {}
-    for key, tensor in state.items():
-        stem, found, kind = key.rpartition("attn.Wq.")
-        if found:
-            out[f"{stem}attn.Wqkv.{kind}"] = torch.cat([state[f"{stem}attn.{name}.{kind}"] for name in _QKV])
-        elif "attn.Wk." not in key and "attn.Wv." not in key:
-            out[key] = tensor
-    return out
+    return join(state, _QKV, "attn.Wqkv")
 
 
 def write_config(out: dict[str, Any], config: BertConfig) -> dict[str, Any]:
