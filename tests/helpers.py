@@ -143,3 +143,23 @@ def same_run(a: Path, b: Path, weights: str = "model/model.safetensors") -> None
     ea, eb = (json.loads((d / "eval.json").read_text()) for d in (a, b))
     ea.pop("train_seconds"), eb.pop("train_seconds")
     assert ea == eb
+
+
+def import_dotted(dotted: str) -> object:
+    """The object `a.b.c` names: the longest prefix that imports as a module, then attributes; LookupError if none
+    does (what the documentation tests check every name of the pages and ARCHITECTURE.md with)."""
+    import importlib
+
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        try:
+            for attr in parts[cut:]:
+                obj = getattr(obj, attr)
+        except AttributeError:
+            raise LookupError(dotted) from None
+        return obj
+    raise LookupError(dotted)

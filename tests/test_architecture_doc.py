@@ -26,12 +26,12 @@ forms below are checked; everything else (options such as `--config`, files such
 from __future__ import annotations
 
 import ast
-import importlib
 import re
 from functools import cache
 from pathlib import Path
 
 import bertforge
+from tests.helpers import import_dotted
 from tests.test_architecture import LAYER_FOLDERS
 
 PACKAGE = Path(bertforge.__file__).parent
@@ -131,19 +131,10 @@ def absolute(span: str) -> str | None:
 
 def resolve(dotted: str) -> object | None:
     """The object `bertforge.a.b.c` names: the longest prefix that imports as a module, then attributes."""
-    parts = dotted.split(".")
-    for cut in range(len(parts), 0, -1):
-        try:
-            obj = importlib.import_module(".".join(parts[:cut]))
-        except ImportError:
-            continue
-        try:
-            for attr in parts[cut:]:
-                obj = getattr(obj, attr)
-        except AttributeError:
-            return None
-        return obj
-    return None
+    try:
+        return import_dotted(dotted)
+    except LookupError:
+        return None
 
 
 def attribute_chain(obj: object, dotted: str) -> bool:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import ast
 import html
-import importlib
 import os
 import re
 import shlex
@@ -22,6 +21,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
+from tests.helpers import import_dotted
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -105,19 +106,11 @@ def missing_paths(text: str, root: Path = ROOT) -> list[str]:
 
 def resolves(dotted: str) -> bool:
     """Whether `bertforge.a.b.c` is a module, or an attribute of the longest module prefix that imports."""
-    parts = dotted.split(".")
-    for cut in range(len(parts), 0, -1):
-        try:
-            obj = importlib.import_module(".".join(parts[:cut]))
-        except ImportError:
-            continue
-        try:
-            for attr in parts[cut:]:
-                obj = getattr(obj, attr)
-        except AttributeError:
-            return False
-        return True
-    return False
+    try:
+        import_dotted(dotted)
+    except LookupError:
+        return False
+    return True
 
 
 def unresolved_names(text: str) -> list[str]:

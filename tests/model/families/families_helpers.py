@@ -1,5 +1,7 @@
 """What the family tests share: the Auto class of each `transformers` task suffix, and the output comparison."""
 
+import torch
+
 import bertforge
 
 TASKS = {
@@ -26,3 +28,13 @@ def assert_close(ref, ours, mask, tol: float = 1e-5):
         assert (a - b).abs().max() <= tol, name
         compared += 1
     assert compared
+
+
+def padded_batch(vocab_size: int = 99, pad: int = 0):
+    """Rows of 12, 7 and 2 tokens padded with `pad` (ids from 5 up): (input_ids, attention_mask) [3, 12]."""
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(5, vocab_size, (3, 12), generator=g)
+    mask = torch.ones_like(ids)
+    mask[1, 7:] = 0
+    mask[2, 2:] = 0
+    return ids.masked_fill(mask == 0, pad), mask

@@ -7,7 +7,7 @@ from safetensors.torch import load_file, save_file
 
 import bertforge
 
-from tests.model.families.families_helpers import TASKS, assert_close
+from tests.model.families.families_helpers import TASKS, assert_close, padded_batch
 
 transformers = pytest.importorskip("transformers")
 
@@ -18,15 +18,6 @@ def hf_config(**kw):
     return transformers.GteConfig(**{**base, **kw})
 
 
-def batch():
-    g = torch.Generator().manual_seed(0)
-    ids = torch.randint(5, 99, (3, 12), generator=g)
-    mask = torch.ones_like(ids)
-    mask[1, 7:] = 0
-    mask[2, 2:] = 0
-    return ids.masked_fill(mask == 0, 0), mask
-
-
 @pytest.mark.parametrize("task", ["Model", "ForMaskedLM", "ForSequenceClassification", "ForTokenClassification"])
 def test_no_token_types_and_another_theta(tmp_path, task):
     torch.manual_seed(0)
@@ -35,7 +26,7 @@ def test_no_token_types_and_another_theta(tmp_path, task):
     ref.save_pretrained(tmp_path)
     ours = TASKS[task].from_pretrained(tmp_path).eval()
     assert ours.base_model.embeddings.token_type_embeddings is None and ours.base_model.spec.layers[0].rope_theta == 500.0
-    ids, mask = batch()
+    ids, mask = padded_batch()
     with torch.no_grad():
         assert_close(ref(input_ids=ids, attention_mask=mask), ours(ids, mask), mask)
     ours.save_pretrained(tmp_path / "ours")
@@ -55,7 +46,7 @@ def test_up_gate_proj_holds_up_first_and_the_in_memory_layout_loads(tmp_path):
               tmp_path / "model.safetensors")
     native = bertforge.AutoModelForMaskedLM.from_pretrained(tmp_path).eval()
     assert native.loading_info.missing_keys == [] and native.loading_info.unexpected_keys == []
-    ids, mask = batch()
+    ids, mask = padded_batch()
     with torch.no_grad():
         assert_close(ref(input_ids=ids, attention_mask=mask), native(ids, mask), mask)
 

@@ -9,7 +9,7 @@ from safetensors.torch import load_file, save_file
 import bertforge
 from bertforge import BertConfig, BertforgeError
 
-from tests.model.families.families_helpers import assert_close
+from tests.model.families.families_helpers import assert_close, padded_batch
 
 transformers = pytest.importorskip("transformers")
 
@@ -18,15 +18,6 @@ def hf_config(**kw):
     base = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=40,
                 max_position_embeddings=64, num_labels=3)
     return transformers.NomicBertConfig(**{**base, **kw})
-
-
-def batch():
-    g = torch.Generator().manual_seed(0)
-    ids = torch.randint(5, 99, (3, 12), generator=g)
-    mask = torch.ones_like(ids)
-    mask[1, 7:] = 0
-    mask[2, 2:] = 0
-    return ids.masked_fill(mask == 0, 0), mask
 
 
 def test_the_file_layout_is_nomic_embeds_and_gate_comes_from_fc12(tmp_path):
@@ -54,7 +45,7 @@ def test_the_in_memory_layout_loads_the_same_model(tmp_path):
     ours = bertforge.AutoModelForSequenceClassification.from_pretrained(tmp_path).eval()
     assert ours.loading_info.missing_keys == [] and ours.loading_info.unexpected_keys == []
     assert ours.base_model.spec.layers[0].rope_theta == 500.0
-    ids, mask = batch()
+    ids, mask = padded_batch()
     with torch.no_grad():
         assert_close(ref(input_ids=ids, attention_mask=mask), ours(ids, mask), mask)
 
