@@ -180,7 +180,7 @@ class BertConfig:
         family_name, _, size = name.rpartition("-")
         member = FAMILIES.get(family_name or "bert") or ALIASES.get(family_name)
         if member is None or size not in PRESETS and size not in member.sizes:
-            sizes = ", ".join(PRESETS) + (f"; {family_name} also {', '.join(member.sizes)}" if member else "")
+            sizes = ", ".join(PRESETS) + (f"; {family_name} also {', '.join(member.sizes)}" if member and member.sizes else "")
             raise BertforgeError(
                 f"unknown config preset {name!r}; choose a size ({sizes}), optionally after a family and a dash "
                 f"({', '.join(f + '-' for f in [*FAMILIES, *ALIASES])})"
