@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import math
@@ -12,7 +13,7 @@ from typing import Any
 from ..core.errors import BertforgeError
 from ..core.io import atomic_write_text
 from ..core.ops import ACTIVATIONS  # the activations the model implements, by their Hugging Face names
-from .families import ALIASES, FAMILIES, Family, family
+from .families import ALIASES, FAMILIES, LADDERS, Family, family
 from .spec import EncoderSpec
 from ..core.hub import model_path
 
@@ -178,12 +179,20 @@ class BertConfig:
         """A named size — tiny, mini, small, medium, base or large (intermediate = 4 x hidden; a family may say
         otherwise: ModernBERT's base and large are its own) — for BERT, or FAMILY-SIZE for another member (`roberta-tiny`, `albert-base`, ...), with that family's usual settings."""
         family_name, _, size = name.rpartition("-")
+        if family_name in LADDERS:  # a published series: its sizes alone
+            series, ladder = LADDERS[family_name]
+            if size not in ladder.sizes:
+                raise BertforgeError(f"unknown config preset {name!r}; {family_name} has the sizes "
+                                     f"{', '.join(ladder.sizes)}")
+            return cls(**{"model_type": series.model_type, **series.preset, **copy.deepcopy(ladder.sizes[size]),
+                          **overrides})
         member = FAMILIES.get(family_name or "bert") or ALIASES.get(family_name)
         if member is None or size not in PRESETS and size not in member.sizes:
             sizes = ", ".join(PRESETS) + (f"; {family_name} also {', '.join(member.sizes)}" if member and member.sizes else "")
             raise BertforgeError(
                 f"unknown config preset {name!r}; choose a size ({sizes}), optionally after a family and a dash "
-                f"({', '.join(f + '-' for f in [*FAMILIES, *ALIASES])})"
+                f"({', '.join(f + '-' for f in [*FAMILIES, *ALIASES])}), or a series' name and size "
+                f"({', '.join(f'{n}-{next(iter(ladder.sizes))}' for n, (_, ladder) in LADDERS.items())})"
             )
         layers, hidden, heads, intermediate = member.sizes.get(size) or (
             *PRESETS[size], round(member.intermediate_ratio * PRESETS[size][1]))
@@ -213,8 +222,7 @@ class BertConfig:
         kwargs["model_type"] = member.model_type
         if kwargs.get("architectures") is not None and isinstance(kwargs["architectures"], list):
             kwargs["architectures"] = [member.internal_architecture(str(a)) for a in kwargs["architectures"]]
-        written_by_us = {key for f in FAMILIES.values() for key in f.written}
-        extra = {k: v for k, v in data.items() if k not in known and k not in written_by_us}
+        extra = {k: v for k, v in data.items() if k not in known and k not in member.written}
         try:
             return cls(**kwargs, extra=extra)
         except BertforgeError as err:

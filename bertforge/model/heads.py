@@ -23,28 +23,38 @@ from .spec import EncoderSpec
 
 class BertPredictionHeadTransform(nn.Module):
     """dense (H → width) → activation → norm: the MLM head's transform, to the width of the word embeddings; and
-    ModernBERT's head before its classifiers (width H)."""
+    ModernBERT's head before its classifiers (width H; EuroBERT's without the norm: `with_norm` False)."""
 
-    def __init__(self, spec: EncoderSpec, width: int, act: str) -> None:
+    def __init__(self, spec: EncoderSpec, width: int, act: str, with_norm: bool = True) -> None:
         super().__init__()
         self.dense = Dense(spec.hidden_size, width, bias=spec.heads.transform_bias, act=act, role="out")
-        self.LayerNorm = norm(spec, width)
+        self.LayerNorm = norm(spec, width) if with_norm else None
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.LayerNorm(self.dense(x))
+        x = self.dense(x)
+        return self.LayerNorm(x) if self.LayerNorm is not None else x
 
 
 class BertLMPredictionHead(nn.Module):
-    """transform → decoder whose weight is the word-embedding matrix (tied), plus a bias (unless the spec has
-    none)."""
+    """transform (unless the spec has none) → decoder whose weight is the word-embedding matrix (tied) or a
+    matrix of its own (`HeadSpec.tied_decoder` False), plus a bias (unless the spec has none)."""
 
     def __init__(self, spec: EncoderSpec) -> None:
         super().__init__()
-        self.transform = BertPredictionHeadTransform(spec, spec.embedding_dim, spec.heads.mlm_act)
-        self.bias = nn.Parameter(torch.zeros(spec.vocab_size)) if spec.heads.decoder_bias else None
+        heads = spec.heads
+        if not heads.mlm_transform and heads.tied_decoder and spec.embedding_dim != spec.hidden_size:
+            raise BertforgeError(f"encoder spec: an MLM head without a transform cannot tie its decoder to "
+                                 f"{spec.embedding_dim}-wide embeddings of a {spec.hidden_size}-wide encoder")
+        width = spec.embedding_dim if heads.mlm_transform else spec.hidden_size
+        self.transform = BertPredictionHeadTransform(spec, width, heads.mlm_act) if heads.mlm_transform else None
+        self.decoder = None if heads.tied_decoder else nn.Parameter(torch.empty(spec.vocab_size, width))  # [V, ·]
+        self.bias = nn.Parameter(torch.zeros(spec.vocab_size)) if heads.decoder_bias else None
 
     def forward(self, x: Tensor, word_embeddings: Tensor) -> Tensor:
-        return linear(self.transform(x), word_embeddings, self.bias)  # [..., V]
+        """Vocabulary logits [..., V]; `word_embeddings` [V, E] is the decoder's weight where the head ties it."""
+        if self.transform is not None:
+            x = self.transform(x)
+        return linear(x, word_embeddings if self.decoder is None else self.decoder, self.bias)  # [..., V]
 
 
 class BertPreTrainingHeads(nn.Module):
@@ -116,7 +126,7 @@ def _mean_padded(hidden: Tensor, attention_mask: Tensor | None) -> Tensor:
 
 
 #: The sequence heads' poolings (`HeadSpec.pooling`) of padded rows: (hidden [B, S, H], mask [B, S]) → [B, H].
-PADDED_POOLERS = {"cls": _first_padded, "mean": _mean_padded}
+PADDED_POOLERS = {"cls": _first_padded, "mean": _mean_padded, "late": _mean_padded}  # "late" pools logits
 
 
 def pool_padded(hidden: Tensor, attention_mask: Tensor | None, how: str) -> Tensor:

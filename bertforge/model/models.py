@@ -334,10 +334,13 @@ class _ClassifierMixin:
             hidden = self.head_transform(hidden)  # type: ignore[attr-defined]
         return dropout(hidden, self._dropout_p(), self.training)  # type: ignore[attr-defined]
 
-    def _head_transform(self) -> BertPredictionHeadTransform | None:
+    def _head_transform(self, sequences: bool = False) -> BertPredictionHeadTransform | None:
+        """The transform before this head's classifier, if the spec gives it one (`sequences`: the sequence head's,
+        else the token and span heads')."""
         spec = self.bert.spec  # type: ignore[attr-defined]
-        wanted = spec.heads.token_transform or spec.heads.sequence_kind.transform
-        return BertPredictionHeadTransform(spec, spec.hidden_size, spec.heads.sequence_act) if wanted else None
+        heads = spec.heads
+        wanted = heads.sequence_kind.transform if sequences else heads.token_transform
+        return BertPredictionHeadTransform(spec, spec.hidden_size, heads.sequence_act, heads.transform_norm) if wanted else None
 
 
 class BertForSequenceClassification(_ClassifierMixin, BertPreTrainedModel):
@@ -351,7 +354,7 @@ class BertForSequenceClassification(_ClassifierMixin, BertPreTrainedModel):
         kind = config.spec.heads.sequence_kind
         self.bert = BertModel(config, add_pooling_layer=kind.pooler, initialize=False)
         spec = self.bert.spec
-        self.head_transform = self._head_transform()
+        self.head_transform = self._head_transform(sequences=True)
         self.classifier: nn.Module = FirstTokenHead(spec, config.num_labels, self._dropout_p()) if kind.first_token else (
             Dense(config.hidden_size, config.num_labels, role="final"))
         self.init_weights()
@@ -363,12 +366,16 @@ class BertForSequenceClassification(_ClassifierMixin, BertPreTrainedModel):
             return self.classifier(pooled)
         return self.classifier(self._transform(pooled))
 
-    def pool_packed(self, hidden: Tensor, batch: PackedBatch) -> Tensor:
-        """Each sequence's pooled vector [B, H] from packed last hidden states [T, H] (`BertModel.forward_packed`):
-        the pooler or first token, or the mean where the spec pools so (ModernBERT's `classifier_pooling`)."""
-        if self.bert.spec.heads.sequence_kind.transform:
-            return pool(hidden, batch.lengths, batch.starts, self.bert.spec.heads.pooling)
-        return self.bert.pool(hidden[batch.starts])
+    def packed_logits(self, hidden: Tensor, batch: PackedBatch) -> Tensor:
+        """Logits [B, num_labels] from packed last hidden states [T, H] (`BertModel.forward_packed`): of each
+        sequence's pooler output or first token, or of the mean where the spec pools so (ModernBERT's
+        `classifier_pooling`), or each token's logits averaged ("late": EuroBERT's)."""
+        heads = self.bert.spec.heads
+        if heads.pooling == "late":
+            return pool(self.classify(hidden), batch.lengths, batch.starts, "mean")
+        if heads.sequence_kind.transform:
+            return self.classify(pool(hidden, batch.lengths, batch.starts, heads.pooling))
+        return self.classify(self.bert.pool(hidden[batch.starts]))
 
     def problem_type(self, labels: Tensor) -> str:
         if self.config.problem_type:
@@ -383,9 +390,13 @@ class BertForSequenceClassification(_ClassifierMixin, BertPreTrainedModel):
 
     def head(self, out: BaseModelOutput, labels: Tensor | None,  # type: ignore[override]
              attention_mask: Tensor | None = None) -> SequenceClassifierOutput:
-        pooled = out.pooler_output if out.pooler_output is not None else pool_padded(
-            out.last_hidden_state, attention_mask, self.bert.spec.heads.pooling)
-        logits = self.classify(pooled)  # [B, num_labels]
+        pooling = self.bert.spec.heads.pooling
+        if pooling == "late":  # every token classified, the logits averaged over the real ones
+            logits = pool_padded(self.classify(out.last_hidden_state), attention_mask, pooling)
+        else:
+            pooled = out.pooler_output if out.pooler_output is not None else pool_padded(
+                out.last_hidden_state, attention_mask, pooling)
+            logits = self.classify(pooled)  # [B, num_labels]
         loss = None
         if labels is not None:
             kind = self.problem_type(labels)

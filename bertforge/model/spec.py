@@ -113,7 +113,7 @@ class RelativeBias:
 
 SequenceHeadName = Literal["pooler", "first-token", "transform"]
 SEQUENCE_HEADS: tuple[str, ...] = get_args(SequenceHeadName)
-POOLINGS = ("cls", "mean")
+POOLINGS = ("cls", "mean", "late")  # "late": the classifier on every token, its logits averaged (EuroBERT)
 
 
 @dataclass(frozen=True)
@@ -139,11 +139,18 @@ class HeadSpec:
     "pooler": dropout → linear on the pooled first token (BERT, ALBERT); "first-token": (dropout →) dense →
     `sequence_act` → dropout → out_proj on token 0 (RoBERTa, DistilBERT); "transform": the sequences pooled by
     `pooling` ("cls": token 0, "mean": the mean of the real tokens) → a transform like the MLM head's → dropout →
-    classifier (ModernBERT), which token classification and QA then also run before theirs (`token_transform`)."""
+    classifier (ModernBERT), which token classification and QA then also run before theirs (`token_transform`);
+    with `transform_norm` False that transform is dense → act alone, and pooling "late" runs it and the classifier
+    on every token and averages the logits over the real ones (EuroBERT). `mlm_transform` False: the decoder reads
+    the final hidden states directly; `tied_decoder` False: the decoder has a weight of its own (EuroBERT's
+    `lm_head`)."""
 
     mlm_act: str = "gelu"
     transform_bias: bool = True  # the transforms' dense layers
     decoder_bias: bool = True
+    mlm_transform: bool = True
+    tied_decoder: bool = True
+    transform_norm: bool = True
     sequence: SequenceHeadName = "pooler"
     sequence_act: str = "tanh"
     dropout_before_dense: bool = True  # "first-token": RoBERTa drops out token 0 before the dense layer

@@ -124,8 +124,7 @@ class TextClassificationPipeline(Pipeline):
 
     def head(self, batch: PackedBatch, hidden: Tensor, features: list[Feature]) -> list[np.ndarray]:
         model: BertForSequenceClassification = self.model  # type: ignore[assignment]
-        pooled = model.pool_packed(hidden, batch)  # [B, H]: the pooler, each first token, or each mean
-        return list(model.classify(pooled).float().cpu().numpy())  # [B, num_labels]
+        return list(model.packed_logits(hidden, batch).float().cpu().numpy())  # [B, num_labels]
 
     def scores(self, logits: np.ndarray) -> np.ndarray:
         """One input's label scores (float64) from its logits, by `function_to_apply`."""

@@ -15,6 +15,7 @@ from ..core.errors import BertforgeError
 from ..core.system import TRAINING_DEVICES
 from ..model.config import BertConfig, PRESETS
 from ..model.families import Recipe
+from ..model.families import recipe as family_recipe
 from ..training.optim import DECAYS, OPTIMIZERS, STABLE_DECAYS
 from ..core.options import check_choices, option
 from ..training.time_budget import PROVISIONAL_STEPS
@@ -256,7 +257,7 @@ class PretrainArgs:
         beta2, the decay, the packing of MLM-only rows) and `nsp` following the objective; a setting the family contradicts is refused (RoBERTa has no sentence
         objective, ALBERT's is sentence order)."""
         a, member = self, config.family
-        recipe = member.recipe  # `Family.recipe`: RoBERTa's beta2, ALBERT's n-gram masking, ModernBERT's 30 % ...
+        recipe = family_recipe(a.config, member)  # `Family.recipe` (RoBERTa's beta2, ALBERT's n-gram masking, ...) or a ladder's
         objective = a.objective
         if objective == AUTO:  # the family's: its recipe's, else its sentence head's
             sentence = {"NSP": "nsp", "SOP": "sop", None: "mlm"}[member.sentence_head]

@@ -11,7 +11,7 @@ truncation, padding, offsets) is done by a `tokenizers.Tokenizer` (the Rust back
   arguments (`core.py`, with the argument handling and batching in `encoding.py`).
 
 What is particular to a tokenizer family (special tokens, template, model, normalizer and pre-tokenizer) is a
-`TokenizerKind` value (`kinds.py`): `BERT`, `DISTILBERT` and `MPNET` (WordPiece), `ROBERTA` and `MODERNBERT` (byte-level
+`TokenizerKind` value (`kinds.py`): `BERT`, `DISTILBERT` and `MPNET` (WordPiece), `ROBERTA`, `MODERNBERT` and `EUROBERT` (byte-level
 BPE), `ALBERT`, `XLM_ROBERTA` and `DEBERTA` (Unigram); `kind_by_name("roberta")` or `kind_by_name("bpe")` finds one.
 """
 
@@ -24,6 +24,7 @@ from bertforge.tokenizer.kinds import (
     DEFAULT_SPECIAL_TOKENS,
     DISTILBERT,
     KINDS,
+    EUROBERT,
     MODERNBERT,
     MPNET,
     ROBERTA,
@@ -33,6 +34,6 @@ from bertforge.tokenizer.kinds import (
     kind_by_name,
 )
 
-__all__ = ["ALBERT", "BERT", "DEBERTA", "DEFAULT_MODEL_MAX_LENGTH", "DEFAULT_SPECIAL_TOKENS", "DISTILBERT", "KINDS", "MODERNBERT",
+__all__ = ["ALBERT", "BERT", "DEBERTA", "DEFAULT_MODEL_MAX_LENGTH", "DEFAULT_SPECIAL_TOKENS", "DISTILBERT", "EUROBERT", "KINDS", "MODERNBERT",
            "MPNET", "ROBERTA",
            "XLM_ROBERTA", "Normalization", "Tokenizer", "TokenizerKind", "kind_by_name"]

@@ -14,6 +14,7 @@ reads everything family-specific from its kind, so a family is a `TokenizerKind`
 | `MODERNBERT` | BPE | byte-level (no prefix space), no normalizer | `[CLS] A [SEP] B [SEP]` | 0 … 0 1 … 1 |
 | `DEBERTA` | Unigram | runs of spaces as one, NFC, Metaspace `▁` (no whitespace split) | `[CLS] A [SEP] B [SEP]` | 0 … 0 1 … 1 |
 | `MPNET` | WordPiece | BERT normalizer and pre-tokenizer | `<s> A </s></s> B </s>` | all 0 |
+| `EUROBERT` | BPE | byte-level (no prefix space), no normalizer | `BOT A EOT B EOT` (Llama 3's begin / end of text) | all 0 |
 
 (A single segment is the pair template cut after A's closing token: `[CLS] A [SEP]`, `<s> A </s>`.)
 
@@ -304,6 +305,23 @@ MODERNBERT = dataclasses.replace(  # RoBERTa's byte-level BPE with BERT's templa
 )
 
 
+#: EuroBERT: RoBERTa's byte-level BPE under Llama 3's special tokens, `<|begin_of_text|> A <|end_of_text|>` (a pair
+#: `… A <|end_of_text|> B <|end_of_text|>`, token type 0 throughout: it has none), padding with its end token as
+#: its checkpoints do; built by `transformers` from `tokenizer.json` alone. Byte-level BPE never produces an unknown
+#: token and Llama 3's vocabulary has none: the unknown role names the end token.
+EUROBERT = dataclasses.replace(
+    MODERNBERT,
+    name="eurobert",
+    family="EuroBERT",
+    special_tokens={"bos_token": "<|begin_of_text|>", "eos_token": "<|end_of_text|>", "mask_token": "<|mask|>",
+                    "cls_token": "<|begin_of_text|>", "sep_token": "<|end_of_text|>", "pad_token": "<|end_of_text|>",
+                    "unk_token": "<|end_of_text|>"},
+    single="{cls_token} $A {sep_token}",
+    pair="{cls_token} $A {sep_token} $B {sep_token}",
+    config=_roberta_config,
+)
+
+
 #: MPNet: BERT's WordPiece and normalizer under RoBERTa's template and processing (`<s> A </s></s> B </s>`, token
 #: type 0 throughout), as `transformers.MPNetTokenizer` builds it; its mask token swallows the space before it.
 MPNET = dataclasses.replace(
@@ -470,14 +488,14 @@ DEBERTA = TokenizerKind(
 
 #: Every kind by its family name.
 KINDS: dict[str, TokenizerKind] = {kind.name: kind for kind in (BERT, DISTILBERT, ROBERTA, ALBERT, XLM_ROBERTA,
-                                                                  MODERNBERT, DEBERTA, MPNET)}
+                                                                  MODERNBERT, DEBERTA, MPNET, EUROBERT)}
 
 #: The kind each model name trains by default (`bertforge train-tokenizer --model`).
 KINDS_BY_MODEL: dict[str, TokenizerKind] = {"wordpiece": BERT, "bpe": ROBERTA, "unigram": ALBERT}
 
 
 def kind_by_name(name: str) -> TokenizerKind:
-    """The kind of a family ("bert", "distilbert", "roberta", "albert", "xlm-roberta", "modernbert", "deberta-v2", "mpnet") or of a model ("wordpiece",
+    """The kind of a family ("bert", "distilbert", "roberta", "albert", "xlm-roberta", "modernbert", "deberta-v2", "mpnet", "eurobert") or of a model ("wordpiece",
     "bpe", "unigram": BERT's, RoBERTa's, ALBERT's)."""
     key = name.strip().lower().replace("_", "-")
     kind = KINDS.get(key) or KINDS_BY_MODEL.get(key) or (DEBERTA if key in ("deberta", "deberta-v3") else None)

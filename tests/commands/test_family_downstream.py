@@ -1,4 +1,4 @@
-"""ModernBERT, DeBERTa-v3, MPNet, NomicBERT and GTE checkpoints through every downstream command: `evaluate`, `predict`, `glue`, `embed`,
+"""ModernBERT, DeBERTa-v3, MPNet, NomicBERT, GTE and EuroBERT checkpoints through every downstream command: `evaluate`, `predict`, `glue`, `embed`,
 `train-embeddings`, `serve` (in-process, one embed and one predict request), `fill-mask` and `attention`.
 
 Each family's checkpoints are tiny random models built by `transformers` itself and saved with its
@@ -23,11 +23,11 @@ from tests.finetune.test_glue import write_task
 
 transformers = pytest.importorskip("transformers")
 
-FAMILIES = ["modernbert", "deberta-v2", "mpnet", "nomic_bert", "gte"]
+FAMILIES = ["modernbert", "deberta-v2", "mpnet", "nomic_bert", "gte", "eurobert"]
 PREFIX = {"modernbert": "ModernBert", "deberta-v2": "DebertaV2", "mpnet": "MPNet", "nomic_bert": "NomicBert",
-          "gte": "Gte"}
+          "gte": "Gte", "eurobert": "EuroBert"}
 #: the tokenizer kind each family's checkpoints get here (DeBERTa's is transformers' own class, below)
-KINDS = {"modernbert": "modernbert", "mpnet": "mpnet", "nomic_bert": "bert", "gte": "bert"}
+KINDS = {"modernbert": "modernbert", "mpnet": "mpnet", "nomic_bert": "bert", "gte": "bert", "eurobert": "eurobert"}
 LABELS = {0: "neg", 1: "pos"}
 #: Longer than ModernBERT's window of 4 tokens, so its local layers really cut.
 TEXTS = ["john lives in paris and mary works at acme corp .", "a great film", "an awful plot of this film , not fun",
@@ -50,6 +50,10 @@ def _hf_config(family: str, vocab_size: int, **extra):
     if family == "gte":  # rotary, gated GELU, biases on attention and the feed-forward's output
         return transformers.GteConfig(vocab_size=vocab_size, num_hidden_layers=2, hidden_dropout_prob=0.0,
                                       type_vocab_size=2, **SMALL, **extra)
+    if family == "eurobert":  # grouped-query attention (1 key/value head for 2), RMSNorm, late pooling
+        return transformers.EuroBertConfig(vocab_size=vocab_size, num_hidden_layers=2, num_key_value_heads=1,
+                                           bos_token_id=0, eos_token_id=1, mask_token_id=2,
+                                           **{**SMALL, "pad_token_id": 1}, **extra)
     return transformers.DebertaV2Config(vocab_size=vocab_size, num_hidden_layers=2, relative_attention=True,
                                         position_buckets=8, max_relative_positions=24, pos_att_type=["p2c", "c2p"],
                                         norm_rel_ebd="layer_norm", share_att_key=True, position_biased_input=False,
@@ -243,7 +247,7 @@ def test_serve_answers_an_embed_and_a_predict_request(family):
 
 def test_fill_mask_predicts_what_transformers_predicts(family, capsys):
     mask = Tokenizer.from_pretrained(family["mlm"]).mask_token
-    assert mask == ("<mask>" if family["family"] == "mpnet" else "[MASK]")
+    assert mask == {"mpnet": "<mask>", "eurobert": "<|mask|>"}.get(family["family"], "[MASK]")
     text = f"john lives in {mask} ."
     lines = _run(capsys, "fill-mask", "--model", str(family["mlm"]), text, "--top-k", "3", "--json").splitlines()
     [results] = json.loads(lines[0])["predictions"]  # one mask

@@ -1,5 +1,5 @@
 """The BERT family: one module per member (`bert`, `roberta`, `distilbert`, `albert`, `modernbert`, `deberta`, `mpnet`,
-`nomic_bert`, `gte`), each a `Family` value
+`nomic_bert`, `gte`, `eurobert`), each a `Family` value
 (`family.py`) holding what the member changes — its parts of the encoder (`Family.spec`), its `config.json`
 spelling, its presets, its checkpoint adapter — and `FAMILIES`, the registry `model_type` is looked up in.
 Adding a member is a module here, its line in `FAMILIES`, its tokenizer kind and its tests."""
@@ -11,7 +11,8 @@ from .albert import ALBERT
 from .bert import BERT
 from .deberta import DEBERTA_V2
 from .distilbert import DISTILBERT
-from .family import INTERNAL_PREFIX, Family, Recipe
+from .eurobert import EUROBERT
+from .family import INTERNAL_PREFIX, Family, Ladder, Recipe
 from .gte import GTE
 from .modernbert import MODERNBERT
 from .mpnet import MPNET
@@ -19,10 +20,20 @@ from .nomic_bert import NOMIC_BERT
 from .roberta import ROBERTA, XLM_ROBERTA
 
 FAMILIES: dict[str, Family] = {f.model_type: f for f in (BERT, ROBERTA, XLM_ROBERTA, DISTILBERT, ALBERT, MODERNBERT,
-                                                                  DEBERTA_V2, MPNET, NOMIC_BERT, GTE)}
+                                                                  DEBERTA_V2, MPNET, NOMIC_BERT, GTE,
+                                                                  EUROBERT)}
 
 #: other names a preset may give a family (`--config deberta-v3-base`, `--config nomicbert-tiny`)
 ALIASES: dict[str, Family] = {"deberta-v3": DEBERTA_V2, "nomicbert": NOMIC_BERT, "nomic-bert": NOMIC_BERT}
+
+#: the published series with shapes of their own (`--config ettin-17m`): name -> (its family, the ladder)
+LADDERS: dict[str, tuple[Family, Ladder]] = {ladder.name: (f, ladder) for f in FAMILIES.values() for ladder in f.ladders}
+
+
+def recipe(preset: str | None, member: Family) -> Recipe:
+    """The pretraining recipe of a `--config` preset of `member`: its ladder's (`ettin-17m`), else the family's."""
+    ladder = LADDERS.get((preset or "").rpartition("-")[0])
+    return ladder[1].recipe if ladder is not None and ladder[1].recipe is not None else member.recipe
 
 
 def family(model_type: str | None, source: str = "config") -> Family:
@@ -37,6 +48,6 @@ def family(model_type: str | None, source: str = "config") -> Family:
         ) from None
 
 
-__all__ = ["ALIASES", "ALBERT", "BERT", "DEBERTA_V2", "DISTILBERT", "FAMILIES", "Family", "GTE", "INTERNAL_PREFIX", "MODERNBERT",
+__all__ = ["LADDERS", "Ladder", "recipe", "ALIASES", "ALBERT", "BERT", "DEBERTA_V2", "DISTILBERT", "EUROBERT", "FAMILIES", "Family", "GTE", "INTERNAL_PREFIX", "MODERNBERT",
            "MPNET", "NOMIC_BERT", "ROBERTA", "Recipe", "XLM_ROBERTA",
            "family"]

@@ -64,6 +64,18 @@ class Recipe:
 
 
 @dataclass(frozen=True)
+class Ladder:
+    """A published series of one family's models with shapes of their own (Ettin, mmBERT: ModernBERT's
+    architecture): `--config NAME-SIZE` builds one. Each size is the config fields it sets over the family's
+    `preset`; the series' pretraining recipe replaces the family's where it has one."""
+
+    name: str  # the presets' prefix: "ettin" in ettin-17m
+    sizes: dict[str, dict[str, Any]]  # size -> config fields (layers, widths, vocabulary, ...)
+    recipe: Recipe | None = None  # None: the family's
+    source: str = ""  # where the shapes and the recipe are published
+
+
+@dataclass(frozen=True)
 class Family:
     model_type: str  # "model_type" in config.json
     name: str  # as messages and the documentation name it
@@ -88,6 +100,7 @@ class Family:
     sized_preset: Callable[[int], dict[str, Any]] | None = None  # preset fields that follow the hidden size
     sizes: dict[str, tuple[int, int, int, int]] = field(default_factory=dict)  # (layers, hidden, heads, intermediate)
     intermediate_ratio: float = 4.0  # a preset's feed-forward width over its hidden size
+    ladders: tuple[Ladder, ...] = ()  # published series of this family with shapes of their own (`--config ettin-17m`)
     recipe: Recipe = Recipe()  # what the pretraining settings left at "auto" become
     objectives: tuple[str, ...] = ()  # `--objective` names it pretrains with besides MLM and its sentence head's
     read_spec: Callable[["Family", "BertConfig"], EncoderSpec] | None = None  # config → parts; None: `bert_spec`
@@ -231,4 +244,4 @@ def bert_spec(family: Family, config: BertConfig) -> EncoderSpec:
     )
 
 
-__all__ = ["INTERNAL_LAYER", "INTERNAL_PREFIX", "WRITTEN", "BertParts", "Family", "Recipe", "bert_spec", "join", "split"]
+__all__ = ["INTERNAL_LAYER", "INTERNAL_PREFIX", "WRITTEN", "BertParts", "Family", "Ladder", "Recipe", "bert_spec", "join", "split"]

@@ -19,7 +19,7 @@ from torch import Tensor
 from ...core.errors import BertforgeError
 from ...core.ops import ACTIVATIONS
 from ..spec import EncoderSpec, HeadSpec, LayerAttention
-from .family import INTERNAL_LAYER, Family, Recipe, join, split
+from .family import INTERNAL_LAYER, Family, Ladder, Recipe, join, split
 
 if TYPE_CHECKING:
     from ..config import BertConfig
@@ -150,6 +150,33 @@ def kept_layer_types(config: BertConfig, layers: list[int]) -> dict[str, Any]:
     return {"extra": {**config.extra, "layer_types": [types[i] for i in layers]}}
 
 
+def _shape(layers: int, hidden: int, heads: int, intermediate: int, **fields: Any) -> dict[str, Any]:
+    return dict(num_hidden_layers=layers, hidden_size=hidden, num_attention_heads=heads, intermediate_size=intermediate,
+                **fields)
+
+
+#: Ettin (Weller et al., 2025, "Seq vs Seq: an open suite of paired encoders and decoders"; jhu-clsp/ettin-encoder-*):
+#: ModernBERT's architecture, tokenizer (50,368 tokens) and recipe (30 % masking, warmup-stable-decay, trained at
+#: 1,024 tokens, then extended to long context) at six sizes, 150m and 400m being ModernBERT-base's and -large's shapes.
+ETTIN = Ladder(
+    name="ettin",
+    sizes={size: _shape(*shape, vocab_size=50368, pad_token_id=50283) for size, shape in (
+        ("17m", (7, 256, 4, 384)), ("32m", (10, 384, 6, 576)), ("68m", (19, 512, 8, 768)),
+        ("150m", (22, 768, 12, 1152)), ("400m", (28, 1024, 16, 2624)), ("1b", (28, 1792, 28, 3840)))},
+    source="Weller et al., 2025 (arXiv 2507.11412); the jhu-clsp/ettin-encoder-* config.json files",
+)
+#: mmBERT (Marone et al., 2025; jhu-clsp/mmBERT-small / -base): ModernBERT's architecture with Gemma 2's 256,000-token
+#: vocabulary over 1,833 languages, 8,192 tokens, θ 160,000 in the global and the local layers; its recipe masks 30 %
+#: of the tokens at first, lowered to 15 % and 5 % in its later phases (bertforge keeps the first rate).
+_MMBERT = dict(vocab_size=256_000, pad_token_id=0,
+               extra={"global_rope_theta": 160_000.0, "local_rope_theta": 160_000.0})
+MMBERT = Ladder(
+    name="mmbert",
+    sizes={"small": _shape(22, 384, 6, 1152, **_MMBERT), "base": _shape(22, 768, 12, 1152, **_MMBERT)},
+    recipe=Recipe(mlm_probability=0.3, packing="documents", decay="wsd", adam_beta2=0.98),
+    source="Marone et al., 2025 (arXiv 2509.06888); the jhu-clsp/mmBERT-small and -base config.json files",
+)
+
 _LAYER = "bert.layers.{n}."
 MODERNBERT = Family(
     model_type="modernbert",
@@ -196,6 +223,7 @@ MODERNBERT = Family(
     global_theta_keys=global_theta_keys,
     sizes={"base": (22, 768, 12, 1152), "large": (28, 1024, 16, 2624)},  # modernbert-base's and -large's
     intermediate_ratio=1.5,  # the smaller sizes' (base's ratio); GeGLU's Wi is twice as wide
+    ladders=(ETTIN, MMBERT),
     # ModernBERT's pretraining (Warner et al., 2024): 30 % masking, documents packed and attended within themselves,
     # warmup-stable-decay with a 1 - sqrt decay, AdamW's beta2 0.98
     recipe=Recipe(mlm_probability=0.3, packing="documents", decay="wsd-sqrt", adam_beta2=0.98),
@@ -203,4 +231,4 @@ MODERNBERT = Family(
                 layer_norm_eps=1e-5, max_position_embeddings=8192),
 )
 
-__all__ = ["MODERNBERT", "fuse", "global_theta_keys", "layer_types", "modernbert_spec", "rope_thetas", "unfuse", "write_config"]
+__all__ = ["ETTIN", "MMBERT", "MODERNBERT", "fuse", "global_theta_keys", "layer_types", "modernbert_spec", "rope_thetas", "unfuse", "write_config"]

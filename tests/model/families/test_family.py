@@ -1,4 +1,4 @@
-"""RoBERTa, XLM-RoBERTa, DistilBERT, ALBERT, ModernBERT, DeBERTa-v2, MPNet, NomicBERT and GTE on the one encoder, against `transformers` itself: every task class
+"""RoBERTa, XLM-RoBERTa, DistilBERT, ALBERT, ModernBERT, DeBERTa-v2, MPNet, NomicBERT, GTE and EuroBERT on the one encoder, against `transformers` itself: every task class
 loads a tiny random checkpoint that `transformers` saved with the same outputs (padded batches included), saves back
 what the same `transformers` class loads with no missing or unexpected keys, and runs the packed inference path."""
 
@@ -48,12 +48,17 @@ def hf_config(model_type: str, num_labels: int = 3):
         return transformers.NomicBertConfig(**common)
     if model_type == "gte":  # rotary θ 160,000 (its default), gated GELU, token types
         return transformers.GteConfig(**common, type_vocab_size=2, pad_token_id=0)
+    if model_type == "eurobert":  # grouped-query attention (2 key/value heads for 4), θ 250,000, late pooling
+        return transformers.EuroBertConfig(
+            **SIZES, hidden_size=32, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
+            intermediate_size=37, pad_token_id=0, bos_token_id=1, eos_token_id=2, mask_token_id=3,
+            rope_parameters={"rope_type": "default", "rope_theta": 250_000.0}, num_labels=num_labels)
     return transformers.BertConfig(**common)
 
 
 PREFIX = {"bert": "Bert", "roberta": "Roberta", "xlm-roberta": "XLMRoberta", "distilbert": "DistilBert",
           "albert": "Albert", "modernbert": "ModernBert", "deberta-v2": "DebertaV2", "mpnet": "MPNet",
-          "nomic_bert": "NomicBert", "gte": "Gte"}
+          "nomic_bert": "NomicBert", "gte": "Gte", "eurobert": "EuroBert"}
 AUTO = {
     "Model": bertforge.AutoModel,
     "ForPreTraining": bertforge.AutoModelForPreTraining,
@@ -134,7 +139,7 @@ def test_packed_inference_equals_the_padded_batch(tmp_path, model_type):
     with torch.no_grad():
         padded = model.bert(ids, mask).last_hidden_state
         packed = model.bert.forward_packed(batch)
-        logits = model.classify(model.bert.pool(packed[batch.starts]))
+        logits = model.packed_logits(packed, batch)
         assert (packed - padded[mask.bool()]).abs().max() <= TOL
         assert (logits - model(ids, mask).logits).abs().max() <= TOL
 

@@ -160,7 +160,7 @@ def test_packed_classification_pools_as_the_config_says(tmp_path, pooling):
     order = sorted(range(3), key=lambda i: -len(rows[i]))
     packed_batch = pack([rows[i] for i in order])
     with torch.no_grad():
-        logits = model.classify(model.pool_packed(model.bert.forward_packed(packed_batch), packed_batch))
+        logits = model.packed_logits(model.bert.forward_packed(packed_batch), packed_batch)
         assert (logits - model(ids, mask).logits[order]).abs().max() <= 1e-5
 
 
@@ -179,3 +179,35 @@ def test_a_checkpoint_whose_parts_cannot_be_followed_is_refused_naming_its_file(
     (tmp_path / "config.json").write_text(json.dumps(data))
     with pytest.raises(BertforgeError, match=r"config\.json: config field 'rope_parameters': rope_type 'yarn'"):
         bertforge.AutoModel.from_pretrained(tmp_path)
+
+
+# ---------------------------------------------------------------------------------------------- the ladders
+
+
+@pytest.mark.parametrize("preset, params", [
+    ("ettin-17m", 17e6), ("ettin-32m", 32e6), ("ettin-68m", 68e6), ("ettin-150m", 150e6), ("ettin-400m", 400e6),
+    ("ettin-1b", 1e9), ("mmbert-small", 140e6), ("mmbert-base", 307e6)])
+def test_the_ladders_build_their_published_sizes(preset, params):
+    """Ettin's and mmBERT's presets: the parameter counts their names and model cards give (embeddings included)."""
+    config = BertConfig.preset(preset)
+    with torch.device("meta"):
+        n = bertforge.BertModel(config).num_parameters()
+    assert abs(n - params) / params < 0.05, n
+    assert config.model_type == "modernbert" and config.max_position_embeddings == 8192
+
+
+def test_the_ladders_recipes_thetas_and_unknown_sizes():
+    from bertforge.pretrain.args import PretrainArgs
+
+    ettin = PretrainArgs(config="ettin-17m").for_family(BertConfig.preset("ettin-17m"))
+    assert (ettin.mlm_probability, ettin.decay, ettin.packing) == (0.3, "wsd-sqrt", "documents")  # ModernBERT's
+    mm = PretrainArgs(config="mmbert-small").for_family(BertConfig.preset("mmbert-small"))
+    assert (mm.mlm_probability, mm.decay) == (0.3, "wsd")
+    thetas = {layer.rope_theta for layer in BertConfig.preset("mmbert-base").spec.layers}
+    assert thetas == {160_000.0} and BertConfig.preset("mmbert-base").vocab_size == 256_000
+    assert {layer.rope_theta for layer in BertConfig.preset("ettin-68m").spec.layers} == {160_000.0, 10_000.0}
+    first = BertConfig.preset("mmbert-small")
+    first.extra["local_rope_theta"] = 1.0  # a config's fields are its own, not the ladder's
+    assert BertConfig.preset("mmbert-small").extra["local_rope_theta"] == 160_000.0
+    with pytest.raises(BertforgeError, match="ettin has the sizes 17m, 32m, 68m, 150m, 400m, 1b"):
+        BertConfig.preset("ettin-3m")
