@@ -86,6 +86,18 @@ FAMILY_CONFIGS = {
                                                       position_buckets=8, pos_att_type=["p2c", "c2p"],
                                                       norm_rel_ebd="layer_norm", position_biased_input=False,
                                                       num_labels=3),
+    "MPNet": lambda: transformers.MPNetConfig(vocab_size=120, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                              intermediate_size=48, max_position_embeddings=80, num_labels=3),
+    "NomicBert": lambda: transformers.NomicBertConfig(vocab_size=120, hidden_size=32, num_hidden_layers=2,
+                                                      num_attention_heads=4, intermediate_size=48,
+                                                      max_position_embeddings=80, num_labels=3),
+    "Gte": lambda: transformers.GteConfig(vocab_size=120, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                          intermediate_size=48, max_position_embeddings=80, hidden_dropout_prob=0.0,
+                                          pad_token_id=0, num_labels=3),
+    "EuroBert": lambda: transformers.EuroBertConfig(vocab_size=120, hidden_size=32, num_hidden_layers=2,
+                                                    num_attention_heads=4, num_key_value_heads=2, intermediate_size=48,
+                                                    max_position_embeddings=80, pad_token_id=0, mask_token_id=3,
+                                                    num_labels=3),
 }
 
 

@@ -215,12 +215,14 @@ def test_a_model_object_is_copied_not_changed(tiny):
 
 
 @pytest.mark.parametrize("preset, float_parts", [("modernbert-tiny", set()), ("deberta-v2-tiny", {"attention_in"}),
-                                                 ("mpnet-tiny", set()), ("nomicbert-tiny", set()), ("gte-tiny", set())])
+                                                 ("mpnet-tiny", set()), ("nomicbert-tiny", set()), ("gte-tiny", set()),
+                                                 ("eurobert-tiny", set())])
 def test_every_family_quantises_by_its_blocks_parts(preset, float_parts):
     """ModernBERT's bias-free fused projections and gated feed-forward become int8 like BERT's; DeBERTa's query/key
     projections also project the relative table, so they stay float32. The result stays close to float32."""
     torch.manual_seed(0)
-    model = bertforge.AutoModel.from_config(bertforge.BertConfig.preset(preset, vocab_size=200)).eval()
+    gqa = {"extra": {"num_key_value_heads": 1}} if preset == "eurobert-tiny" else {}  # grouped-query attention
+    model = bertforge.AutoModel.from_config(bertforge.BertConfig.preset(preset, vocab_size=200, **gqa)).eval()
     ids = torch.randint(5, 200, (3, 40))
     with torch.inference_mode():
         want = model(ids).last_hidden_state
