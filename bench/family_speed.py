@@ -1,4 +1,4 @@
-"""ModernBERT, DeBERTa-v3, MPNet, NomicBERT and GTE: bertforge against transformers in the same run, same weights,
+"""ModernBERT, DeBERTa-v3, MPNet, NomicBERT, GTE and EuroBERT: bertforge against transformers in the same run, same weights,
 same batches.
 
 Pure measurement: prints a table with each target beside its ratio, never asserts.

@@ -19,6 +19,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--algorithm", choices=ALGORITHMS, default="wordpiece",
                    help="the tokenizer to train: wordpiece (BERT's: [CLS] A [SEP]), bpe (RoBERTa's byte-level BPE: "
                         "<s> A </s></s> B </s>) or unigram (ALBERT's SentencePiece-style Unigram) (default: wordpiece)")
+    from ..tokenizer.kinds import KINDS
+
+    p.add_argument("--kind", choices=tuple(KINDS), default=None,
+                   help="a family's tokenizer instead of --algorithm's: its special tokens, template and pipeline "
+                        "(eurobert: byte-level BPE under Llama 3's tokens; mmbert: Gemma's byte-fallback BPE)")
     p.add_argument("--vocab-size", type=int, default=30522)
     p.add_argument("--min-frequency", type=int, default=2, help="how often a pair must occur to be merged "
                                                                   "(wordpiece and bpe; unigram has no such limit)")
@@ -61,15 +66,17 @@ def run(args: argparse.Namespace) -> int:
         if not Path(path).exists():
             raise BertforgeError(f"corpus path {path} does not exist")
     refuse_model_directory(Path(args.out), args.overwrite)
-    kind = kind_by_name(args.algorithm)
+    kind = kind_by_name(args.kind or args.algorithm)
+    chosen = args.kind or args.algorithm
     lowercase = (not args.cased) if kind.case_options else None
     if args.cased and not kind.case_options:
-        print(f"note: --cased changes nothing for --algorithm {args.algorithm}: it keeps case and accents anyway")
+        print(f"note: --cased changes nothing for {'--kind' if args.kind else '--algorithm'} {chosen}: it keeps case "
+              "and accents anyway")
     lines = iter_documents(args.corpus, text_column=args.text_column, allow_binary=args.allow_binary)
     if args.sample_mb is not None:
         lines = take_mb(lines, args.sample_mb)
     tok = Tokenizer.train(lines, vocab_size=args.vocab_size, lowercase=lowercase, min_frequency=args.min_frequency,
                           kind=kind)
     tok.save_pretrained(args.out)
-    print(f"{kind.family} ({args.algorithm}) vocabulary of {tok.vocab_size:,} tokens written to {args.out}")
+    print(f"{kind.family} ({chosen}) vocabulary of {tok.vocab_size:,} tokens written to {args.out}")
     return 0

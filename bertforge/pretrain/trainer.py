@@ -31,6 +31,7 @@ from ..core.errors import BertforgeError
 from ..core.io import atomic_directory
 from ..model.card import ModelCard
 from ..model.config import BertConfig
+from ..model.families import tokenizer_kind as family_tokenizer_kind
 from ..training.optim import make_optimizer, warmup_decay
 from .args import PRETRAINING, PretrainArgs, run_settings
 from .eval import HeldOutEvaluation, build_eval_set
@@ -77,7 +78,8 @@ class Pretrainer:
         OUT and build the model, optimizer and data."""
         args = self.args
         self.lifecycle.lock()
-        self.tokenizer, trained = choose_tokenizer(args, self.out, self.corpus, self.rt, base_config.family.tokenizer_kind)
+        self.tokenizer, trained = choose_tokenizer(args, self.out, self.corpus, self.rt,
+                                                  family_tokenizer_kind(args.config, base_config.family))
         sized = run_model_config(base_config, self.tokenizer, args)
         check_fits(self.kind.memory_config(sized, args), args, self.rt)
         self.lifecycle.prepare()  # the first change to OUT

@@ -25,6 +25,7 @@ from bertforge.tokenizer.kinds import (
     DISTILBERT,
     KINDS,
     EUROBERT,
+    MMBERT,
     MODERNBERT,
     MPNET,
     ROBERTA,
@@ -34,6 +35,6 @@ from bertforge.tokenizer.kinds import (
     kind_by_name,
 )
 
-__all__ = ["ALBERT", "BERT", "DEBERTA", "DEFAULT_MODEL_MAX_LENGTH", "DEFAULT_SPECIAL_TOKENS", "DISTILBERT", "EUROBERT", "KINDS", "MODERNBERT",
+__all__ = ["ALBERT", "BERT", "DEBERTA", "DEFAULT_MODEL_MAX_LENGTH", "DEFAULT_SPECIAL_TOKENS", "DISTILBERT", "EUROBERT", "KINDS", "MMBERT", "MODERNBERT",
            "MPNET", "ROBERTA",
            "XLM_ROBERTA", "Normalization", "Tokenizer", "TokenizerKind", "kind_by_name"]

@@ -383,6 +383,6 @@ def _train_backend(
                            special_tokens=special_added_tokens(backend, kind.special_tokens, kind),
                            limit_alphabet=limit_alphabet, unk_token=unk_token)
     backend.train_from_iterator(texts, trainer)
-    if backend.get_vocab_size() <= len(specials) + kind.alphabet_size:
+    if backend.get_vocab_size() <= len(specials) + (0 if kind.finish else kind.alphabet_size):
         raise BertforgeError(f"{described}: no text to train on (the input is empty or only whitespace)")
-    return backend
+    return kind.finish(backend) if kind.finish is not None else backend

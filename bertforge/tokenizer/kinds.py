@@ -14,6 +14,7 @@ reads everything family-specific from its kind, so a family is a `TokenizerKind`
 | `MODERNBERT` | BPE | byte-level (no prefix space), no normalizer | `[CLS] A [SEP] B [SEP]` | 0 … 0 1 … 1 |
 | `DEBERTA` | Unigram | runs of spaces as one, NFC, Metaspace `▁` (no whitespace split) | `[CLS] A [SEP] B [SEP]` | 0 … 0 1 … 1 |
 | `MPNET` | WordPiece | BERT normalizer and pre-tokenizer | `<s> A </s></s> B </s>` | all 0 |
+| `MMBERT` | BPE, byte fallback | SentencePiece-style `▁` words, no normalizer | `<bos> A <eos> B <eos>` | all 0 |
 | `EUROBERT` | BPE | byte-level (no prefix space), no normalizer | `BOT A EOT B EOT` (Llama 3's begin / end of text) | all 0 |
 
 (A single segment is the pair template cut after A's closing token: `[CLS] A [SEP]`, `<s> A </s>`.)
@@ -32,6 +33,7 @@ ModernBERT's files name no class of their own (`PreTrainedTokenizerFast`, which 
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -109,6 +111,7 @@ class TokenizerKind:
     alphabet_size: int = 0  # tokens every trained vocabulary holds beside the special tokens (256 bytes for BPE)
     lstrip: tuple[str, ...] = ()  # roles whose token swallows the spaces before it ("Hello <mask>")
     processor: Callable[..., processors.PostProcessor] | None = None  # (kind, backend, tokens); None: template
+    finish: Callable[[tokenizers.Tokenizer], tokenizers.Tokenizer] | None = None  # completes a trained backend
     clean_up_tokenization_spaces: bool = False  # the default for a trained tokenizer
 
     @property
@@ -484,18 +487,87 @@ DEBERTA = TokenizerKind(
 )
 
 
+# ---------------------------------------------------------------------- mmBERT: byte-fallback BPE
+
+BYTE_TOKENS = tuple(f"<0x{b:02X}>" for b in range(256))  # SentencePiece's byte pieces, for byte fallback
+
+
+def _byte_fallback_pipeline(model: Model, normalization: Normalization) -> tokenizers.Tokenizer:
+    """A SentencePiece-style BPE backend (Gemma's, mmBERT's): words split at spaces, each space written "▁" and kept
+    with the word after it (no "▁" added before the first), no normalizer; a character outside the vocabulary
+    becomes its UTF-8 bytes' pieces (`<0xE2>` ...), not the unknown token."""
+    backend = tokenizers.Tokenizer(model)
+    backend.pre_tokenizer = pre_tokenizers.Metaspace(replacement=METASPACE, prepend_scheme="never", split=True)
+    backend.decoder = _byte_fallback_decoder()
+    return backend
+
+
+def _byte_fallback_decoder() -> decoders.Decoder:
+    return decoders.Sequence([decoders.ByteFallback(), decoders.Fuse(),
+                              decoders.Metaspace(replacement=METASPACE, prepend_scheme="never")])
+
+
+def _byte_fallback_model(vocab: dict[str, int] | None, unk_token: str, merges: list[tuple[str, str]] | None = None) -> Model:
+    kwargs: dict[str, Any] = {"vocab": vocab, "merges": merges or []} if vocab is not None else {}
+    return BPE(**kwargs, unk_token=unk_token, byte_fallback=True, fuse_unk=True, dropout=None)
+
+
+def _byte_fallback_trainer(*, vocab_size: int, min_frequency: int, show_progress: bool, special_tokens: list[str],
+                           limit_alphabet: int, unk_token: str) -> Trainer:
+    """BPE over the corpus' characters, leaving room for the 256 byte pieces `_with_byte_pieces` adds."""
+    return BpeTrainer(vocab_size=vocab_size - len(BYTE_TOKENS), min_frequency=min_frequency,
+                      show_progress=show_progress, special_tokens=special_tokens, limit_alphabet=limit_alphabet)
+
+
+def _with_byte_pieces(backend: tokenizers.Tokenizer) -> tokenizers.Tokenizer:
+    """A trained backend with the byte pieces its vocabulary lacks appended (after every learnt token: the merges
+    keep their ids), so that byte fallback can spell any character."""
+    data = json.loads(backend.to_str())
+    vocab: dict[str, int] = data["model"]["vocab"]
+    for token in BYTE_TOKENS:
+        vocab.setdefault(token, len(vocab))
+    data["model"]["byte_fallback"] = True
+    return tokenizers.Tokenizer.from_str(json.dumps(data))
+
+
+#: mmBERT: Gemma 2's kind of tokenizer — byte-fallback BPE over SentencePiece-style "▁" words — under its special
+#: tokens (`<pad>` 0, `<eos>` 1, `<bos>` 2, `<unk>` 3, `<mask>` 4), `<bos> A <eos>` (a pair `… A <eos> B <eos>`, one
+#: token type); built by `transformers` from `tokenizer.json` alone.
+MMBERT = TokenizerKind(
+    name="mmbert",
+    family="mmBERT",
+    tokenizer_class="PreTrainedTokenizerFast",
+    model_type=BPE,
+    special_tokens={"pad_token": "<pad>", "eos_token": "<eos>", "bos_token": "<bos>", "unk_token": "<unk>",
+                    "mask_token": "<mask>", "cls_token": "<bos>", "sep_token": "<eos>"},
+    single="{cls_token} $A {sep_token}",
+    pair="{cls_token} $A {sep_token} $B {sep_token}",
+    pipeline=_byte_fallback_pipeline,
+    decoder=_byte_fallback_decoder,
+    new_model=_byte_fallback_model,
+    trainer=_byte_fallback_trainer,
+    config=_modernbert_config,
+    is_continuation=_metaspace_continuation,
+    default_normalization=Normalization(do_lower_case=False, strip_accents=False, tokenize_chinese_chars=False),
+    case_options=False,
+    vocab_files=(),
+    alphabet_size=len(BYTE_TOKENS),
+    finish=_with_byte_pieces,
+)
+
+
 # ---------------------------------------------------------------------- the registry
 
 #: Every kind by its family name.
 KINDS: dict[str, TokenizerKind] = {kind.name: kind for kind in (BERT, DISTILBERT, ROBERTA, ALBERT, XLM_ROBERTA,
-                                                                  MODERNBERT, DEBERTA, MPNET, EUROBERT)}
+                                                                  MODERNBERT, DEBERTA, MPNET, EUROBERT, MMBERT)}
 
 #: The kind each model name trains by default (`bertforge train-tokenizer --model`).
 KINDS_BY_MODEL: dict[str, TokenizerKind] = {"wordpiece": BERT, "bpe": ROBERTA, "unigram": ALBERT}
 
 
 def kind_by_name(name: str) -> TokenizerKind:
-    """The kind of a family ("bert", "distilbert", "roberta", "albert", "xlm-roberta", "modernbert", "deberta-v2", "mpnet", "eurobert") or of a model ("wordpiece",
+    """The kind of a family ("bert", "distilbert", "roberta", "albert", "xlm-roberta", "modernbert", "deberta-v2", "mpnet", "eurobert", "mmbert") or of a model ("wordpiece",
     "bpe", "unigram": BERT's, RoBERTa's, ALBERT's)."""
     key = name.strip().lower().replace("_", "-")
     kind = KINDS.get(key) or KINDS_BY_MODEL.get(key) or (DEBERTA if key in ("deberta", "deberta-v3") else None)

@@ -1,4 +1,4 @@
-"""ModernBERT, DeBERTa-v3, MPNet, NomicBERT, GTE and EuroBERT checkpoints through every downstream command: `evaluate`, `predict`, `glue`, `embed`,
+"""ModernBERT, DeBERTa-v3, MPNet, NomicBERT, GTE, EuroBERT and jina-embeddings-v3 checkpoints through every downstream command: `evaluate`, `predict`, `glue`, `embed`,
 `train-embeddings`, `serve` (in-process, one embed and one predict request), `fill-mask` and `attention`.
 
 Each family's checkpoints are tiny random models built by `transformers` itself and saved with its
@@ -23,11 +23,12 @@ from tests.finetune.test_glue import write_task
 
 transformers = pytest.importorskip("transformers")
 
-FAMILIES = ["modernbert", "deberta-v2", "mpnet", "nomic_bert", "gte", "eurobert"]
+FAMILIES = ["modernbert", "deberta-v2", "mpnet", "nomic_bert", "gte", "eurobert", "jina_embeddings_v3"]
 PREFIX = {"modernbert": "ModernBert", "deberta-v2": "DebertaV2", "mpnet": "MPNet", "nomic_bert": "NomicBert",
-          "gte": "Gte", "eurobert": "EuroBert"}
+          "gte": "Gte", "eurobert": "EuroBert", "jina_embeddings_v3": "JinaEmbeddingsV3"}
 #: the tokenizer kind each family's checkpoints get here (DeBERTa's is transformers' own class, below)
-KINDS = {"modernbert": "modernbert", "mpnet": "mpnet", "nomic_bert": "bert", "gte": "bert", "eurobert": "eurobert"}
+KINDS = {"modernbert": "modernbert", "mpnet": "mpnet", "nomic_bert": "bert", "gte": "bert", "eurobert": "eurobert",
+         "jina_embeddings_v3": "xlm-roberta"}
 LABELS = {0: "neg", 1: "pos"}
 #: Longer than ModernBERT's window of 4 tokens, so its local layers really cut.
 TEXTS = ["john lives in paris and mary works at acme corp .", "a great film", "an awful plot of this film , not fun",
@@ -54,6 +55,10 @@ def _hf_config(family: str, vocab_size: int, **extra):
         return transformers.EuroBertConfig(vocab_size=vocab_size, num_hidden_layers=2, num_key_value_heads=1,
                                            bos_token_id=0, eos_token_id=1, mask_token_id=2,
                                            **{**SMALL, "pad_token_id": 1}, **extra)
+    if family == "jina_embeddings_v3":  # XLM-R with rotary positions, its padding id 1
+        return transformers.JinaEmbeddingsV3Config(vocab_size=vocab_size, num_hidden_layers=2, hidden_dropout_prob=0.0,
+                                                   attention_probs_dropout_prob=0.0, **{**SMALL, "pad_token_id": 1},
+                                                   **extra)
     return transformers.DebertaV2Config(vocab_size=vocab_size, num_hidden_layers=2, relative_attention=True,
                                         position_buckets=8, max_relative_positions=24, pos_att_type=["p2c", "c2p"],
                                         norm_rel_ebd="layer_norm", share_att_key=True, position_biased_input=False,
@@ -174,9 +179,9 @@ def test_glue_runs_one_task(family, tmp_path, capsys):
 # ------------------------------------------------------------------------------------------ embed, train-embeddings
 
 
-def _mean_pooled(directory: Path, texts: list[str]) -> np.ndarray:
+def _mean_pooled(directory: Path, texts: list[str], max_length: int | None = None) -> np.ndarray:
     ref, tokenizer = _reference(directory)
-    enc = tokenizer(texts, padding=True, return_tensors="pt")
+    enc = tokenizer(texts, padding=True, truncation=max_length is not None, max_length=max_length, return_tensors="pt")
     with torch.no_grad():
         hidden = ref(**enc).last_hidden_state
     mask = enc["attention_mask"].unsqueeze(-1).float()
@@ -209,7 +214,7 @@ def test_train_embeddings_then_embed_the_result(family, tmp_path, capsys):
     model = out  # a sentence-transformers directory
     kind = json.loads((model / "config.json").read_text())["model_type"]
     assert kind == json.loads((family["mlm"] / "config.json").read_text())["model_type"]
-    before, after = _mean_pooled(family["mlm"], TEXTS), _mean_pooled(model, TEXTS)
+    before, after = _mean_pooled(family["mlm"], TEXTS), _mean_pooled(model, TEXTS, max_length=32)  # its max_seq_length
     assert np.abs(before - after).max() > 1e-4  # the weights moved, and transformers reads them as the family
     texts = tmp_path / "in.txt"
     texts.write_text("\n".join(TEXTS) + "\n")
@@ -247,7 +252,8 @@ def test_serve_answers_an_embed_and_a_predict_request(family):
 
 def test_fill_mask_predicts_what_transformers_predicts(family, capsys):
     mask = Tokenizer.from_pretrained(family["mlm"]).mask_token
-    assert mask == {"mpnet": "<mask>", "eurobert": "<|mask|>"}.get(family["family"], "[MASK]")
+    assert mask == {"mpnet": "<mask>", "eurobert": "<|mask|>", "jina_embeddings_v3": "<mask>"}.get(family["family"],
+                                                                                                  "[MASK]")
     text = f"john lives in {mask} ."
     lines = _run(capsys, "fill-mask", "--model", str(family["mlm"]), text, "--top-k", "3", "--json").splitlines()
     [results] = json.loads(lines[0])["predictions"]  # one mask

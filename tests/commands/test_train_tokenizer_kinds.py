@@ -8,7 +8,7 @@ import pytest
 from transformers import AutoTokenizer
 
 from bertforge.cli import main
-from bertforge.tokenizer import ALBERT, BERT, ROBERTA, Tokenizer
+from bertforge.tokenizer import ALBERT, BERT, MMBERT, ROBERTA, Tokenizer
 from tests.tokenizer.tokenizer_helpers import training_corpus
 
 
@@ -43,3 +43,16 @@ def test_cli_train_tokenizer_model(tmp_path, corpus, capsys):
 
     assert not cased.do_lower_case and {"S", "H"} <= capitalized(cased.get_vocab())
     assert not capitalized(Tokenizer.from_pretrained(tmp_path / "unigram").get_vocab())
+
+
+def test_cli_train_tokenizer_of_a_family_kind(tmp_path, corpus, capsys):
+    """`--kind mmbert`: Gemma's byte-fallback BPE (any character spelt by its bytes), as transformers reads it."""
+    text = tmp_path / "corpus.txt"
+    text.write_text("\n".join(corpus[:400]) + "\n", encoding="utf-8")
+    assert main(["train-tokenizer", "--corpus", str(text), "--kind", "mmbert", "--vocab-size", "600",
+                 "--out", str(tmp_path / "mm")]) == 0
+    assert "mmBERT (mmbert) vocabulary of 600 tokens" in capsys.readouterr().out
+    tok, hf = Tokenizer.from_pretrained(tmp_path / "mm"), AutoTokenizer.from_pretrained(tmp_path / "mm")
+    assert tok.kind is MMBERT and tok.unk_token_id not in tok("snowman ☃ 🦞")["input_ids"]
+    assert tok("snowman ☃ 🦞", "pair")["input_ids"] == hf("snowman ☃ 🦞", "pair")["input_ids"]
+    assert hf.decode(hf("snowman ☃ 🦞")["input_ids"], skip_special_tokens=True) == "snowman ☃ 🦞"

@@ -20,11 +20,11 @@ transformers = pytest.importorskip("transformers")
 FAST = ["--epochs", "1", "--batch-size", "8", "--lr", "1e-3", "--no-progress"]
 PREFIX = {"roberta": "Roberta", "albert": "Albert", "distilbert": "DistilBert", "modernbert": "ModernBert",
           "mpnet": "MPNet", "nomic_bert": "NomicBert", "gte": "Gte",
-          "eurobert": "EuroBert"}
+          "eurobert": "EuroBert", "jina_embeddings_v3": "JinaEmbeddingsV3"}
 
 
 @pytest.fixture(scope="module", params=["roberta", "albert", "distilbert", "modernbert", "mpnet", "nomic_bert", "gte",
-                                                 "eurobert"])
+                                                 "eurobert", "jina_embeddings_v3"])
 def family_model(request, tmp_path_factory) -> tuple[str, Path]:
     """A tiny random model of the family with its own kind of tokenizer, trained on the tests' words."""
     family = request.param
@@ -114,7 +114,7 @@ def test_fill_mask_with_the_family_mask_token(family_model, tmp_path):
     bertforge.AutoModelForMaskedLM.from_config(config).save_pretrained(tmp_path)
     Tokenizer.from_pretrained(model).save_pretrained(tmp_path)
     mask = Tokenizer.from_pretrained(tmp_path).mask_token
-    assert mask == {"roberta": "<mask>", "mpnet": "<mask>", "eurobert": "<|mask|>"}.get(family, "[MASK]")
+    assert mask == {"roberta": "<mask>", "mpnet": "<mask>", "eurobert": "<|mask|>", "jina_embeddings_v3": "<mask>"}.get(family, "[MASK]")
     results = bertforge.pipeline("fill-mask", model=tmp_path, top_k=3)(f"john lives in {mask} .")
     assert len(results) == 3 and all(0.0 <= r["score"] <= 1.0 for r in results)
     reference = transformers.pipeline("fill-mask", model=str(tmp_path), top_k=3)(f"john lives in {mask} .")

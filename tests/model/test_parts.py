@@ -84,6 +84,10 @@ def test_rmsnorm_equals_transformers_llama_rmsnorm():
         ref.weight.copy_(ours.weight)
     x = torch.randn(3, 5, 16) * 3
     assert torch.allclose(ours(x), ref(x), atol=1e-6) and [n for n, _ in ours.named_parameters()] == ["weight"]
+    a, b = x.clone().requires_grad_(), x.clone().requires_grad_()  # the fused float32 kernel's gradients too
+    (ours(a) ** 2).sum().backward()
+    (ref(b) ** 2).sum().backward()
+    assert torch.allclose(a.grad, b.grad, atol=1e-5) and torch.allclose(ours.weight.grad, ref.weight.grad, atol=1e-4)
     assert ours.to(torch.bfloat16)(x.bfloat16()).dtype == torch.bfloat16  # a bf16 model stays bf16
     with pytest.raises(ValueError, match="no bias"):
         RMSNorm(16, 1e-6, bias=True)

@@ -35,7 +35,8 @@ def make_teacher(directory, tok_dir, family="bert", layers=4):
                            eos_token_id=tok.sep_token_id, global_attn_every_n_layers=3, local_attention=8),
     }.get(family, {})
     prefix = {"bert": "Bert", "roberta": "Roberta", "deberta": "DebertaV2", "modernbert": "ModernBert", "mpnet": "MPNet",
-              "nomic_bert": "NomicBert", "gte": "Gte", "eurobert": "EuroBert"}[family]
+              "nomic_bert": "NomicBert", "gte": "Gte", "eurobert": "EuroBert",
+              "jina_embeddings_v3": "JinaEmbeddingsV3"}[family]
     config = getattr(transformers, prefix + "Config")(**sizes, **extra)
     cls = getattr(transformers, prefix + "ForMaskedLM")
     torch.manual_seed(0)
@@ -51,7 +52,7 @@ def test_teacher_layers_are_every_other_one():
 
 
 @pytest.mark.parametrize("family", ["bert", "roberta", "deberta", "modernbert", "mpnet", "nomic_bert", "gte",
-                                    "eurobert"])
+                                    "eurobert", "jina_embeddings_v3"])
 def test_a_full_depth_student_computes_what_the_teacher_does(tmp_path, inputs, family):
     """With as many layers as the teacher, the copied student is the teacher without token types: the token-type
     row folded into the positions (and RoBERTa's offset skipped) keeps every output on single segments. A DeBERTa
@@ -62,7 +63,7 @@ def test_a_full_depth_student_computes_what_the_teacher_does(tmp_path, inputs, f
     student = BertForMaskedLM(args.model_config())
     init_from_teacher(student, teacher)
     student.eval()
-    if family in ("deberta", "modernbert", "mpnet", "nomic_bert", "gte", "eurobert"):  # MPNet's bias table, rotary positions
+    if family in ("deberta", "modernbert", "mpnet", "nomic_bert", "gte", "eurobert", "jina_embeddings_v3"):  # MPNet's bias table, rotary positions
         assert student.config.model_type == teacher.config.model_type
     else:
         assert student.config.model_type == "distilbert" and student.bert.embeddings.token_type_embeddings is None

@@ -168,20 +168,21 @@ def test_albert_and_distillation_run_under_torchrun(tmp_path, corpus, mode):
 EMBEDDERS = {"mpnet-tiny": ("MPNetForMaskedLM", "MPNetTokenizer"),
              "nomicbert-tiny": ("NomicBertForMaskedLM", "BertTokenizer"),
              "gte-tiny": ("GteForMaskedLM", "BertTokenizer"),
-             "eurobert-tiny": ("EuroBertForMaskedLM", "PreTrainedTokenizerFast")}
+             "eurobert-tiny": ("EuroBertForMaskedLM", "PreTrainedTokenizerFast"),
+             "jina-v3-tiny": ("JinaEmbeddingsV3ForMaskedLM", "XLMRobertaTokenizer")}
 
 
 def test_the_embedding_families_recipes():
     resolved = {name: PretrainArgs(config=name).for_family(BertConfig.preset(name)) for name in EMBEDDERS}
     assert {name: (r.objective, r.mlm_probability) for name, r in resolved.items()} == {
         "mpnet-tiny": ("mlm", 0.15), "nomicbert-tiny": ("mlm", 0.3), "gte-tiny": ("mlm", 0.3),
-        "eurobert-tiny": ("mlm", 0.5)}
+        "eurobert-tiny": ("mlm", 0.5), "jina-v3-tiny": ("mlm", 0.15)}
     assert resolved["mpnet-tiny"].adam_beta2 == 0.98
 
 
 @pytest.mark.parametrize("preset", list(EMBEDDERS))
 def test_an_embedding_family_preset_learns_and_transformers_reads_what_it_writes(tmp_path, corpus, preset):
-    """MPNet, NomicBERT, GTE and EuroBERT: MLM loss down by more than 0.5 in 40 steps; OUT/model is the family's MLM class in
+    """MPNet, NomicBERT, GTE, EuroBERT and jina-embeddings-v3: MLM loss down by more than 0.5 in 40 steps; OUT/model is the family's MLM class in
     transformers (no missing or unexpected weights, logits within 1e-5) with identical token ids, pairs too."""
     from bertforge import AutoModelForMaskedLM
     from bertforge.tokenizer import Tokenizer

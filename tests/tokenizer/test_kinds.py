@@ -2,7 +2,7 @@
 
 The kinds beside BERT's: RoBERTa and ModernBERT (byte-level BPE), ALBERT and XLM-RoBERTa (Unigram), DistilBERT
 (WordPiece under its own class), MPNet (WordPiece under RoBERTa's template), EuroBERT (byte-level BPE under
-Llama 3's special tokens), against `transformers` on the same saved files, both ways; and the registry of kinds.
+Llama 3's special tokens), mmBERT (byte-fallback BPE), against `transformers` on the same saved files, both ways; and the registry of kinds.
 
 The `tokenizers` trainers are not reproducible run to run, so nothing here expects a fixed vocabulary: each test
 compares bertforge with `transformers` loading the very files bertforge wrote (or the other way round).
@@ -20,11 +20,12 @@ import transformers
 from transformers import AutoTokenizer
 
 from bertforge.core.errors import BertforgeError
-from bertforge.tokenizer import (ALBERT, BERT, DEBERTA, DISTILBERT, EUROBERT, KINDS, MODERNBERT, MPNET, ROBERTA, XLM_ROBERTA,
+from bertforge.tokenizer import (ALBERT, BERT, DEBERTA, DISTILBERT, EUROBERT, KINDS, MMBERT, MODERNBERT, MPNET, ROBERTA,
+                                 XLM_ROBERTA,
                                  Tokenizer, kind_by_name)
 from tests.tokenizer.tokenizer_helpers import TRUNCATIONS, assert_same, hard_strings, training_corpus
 
-NEW_KINDS = [ROBERTA, ALBERT, XLM_ROBERTA, DISTILBERT, MODERNBERT, DEBERTA, MPNET, EUROBERT]
+NEW_KINDS = [ROBERTA, ALBERT, XLM_ROBERTA, DISTILBERT, MODERNBERT, DEBERTA, MPNET, EUROBERT, MMBERT]
 FILES = {
     "roberta": ["merges.txt", "special_tokens_map.json", "tokenizer.json", "tokenizer_config.json", "vocab.json"],
     "albert": ["special_tokens_map.json", "tokenizer.json", "tokenizer_config.json"],
@@ -34,10 +35,12 @@ FILES = {
     "deberta-v2": ["special_tokens_map.json", "tokenizer.json", "tokenizer_config.json"],
     "mpnet": ["special_tokens_map.json", "tokenizer.json", "tokenizer_config.json", "vocab.txt"],
     "eurobert": ["special_tokens_map.json", "tokenizer.json", "tokenizer_config.json"],
+    "mmbert": ["special_tokens_map.json", "tokenizer.json", "tokenizer_config.json"],
 }
 HF_CLASS = {"roberta": "RobertaTokenizer", "albert": "AlbertTokenizer", "xlm-roberta": "XLMRobertaTokenizer",
             "distilbert": "DistilBertTokenizer", "modernbert": "PreTrainedTokenizerFast",
-            "deberta-v2": "DebertaV2Tokenizer", "mpnet": "MPNetTokenizer", "eurobert": "PreTrainedTokenizerFast"}
+            "deberta-v2": "DebertaV2Tokenizer", "mpnet": "MPNetTokenizer", "eurobert": "PreTrainedTokenizerFast",
+            "mmbert": "PreTrainedTokenizerFast"}
 OPTIONS = dict(return_offsets_mapping=True, return_special_tokens_mask=True)
 
 
@@ -81,7 +84,7 @@ def test_saved_files_load_as_the_right_class_and_kind(saved):
     assert sorted(p.name for p in directory.iterdir()) == FILES[kind.name]
     config = json.loads((directory / "tokenizer_config.json").read_text(encoding="utf-8"))
     assert config["tokenizer_class"] == kind.tokenizer_class == HF_CLASS[kind.name]
-    if kind in (MODERNBERT, EUROBERT):  # transformers 5 names its generic fast tokenizer TokenizersBackend
+    if kind in (MODERNBERT, EUROBERT, MMBERT):  # transformers 5 names its generic fast tokenizer TokenizersBackend
         assert isinstance(hf, transformers.PreTrainedTokenizerFast)
     else:
         assert type(hf).__name__ == HF_CLASS[kind.name]
@@ -106,7 +109,8 @@ def test_special_tokens_come_first_in_the_kinds_order(saved):
                      "modernbert": ["[UNK]", "[CLS]", "[SEP]", "[PAD]", "[MASK]"],
                      "deberta-v2": ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"],
                      "mpnet": ["<s>", "<pad>", "</s>", "[UNK]", "<mask>"],
-                     "eurobert": ["<|begin_of_text|>", "<|end_of_text|>", "<|mask|>", "!", "\""]}[tok.kind.name]
+                     "eurobert": ["<|begin_of_text|>", "<|end_of_text|>", "<|mask|>", "!", "\""],
+                     "mmbert": ["<pad>", "<eos>", "<bos>", "<unk>", "<mask>"]}[tok.kind.name]
     if tok.kind is ROBERTA:
         assert tok.pad_token_id == 1 and tok.vocab_size > 261  # roberta-base's padding id; 256 bytes + 5 specials
         assert all(tok.backend.token_to_id(c) is not None for c in ("Ġ", "Ã", "©"))  # the byte alphabet
@@ -169,7 +173,7 @@ def test_pair_templates_and_token_types(saved):
         assert ids == [cls, *a, sep, sep, *b, sep] and set(types) == {0}
         assert tok.num_special_tokens_to_add(pair=True) == hf.num_special_tokens_to_add(pair=True) == 4
     else:  # [CLS] A [SEP] B [SEP], types 0 then 1 (EuroBERT: <|begin_of_text|> A <|end_of_text|> B ..., one type)
-        second = 0 if tok.kind is EUROBERT else 1
+        second = 0 if tok.kind in (EUROBERT, MMBERT) else 1
         assert ids == [cls, *a, sep, *b, sep] and types == [0] * (len(a) + 2) + [second] * (len(b) + 1)
         assert tok.num_special_tokens_to_add(pair=True) == hf.num_special_tokens_to_add(pair=True) == 3
     assert tok.num_special_tokens_to_add() == hf.num_special_tokens_to_add() == 2
@@ -233,7 +237,7 @@ def hf_built(tok: Tokenizer, directory: Path):
                                                                          normalized=False)})
     elif tok.kind in (DISTILBERT, MPNET):
         built = cls(vocab=data["model"]["vocab"])
-    elif tok.kind in (MODERNBERT, EUROBERT):  # the generic class takes a whole `tokenizers` backend, as the Hub's files are
+    elif tok.kind in (MODERNBERT, EUROBERT, MMBERT):  # the generic class takes a whole `tokenizers` backend, as the Hub's files are
         import tokenizers
 
         built = transformers.PreTrainedTokenizerFast(
@@ -288,7 +292,8 @@ def test_pickled_tokenizers_encode_alike(saved, texts):
 
 
 def test_kind_by_name_and_the_registry():
-    names = ("bert", "distilbert", "roberta", "albert", "xlm-roberta", "modernbert", "deberta-v2", "mpnet", "eurobert")
+    names = ("bert", "distilbert", "roberta", "albert", "xlm-roberta", "modernbert", "deberta-v2", "mpnet", "eurobert",
+             "mmbert")
     assert {name: kind_by_name(name) for name in names} == KINDS
     assert kind_by_name("deberta-v3") is kind_by_name("DeBERTa") is DEBERTA
     assert kind_by_name("wordpiece") is BERT and kind_by_name("bpe") is ROBERTA and kind_by_name("unigram") is ALBERT
@@ -314,7 +319,7 @@ def test_continuation_mask(saved):
     tok = saved[0]
     flags = tok.continuation_mask()
     assert len(flags) == tok.vocab_size and not any(flags[i] for i in tok.all_special_ids)
-    marker = {"roberta": "Ġ", "modernbert": "Ġ", "eurobert": "Ġ", "albert": "▁", "xlm-roberta": "▁", "deberta-v2": "▁"}.get(tok.kind.name)
+    marker = {"roberta": "Ġ", "modernbert": "Ġ", "eurobert": "Ġ", "mmbert": "▁", "albert": "▁", "xlm-roberta": "▁", "deberta-v2": "▁"}.get(tok.kind.name)
     for i, flag in enumerate(flags):
         token = tok.convert_ids_to_tokens(i)
         if i not in tok.all_special_ids:
@@ -333,7 +338,7 @@ def test_an_unsupported_model_is_named_with_the_supported_ones(tmp_path):
         Tokenizer.from_pretrained(tmp_path)
     message = str(error.value)
     assert "\n" not in message and "tokenizer.json: model WordLevel is not a supported tokenizer model" in message
-    assert "WordPiece (BERT, DistilBERT, MPNet)" in message and "BPE (RoBERTa, ModernBERT, EuroBERT)" in message
+    assert "WordPiece (BERT, DistilBERT, MPNet)" in message and "BPE (RoBERTa, ModernBERT, EuroBERT, mmBERT)" in message
     assert "Unigram (ALBERT, XLM-RoBERTa, DeBERTa)" in message
 
 

@@ -72,6 +72,7 @@ class Ladder:
     name: str  # the presets' prefix: "ettin" in ettin-17m
     sizes: dict[str, dict[str, Any]]  # size -> config fields (layers, widths, vocabulary, ...)
     recipe: Recipe | None = None  # None: the family's
+    tokenizer: str = ""  # the tokenizer kind its models pretrain with; "": the family's
     source: str = ""  # where the shapes and the recipe are published
 
 

@@ -174,6 +174,7 @@ MMBERT = Ladder(
     name="mmbert",
     sizes={"small": _shape(22, 384, 6, 1152, **_MMBERT), "base": _shape(22, 768, 12, 1152, **_MMBERT)},
     recipe=Recipe(mlm_probability=0.3, packing="documents", decay="wsd", adam_beta2=0.98),
+    tokenizer="mmbert",  # Gemma 2's kind: byte-fallback BPE
     source="Marone et al., 2025 (arXiv 2509.06888); the jhu-clsp/mmBERT-small and -base config.json files",
 )
 

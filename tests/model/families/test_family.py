@@ -1,6 +1,7 @@
-"""RoBERTa, XLM-RoBERTa, DistilBERT, ALBERT, ModernBERT, DeBERTa-v2, MPNet, NomicBERT, GTE and EuroBERT on the one encoder, against `transformers` itself: every task class
-loads a tiny random checkpoint that `transformers` saved with the same outputs (padded batches included), saves back
-what the same `transformers` class loads with no missing or unexpected keys, and runs the packed inference path."""
+"""RoBERTa, XLM-RoBERTa, DistilBERT, ALBERT, ModernBERT, DeBERTa-v2, MPNet, NomicBERT, GTE, EuroBERT and
+jina-embeddings-v3 on the one encoder, against `transformers` itself: every task class loads a tiny random
+checkpoint that `transformers` saved with the same outputs (padded batches included), saves back what the same
+`transformers` class loads with no missing or unexpected keys, and runs the packed inference path."""
 
 import logging
 
@@ -53,12 +54,15 @@ def hf_config(model_type: str, num_labels: int = 3):
             **SIZES, hidden_size=32, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
             intermediate_size=37, pad_token_id=0, bos_token_id=1, eos_token_id=2, mask_token_id=3,
             rope_parameters={"rope_type": "default", "rope_theta": 250_000.0}, num_labels=num_labels)
+    if model_type == "jina_embeddings_v3":  # XLM-R with rotary positions (θ 20,000), its padding id 1
+        return transformers.JinaEmbeddingsV3Config(**common, pad_token_id=1)
     return transformers.BertConfig(**common)
 
 
 PREFIX = {"bert": "Bert", "roberta": "Roberta", "xlm-roberta": "XLMRoberta", "distilbert": "DistilBert",
           "albert": "Albert", "modernbert": "ModernBert", "deberta-v2": "DebertaV2", "mpnet": "MPNet",
-          "nomic_bert": "NomicBert", "gte": "Gte", "eurobert": "EuroBert"}
+          "nomic_bert": "NomicBert", "gte": "Gte", "eurobert": "EuroBert",
+          "jina_embeddings_v3": "JinaEmbeddingsV3"}
 AUTO = {
     "Model": bertforge.AutoModel,
     "ForPreTraining": bertforge.AutoModelForPreTraining,

@@ -209,5 +209,9 @@ def test_the_ladders_recipes_thetas_and_unknown_sizes():
     first = BertConfig.preset("mmbert-small")
     first.extra["local_rope_theta"] = 1.0  # a config's fields are its own, not the ladder's
     assert BertConfig.preset("mmbert-small").extra["local_rope_theta"] == 160_000.0
+    from bertforge.model.families import MODERNBERT, tokenizer_kind
+
+    assert tokenizer_kind("mmbert-small", MODERNBERT) == "mmbert"  # Gemma's byte-fallback BPE
+    assert tokenizer_kind("ettin-17m", MODERNBERT) == tokenizer_kind("modernbert-tiny", MODERNBERT) == "modernbert"
     with pytest.raises(BertforgeError, match="ettin has the sizes 17m, 32m, 68m, 150m, 400m, 1b"):
         BertConfig.preset("ettin-3m")
