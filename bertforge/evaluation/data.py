@@ -17,15 +17,19 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..core.errors import BertforgeError
-from ..embeddings_train.data import PairData, read_pairs
 from ..finetune.data import read_text_file, record_source, table_rows
+
+if TYPE_CHECKING:  # embeddings_train's dev evaluation imports this module: its reader is imported when called
+    from ..embeddings_train.data import PairData
 
 
 def read_scored_pairs(data: Any) -> PairData:
     """Scored pairs from a file (or rows in memory); anything but two texts and a score is refused."""
+    from ..embeddings_train.data import read_pairs
+
     pairs = read_pairs(data)
     if pairs.shape != "scored":
         raise BertforgeError(f"{pairs.path}: --task sts needs scored pairs (sentence1, sentence2, score); this file "

@@ -12,21 +12,21 @@ a trainer's own encoder call the same code:
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 from torch import Tensor
 
 from ..core.errors import BertforgeError
-from ..embeddings_train.data import PairData
 from .data import RerankData, RetrievalData
 from .metrics import RETRIEVAL_DEPTH, SIMILARITIES, rerank_metrics, retrieval_metrics, similarity_metrics
 from .topk import TopK
 
-log = logging.getLogger("bertforge")
+if TYPE_CHECKING:
+    from ..embeddings_train.data import PairData
+
 
 CORPUS_BLOCK = 8192  # document vectors scored at a time (a sparse model's blocks: a 32nd of it, sparse COO matrices)
 Embed = Callable[[list[str]], Tensor]
