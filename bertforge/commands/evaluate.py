@@ -11,8 +11,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..finetune.cli_options import DATA_OPTIONS, add_data_arguments, add_task_arguments, given
-from ..finetune.config import FINETUNE_TASKS
+from ..core.options import add_options
+from ..finetune.cli_options import DATA_OPTIONS, add_data_arguments, given
+from ..finetune.config import FINETUNE_TASKS, FinetuneConfig
 from . import add_quantize_argument
 
 NAME = "evaluate"
@@ -31,11 +32,10 @@ PIPELINE_OPTIONS = ("max_length", "eval_batch_size", "device", "progress")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_task_arguments(parser)
-    task = next(a for a in parser._actions if a.dest == "task")
-    task.choices = (*FINETUNE_TASKS, *EVALUATION_TASKS)
-    task.help = ("the task: classification, ner or qa (a fine-tuned model); sts (scored pairs), retrieval (a BEIR "
-                 "folder) or rerank (query, positives, negatives rows)")
+    parser.add_argument("--task", required=True, choices=(*FINETUNE_TASKS, *EVALUATION_TASKS),
+                        help="the task: classification, ner or qa (a fine-tuned model); sts (scored pairs), retrieval "
+                             "(a BEIR folder) or rerank (query, positives, negatives rows)")
+    add_options(parser, FinetuneConfig, only=("model",), required=("model",))
     parser.add_argument("--input", required=True, metavar="PATH",
                         help="labelled data in the task's format (retrieval: a BEIR folder)")
     group = parser.add_argument_group("retrieval and reranking")
