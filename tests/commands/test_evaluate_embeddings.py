@@ -172,5 +172,7 @@ def test_options_of_one_task_are_refused_on_another(tmp_path, beir, capsys):
     assert "--qrels: options of --task retrieval, not classification" in capsys.readouterr().err
     assert main([*argv, str(beir), "--task", "retrieval", "--rerank-top", "0", "--reranker", str(MINILM)]) == 2
     assert "--rerank-top must be a positive integer" in capsys.readouterr().err
+    assert main([*argv, str(beir), "--task", "retrieval", "--rerank-top", "5"]) == 2
+    assert "--rerank-top applies with --reranker" in capsys.readouterr().err
     assert main([*argv, str(beir), "--task", "retrieval", "--out", str(beir / "corpus.jsonl")]) == 2
     assert "corpus.jsonl is the input file" in capsys.readouterr().err
