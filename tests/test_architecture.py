@@ -17,7 +17,7 @@ LAYER_FOLDERS = (
     ("core",),
     ("model",),
     ("tokenizer", "data"),
-    ("training", "pretrain", "finetune", "embeddings_train"),
+    ("training", "pretrain", "finetune", "embeddings_train", "evaluation"),
     ("pipelines", "serve"),
     ("commands", "cli", "__main__", "__init__"),
 )

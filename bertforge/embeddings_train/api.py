@@ -30,7 +30,7 @@ from ..finetune.trainer import TrainResult, run_logged
 from .config import EmbeddingsConfig
 from .data import PairData, normalized_scores, read_pairs
 from .encoder import embed_all
-from .evaluation import main_metric, retrieval_metrics, retrieval_set, similarity_metrics
+from .evaluation import DevSet, dev_evaluator, main_metric, read_dev
 from .losses import make_loss
 from .trainer import EmbeddingTraining, encode_pairs
 from ..core.hub import model_path, model_reference
@@ -105,7 +105,7 @@ def _train(cfg: EmbeddingsConfig, out: Path, rt: Runtime, lifecycle: RunLifecycl
     pooling = cfg.pooling or declared.get("pooling", "mean")
     max_length = _max_length(cfg, declared, model_config, tokenizer)
     train_data = read_pairs(rows.get("train", cfg.train))
-    dev_data = read_pairs(rows.get("dev", cfg.dev)) if cfg.dev else None
+    dev_data = read_dev(rows.get("dev", cfg.dev)) if cfg.dev else None
     loss_name = _loss_name(cfg, train_data)
     dims = cfg.dims()
     if dims and dims[0] > model_config.hidden_size:
@@ -122,11 +122,11 @@ def _train(cfg: EmbeddingsConfig, out: Path, rt: Runtime, lifecycle: RunLifecycl
     log.info("train-embeddings: %d %s from %s, loss %s%s, %s pooling, up to %d tokens a text", len(train_data),
              train_data.shape, cfg.train, loss_name, f" (matryoshka {dims})" if dims else "", pooling, max_length)
     evaluate = None
-    if dev_data:  # rank 0 scores, every rank learns the metrics (the same decisions), as `finetune` does
+    if dev_data is not None:  # rank 0 scores, every rank learns the metrics (the same decisions), as `finetune` does
         score = _evaluator(dev_data, tokenizer, model, pooling, max_length, device, cfg)
         evaluate = lambda: from_main(rt, score)  # noqa: E731
     loss = make_loss(loss_name, cfg.scale, cfg.symmetric, dims)
-    metric = main_metric(dev_data) if dev_data else None
+    metric = main_metric(dev_data) if dev_data is not None else None
     run = EmbeddingTraining(model, encoded, evaluate, cfg, metric, loss, pooling, device, rt)
     run.enable_checkpoints(TrainingCheckpoints(out, rt, run.stepper, cfg.keep_checkpoints, model.config), cfg.save_every)
     lifecycle.prepare()  # the first change to `out`
@@ -189,9 +189,9 @@ def _loss_name(cfg: EmbeddingsConfig, data: PairData) -> str:
     return name
 
 
-def _evaluator(data: PairData, tokenizer: Any, model: BertModel, pooling: str, max_length: int,
+def _evaluator(data: DevSet, tokenizer: Any, model: BertModel, pooling: str, max_length: int,
                device: torch.device, cfg: EmbeddingsConfig):
-    """The dev scoring function: retrieval metrics for pairs and triplets, correlations for scored pairs."""
+    """The dev scoring function (`evaluation.dev_evaluator`) on the model being trained."""
     from ..training.step import autocast, pick_precision
 
     precision = pick_precision("auto", device)
@@ -200,10 +200,7 @@ def _evaluator(data: PairData, tokenizer: Any, model: BertModel, pooling: str, m
         ids = tokenizer(texts, truncation=True, max_length=max_length)["input_ids"]
         return embed_all(model, ids, pooling, device, cfg.eval_batch_size, lambda: autocast(device, precision))
 
-    if data.shape == "scored":
-        return lambda: similarity_metrics(embed(data.texts[0]), embed(data.texts[1]), data.scores or [])
-    lookup = retrieval_set(data)
-    return lambda: retrieval_metrics(embed(lookup.queries), embed(lookup.corpus), lookup.relevant)
+    return dev_evaluator(data, embed)
 
 
 def _plot(work: Path, metric: str | None) -> None:

@@ -25,8 +25,9 @@ class EmbeddingsConfig:
     model: str = option(help="starting model directory (a BERT checkpoint or a sentence-transformers model)",
                         metavar="DIR")
     train: str = option(help="training pairs, triplets or scored pairs (TSV/CSV/JSONL/Parquet/Arrow)", metavar="FILE")
-    dev: str | None = option(None, "held-out pairs (retrieval: MRR@10, NDCG@10, recall@k) or scored pairs "
-                             "(Spearman), scored before training and at each evaluation", metavar="FILE")
+    dev: str | None = option(None, "held-out pairs or triplets (retrieval: NDCG@10, MRR@10, MAP@100, recall@k, "
+                             "precision@k), a BEIR folder (retrieval) or scored pairs (Spearman, Pearson), scored "
+                             "before training and at each evaluation", metavar="FILE")
     out: str = option(help="output: a sentence-transformers model directory, with the run's logs", metavar="DIR")
     loss: str = option("auto", "mnrl (in-batch negatives; pairs, triplets), cosent or cosine (cosine-similarity "
                        "MSE; scored pairs); auto: mnrl for pairs and triplets, cosent for scored pairs",

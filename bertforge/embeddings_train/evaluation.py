@@ -1,78 +1,75 @@
-"""Scoring sentence embeddings on a dev file: retrieval for pairs and triplets, rank correlation for scored pairs.
+"""Scoring sentence embeddings on `train-embeddings`' dev set, by `bertforge.evaluation`'s evaluators (the numbers
+of `bertforge evaluate` and of sentence-transformers' evaluators).
 
-Retrieval (sentence-transformers' `InformationRetrievalEvaluator` measures, cosine similarity): the queries are the
-distinct anchors, the corpus the distinct positives and hard negatives of the file; a query's relevant documents are
-the positives it is paired with. Each query ranks the whole corpus: MRR@10 (1 / rank of the first relevant document
-in the top 10, else 0), NDCG@10 (binary relevance) and recall@1/5/10 (the share of its relevant documents in the
-top k), averaged over queries. Scored pairs: Spearman (the main metric) and Pearson correlation between the cosine
-of each pair and its score.
+* Pairs and triplets: retrieval. The queries are the distinct anchors, the corpus the distinct positives and hard
+  negatives of the file; a query's relevant documents are the positives it is paired with. Main metric: MRR@10.
+* A BEIR folder (corpus.jsonl, queries.jsonl, qrels/test.tsv): retrieval on it. Main metric: NDCG@10.
+* Scored pairs: Spearman (the main metric) and Pearson correlation of each pair's cosine with its score.
+
+Retrieval scores by cosine and reports NDCG@10, MRR@10, MAP@100, recall@1/10/100 and precision@1/10.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
 
-import torch
+import numpy as np
 from torch import Tensor
 
-from ..finetune.metrics import pearson, spearman
-from .data import PairData
-from .losses import cosine_matrix
+from ..evaluation import evaluators
+from ..evaluation.data import RetrievalData, read_beir
+from .data import PairData, read_pairs
 
-RECALL_AT = (1, 5, 10)
-TOP = 10
-QUERY_CHUNK = 1024  # queries scored against the corpus at a time (bounds the [queries, corpus] matrix)
+DevSet = PairData | RetrievalData
 
 
-@dataclass
-class RetrievalSet:
-    """Distinct query texts, distinct corpus texts, and each query's relevant corpus indices."""
-
-    queries: list[str]
-    corpus: list[str]
-    relevant: list[set[int]]
-
-
-def retrieval_set(data: PairData) -> RetrievalSet:
-    """The retrieval set of a pair or triplet file (see the module docstring)."""
+def retrieval_set(data: PairData) -> RetrievalData:
+    """The retrieval set of a pair or triplet file (see the module docstring); ids are the texts' positions, written
+    so that their order is the order of first appearance."""
     corpus_index: dict[str, int] = {}
     for column in data.texts[1:]:
         for text in column:
             corpus_index.setdefault(text, len(corpus_index))
     query_index: dict[str, int] = {}
-    relevant: list[set[int]] = []
+    relevant: list[set[str]] = []
     for anchor, positive in zip(data.texts[0], data.texts[1]):
         q = query_index.setdefault(anchor, len(query_index))
         if q == len(relevant):
             relevant.append(set())
-        relevant[q].add(corpus_index[positive])
-    return RetrievalSet(list(query_index), list(corpus_index), relevant)
+        relevant[q].add(f"{corpus_index[positive]:012d}")
+    return RetrievalData([f"{i:012d}" for i in range(len(corpus_index))], list(corpus_index),
+                         [f"{i:012d}" for i in range(len(query_index))], list(query_index), relevant)
 
 
-def retrieval_metrics(queries: Tensor, corpus: Tensor, relevant: Sequence[set[int]]) -> dict[str, float]:
-    """MRR@10, NDCG@10 and recall@k of query embeddings [Q, H] ranking corpus embeddings [C, H] by cosine."""
-    k = min(TOP, len(corpus))
-    sums = {"mrr@10": 0.0, "ndcg@10": 0.0, **{f"recall@{r}": 0.0 for r in RECALL_AT}}
-    for start in range(0, len(queries), QUERY_CHUNK):
-        top = cosine_matrix(queries[start : start + QUERY_CHUNK], corpus).topk(k, dim=1).indices.tolist()  # [q, k]
-        for ranked, wanted in zip(top, relevant[start : start + QUERY_CHUNK]):
-            hits = [rank for rank, doc in enumerate(ranked, start=1) if doc in wanted]
-            sums["mrr@10"] += 1.0 / hits[0] if hits else 0.0
-            ideal = sum(1.0 / math.log2(r + 1) for r in range(1, min(len(wanted), TOP) + 1))
-            sums["ndcg@10"] += sum(1.0 / math.log2(r + 1) for r in hits) / ideal
-            for r in RECALL_AT:
-                sums[f"recall@{r}"] += sum(1 for h in hits if h <= r) / len(wanted)
-    return {name: total / len(queries) for name, total in sums.items()}
+def read_dev(data: Any) -> DevSet:
+    """The dev set: a BEIR folder, or pairs, triplets or scored pairs (a file or rows in memory)."""
+    if isinstance(data, (str, Path)) and Path(data).is_dir():
+        return read_beir(data)
+    return read_pairs(data)
 
 
-def similarity_metrics(a: Tensor, b: Tensor, scores: Sequence[float]) -> dict[str, float]:
-    """Spearman and Pearson correlation between the cosine of each pair (rows of a and b, [n, H]) and its score."""
-    cos = torch.nn.functional.cosine_similarity(a, b, dim=-1).tolist()
-    return {"spearman": spearman(cos, list(scores)), "pearson": pearson(cos, list(scores))}
-
-
-def main_metric(data: PairData) -> str:
-    """The metric that picks the best evaluation: MRR@10 for retrieval, Spearman for scored pairs."""
+def main_metric(data: DevSet) -> str:
+    """The metric that picks the best evaluation: Spearman for scored pairs, MRR@10 for the retrieval set of pairs
+    and triplets, NDCG@10 for a BEIR folder."""
+    if isinstance(data, RetrievalData):
+        return "ndcg@10"
     return "spearman" if data.shape == "scored" else "mrr@10"
+
+
+def dev_evaluator(data: DevSet, embed: Callable[[list[str]], Tensor]) -> Callable[[], dict[str, Any]]:
+    """The function that scores the model (as `embed`: texts → float32 [n, H]) on the dev set."""
+    if isinstance(data, PairData) and data.shape == "scored":
+        return lambda: evaluators.evaluate_sts(embed, data)
+    lookup = data if isinstance(data, RetrievalData) else retrieval_set(data)
+
+    def documents(texts: list[str]) -> Iterator[np.ndarray]:  # a block of the corpus embedded at a time
+        for start in range(0, len(texts), evaluators.CORPUS_BLOCK):
+            yield from embed(texts[start:start + evaluators.CORPUS_BLOCK]).numpy()
+
+    def retrieval() -> dict[str, Any]:  # the metrics only: the set's size is logged once, not in every row
+        metrics = evaluators.evaluate_retrieval(embed, documents, lookup)
+        return {k: v for k, v in metrics.items() if k not in ("queries", "documents")}
+
+    return retrieval

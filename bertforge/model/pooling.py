@@ -105,7 +105,7 @@ def sentence_transformers_settings(path: Path | None) -> dict[str, Any]:
 
     Reads `modules.json`, the Pooling module's `config.json` (its `pooling_mode`, or the older `pooling_mode_*`
     flags), `sentence_bert_config.json` (max_seq_length) and `config_sentence_transformers.json` (its `prompts` by
-    name and `default_prompt_name`, e.g. nomic-embed's "search_query: "). Unreadable files are ignored: they are
+    name and `default_prompt_name`, e.g. nomic-embed's "search_query: ", and its `similarity_fn_name`). Unreadable files are ignored: they are
     only defaults. What bertforge would not compute as sentence-transformers does is refused in one line: a module
     other than Transformer → Pooling → Normalize (a Dense layer, ...), several pooling modes concatenated, a
     Pooling that leaves the prompt's tokens out (`include_prompt: false`).
@@ -150,6 +150,8 @@ def sentence_transformers_settings(path: Path | None) -> dict[str, Any]:
                                  f"not one of its prompts ({', '.join(prompts) or 'none'})")
         if prompts:
             settings["prompts"], settings["default_prompt_name"] = prompts, default
+        if isinstance(st.get("similarity_fn_name"), str):  # cosine, dot, euclidean or manhattan
+            settings["similarity"] = st["similarity_fn_name"]
     return settings
 
 

@@ -76,8 +76,10 @@ class EmbedPipeline(VectorPipeline):
         self.layer = self.check_layer(layer)
         n = self.model.config.num_hidden_layers
         self.depth = None if self.layer == n else self.layer  # None: every block
+        self.similarity: str = defaults.get("similarity", "cosine")  # sentence-transformers' similarity_fn_name
         self.prompts: dict[str, str] = defaults.get("prompts", {})
-        self.prompt = self.choose_prompt(prompt_name, prompt, defaults.get("default_prompt_name"))
+        self.default_prompt_name: str | None = defaults.get("default_prompt_name")
+        self.prompt = self.choose_prompt(prompt_name, prompt, self.default_prompt_name)
 
     def choose_prompt(self, name: str | None, prompt: str | None, default: str | None) -> str:
         """The text put before every input: `prompt`, or the prompt called `name` (else the default one), or ""."""

@@ -20,7 +20,8 @@ def test_training_raises_retrieval_mrr(trained):
     before, best = summary["before"], summary["best"]["metrics"]
     assert summary["shape"] == "pairs" and summary["loss"] == "mnrl" and summary["main_metric"] == "mrr@10"
     assert before["mrr@10"] < 0.45 and best["mrr@10"] > before["mrr@10"] + 0.3, (before, best)
-    assert set(best) == {"mrr@10", "ndcg@10", "recall@1", "recall@5", "recall@10"}
+    assert set(best) == {"ndcg@10", "mrr@10", "map@100", "recall@1", "recall@10", "recall@100", "precision@1",
+                         "precision@10"}
     rows = [json.loads(line) for line in (trained / "metrics.jsonl").read_text().splitlines()]
     assert rows[0] == {"type": "eval", "step": 0, "epoch": 0.0, **before}
     assert any(r["type"] == "train" and "loss" in r for r in rows)

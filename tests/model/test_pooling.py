@@ -48,11 +48,13 @@ def test_sentence_transformers_files_round_trip(tmp_path):
     pooling = json.loads((tmp_path / "1_Pooling" / "config.json").read_text())
     assert pooling["word_embedding_dimension"] == 32 and pooling["pooling_mode_cls_token"]
     assert not pooling["pooling_mode_mean_tokens"] and (tmp_path / "2_Normalize").is_dir()
-    assert sentence_transformers_settings(tmp_path) == {"normalize": True, "pooling": "cls", "max_length": 128}
+    assert sentence_transformers_settings(tmp_path) == {"normalize": True, "pooling": "cls", "max_length": 128,
+                                                        "similarity": "cosine"}
     plain = tmp_path / "plain"
     plain.mkdir()
     write_sentence_transformers_files(plain, 32, "mean", False, 64)
-    assert sentence_transformers_settings(plain) == {"normalize": False, "pooling": "mean", "max_length": 64}
+    assert sentence_transformers_settings(plain) == {"normalize": False, "pooling": "mean", "max_length": 64,
+                                                     "similarity": "cosine"}
     assert not (plain / "2_Normalize").exists()
     assert sentence_transformers_settings(tmp_path / "nothing") == {} and sentence_transformers_settings(None) == {}
     write_sentence_transformers_files(plain, 32, "weighted-mean", False, 64)
