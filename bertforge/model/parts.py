@@ -106,7 +106,8 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: Tensor) -> Tensor:
-        if x.dtype == torch.float32 and self.weight.dtype == torch.float32:  # one fused kernel (2x the three ops)
+        fused = x.dtype == torch.float32 and self.weight.dtype == torch.float32 and not torch.onnx.is_in_onnx_export()
+        if fused:  # one kernel, twice as fast as the three ops (which ONNX's opset 17 export spells out)
             return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
         x32 = x.float()
         x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
@@ -154,12 +155,28 @@ class Rotary:
         self.theta = theta
         exponents = torch.arange(0, head_dim, 2, dtype=torch.int64, device="cpu").float() / head_dim  # not on meta
         self.inv_freq = 1.0 / theta**exponents  # [hd/2]
+        self._cache: dict[torch.device, tuple[Tensor, Tensor]] = {}  # device -> the tables of `_tables` for 0 .. n-1
+
+    def _tables(self, L: int, device: torch.device) -> tuple[Tensor, Tensor]:
+        """What rotates positions 0 .. L-1: [L, hd] each (`Rotary`: cos and the signed sin of the halves)."""
+        angles = torch.outer(torch.arange(L, device=device, dtype=torch.float32), self.inv_freq.to(device))
+        cos, sin = angles.cos(), angles.sin()  # [L, hd/2]
+        return torch.cat([cos, cos], dim=-1), torch.cat([-sin, sin], dim=-1)
+
+    def tables(self, L: int, device: torch.device) -> tuple[Tensor, Tensor]:
+        """`_tables` for L positions, cut from a table kept for the longest call so far (row p is the same whatever
+        the table's length; about 5 % of a rotary encoder's embedding time was recomputing them); computed afresh
+        while tracing or compiling, so that an exported graph holds no table of one input's length."""
+        if torch.jit.is_tracing() or torch.onnx.is_in_onnx_export() or torch.compiler.is_compiling():
+            return self._tables(L, device)
+        cached = self._cache.get(device)
+        if cached is None or cached[0].shape[0] < L:
+            with torch.inference_mode(False), torch.no_grad():  # plain tensors, usable by training after inference
+                cached = self._cache[device] = self._tables(max(L, 128), device)
+        return cached[0][:L], cached[1][:L]
 
     def __call__(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
-        L = q.shape[-2]
-        angles = torch.outer(torch.arange(L, device=q.device, dtype=torch.float32), self.inv_freq.to(q.device))
-        cos, sin = angles.cos(), angles.sin()  # [L, hd/2]
-        cos, signed_sin = torch.cat([cos, cos], dim=-1), torch.cat([-sin, sin], dim=-1)  # [L, hd]
+        cos, signed_sin = self.tables(q.shape[-2], q.device)
         return rotate(q, cos, signed_sin), rotate(k, cos, signed_sin)
 
 
@@ -167,11 +184,12 @@ class InterleavedRotary(Rotary):
     """Rotary positions with RoFormer's (GPT-J's) pairs: neighbouring features (x0, x1), (x2, x3), ... rotate
     together, by the same angles as `Rotary`'s halves."""
 
+    def _tables(self, L: int, device: torch.device) -> tuple[Tensor, Tensor]:
+        angles = torch.outer(torch.arange(L, device=device, dtype=torch.float32), self.inv_freq.to(device))
+        return angles.cos().repeat_interleave(2, dim=-1), angles.sin().repeat_interleave(2, dim=-1)  # [L, hd] each
+
     def __call__(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
-        L = q.shape[-2]
-        angles = torch.outer(torch.arange(L, device=q.device, dtype=torch.float32), self.inv_freq.to(q.device))
-        cos = angles.cos().repeat_interleave(2, dim=-1)  # [L, hd]: each angle for both members of its pair
-        sin = angles.sin().repeat_interleave(2, dim=-1)
+        cos, sin = self.tables(q.shape[-2], q.device)  # each angle for both members of its pair
         return rotate_pairs(q, cos, sin), rotate_pairs(k, cos, sin)
 
 

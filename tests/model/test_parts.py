@@ -115,3 +115,28 @@ def test_interleaved_rotary_equals_gpt_j_and_depends_on_distance_only():
     scores = rq[0, 0] @ rk[0, 0].T  # [12, 12]: the same vector at every position
     assert torch.allclose(scores.diagonal(3), scores.diagonal(3)[0].expand(9), atol=1e-5)
     assert not torch.allclose(ours_q, Rotary(10_000.0, hd)(q, k)[0])  # not the halves' layout
+
+
+def test_rotary_tables_are_kept_and_equal_fresh_ones():
+    """The kept table (built for the longest call so far) gives what computing the call's own table gives, and one
+    built under inference mode still serves a training step's backward pass."""
+    from bertforge.model.parts import InterleavedRotary, Rotary
+
+    for cls in (Rotary, InterleavedRotary):
+        rotary = cls(10_000.0, 8)
+        with torch.inference_mode():
+            rotary(torch.randn(1, 2, 300, 8), torch.randn(1, 2, 300, 8))  # keeps a 300-row table
+        assert rotary._cache[torch.device("cpu")][0].shape[0] == 300
+        q = torch.randn(2, 2, 37, 8, requires_grad=True)
+        got = rotary(q, q)[0]
+        fresh_cos, fresh_sin = rotary._tables(37, q.device)
+        want = (rotary_reference(cls, q, fresh_cos, fresh_sin))
+        assert torch.equal(got, want)
+        got.sum().backward()
+        assert q.grad is not None
+
+
+def rotary_reference(cls, q, cos, sin):
+    from bertforge.model.parts import InterleavedRotary, rotate, rotate_pairs
+
+    return rotate_pairs(q, cos, sin) if cls is InterleavedRotary else rotate(q, cos, sin)
