@@ -263,6 +263,20 @@ def _report(name: str, info: LoadingInfo, quiet: bool) -> None:
         log.info("%s: checkpoint weights not used by this class: %s", name, ", ".join(info.unexpected_keys))
 
 
+def file_state(model: torch.nn.Module, state: dict[str, torch.Tensor], in_memory: bool = False) -> dict[str, torch.Tensor]:
+    """`state` (some of `model`'s tensors, by internal name) under the names its family's files give them, with
+    what the family fuses joined: what `save_pretrained` writes; `in_memory`: as its `transformers` class holds
+    them (the modules PEFT adapts)."""
+    member: Any = model.config.family  # type: ignore[union-attr]
+    with_prefix = any(k.startswith(INTERNAL_PREFIX + ".") for k in model.state_dict())
+
+    def file_key(key: str) -> str:
+        key = member.to_hf(key if with_prefix else f"{INTERNAL_PREFIX}.{key}", in_memory)
+        return key if with_prefix else key.removeprefix(member.prefix + ".")
+
+    return member.saved_state({file_key(k): v for k, v in state.items()}, in_memory)
+
+
 def save_pretrained(model: torch.nn.Module, path: str | Path, card: ModelCard | None = None) -> None:
     """Write `config.json` + `model.safetensors` that the family's `transformers` class of the same task (BertForMaskedLM
     → RobertaForMaskedLM for a RoBERTa config) loads as they are: parameter names through the family's table; and the
@@ -271,18 +285,15 @@ def save_pretrained(model: torch.nn.Module, path: str | Path, card: ModelCard | 
     if any(isinstance(getattr(m, "weight", None), Int8Weight) for m in model.modules()):
         raise BertforgeError(f"{path}: not saved: the model's dense layers are quantized to int8 for inference "
                              "(its checkpoint would lack them); save the float32 model it was made from")
+    from .lora import has_adapters
+
+    if has_adapters(model):
+        raise BertforgeError(f"{path}: not saved: the model has low-rank adapters; save them with lora.save_adapter, "
+                             "or merge them into the weights first (lora.merge_adapters)")
     # the file's config names the class; the model's own config is left as it is (loaded configs are not changed)
     loaded: BertConfig = model.config  # type: ignore[assignment]
     config = dataclasses.replace(loaded, architectures=[type(model).__name__])
-    member = config.family
-    own = model.state_dict()
-    with_prefix = any(k.startswith(INTERNAL_PREFIX + ".") for k in own)
-
-    def file_key(key: str) -> str:
-        key = member.to_hf(key if with_prefix else f"{INTERNAL_PREFIX}.{key}")
-        return key if with_prefix else key.removeprefix(member.prefix + ".")
-
-    state = member.saved_state({file_key(k): v.detach().to("cpu").contiguous() for k, v in own.items()})
+    state = file_state(model, {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()})
     config_text = json.dumps(config.to_dict(), indent=2) + "\n"
     # both files are written before either replaces its old version: a full disk cannot leave new weights
     # beside an old config.json (or the reverse)
@@ -298,4 +309,4 @@ def save_pretrained(model: torch.nn.Module, path: str | Path, card: ModelCard | 
     atomic_write_files(path, files)
 
 
-__all__ = ["KEY_RULES", "LoadingInfo", "load_pretrained", "read_state_dict", "save_pretrained", "CONFIG_NAME"]
+__all__ = ["KEY_RULES", "LoadingInfo", "file_state", "load_pretrained", "read_state_dict", "save_pretrained", "CONFIG_NAME"]
