@@ -22,7 +22,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from .card import CARD_NAME, ModelCard, card_text, may_write_card
-from .config import CONFIG_NAME, BertConfig
+from .config import ADAPTER_CONFIG, CONFIG_NAME, BertConfig
 from ..core.errors import BertforgeError
 from .families import INTERNAL_PREFIX
 from ..core.io import atomic_write_files
@@ -203,6 +203,10 @@ def load_pretrained(
     path = model_path(path)
     if not path.exists():
         raise BertforgeError(f"{path}: no such model directory")
+    if path.is_dir() and (path / ADAPTER_CONFIG).is_file() and not (path / CONFIG_NAME).is_file():
+        from .lora import load_adapted  # a PEFT adapter directory: its base model with the adapters on it
+
+        return load_adapted(cls, path, quiet=quiet, **overrides)
     config_dir = path if path.is_dir() else path.parent
     config = BertConfig.from_pretrained(config_dir, **overrides)
     state, source = read_state_dict(path)

@@ -24,9 +24,9 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -37,18 +37,23 @@ from ..core.errors import BertforgeError
 from ..core.io import atomic_write_files
 from ..core.linear import linear
 from ..core.ops import activation_fn, dropout
+from .config import ADAPTER_CONFIG
 from .checkpoint import _read_safetensors, convert_state_dict, file_state, nonfinite_tensors
 from .parts import Dense
 
 #: the dense layers of a block an adapter can attach to (`BertLayer.projections`)
 ROLES = ("query", "key", "value", "attention_out", "ffn_in", "ffn_out")
 DEFAULT_TARGETS = ("query", "value")  # PEFT's (and the LoRA paper's) default for BERT
-ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
+ADAPTED_CONFIG = "adapted_config.json"  # bertforge's: the adapted model's config fields its base lacks (labels)
+#: the config.json fields `ADAPTED_CONFIG` keeps: what the task head adds to the base model's config
+HEAD_FIELDS = ("architectures", "num_labels", "id2label", "label2id", "problem_type", "classifier_dropout",
+               "finetuning_task")
 PEFT_PREFIX = "base_model.model."  # PEFT's names: this, then the `transformers` module's, then lora_A.weight
 #: PEFT's task_type by the internal class of the model adapted
 TASK_TYPES = {"BertForSequenceClassification": "SEQ_CLS", "BertForTokenClassification": "TOKEN_CLS",
               "BertForQuestionAnswering": "QUESTION_ANS", "BertModel": "FEATURE_EXTRACTION"}
+M = TypeVar("M", bound=nn.Module)
 _ROW_BITS = 24  # a tagged tensor's value: (key index << 24) + row (float64 holds it exactly)
 
 
@@ -346,9 +351,13 @@ def save_adapter(model: nn.Module, path: str | Path, base: str | None = None) ->
     model's directory or Hub id, as `base_model_name_or_path`."""
     config_text = json.dumps(adapter_config(model, base), indent=2) + "\n"
     state = adapter_state(model)
+    config: Any = model.config
+    written = replace(config, architectures=[type(model).__name__]).to_dict()
+    head_text = json.dumps({k: written[k] for k in HEAD_FIELDS if k in written}, indent=2) + "\n"
     atomic_write_files(Path(path), {
         ADAPTER_WEIGHTS: lambda tmp: save_file(state, str(tmp), metadata={"format": "pt"}),
         ADAPTER_CONFIG: lambda tmp: tmp.write_text(config_text, encoding="utf-8"),
+        ADAPTED_CONFIG: lambda tmp: tmp.write_text(head_text, encoding="utf-8"),
     })
 
 
@@ -374,11 +383,7 @@ def read_adapter(path: str | Path) -> AdapterFile:
     """Read and check a PEFT LoRA directory (only what bertforge computes as PEFT does: plain LoRA)."""
     path = Path(path)
     file = path / ADAPTER_CONFIG
-    try:
-        config = json.loads(file.read_text(encoding="utf-8"))
-        assert isinstance(config, dict)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AssertionError):
-        raise BertforgeError(f"{file}: not a readable adapter config (a JSON object)") from None
+    config = _read_json(file)
     if config.get("peft_type") != "LORA":
         raise BertforgeError(f"{file}: peft_type {config.get('peft_type')!r} is not supported (only LORA)")
     refused = {"use_dora": False, "fan_in_fan_out": False, "bias": "none", "lora_bias": False,
@@ -409,6 +414,45 @@ def read_adapter(path: str | Path) -> AdapterFile:
     if bad:
         raise BertforgeError(f"{weights}: the adapter contains NaN or infinite values (first: {bad[0]!r})")
     return AdapterFile(path, config, layers, head)
+
+
+def adapted_config(path: str | Path, base: str | Path | None = None) -> tuple[str | Path, dict[str, Any]]:
+    """The base model of the adapter directory `path` (`base`, else its `base_model_name_or_path`) and the
+    config fields bertforge saved beside the adapter (`ADAPTED_CONFIG`: the head's labels; {} if none)."""
+    path = Path(path)
+    if base is None:
+        config = _read_json(path / ADAPTER_CONFIG)
+        base = config.get("base_model_name_or_path")
+    if not base:
+        raise BertforgeError(f"{path / ADAPTER_CONFIG}: no base_model_name_or_path: name the base model too "
+                             "(pipeline(task, model=BASE, adapter=DIR), serve --model BASE --adapter NAME=DIR)")
+    saved = _read_json(path / ADAPTED_CONFIG) if (path / ADAPTED_CONFIG).is_file() else {}
+    return base, {k: v for k, v in saved.items() if k in HEAD_FIELDS}
+
+
+def _read_json(file: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+        assert isinstance(data, dict)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError, AssertionError):
+        raise BertforgeError(f"{file}: not a readable JSON object") from None
+    return data
+
+
+def load_adapted(cls: type[M], path: str | Path, base: str | Path | None = None, *, quiet: bool = False,
+                 **overrides: Any) -> M:
+    """`cls` built from a base checkpoint with the PEFT LoRA directory `path` on it: the base is `base`, else the
+    adapter's `base_model_name_or_path` (as peft's `AutoPeftModel` finds it); the config fields bertforge saved
+    beside the adapter (its labels, `ADAPTED_CONFIG`) and then `overrides` apply to the base's config."""
+    from .checkpoint import _report, load_pretrained
+
+    adapter = read_adapter(path)
+    found, saved = adapted_config(adapter.path, base)
+    model = load_pretrained(cls, found, ignore_mismatched_sizes=bool(adapter.head), quiet=True,
+                            **{**saved, **overrides})
+    load_adapter(model, adapter)
+    _report(cls.__name__, model.loading_info, quiet)  # type: ignore[arg-type]
+    return model
 
 
 def _scale(config: dict[str, Any], rank: int) -> float:
@@ -461,7 +505,7 @@ def load_adapter(model: nn.Module, path: str | Path | AdapterFile) -> nn.Module:
     return model
 
 
-__all__ = ["ADAPTER_CONFIG", "ADAPTER_WEIGHTS", "DEFAULT_TARGETS", "PEFT_PREFIX", "ROLES", "AdapterFile", "LoRA",
-           "LoraDense", "LoraSettings", "Piece", "Run", "adapter_config", "adapter_state", "adapters", "add_adapters",
-           "file_layers", "freeze_for_adapters", "has_adapters", "is_adapter_dir", "load_adapter", "merge_adapters",
+__all__ = ["ADAPTED_CONFIG", "ADAPTER_CONFIG", "HEAD_FIELDS", "ADAPTER_WEIGHTS", "DEFAULT_TARGETS", "PEFT_PREFIX", "ROLES", "AdapterFile", "LoRA",
+           "LoraDense", "LoraSettings", "Piece", "Run", "adapted_config", "adapter_config", "adapter_state", "adapters", "add_adapters",
+           "file_layers", "freeze_for_adapters", "has_adapters", "is_adapter_dir", "load_adapted", "load_adapter", "merge_adapters",
            "projection_names", "read_adapter", "save_adapter"]
