@@ -265,17 +265,25 @@ def add_adapters(model: nn.Module, settings: LoraSettings) -> list[LoRA]:
 
 
 def freeze_for_adapters(model: nn.Module) -> None:
-    """Only the adapters and the task head train."""
+    """Only the adapters and the task head (`head_prefixes`, decided here once) train."""
     heads = head_prefixes(model)
+    model.adapter_head = heads  # type: ignore[assignment]
     for name, param in model.named_parameters():
         param.requires_grad_(name.startswith(heads) or ".adapters." in name)
 
 
 def head_prefixes(model: nn.Module) -> tuple[str, ...]:
-    """The task head's parameter prefixes, the base model's pooler left out (frozen, as PEFT leaves it)."""
+    """The task head's parameter prefixes: what trains beside the adapters and is saved with them. The base
+    model's pooler only where its checkpoint lacked it (else it stays frozen, as PEFT leaves it): a pooler drawn
+    at random must be saved, or the adapter would not compute the same anywhere else."""
+    chosen = getattr(model, "adapter_head", None)  # decided when the adapters came (the loader's report changes)
+    if chosen is not None:
+        return chosen
     if model is getattr(model, "base_model", model):
         return ()
-    return tuple(p for p in model.head_prefixes() if not p.startswith("bert."))  # type: ignore[operator]
+    fresh = getattr(getattr(model, "loading_info", None), "missing_keys", [])
+    return tuple(p for p in model.head_prefixes()  # type: ignore[operator]
+                 if not p.startswith("bert.") or any(k.startswith(p) for k in fresh))
 
 
 def adapters(model: nn.Module) -> list[LoRA]:
@@ -325,7 +333,7 @@ def adapter_config(model: nn.Module, base: str | None = None) -> dict[str, Any]:
         raise BertforgeError(f"adapters of several ranks or scales ({sorted(kinds)}) are not supported in one file")
     rank, alpha, p = kinds.pop()
     every = [k.removesuffix(".weight") for k in _tagged_file_state(model)[1] if k.endswith(".weight")]
-    heads = sorted({k.split(".")[0] for k in _head_state(model)})
+    heads = sorted({k.rpartition(".")[0] for k in _head_state(model)})  # the modules holding them
     return {
         "peft_type": "LORA", "task_type": TASK_TYPES.get(type(model).__name__), "base_model_name_or_path": base,
         "r": rank, "lora_alpha": alpha, "lora_dropout": p, "bias": "none", "fan_in_fan_out": False,
@@ -489,19 +497,22 @@ def load_adapter(model: nn.Module, path: str | Path | AdapterFile) -> nn.Module:
         return lora
 
     _adapt(model, {name: layers[name] for name in adapter.layers}, make)
+    freeze_for_adapters(model)  # the head as the base's loading left it (a fresh pooler included)
     if adapter.head:
-        mapped, info = convert_state_dict(adapter.head, model, source)
+        try:
+            mapped, info = convert_state_dict(adapter.head, model, source)
+        except BertforgeError as err:  # peft's files keep no labels: its head may have others than the config
+            raise BertforgeError(f"{err}; an adapter without {ADAPTED_CONFIG} (one peft wrote) says nothing of its "
+                                 "labels: load it with num_labels=N (load_adapted(cls, DIR, num_labels=N))") from None
         if info.unexpected_keys:
             raise BertforgeError(f"{source}: weights {info.unexpected_keys[:3]} belong to no part of this "
                                  f"{type(model).__name__}")
-        with torch.no_grad():
-            own = model.state_dict()
-            for key, tensor in mapped.items():
-                own[key].copy_(tensor.to(own[key].dtype))
+        own = model.state_dict()  # new tensors, not written into the old: a model sharing its base's keeps those
+        model.load_state_dict({k: t.to(own[k].device, own[k].dtype) for k, t in mapped.items()}, strict=False,
+                              assign=True)
         loading = getattr(model, "loading_info", None)
         if loading is not None:  # the head is the adapter's now, not newly initialised
             loading.missing_keys = [k for k in loading.missing_keys if k not in mapped]
-    freeze_for_adapters(model)
     return model
 
 
