@@ -222,15 +222,22 @@ def load_pretrained(
             f"{len(body_missing) - len(body_missing[:3])} more (does config.json match the weights?)"
         )
     model.load_state_dict(_own_tensors(mapped, model.state_dict(), source), strict=False, assign=True)
-    fresh = [name for name, p in model.named_parameters() if p.is_meta]  # missing, or replaced (another shape)
+    initialise_missing(model)
+    model.loading_info = info  # type: ignore[assignment]
+    _report(cls.__name__, info, quiet)
+    return model
+
+
+def initialise_missing(model: torch.nn.Module) -> list[str]:
+    """Allocate and initialise the parameters of a model built on the meta device that were given no tensor
+    (missing from a file, or of another shape); returns their names."""
+    fresh = [name for name, p in model.named_parameters() if p.is_meta]
     for name in fresh:
         owner, _, attr = name.rpartition(".")
         old = getattr(model.get_submodule(owner), attr)
         setattr(model.get_submodule(owner), attr, torch.nn.Parameter(torch.empty(old.shape, dtype=old.dtype)))
     model.init_weights(only=set(fresh))  # type: ignore[operator]
-    model.loading_info = info  # type: ignore[assignment]
-    _report(cls.__name__, info, quiet)
-    return model
+    return fresh
 
 
 def _own_tensors(mapped: dict[str, torch.Tensor], own: dict[str, torch.Tensor], source: str) -> dict[str, torch.Tensor]:
@@ -313,4 +320,4 @@ def save_pretrained(model: torch.nn.Module, path: str | Path, card: ModelCard | 
     atomic_write_files(path, files)
 
 
-__all__ = ["KEY_RULES", "LoadingInfo", "file_state", "load_pretrained", "read_state_dict", "save_pretrained", "CONFIG_NAME"]
+__all__ = ["KEY_RULES", "LoadingInfo", "file_state", "initialise_missing", "load_pretrained", "read_state_dict", "save_pretrained", "CONFIG_NAME"]

@@ -463,6 +463,27 @@ def load_adapted(cls: type[M], path: str | Path, base: str | Path | None = None,
     return model
 
 
+def with_adapter(model: M, path: str | Path) -> M:
+    """A model of `model`'s class sharing its weights (no copy), with the adapters of the PEFT directory `path`
+    on it and the adapter's own head (its labels too, where saved beside it): several adapters on one base model
+    in memory (`bertforge serve --adapter NAME=DIR`). `model` is left as it is."""
+    from .checkpoint import LoadingInfo, initialise_missing
+    from .config import BertConfig
+
+    adapter = read_adapter(path)
+    saved = adapted_config(adapter.path, base="(given)")[1]
+    base_config: Any = model.config
+    config = BertConfig.from_dict({**base_config.to_dict(), **saved}) if saved else base_config
+    with torch.device("meta"):
+        new = type(model)(config)
+    own = new.state_dict()
+    shared = {k: v for k, v in model.state_dict().items() if k in own and own[k].shape == v.shape}
+    new.load_state_dict(shared, strict=False, assign=True)  # the same storage: nothing is copied
+    new.loading_info = LoadingInfo(initialise_missing(new), [], str(adapter.path))  # type: ignore[assignment]
+    load_adapter(new, adapter)
+    return new.train(model.training)
+
+
 def _scale(config: dict[str, Any], rank: int) -> float:
     alpha = config.get("lora_alpha", 8)
     return float(alpha) / (math.sqrt(rank) if config.get("use_rslora") else rank)
@@ -519,4 +540,4 @@ def load_adapter(model: nn.Module, path: str | Path | AdapterFile) -> nn.Module:
 __all__ = ["ADAPTED_CONFIG", "ADAPTER_CONFIG", "HEAD_FIELDS", "ADAPTER_WEIGHTS", "DEFAULT_TARGETS", "PEFT_PREFIX", "ROLES", "AdapterFile", "LoRA",
            "LoraDense", "LoraSettings", "Piece", "Run", "adapted_config", "adapter_config", "adapter_state", "adapters", "add_adapters",
            "file_layers", "freeze_for_adapters", "has_adapters", "is_adapter_dir", "load_adapted", "load_adapter", "merge_adapters",
-           "projection_names", "read_adapter", "save_adapter"]
+           "projection_names", "read_adapter", "save_adapter", "with_adapter"]
