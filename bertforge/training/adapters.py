@@ -53,7 +53,8 @@ LORA_OPTIONS = ("lora_rank", "lora_alpha", "lora_dropout", "lora_targets", "merg
 
 
 def attach(model: nn.Module, settings: Any) -> None:
-    """Adapters on `model` as the run's `settings` (a `LoraOptions`) say, in place; nothing without them."""
+    """Adapters on `model` as the run's `settings` (a `LoraOptions`) say, in place; nothing without them. A model
+    loaded from an adapter directory has its adapters already: those train on."""
     lora = settings.lora()
     if lora is not None and not has_adapters(model):  # a resumed run's trainer attaches them once
         add_adapters(model, lora)
@@ -62,11 +63,11 @@ def attach(model: nn.Module, settings: Any) -> None:
 def save_trained(model: nn.Module, path: Any, settings: Any, base: str, card: Any = None) -> None:
     """Write the trained `model` to `path`: a plain checkpoint (`card` its model card), or with adapters PEFT's
     directory whose base is `base`, or with `merge` the adapters folded into a plain checkpoint."""
-    from ..model.lora import save_adapter
+    from ..model.lora import adapted_config, is_adapter_dir, save_adapter
 
     if has_adapters(model):
-        if not settings.merge:
-            save_adapter(model, path, base=base)
+        if not settings.merge:  # a run that started from an adapter directory continued its adapters: their base
+            save_adapter(model, path, base=str(adapted_config(base)[0]) if is_adapter_dir(base) else base)
             return
         merge_adapters(model)
     model.save_pretrained(path, card)  # type: ignore[operator]

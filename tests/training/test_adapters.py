@@ -84,6 +84,17 @@ def test_a_lora_fine_tune_saves_an_adapter_peft_loads_with_the_same_logits(tmp_p
     assert (logits(merged) - logits(ours)).abs().max() < 1e-5  # the same run, folded into the weights
 
 
+def test_a_run_from_an_adapter_directory_trains_its_adapters_on_and_keeps_their_base(tmp_path, tiny_model):
+    first = run_lora(tmp_path, tiny_model, "first", lora_rank=2)
+    train = tmp_path / "train.tsv"
+    out = tmp_path / "second"
+    finetune(model=str(first), train=str(train), dev=str(train), out=str(out), **{**RUN, "epochs": 1})
+    config = json.loads((out / "model" / "adapter_config.json").read_text())
+    assert config["base_model_name_or_path"] == str(tiny_model) and config["r"] == 2
+    before, after = (BertForSequenceClassification.from_pretrained(d) for d in (first, out / "model"))
+    assert (logits(before) - logits(after)).abs().max() > 1e-4  # they trained on
+
+
 def optimizer_state_bytes(model, steps: int = 1) -> int:
     """Train `steps` AdamW steps and count the bytes of its state tensors."""
     optimizer = make_optimizer(model, "adamw", 1e-3, 0.01)
