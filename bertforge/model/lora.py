@@ -323,6 +323,17 @@ def _target_modules(names: list[str], every: list[str]) -> list[str]:
     return suffixes if {n for n in every if matches(n)} == set(names) else sorted(names)
 
 
+def _outermost(key: str, head: set[str], names: list[str]) -> str:
+    """The shortest module path above `key` under which every tensor of `names` is one of `head`: the module
+    PEFT's `modules_to_save` names (`classifier`, not `classifier.dense`; `bert.pooler`, not `bert`)."""
+    parts = key.split(".")
+    for n in range(1, len(parts)):
+        module = ".".join(parts[:n])
+        if all(k in head for k in names if k.startswith(module + ".")):
+            return module
+    return key.rpartition(".")[0]
+
+
 def adapter_config(model: nn.Module, base: str | None = None) -> dict[str, Any]:
     """`adapter_config.json`'s content for the model's adapters (all of one rank, alpha and dropout)."""
     made = adapters(model)
@@ -332,8 +343,10 @@ def adapter_config(model: nn.Module, base: str | None = None) -> dict[str, Any]:
     if len(kinds) > 1:
         raise BertforgeError(f"adapters of several ranks or scales ({sorted(kinds)}) are not supported in one file")
     rank, alpha, p = kinds.pop()
-    every = [k.removesuffix(".weight") for k in _tagged_file_state(model)[1] if k.endswith(".weight")]
-    heads = sorted({k.rpartition(".")[0] for k in _head_state(model)})  # the modules holding them
+    names = list(_tagged_file_state(model)[1])
+    every = [k.removesuffix(".weight") for k in names if k.endswith(".weight")]
+    head = set(_head_state(model))
+    heads = sorted({_outermost(k, head, names) for k in head})
     return {
         "peft_type": "LORA", "task_type": TASK_TYPES.get(type(model).__name__), "base_model_name_or_path": base,
         "r": rank, "lora_alpha": alpha, "lora_dropout": p, "bias": "none", "fan_in_fan_out": False,
