@@ -295,7 +295,7 @@ def has_adapters(model: nn.Module) -> bool:
     return any(isinstance(m, LoraDense) for m in model.modules())
 
 
-def merge_adapters(model: nn.Module) -> nn.Module:
+def merge_adapters(model: M) -> M:
     """Fold every adapter into its projections' weights, in place: plain dense layers again. Returns `model`."""
     for name, module in list(model.named_modules()):
         if isinstance(module, LoraDense):
