@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from . import add_run_config_argument, require_options
+from ..training.adapters import LORA_OPTIONS
 
 NAME = "glue"
 HELP = "fine-tune and score a model on each GLUE task of a directory (dev splits); prints and saves the GLUE table"
@@ -15,7 +16,8 @@ EXAMPLES = (
 
 # FinetuneConfig fields that `bertforge glue` passes to every task's fine-tuning
 FINETUNE_OPTIONS = ("epochs", "batch_size", "lr", "warmup_ratio", "weight_decay", "seed", "grad_accum", "max_length",
-                    "eval_batch_size", "lenient_rows", "device", "progress", "overwrite", "resume", "save_every")
+                    "eval_batch_size", "lenient_rows", "device", "progress", "overwrite", "resume", "save_every",
+                    *LORA_OPTIONS)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

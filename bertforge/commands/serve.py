@@ -97,6 +97,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pooling", choices=POOLINGS, default=None,
                         help="embedding models: default what a sentence-transformers model declares, else mean; "
                              f"{_env('pooling')} when not given")
+    parser.add_argument("--adapter", dest="adapters", action="append", default=None, metavar="NAME=DIR",
+                        help="a PEFT LoRA directory served on the base model under NAME (repeatable: several on one "
+                             'copy of the base\'s weights); a request picks one with "adapter": NAME in its body '
+                             '(on /v1/embeddings "model": NAME), else the base model answers')
     parser.add_argument("--threads", type=int, default=None, metavar="N",
                         help="PyTorch threads per process (default: the CPUs available, divided among the workers)")
     parser.add_argument("--graceful-timeout", type=float, default=30.0, metavar="SECONDS",
@@ -133,6 +137,19 @@ def from_environment(args: argparse.Namespace, environ: Any = None) -> dict[str,
     return values
 
 
+def adapter_options(values: list[str]) -> dict[str, str]:
+    """`--adapter NAME=DIR` options as {NAME: DIR}; a value without a name, or a name given twice, is one line."""
+    adapters: dict[str, str] = {}
+    for value in values:
+        name, sep, directory = value.partition("=")
+        if not sep or not name.strip() or not directory:
+            raise BertforgeError(f"serve: --adapter takes NAME=DIR, got {value!r:.80}")
+        if name in adapters:
+            raise BertforgeError(f"serve: --adapter {name!r} is given twice")
+        adapters[name] = directory
+    return adapters
+
+
 def run(args: argparse.Namespace) -> int:
     from ..core.options import given
     from ..serve import ServeConfig, run_server
@@ -140,6 +157,7 @@ def run(args: argparse.Namespace) -> int:
     tei = from_environment(args)
     host, port = tei.pop("host"), tei.pop("port")
     config = ServeConfig(task=args.task, max_length=args.max_length, num_threads=args.threads,
-                         quantize=args.quantize, device=args.device, **tei, **given(args, ServeConfig, only=GUARDS))
+                         quantize=args.quantize, device=args.device, adapters=adapter_options(args.adapters or []),
+                         **tei, **given(args, ServeConfig, only=GUARDS))
     return run_server(config, host=host, port=port, workers=args.workers, log_level=args.log_level,
                       graceful_timeout=args.graceful_timeout)

@@ -21,6 +21,7 @@ from ..model.memory import check_training_fits
 from ..model import BertModel
 from ..model.pooling import sentence_transformers_settings, write_sentence_transformers_files
 from ..core.system import Runtime, barrier, from_main, on_main, setup_runtime, teardown_runtime
+from ..training.adapters import save_trained
 from ..training.checkpoint import TrainingCheckpoints
 from ..training.loop import RunLifecycle, open_metrics
 from ..training.run_dir import RunDirectory, RunKind
@@ -155,7 +156,7 @@ def _write_model(cfg: EmbeddingsConfig, out: Path, model: BertModel, tokenizer: 
     """The sentence-transformers model, in `out` beside the run's logs (rank 0); eval.json last."""
     refuse_nonfinite(model.state_dict(), str(out))
     best = None if result.best is None else result.best.metrics
-    model.save_pretrained(out, ModelCard(
+    save_trained(model, out, cfg, cfg.model, ModelCard(
         base_model=cfg.model, datasets=(cfg.train,), trained_by="train-embeddings", library="sentence-transformers",
         pipeline_tag="sentence-similarity", metrics=best or {}, metrics_on=f"`{cfg.dev}` (the best evaluation)",
         recipe=recipe))

@@ -12,6 +12,7 @@ from ..core.errors import BertforgeError
 from ..core.system import TRAINING_DEVICES
 from ..finetune.config import FinetuneConfig, check_checkpointing, check_int, check_optimization
 from ..core.options import check_choices, option, same_option
+from ..training.adapters import LoraOptions
 from ..training.step import PRECISION_HELP, PRECISIONS, check_precision
 from ..model.pooling import POOLINGS
 
@@ -19,7 +20,7 @@ LOSSES = ("auto", "mnrl", "cosent", "cosine")
 
 
 @dataclass(kw_only=True, frozen=True)
-class EmbeddingsConfig:
+class EmbeddingsConfig(LoraOptions):
     """Everything that defines a `train-embeddings` run. Paths are made absolute when the run starts."""
 
     model: str = option(help="starting model directory (a BERT checkpoint or a sentence-transformers model)",
@@ -110,6 +111,7 @@ class EmbeddingsConfig:
         if self.score_max is not None and (not isinstance(self.score_max, (int, float)) or not self.score_max > 0):
             raise BertforgeError(f"score_max must be a positive number, got {self.score_max!r}")
         self.dims()
+        self.lora()
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -20,6 +20,7 @@ from ..core.errors import BertforgeError
 from ..core.io import atomic_directory, atomic_write_text, check_output_file, json_line
 from ..model.memory import check_training_fits
 from ..model.quantize import check_quantize, quantize_model
+from ..training.adapters import save_trained
 from ..training.run_dir import RunDirectory, RunKind
 from ..training.step import refuse_nonfinite
 from ..training.checkpoint import TrainingCheckpoints
@@ -161,7 +162,7 @@ def _write_run(cfg: FinetuneConfig, out: Path, model: Any, tokenizer: Any, best:
     refuse_nonfinite(model.state_dict(), str(out / "model"))
     with atomic_directory(out / "model") as work:
         recipe = {k: getattr(cfg, k) for k in ("task", "epochs", "batch_size", "lr", "max_length", "seed")}
-        model.save_pretrained(work, ModelCard(
+        save_trained(model, work, cfg, cfg.model, ModelCard(
             base_model=cfg.model, datasets=(cfg.train,), recipe=recipe, metrics=best.metrics, trained_by="finetune",
             metrics_on=f"`{cfg.dev}` (the best evaluation: step {best.step}, epoch {best.epoch})"))
         tokenizer.save_pretrained(work)

@@ -16,6 +16,7 @@ from ..core.errors import BertforgeError
 from ..core.system import TRAINING_DEVICES
 from ..training.optim import check_layer_lr_decay
 from ..core.options import check_choices, option
+from ..training.adapters import LoraOptions
 from ..training.step import PRECISION_HELP, PRECISIONS, check_precision
 
 FINETUNE_TASKS = ("classification", "ner", "qa")  # `--task` of finetune / evaluate / predict
@@ -64,7 +65,7 @@ class DataOptions:
 
 
 @dataclass(kw_only=True, frozen=True)
-class FinetuneConfig(DataOptions):
+class FinetuneConfig(LoraOptions, DataOptions):
     """Everything that defines a fine-tuning run. Paths are made absolute when the run starts."""
 
     task: str = option(help="the task: classification, ner or qa", choices=FINETUNE_TASKS)
@@ -126,6 +127,8 @@ class FinetuneConfig(DataOptions):
         check_layer_lr_decay(self.layer_lr_decay)
         if not isinstance(self.freeze_backbone, bool):
             raise BertforgeError(f"freeze_backbone must be true or false, got {self.freeze_backbone!r}")
+        if self.lora() is not None and self.freeze_backbone:
+            raise BertforgeError("lora_rank and freeze_backbone both say what trains: choose one")
 
     def data_options(self) -> DataOptions:
         """The reading and encoding settings alone."""

@@ -27,6 +27,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .features import Feature, collate, inference_batches, training_batches
+from ..training.adapters import attach
 from ..training.optim import make_optimizer, warmup_decay
 from ..core.state import check_same_files, files_fingerprint
 from ..training.checkpoint import Loaded, TrainingCheckpoints, number_list
@@ -158,6 +159,7 @@ class Finetuning:
         warmup_steps = math.ceil(self.total_steps * cfg.warmup_ratio)
         if cfg.freeze_backbone:
             freeze_backbone(model)  # before the optimizer, which then leaves the frozen weights out
+        attach(model, cfg)  # low-rank adapters (--lora-rank): the encoder frozen, the optimizer theirs and the head's
         optimizer = make_optimizer(model, "adamw", cfg.lr, cfg.weight_decay, eps=FINETUNE_EPS,
                                    layer_lr_decay=cfg.layer_lr_decay)
         scheduler = warmup_decay(optimizer, warmup_steps, self.total_steps)

@@ -22,7 +22,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from .card import CARD_NAME, ModelCard, card_text, may_write_card
-from .config import CONFIG_NAME, BertConfig
+from .config import ADAPTER_CONFIG, CONFIG_NAME, BertConfig
 from ..core.errors import BertforgeError
 from .families import INTERNAL_PREFIX
 from ..core.io import atomic_write_files
@@ -203,6 +203,10 @@ def load_pretrained(
     path = model_path(path)
     if not path.exists():
         raise BertforgeError(f"{path}: no such model directory")
+    if path.is_dir() and (path / ADAPTER_CONFIG).is_file() and not (path / CONFIG_NAME).is_file():
+        from .lora import load_adapted  # a PEFT adapter directory: its base model with the adapters on it
+
+        return load_adapted(cls, path, quiet=quiet, **overrides)
     config_dir = path if path.is_dir() else path.parent
     config = BertConfig.from_pretrained(config_dir, **overrides)
     state, source = read_state_dict(path)
@@ -218,15 +222,22 @@ def load_pretrained(
             f"{len(body_missing) - len(body_missing[:3])} more (does config.json match the weights?)"
         )
     model.load_state_dict(_own_tensors(mapped, model.state_dict(), source), strict=False, assign=True)
-    fresh = [name for name, p in model.named_parameters() if p.is_meta]  # missing, or replaced (another shape)
+    initialise_missing(model)
+    model.loading_info = info  # type: ignore[assignment]
+    _report(cls.__name__, info, quiet)
+    return model
+
+
+def initialise_missing(model: torch.nn.Module) -> list[str]:
+    """Allocate and initialise the parameters of a model built on the meta device that were given no tensor
+    (missing from a file, or of another shape); returns their names."""
+    fresh = [name for name, p in model.named_parameters() if p.is_meta]
     for name in fresh:
         owner, _, attr = name.rpartition(".")
         old = getattr(model.get_submodule(owner), attr)
         setattr(model.get_submodule(owner), attr, torch.nn.Parameter(torch.empty(old.shape, dtype=old.dtype)))
     model.init_weights(only=set(fresh))  # type: ignore[operator]
-    model.loading_info = info  # type: ignore[assignment]
-    _report(cls.__name__, info, quiet)
-    return model
+    return fresh
 
 
 def _own_tensors(mapped: dict[str, torch.Tensor], own: dict[str, torch.Tensor], source: str) -> dict[str, torch.Tensor]:
@@ -263,6 +274,20 @@ def _report(name: str, info: LoadingInfo, quiet: bool) -> None:
         log.info("%s: checkpoint weights not used by this class: %s", name, ", ".join(info.unexpected_keys))
 
 
+def file_state(model: torch.nn.Module, state: dict[str, torch.Tensor], in_memory: bool = False) -> dict[str, torch.Tensor]:
+    """`state` (some of `model`'s tensors, by internal name) under the names its family's files give them, with
+    what the family fuses joined: what `save_pretrained` writes; `in_memory`: as its `transformers` class holds
+    them (the modules PEFT adapts)."""
+    member: Any = model.config.family  # type: ignore[union-attr]
+    with_prefix = any(k.startswith(INTERNAL_PREFIX + ".") for k in model.state_dict())
+
+    def file_key(key: str) -> str:
+        key = member.to_hf(key if with_prefix else f"{INTERNAL_PREFIX}.{key}", in_memory)
+        return key if with_prefix else key.removeprefix(member.prefix + ".")
+
+    return member.saved_state({file_key(k): v for k, v in state.items()}, in_memory)
+
+
 def save_pretrained(model: torch.nn.Module, path: str | Path, card: ModelCard | None = None) -> None:
     """Write `config.json` + `model.safetensors` that the family's `transformers` class of the same task (BertForMaskedLM
     → RobertaForMaskedLM for a RoBERTa config) loads as they are: parameter names through the family's table; and the
@@ -271,18 +296,15 @@ def save_pretrained(model: torch.nn.Module, path: str | Path, card: ModelCard | 
     if any(isinstance(getattr(m, "weight", None), Int8Weight) for m in model.modules()):
         raise BertforgeError(f"{path}: not saved: the model's dense layers are quantized to int8 for inference "
                              "(its checkpoint would lack them); save the float32 model it was made from")
+    from .lora import has_adapters
+
+    if has_adapters(model):
+        raise BertforgeError(f"{path}: not saved: the model has low-rank adapters; save them with lora.save_adapter, "
+                             "or merge them into the weights first (lora.merge_adapters)")
     # the file's config names the class; the model's own config is left as it is (loaded configs are not changed)
     loaded: BertConfig = model.config  # type: ignore[assignment]
     config = dataclasses.replace(loaded, architectures=[type(model).__name__])
-    member = config.family
-    own = model.state_dict()
-    with_prefix = any(k.startswith(INTERNAL_PREFIX + ".") for k in own)
-
-    def file_key(key: str) -> str:
-        key = member.to_hf(key if with_prefix else f"{INTERNAL_PREFIX}.{key}")
-        return key if with_prefix else key.removeprefix(member.prefix + ".")
-
-    state = member.saved_state({file_key(k): v.detach().to("cpu").contiguous() for k, v in own.items()})
+    state = file_state(model, {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()})
     config_text = json.dumps(config.to_dict(), indent=2) + "\n"
     # both files are written before either replaces its old version: a full disk cannot leave new weights
     # beside an old config.json (or the reverse)
@@ -298,4 +320,4 @@ def save_pretrained(model: torch.nn.Module, path: str | Path, card: ModelCard | 
     atomic_write_files(path, files)
 
 
-__all__ = ["KEY_RULES", "LoadingInfo", "load_pretrained", "read_state_dict", "save_pretrained", "CONFIG_NAME"]
+__all__ = ["KEY_RULES", "LoadingInfo", "file_state", "initialise_missing", "load_pretrained", "read_state_dict", "save_pretrained", "CONFIG_NAME"]

@@ -18,6 +18,7 @@ from .spec import EncoderSpec
 from ..core.hub import model_path
 
 CONFIG_NAME = "config.json"
+ADAPTER_CONFIG = "adapter_config.json"  # what marks a PEFT adapter directory (`model.lora`)
 
 ATTENTION_BACKENDS = ("sdpa", "eager")
 
@@ -232,8 +233,14 @@ class BertConfig:
 
     @classmethod
     def from_pretrained(cls, path: str | Path, **overrides: Any) -> "BertConfig":
-        """Read `config.json` from a directory (or the file itself); keyword overrides win."""
+        """Read `config.json` from a directory (or the file itself); keyword overrides win. A PEFT adapter
+        directory's config is its base model's with the head's fields saved beside the adapter (`model.lora`)."""
         path = model_path(path)
+        if path.is_dir() and (path / ADAPTER_CONFIG).is_file() and not (path / CONFIG_NAME).is_file():
+            from .lora import adapted_config
+
+            base, saved = adapted_config(path)
+            return cls.from_pretrained(base, **{**saved, **overrides})
         file = path / CONFIG_NAME if path.is_dir() else path
         if not file.is_file():
             raise BertforgeError(f"{file}: no such config file")

@@ -121,6 +121,9 @@ class BertSelfAttention(nn.Module):
         """[..., H] → [..., H + 2·kv·hd]: query, key, value side by side, from one matrix multiply. The weights are stacked
         on every call (a copy of 3H × H, small beside the multiply; a cache would go stale: fused AdamW updates
         parameters in place without bumping their version counters)."""
+        parts = (self.query, self.key, self.value)
+        if any(type(p) is not Dense for p in parts):  # a projection computing more than x Wᵀ + b (low-rank adapters)
+            return torch.cat([p(x) for p in parts], dim=-1)
         weight = torch.cat([self.query.weight, self.key.weight, self.value.weight])  # [H + 2·kv·hd, H]
         biases = [self.query.bias, self.key.bias, self.value.bias]
         return linear(x, weight, torch.cat(biases) if biases[0] is not None else None)  # type: ignore[arg-type]
@@ -242,6 +245,13 @@ class BertLayer(nn.Module):
         if self.attention.relative is not None:  # its projections also project the relative table
             del parts["attention_in"]
         return parts
+
+    def projections(self) -> dict[str, Dense]:
+        """The block's dense layers one by one, by role (what low-rank adapters attach to): "query", "key",
+        "value", "attention_out", "ffn_in" and "ffn_out"."""
+        q = self.attention.self
+        return {"query": q.query, "key": q.key, "value": q.value, "attention_out": self.attention.output.dense,
+                "ffn_in": self.intermediate.dense, "ffn_out": self.output.dense}
 
     def replace_part(self, role: str, module: nn.Module) -> None:
         """Put `module` where `dense_parts()[role]` is."""

@@ -28,6 +28,7 @@ import torch
 from torch import Tensor, nn
 
 from .checkpoint import load_pretrained
+from .lora import is_adapter_dir, merge_adapters
 from .config import BertConfig
 from ..core.errors import BertforgeError
 from ..core.io import atomic_write, check_output_file
@@ -95,7 +96,7 @@ def load_for_export(path: Path, model_class: str = "auto") -> BertPreTrainedMode
     """The checkpoint as the class its config names (`model_class="auto"`, falling back to BertModel when that
     head's weights are missing), as BertModel (`model_class="none"`), or as the named class."""
     config_file = path / "config.json"
-    if not config_file.is_file():
+    if not config_file.is_file() and not is_adapter_dir(path):
         raise BertforgeError(f"{path}: not a model directory (no config.json)")
     if model_class == "none":
         return load_pretrained(BertModel, path, quiet=True).eval()
@@ -212,7 +213,7 @@ def _model_to_export(model: BertPreTrainedModel | str | Path, out: Path, model_c
             raise BertforgeError(f"{path}: no such model directory")
         check_output_file(out, model=path)
         model = load_for_export(path, model_class)
-    return model.eval()
+    return merge_adapters(model).eval()  # a LoRA directory's adapters: in the weights, one plain graph
 
 
 def _check_int8_export(quantize: str) -> None:

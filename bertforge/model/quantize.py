@@ -36,6 +36,7 @@ from torch import Tensor, nn
 from ..core.errors import BertforgeError
 from ..core.linear import Int8Weight, int8_available, linear
 from . import BertPreTrainedModel, BertSelfAttention, Dense
+from .lora import merge_adapters
 
 #: `quantize=` values: None (float32, nothing changed) or "int8".
 QUANTIZE_CHOICES = ("int8",)
@@ -112,7 +113,8 @@ def quantize_model(
     """Swap the dense layers `parts` (of `PARTS`; by default all with `calibration`, `DEFAULT_PARTS` without) of
     `model`'s encoder blocks for int8 ones, smoothing `SMOOTHED_PARTS` when `calibration` (token-id lists with
     their special tokens) is given (see the module docstring), in place, and return it in eval mode.
-    `quantize=None` returns the model unchanged; a model already quantised is left as is.
+    `quantize=None` returns the model unchanged; a model already quantised is left as is; low-rank adapters
+    (`model.lora`) are merged into the weights first.
 
     Refused (BertforgeError): weights that are not float32 on the CPU. A quantised model refuses training mode
     at its first forward pass."""
@@ -128,6 +130,7 @@ def quantize_model(
         raise BertforgeError(f"int8 quantisation starts from float32 weights, got {weight.dtype}")
     if is_quantized(model):
         return model.eval()
+    merge_adapters(model)  # low-rank adapters are folded into the weights that become int8
     inputs = channel_maxima(model, calibration) if calibration else {}
     for block in model.blocks():
         for role, module in block.dense_parts().items():

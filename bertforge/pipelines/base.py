@@ -24,6 +24,7 @@ import torch
 from torch import Tensor
 
 from ..model.checkpoint import load_pretrained
+from ..model.lora import load_adapted
 from ..data.corpus import calibration_ids
 from ..core.errors import BertforgeError
 from ..model import BertPreTrainedModel
@@ -100,6 +101,8 @@ class Pipeline:
             BERTFORGE_MALLOC=default declines): an int8 layer writes several fresh tensors per call, and under
             glibc's default each is new pages (all-MiniLM-L6-v2 int8 on 2,000 SST-2 sentences, 2 threads,
             2026-11-27: 1107-1130 sentences/s without, 1271-1375 with).
+        adapter: a PEFT LoRA directory (`bertforge.model.lora`) to run on the model directory `model` (a LoRA
+            directory as `model` finds its base itself, from its `adapter_config.json`).
         device: "cpu" (the default: packed batches, oneDNN kernels), "cuda", "cuda:N", "mps" or "auto" (a GPU if
             there is one). On CUDA the model runs in float16 (SDPA's fast kernels); results come back as float32.
             A model object passed in is moved there.
@@ -125,6 +128,7 @@ class Pipeline:
         backend: str = "auto",
         quantize: str | None = None,
         device: str | None = None,
+        adapter: str | os.PathLike[str] | None = None,
     ) -> None:
         self.device = inference_device(device)
         configure_threads(num_threads)
@@ -134,6 +138,9 @@ class Pipeline:
         if quantize is not None:
             reuse_freed_memory()
         if isinstance(model, BertPreTrainedModel):
+            if adapter is not None:
+                raise BertforgeError(f"{self.task}: adapter= is for a model directory; put adapters on a model "
+                                     "object with bertforge.model.lora.load_adapter")
             if tokenizer is None:
                 raise BertforgeError(f"{self.task}: pass tokenizer= together with a model object")
             self.model_dir: Path | None = None
@@ -144,7 +151,7 @@ class Pipeline:
             if not path.is_dir():
                 raise BertforgeError(f"{path}: no such model directory")
             self.model_dir = path
-            self.model = self.load(path)
+            self.model = self.load(path, None if adapter is None else model_path(adapter))
         if tokenizer is None:
             from ..tokenizer import Tokenizer
 
@@ -183,9 +190,13 @@ class Pipeline:
         if not isinstance(max_length, int) or isinstance(max_length, bool) or not 2 < max_length <= limit:
             raise BertforgeError(f"max_length must be an integer in 3..{limit} for this model, got {max_length!r}")
         return max_length
-    def load(self, path: Path) -> BertPreTrainedModel:
-        """Load `model_class` from `path` and check that the checkpoint has what the task needs."""
-        model = load_pretrained(self.model_class, path, quiet=True).eval()  # the heads are checked below
+    def load(self, path: Path, adapter: Path | None = None) -> BertPreTrainedModel:
+        """Load `model_class` from `path` (a checkpoint, or a PEFT adapter directory with its base found from it)
+        with the adapter directory `adapter` on it, and check that the model has what the task needs."""
+        if adapter is not None:
+            model = load_adapted(self.model_class, adapter, base=path, quiet=True).eval()
+        else:
+            model = load_pretrained(self.model_class, path, quiet=True).eval()  # the heads are checked below
         self.check_model(model, str(path))
         return model
 

@@ -4,7 +4,7 @@ worker processes of `--workers N`)."""
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from ..core.constants import SERVE_DEFAULTS
 from ..core.errors import BertforgeError
@@ -33,6 +33,9 @@ class ServeConfig:
     quantize: str | None = None  # "int8": int8 dense layers (CPU); None: float32
     device: str | None = None  # where the model runs (`core.system.inference_device`): cpu by default
     api_key: str | None = None  # every route but the health probes and /metrics needs `Authorization: Bearer KEY`
+    # PEFT LoRA directories on the one base model, by name: a request picks one with "adapter" (or "model" on
+    # /v1/embeddings); without, the base model answers
+    adapters: dict[str, str] = field(default_factory=dict)
     # What one client may cost the server (the command line's options are generated from these declarations).
     max_input_chars: int | None = option(
         None, "characters of one input (each text of a pair) the server reads: longer ones get 413, or are cut to "
@@ -53,6 +56,9 @@ class ServeConfig:
             if (value is not None or name != "max_input_chars") and (
                     not isinstance(value, int) or isinstance(value, bool) or value < 1):
                 raise BertforgeError(f"serve: {name} must be a positive integer, got {value!r}")
+        if not isinstance(self.adapters, dict) or not all(
+                isinstance(k, str) and k.strip() and isinstance(v, str) and v for k, v in self.adapters.items()):
+            raise BertforgeError(f"serve: adapters must map names to adapter directories, got {self.adapters!r}")
         if self.api_key is not None and (not isinstance(self.api_key, str) or not self.api_key.strip()):
             raise BertforgeError("serve: api_key must be a non-empty string (or None: no key needed)")
         for name in ("head_timeout", "body_timeout"):

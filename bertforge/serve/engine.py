@@ -121,6 +121,8 @@ class Engine:
             self.id2label = main.id2label
             self.function = main.function_to_apply
             self.hidden_size = main.model.config.hidden_size
+        for name, directory in config.adapters.items():
+            pipelines.update(self._adapter_pipelines(name, model_path(directory), model_dir, main, common))
         self.pipelines = pipelines
         self.tokenizer = main.tokenizer
         self.max_length = main.max_length
@@ -128,6 +130,48 @@ class Engine:
             items = ["warm up"] if self.task == "embed" else [("warm", "up")]
             pipe.run_features(items, pipe.features(items)[0])
         self.batcher.runners.update({kind: pipe.run_features for kind, pipe in pipelines.items()})
+
+    def _adapter_pipelines(self, name: str, directory: Path, model_dir: Path, main: Any,
+                           common: dict[str, Any]) -> dict[str, Any]:
+        """The pipelines of the adapter `name` (a PEFT LoRA directory) on the base model, under `kind@name`: on the
+        base's own weights in float32 (`lora.with_adapter`: only the adapters and the head are new), merged into
+        a float copy of its own with int8."""
+        from ..model import BertForSequenceClassification, BertModel
+        from ..model.lora import load_adapted, with_adapter
+        from ..pipelines import pipeline
+
+        if not directory.is_dir():
+            raise BertforgeError(f"serve: --adapter {name}: {directory}: no such adapter directory")
+        quantize = self.config.quantize
+        shared = dict(common, tokenizer=main.tokenizer, max_length=main.max_length)
+        if self.task == "embed":
+            base = main.model.base_model  # the encoder (of the MLM model, where /embed_sparse reads its head)
+            model = load_adapted(BertModel, directory, base=model_dir, quiet=True) if quantize else with_adapter(
+                base, directory)
+            embed = pipeline("embed", model=model, settings_from=model_dir, pooling=self.config.pooling,
+                             normalize=False, quantize=quantize, **shared)
+            return {f"embed@{name}": embed,
+                    f"embed_all@{name}": pipeline("feature-extraction", model=embed.model, **shared)}
+        model = load_adapted(BertForSequenceClassification, directory, base=model_dir, quiet=True) if quantize \
+            else with_adapter(main.model, directory)
+        classify: Any = pipeline("text-classification", model=model, top_k=None, quantize=quantize, **shared)
+        same = dict(shared, model=classify.model)
+        return {f"classify@{name}": classify,
+                f"classify_raw@{name}": pipeline("text-classification", top_k=None, function_to_apply="none", **same),
+                f"rerank@{name}": pipeline("rerank", activation=classify.function_to_apply, **same),
+                f"rerank_raw@{name}": pipeline("rerank", activation="none", **same)}
+
+    def kind(self, kind: str, adapter: Any) -> str:
+        """The pipeline a request of `kind` runs with the adapter it names (None: the base model's); an unknown
+        name is a 404 naming it and those there are."""
+        if adapter is None:
+            return kind
+        if not isinstance(adapter, str):
+            raise ApiError(422, f'"adapter" must be a string, got {type(adapter).__name__}')
+        if adapter not in self.config.adapters:
+            there = ", ".join(sorted(self.config.adapters)) or "none"
+            raise ApiError(404, f"unknown adapter {adapter!r:.80}; this server's adapters: {there}", "Model")
+        return f"{kind}@{adapter}"
 
     def stop(self) -> None:
         self.batcher.close(timeout=60)

@@ -88,7 +88,7 @@ async def handle_embed(request: Any, engine: Engine) -> Any:
     normalize = _flag(body, "normalize", True)
     truncate = _flag(body, "truncate", engine.config.auto_truncate)
     dimensions = _dimensions(body, engine.hidden_size)
-    results, _ = await _compute(engine, "embed", texts, truncate, left=_left(body))
+    results, _ = await _compute(engine, engine.kind("embed", body.get("adapter")), texts, truncate, left=_left(body))
     rows = np.stack(results)
     if dimensions is not None:
         rows = rows[:, :dimensions]  # Matryoshka: the leading dimensions, then normalised (as TEI does)
@@ -117,7 +117,10 @@ async def handle_openai_embeddings(request: Any, engine: Engine) -> Any:
     if encoding not in ("float", "base64"):
         raise ApiError(422, f'"encoding_format" must be "float" or "base64", got {encoding!r:.40}')
     dimensions = _dimensions(body, engine.hidden_size)
-    results, total = await _compute(engine, "embed", texts, engine.config.auto_truncate, "shorten it")
+    model = body.get("model")  # an adapter's name picks it; the base's name, or any with no adapters, the base
+    adapter = model if engine.config.adapters and model not in (None, engine.model_name) else None
+    results, total = await _compute(engine, engine.kind("embed", adapter), texts, engine.config.auto_truncate,
+                                    "shorten it")
     rows = np.stack(results)
     if dimensions is not None:
         rows = rows[:, :dimensions]  # Matryoshka: the leading dimensions
@@ -133,7 +136,7 @@ async def handle_openai_embeddings(request: Any, engine: Engine) -> Any:
     return Response(json_bytes({
         "object": "list",
         "data": [{"object": "embedding", "embedding": v, "index": i} for i, v in enumerate(vectors)],
-        "model": engine.model_name,
+        "model": adapter or engine.model_name,
         "usage": {"prompt_tokens": total, "total_tokens": total},
     }), media_type="application/json")
 
@@ -144,7 +147,8 @@ async def handle_predict(request: Any, engine: Engine) -> Any:
     items, single = _predict_items(body.get("inputs"), engine.config.max_client_batch_size)
     raw = _flag(body, "raw_scores", False)
     truncate = _flag(body, "truncate", engine.config.auto_truncate)
-    results, _ = await _compute(engine, "classify_raw" if raw else "classify", items, truncate, left=_left(body))
+    kind = engine.kind("classify_raw" if raw else "classify", body.get("adapter"))
+    results, _ = await _compute(engine, kind, items, truncate, left=_left(body))
     return json_response(results[0] if single else list(results))
 
 
@@ -158,7 +162,7 @@ async def handle_rerank(request: Any, engine: Engine) -> Any:
     raw = _flag(body, "raw_scores", False)
     return_text = _flag(body, "return_text", False)
     truncate = _flag(body, "truncate", engine.config.auto_truncate)
-    kind = "rerank_raw" if raw else "rerank"
+    kind = engine.kind("rerank_raw" if raw else "rerank", body.get("adapter"))
     scores, _ = await _compute(engine, kind, [(query, text) for text in texts], truncate, left=_left(body))
     ranked = engine.pipelines[kind].ranking(scores, texts, return_documents=return_text)
     for entry in ranked:  # TEI's name for sentence-transformers' corpus_id
@@ -191,6 +195,8 @@ async def handle_info(request: Any, engine: Engine) -> Any:
     else:
         info["labels"] = [engine.id2label[i] for i in range(len(engine.id2label))]
         info["score_function"] = engine.function
+    if engine.config.adapters:
+        info["adapters"] = sorted(engine.config.adapters)
     return json_response(info)
 
 

@@ -26,7 +26,7 @@ async def handle_embed_all(request: Any, engine: Engine) -> Any:
     _no_prompt(body)
     texts, _ = _texts(body.get("inputs"), "inputs", engine.config.max_client_batch_size)
     truncate = _flag(body, "truncate", engine.config.auto_truncate)
-    results, _ = await _compute(engine, "embed_all", texts, truncate, left=_left(body),
+    results, _ = await _compute(engine, engine.kind("embed_all", body.get("adapter")), texts, truncate, left=_left(body),
                                 max_tokens=engine.config.max_batch_tokens)
     from starlette.responses import Response
 

@@ -113,9 +113,18 @@ class Tokenizer(Vocabulary):
         `kind` (a `TokenizerKind` or a name for `kinds.kind_by_name`) is found when not given: the one
         `tokenizer_config.json`'s "tokenizer_class" names, else the one whose model `tokenizer.json` uses (for a
         model several kinds use, the first whose special tokens the vocabulary holds), else the one whose
-        vocabulary files the directory holds.
+        vocabulary files the directory holds. A PEFT adapter directory without tokenizer files has its base
+        model's (`base_model_name_or_path`).
         """
-        files = read_pretrained(model_path(path), kind_by_name(kind) if isinstance(kind, str) else kind)
+        path = model_path(path)
+        try:
+            files = read_pretrained(path, kind_by_name(kind) if isinstance(kind, str) else kind)
+        except BertforgeError:
+            from ..model.lora import adapted_config, is_adapter_dir
+
+            if not is_adapter_dir(path):
+                raise
+            return cls.from_pretrained(adapted_config(path)[0], kind=kind)
         tokenizer = cls(
             files.backend,
             special_tokens=files.special_tokens,

@@ -39,6 +39,9 @@ FINETUNE_OPTIONS = [
     (["--max-answer-length", "2"], dict(max_answer_length=2)),
     (["--n-best", "3"], dict(n_best=3)),
     (["--eval-batch-size", "5"], dict(eval_batch_size=5)),
+    (["--lora-rank", "4"], dict(lora_rank=4)),
+    (["--lora-rank", "2", "--lora-alpha", "4", "--lora-dropout", "0.1", "--lora-targets", "query", "ffn_in",
+      "--merge"], dict(lora_rank=2, lora_alpha=4.0, lora_dropout=0.1, lora_targets=["query", "ffn_in"], merge=True)),
 ]
 
 

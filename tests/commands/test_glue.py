@@ -112,3 +112,17 @@ def test_resume_of_a_directory_without_a_glue_run_says_so_in_one_line(tmp_path, 
     assert len(err.splitlines()) == 1 and "missing required option(s): --model, --data-dir" in err
     assert f"(--resume found no glue_config.json in {tmp_path / 'nothing'} to take them from)" in err
     assert not (tmp_path / "nothing").exists()
+
+
+def test_glue_with_adapters_trains_and_scores_each_task_through_them(tmp_path, tiny_model, capsys):
+    data = write_glue(tmp_path / "data", ["MRPC"], n_train=16, n_dev=8)
+    out = tmp_path / "glue"
+    assert main(["glue", "--model", str(tiny_model), "--data-dir", str(data), "--out", str(out), "--epochs", "1",
+                 "--batch-size", "8", "--lr", "1e-3", "--max-length", "32", "--no-progress", "--lora-rank", "2",
+                 "--lora-alpha", "4", "--lora-dropout", "0.1", "--lora-targets", "query", "value", "ffn_out"]) == 0
+    capsys.readouterr()
+    model = out / "MRPC" / "model"
+    assert (model / "adapter_config.json").is_file() and not (model / "model.safetensors").exists()
+    report = json.loads((out / "glue.json").read_text())
+    assert report["settings"]["finetune"]["lora_rank"] == 2
+    assert set(report["tasks"]["MRPC"]["scores"]) == {"f1", "accuracy"}  # scored through the adapter directory

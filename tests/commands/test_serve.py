@@ -140,6 +140,22 @@ def test_the_client_cost_options_reach_the_server_config(monkeypatch):
         defaults.head_timeout, defaults.body_timeout, defaults.max_input_chars)
 
 
+def test_adapter_options_become_the_servers_adapters_or_one_line(monkeypatch, capsys):
+    from bertforge.cli import build_parser, main
+    from bertforge.commands import serve as serve_command
+
+    seen = []
+    monkeypatch.setattr("bertforge.serve.run_server", lambda config, **kw: seen.append(config) or 0)
+    args = build_parser().parse_args(["serve", "--model", "m", "--adapter", "legal=runs/a/model",
+                                      "--adapter", "med=runs/b/model"])
+    assert serve_command.run(args) == 0
+    assert seen[0].adapters == {"legal": "runs/a/model", "med": "runs/b/model"}
+    for bad, said in ((["--adapter", "runs/a"], "--adapter takes NAME=DIR, got 'runs/a'"),
+                      (["--adapter", "a=x", "--adapter", "a=y"], "--adapter 'a' is given twice")):
+        assert main(["serve", "--model", "m", *bad]) == 2
+        assert said in capsys.readouterr().err
+
+
 def test_tei_option_names_and_environment_variables(monkeypatch):
     """TEI's option names are the options (the older names stay as the same options); TEI's environment variables
     are their defaults; a flag on the command line wins; a variable that does not read is one line."""

@@ -22,6 +22,17 @@ def test_the_options_become_the_runs_config(monkeypatch, capsys):
     assert json.loads(capsys.readouterr().out) == {"best": {"spearman": 0.5}}
 
 
+def test_the_adapter_options_are_finetunes(monkeypatch, capsys):
+    seen = []
+    monkeypatch.setattr(bertforge.embeddings_train, "train_embeddings",
+                        lambda **settings: seen.append(EmbeddingsConfig(**settings)) or {})
+    assert main(["train-embeddings", "--model", "m", "--train", "pairs.tsv", "--out", "o", "--lora-rank", "8",
+                 "--lora-alpha", "32", "--lora-dropout", "0.05", "--lora-targets", "query", "key", "value",
+                 "--merge"]) == 0
+    assert seen == [EmbeddingsConfig(model="m", train="pairs.tsv", out="o", lora_rank=8, lora_alpha=32.0,
+                                     lora_dropout=0.05, lora_targets=["query", "key", "value"], merge=True)]
+
+
 def test_a_missing_required_option_is_one_line(capsys):
     assert main(["train-embeddings", "--model", "m", "--train", "pairs.tsv"]) == 2
     err = capsys.readouterr().err

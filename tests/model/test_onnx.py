@@ -142,3 +142,19 @@ def test_export_minilm_matches_sentence_transformers(tmp_path):
     pooled /= np.linalg.norm(pooled, axis=1, keepdims=True)
     ref = st.SentenceTransformer(str(path), device="cpu").encode(texts)
     assert report.max_diff < 1e-4 and (pooled * ref).sum(1).min() > 0.99999
+
+
+def test_a_lora_directory_exports_with_its_adapters_merged(tmp_path):
+    from bertforge import BertForSequenceClassification
+    from bertforge.model import lora
+
+    peft = pytest.importorskip("peft")
+    directory, hf = tiny_checkpoint(tmp_path, "BertForSequenceClassification")
+    model = BertForSequenceClassification.from_pretrained(directory)
+    for adapter in lora.add_adapters(model, lora.LoraSettings(rank=2)):
+        torch.nn.init.normal_(adapter.lora_B)
+    lora.save_adapter(model, tmp_path / "adapter", base=str(directory))
+    report = export_onnx(tmp_path / "adapter", tmp_path / "adapted.onnx")
+    assert report.model_class == "BertForSequenceClassification" and report.max_diff < 1e-4
+    reference = peft.PeftModel.from_pretrained(hf, tmp_path / "adapter").merge_and_unload().eval()  # peft's merge
+    assert_session_matches(tmp_path / "adapted.onnx", report.outputs, reference, model.config)

@@ -66,3 +66,48 @@ def test_device_option_of_the_inference_commands(minilm_dir, tmp_path):
     assert main(["embed", "--model", str(minilm_dir), "--input", str(texts), "--out", str(tmp_path / "o.npy"),
                  "--device", "cpu"]) == 0
     assert np.load(tmp_path / "o.npy").shape == (1, 384)
+
+
+def test_an_adapter_runs_on_its_base_given_or_found_in_float32_and_merged_in_int8(mlm_dir, tmp_path):
+    """pipeline(task, model=BASE, adapter=DIR) and pipeline(task, model=DIR) compute what peft does on the
+    `transformers` class; an adapter peft wrote (no tokenizer, no labels beside it) runs too; int8 merges first."""
+    import torch
+
+    peft = pytest.importorskip("peft")
+    transformers = pytest.importorskip("transformers")
+    from bertforge.model import lora
+
+    labels = {0: "neg", 1: "neu", 2: "pos"}
+    torch.manual_seed(0)
+    model = bertforge.BertForSequenceClassification.from_pretrained(
+        mlm_dir, num_labels=3, id2label=labels, label2id={v: k for k, v in labels.items()})
+    for adapter in lora.add_adapters(model, lora.LoraSettings(rank=4, targets=("query", "value", "ffn_out"))):
+        torch.nn.init.normal_(adapter.lora_B, std=0.2)
+    lora.save_adapter(model, tmp_path / "adapter", base=str(mlm_dir))
+
+    hf = transformers.BertForSequenceClassification.from_pretrained(mlm_dir, num_labels=3)
+    ref = peft.PeftModel.from_pretrained(hf, tmp_path / "adapter").eval()
+    tokens = transformers.AutoTokenizer.from_pretrained(mlm_dir)(SENTENCES, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        want = ref(**tokens).logits.softmax(-1).numpy()
+
+    def scores(pipe):
+        return np.array([[r["score"] for r in sorted(out, key=lambda r: r["label"])] for out in pipe(SENTENCES)])
+
+    given = bertforge.pipeline("text-classification", model=mlm_dir, adapter=tmp_path / "adapter", top_k=None)
+    found = bertforge.pipeline("text-classification", model=tmp_path / "adapter", top_k=None)
+    assert found(SENTENCES[0])[0]["label"] in labels.values()  # the labels, saved beside the adapter
+    assert np.abs(scores(given) - want).max() < 1e-5 and np.abs(scores(found) - want).max() < 1e-5
+
+    ref.save_pretrained(tmp_path / "peft")  # peft's own directory: weights and config only
+    assert not (tmp_path / "peft" / "vocab.txt").exists()
+    with pytest.raises(BertforgeError, match="load it with num_labels=N"):
+        bertforge.pipeline("text-classification", model=tmp_path / "peft")
+    theirs = lora.load_adapted(bertforge.BertForSequenceClassification, tmp_path / "peft", num_labels=3)
+    pipe = bertforge.pipeline("text-classification", model=theirs, top_k=None,
+                              tokenizer=bertforge.Tokenizer.from_pretrained(tmp_path / "peft"))  # the base's
+    assert np.abs(scores(pipe) - want).max() < 1e-5
+
+    int8 = bertforge.pipeline("text-classification", model=tmp_path / "adapter", top_k=None, quantize="int8")
+    assert not lora.has_adapters(int8.model)
+    assert np.abs(scores(int8) - want).max() < 0.05

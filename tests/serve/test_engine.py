@@ -62,3 +62,82 @@ def test_a_model_that_fails_to_load_raises_from_engine_and_leaves_no_thread(mode
     with pytest.raises(bertforge.BertforgeError, match="--pooling is for embedding models"):
         Engine(ServeConfig(model=str(models["classify"]), pooling="mean"))
     assert batchers() == before
+
+
+def _save_adapter(base_dir, cls, out, seed, **labels):
+    import torch
+
+    from bertforge.model import lora
+
+    torch.manual_seed(seed)
+    model = cls.from_pretrained(base_dir, **labels)
+    for adapter in lora.add_adapters(model, lora.LoraSettings(rank=2, targets=("query", "value", "ffn_in"))):
+        torch.nn.init.normal_(adapter.lora_B, std=0.5)
+    if hasattr(model, "classifier"):
+        torch.nn.init.normal_(model.classifier.weight, std=2.0)
+    lora.save_adapter(model, out, base=str(base_dir))
+    return out
+
+
+def test_two_adapters_on_one_embedding_model_answer_by_name_on_its_weights(models, tmp_path):
+    import numpy as np
+
+    dirs = {name: _save_adapter(models["embed"], bertforge.BertModel, tmp_path / name, seed)
+            for name, seed in (("alpha", 1), ("beta", 2))}
+    with ThreadServer(ServeConfig(model=str(models["embed"]), adapters={k: str(v) for k, v in dirs.items()})) as s:
+        rows = {}
+        for name in (None, "alpha", "beta"):
+            body = {"inputs": SENTENCES[:3], **({"adapter": name} if name else {})}
+            r = s.client.post("/embed", json=body)
+            assert r.status_code == 200
+            rows[name] = np.array(r.json())
+            want = bertforge.pipeline("embed", model=models["embed"], normalize=True,
+                                      adapter=dirs[name] if name else None)(SENTENCES[:3])
+            assert np.abs(rows[name] - want).max() < 1e-5
+        assert np.abs(rows["alpha"] - rows["beta"]).max() > 1e-3 and np.abs(rows[None] - rows["alpha"]).max() > 1e-3
+        r = s.client.post("/v1/embeddings", json={"input": SENTENCES[:3], "model": "beta"})
+        assert r.status_code == 200 and r.json()["model"] == "beta"
+        got = np.array([d["embedding"] for d in r.json()["data"]])
+        assert np.abs(got / np.linalg.norm(got, axis=1, keepdims=True) - rows["beta"]).max() < 1e-5
+        r = s.client.post("/v1/embeddings", json={"input": ["a"], "model": "gamma"})
+        assert r.status_code == 404 and "unknown adapter 'gamma'; this server's adapters: alpha, beta" in r.text
+        r = s.client.post("/embed", json={"inputs": ["a"], "adapter": "gamma"})
+        assert r.status_code == 404 and "'gamma'" in r.json()["error"]
+        assert s.client.post("/embed_all", json={"inputs": ["a"], "adapter": "alpha"}).status_code == 200
+        assert s.client.get("/info").json()["adapters"] == ["alpha", "beta"]
+        base, adapted = s.engine.pipelines["embed"].model, s.engine.pipelines["embed@alpha"].model
+        key = next(iter(base.base_model.state_dict()))  # one copy of the base's weights: the same storage
+        assert base.base_model.state_dict()[key].data_ptr() == adapted.state_dict()[key].data_ptr()
+
+
+def test_classification_adapters_keep_their_own_heads_and_labels(models, tmp_path):
+    two = _save_adapter(models["classify"], bertforge.BertForSequenceClassification, tmp_path / "two", 3)
+    three = _save_adapter(models["classify"], bertforge.BertForSequenceClassification, tmp_path / "three", 4,
+                          num_labels=3, id2label={0: "x", 1: "y", 2: "z"}, label2id={"x": 0, "y": 1, "z": 2},
+                          ignore_mismatched_sizes=True)
+    with ThreadServer(ServeConfig(model=str(models["classify"]), adapters={"two": str(two), "three": str(three)})) as s:
+        base = s.client.post("/predict", json={"inputs": "the movie was good"}).json()
+        mine = s.client.post("/predict", json={"inputs": "the movie was good", "adapter": "three"}).json()
+        assert {r["label"] for r in base} == {"neg", "pos"} and {r["label"] for r in mine} == {"x", "y", "z"}
+        want = bertforge.pipeline("text-classification", model=three, top_k=None)("the movie was good")
+        assert [(r["label"], round(r["score"], 5)) for r in mine] == [(r["label"], round(r["score"], 5)) for r in want]
+        r = s.client.post("/rerank", json={"query": "q", "texts": ["a", "b"], "adapter": "two"})
+        assert r.status_code == 200 and len(r.json()) == 2
+        assert s.client.post("/predict", json={"inputs": "x", "adapter": 3}).status_code == 422
+
+
+def test_int8_serves_each_adapter_merged_into_its_own_int8_copy(models, tmp_path):
+    import numpy as np
+
+    from bertforge.core.linear import int8_available
+    from bertforge.model import lora
+
+    if not int8_available():
+        pytest.skip("this PyTorch has no int8 linear kernels")
+    adapter = _save_adapter(models["embed"], bertforge.BertModel, tmp_path / "alpha", 1)
+    config = ServeConfig(model=str(models["embed"]), quantize="int8", adapters={"alpha": str(adapter)})
+    with ThreadServer(config) as s:
+        got = np.array(s.client.post("/embed", json={"inputs": SENTENCES[:3], "adapter": "alpha"}).json())
+        assert not lora.has_adapters(s.engine.pipelines["embed@alpha"].model)  # merged, then int8
+    want = bertforge.pipeline("embed", model=models["embed"], adapter=adapter, normalize=True)(SENTENCES[:3])
+    assert (got * want).sum(1).min() > 0.99  # cosine to the float32 adapter's embeddings

@@ -97,6 +97,10 @@ class Family:
     dropped: tuple[str, ...] = ()  # regexes of file keys that are not parameters here (tied decoders)
     unfuse: Callable[[dict[str, Tensor]], dict[str, Tensor]] | None = None  # a file's tensors, fused ones split
     fuse: Callable[[dict[str, Tensor]], dict[str, Tensor]] | None = None  # the inverse, on the file's names
+    # the layer layout its `transformers` class holds in memory where that differs from its files' (PEFT names those
+    # modules): (hf, internal) key prefixes preferred to `keys` when naming, and what splits its fused tensors
+    memory_keys: tuple[tuple[str, str], ...] = ()
+    memory_fuse: Callable[[dict[str, Tensor]], dict[str, Tensor]] | None = None
     preset: dict[str, Any] = field(default_factory=dict)  # what `--config FAMILY-SIZE` sets besides the size
     sized_preset: Callable[[int], dict[str, Any]] | None = None  # preset fields that follow the hidden size
     sizes: dict[str, tuple[int, int, int, int]] = field(default_factory=dict)  # (layers, hidden, heads, intermediate)
@@ -139,9 +143,11 @@ class Family:
         """A checkpoint's tensors with fused ones split (`unfuse`), before the key table renames them."""
         return self.unfuse(state) if self.unfuse is not None else state
 
-    def saved_state(self, state: dict[str, Tensor]) -> dict[str, Tensor]:
-        """Tensors under the family's file names, with what it fuses joined (`fuse`), as they are written."""
-        return self.fuse(state) if self.fuse is not None else state
+    def saved_state(self, state: dict[str, Tensor], in_memory: bool = False) -> dict[str, Tensor]:
+        """Tensors under the family's file names, with what it fuses joined (`fuse`), as they are written;
+        `in_memory`: in the layout of its `transformers` class's modules (`memory_keys`, `memory_fuse`)."""
+        fuse = (self.memory_fuse if self.memory_keys else self.fuse) if in_memory else self.fuse
+        return fuse(state) if fuse is not None else state
 
     def architecture(self, internal: str) -> str:
         """`transformers`' class name for an internal class name: BertForMaskedLM -> RobertaForMaskedLM."""
@@ -152,14 +158,14 @@ class Family:
         return "Bert" + name.removeprefix(self.class_prefix) if name.startswith(self.class_prefix) else name
 
     @cached_property
-    def _rules(self) -> tuple[list[tuple[re.Pattern[str], str]], list[tuple[re.Pattern[str], str]]]:
+    def _rules(self) -> tuple[list[tuple[re.Pattern[str], str]], ...]:
         def compile_rule(src: str, dst: str) -> tuple[re.Pattern[str], str]:
             pattern = "^" + re.escape(src).replace(r"\{n\}", r"(?P<n>\d+)")
             return re.compile(pattern), dst.replace("{n}", r"\g<n>")
 
         load = [compile_rule(hf, internal) for hf, internal in self.keys]
         save = [compile_rule(internal, hf) for hf, internal in self.keys]
-        return load, save
+        return load, save, [compile_rule(internal, hf) for hf, internal in self.memory_keys] + save
 
     def to_internal(self, key: str, own: dict[str, Any] | None = None) -> str | None:
         """A file key (legacy renames already applied) -> the internal name with the `bert.` prefix; None: not a
@@ -177,9 +183,10 @@ class Family:
                     return new
         return key
 
-    def to_hf(self, key: str) -> str:
-        """An internal name (with the `bert.` prefix) -> the family's file key (with its prefix)."""
-        for pattern, repl in self._rules[1]:
+    def to_hf(self, key: str, in_memory: bool = False) -> str:
+        """An internal name (with the `bert.` prefix) -> the family's file key (with its prefix); `in_memory`: the
+        name in its `transformers` class's modules (`memory_keys`)."""
+        for pattern, repl in self._rules[2 if in_memory else 1]:
             if pattern.match(key):
                 key = pattern.sub(repl, key, count=1)
                 break

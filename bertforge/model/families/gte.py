@@ -16,7 +16,7 @@ from torch import Tensor
 
 from ..spec import EncoderSpec
 from .family import INTERNAL_LAYER, Family, Recipe, join, split
-from .nomic_bert import NATIVE_LAYER_KEYS, join_native, rope_config, rope_theta, rotary_spec
+from .nomic_bert import NATIVE_LAYER_KEYS, join_native, rope_config, rope_theta, rotary_spec, split_native
 
 if TYPE_CHECKING:
     from ..config import BertConfig
@@ -80,6 +80,8 @@ GTE = Family(
     dropped=(r"^lm_head\.decoder\.weight$",),  # tied to the word embeddings
     unfuse=unfuse,
     fuse=fuse,
+    memory_keys=NATIVE_LAYER_KEYS,
+    memory_fuse=split_native,
     read_spec=gte_spec,
     write_config=write_config,
     # gte-base-en-v1.5's shape of embeddings: BERT's vocabulary (pad id 0), no token types, 8,192 positions

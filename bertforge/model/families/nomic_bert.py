@@ -61,6 +61,11 @@ def join_native(state: dict[str, Tensor]) -> dict[str, Tensor]:
     return join(state, ("gate_proj", "up_proj"), "gate_up")
 
 
+def split_native(state: dict[str, Tensor]) -> dict[str, Tensor]:
+    """The inverse of `join_native`: the in-memory layout's `mlp.gate_proj` and `mlp.up_proj`."""
+    return split(state, "mlp.gate_up", ("mlp.gate_proj", "mlp.up_proj"))
+
+
 def unfuse(state: dict[str, Tensor]) -> dict[str, Tensor]:
     """nomic-embed's `attn.Wqkv` split into query, key and value; its `mlp.fc12` (the gate) and `fc11` (up) joined
     into the encoder's gated layer (gate first); the same for the in-memory layout's separate projections."""
@@ -145,6 +150,8 @@ NOMIC_BERT = Family(
     keys=KEYS,
     unfuse=unfuse,
     fuse=fuse,
+    memory_keys=NATIVE_LAYER_KEYS,
+    memory_fuse=split_native,
     read_spec=nomic_spec,
     write_config=write_config,
     # nomic-embed-text-v1.5's: SwiGLU, no dropout, 2,048 positions
@@ -154,5 +161,5 @@ NOMIC_BERT = Family(
     tokenizer="bert",
 )
 
-__all__ = ["DEFAULT_THETA", "NATIVE_LAYER_KEYS", "NOMIC_BERT", "fuse", "join_native", "nomic_spec", "rope_theta",
+__all__ = ["DEFAULT_THETA", "NATIVE_LAYER_KEYS", "NOMIC_BERT", "fuse", "join_native", "nomic_spec", "rope_theta", "split_native",
            "rope_config", "rotary_spec", "unfuse", "write_config"]
