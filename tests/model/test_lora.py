@@ -38,6 +38,10 @@ FAMILIES = {  # name: (config class, config fields, class prefix, PEFT target_mo
                                            position_biased_input=False), "DebertaV2",
                    ["query_proj", "key_proj", "value_proj", "attention.output.dense"]),
     "mpnet": ("MPNetConfig", {}, "MPNet", ["q", "k", "v", "o", "intermediate.dense"]),
+    "eurobert": ("EuroBertConfig", dict(num_key_value_heads=2, pad_token_id=0, mask_token_id=3), "EuroBert",
+                 ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]),
+    "jina_embeddings_v3": ("JinaEmbeddingsV3Config", dict(pad_token_id=0), "JinaEmbeddingsV3",
+                           ["q_proj", "k_proj", "v_proj", "o_proj", "fc1", "fc2"]),
 }
 
 
@@ -113,7 +117,8 @@ def test_an_adapter_peft_wrote_loads_here_with_the_same_logits(tmp_path, family)
     lora.save_adapter(model, tmp_path / "again")  # and back: the same tensors under the same names (and
     mine, theirs = (load_file(tmp_path / d / "adapter_model.safetensors") for d in ("again", "peft"))
     assert all(torch.equal(mine[k], theirs[k]) for k in theirs)  # the head's parts PEFT leaves frozen, which train
-    assert {k.split(".")[2] for k in set(mine) - set(theirs)} <= {"head", "pooler"}  # here: ModernBERT's, DeBERTa's)
+    assert {k.split(".")[2] for k in set(mine) - set(theirs)} <= {"head", "pooler", "dense"}  # here: ModernBERT's,
+    # DeBERTa's, EuroBERT's)
 
 
 def test_the_fused_layer_of_modernbert_shares_one_adapter_cut_by_rows(tmp_path):

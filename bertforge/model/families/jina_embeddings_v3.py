@@ -79,6 +79,9 @@ JINA_EMBEDDINGS_V3 = Family(
         ("lm_head.bias", "cls.predictions.bias"),
     ),
     dropped=(r"^lm_head\.decoder\.(weight|bias)$",),
+    # the names of `transformers`' modules (what PEFT targets): the in-memory layout, nothing fused
+    memory_keys=(*NATIVE_LAYER_KEYS[:5], (_LAYER + "mlp.fc1.", INTERNAL_LAYER + "intermediate.dense."),
+                 (_LAYER + "mlp.fc2.", INTERNAL_LAYER + "output.dense."), NATIVE_LAYER_KEYS[7]),
     unfuse=unfuse,
     fuse=fuse,
     read_spec=jina_spec,
