@@ -1,4 +1,4 @@
-"""ModernBERT, DeBERTa-v3, MPNet, NomicBERT, GTE and EuroBERT: bertforge against transformers in the same run, same weights,
+"""ModernBERT, DeBERTa-v3, MPNet, NomicBERT, GTE, EuroBERT, jina-v3: bertforge against transformers in the same run, same weights,
 same batches.
 
 Pure measurement: prints a table with each target beside its ratio, never asserts.
@@ -26,7 +26,7 @@ the machine drifts. On a shared machine, read the ratios, not the absolute figur
     .venv/bin/python bench/family_speed.py --quick                 # a few minutes: small batches, few rounds
     .venv/bin/python bench/family_speed.py --parts train --sizes mini --rounds 7
     .venv/bin/python bench/family_speed.py --parts long --lengths 512,2048,8192
-    .venv/bin/python bench/family_speed.py --families mpnet,nomic,gte,eurobert --parts train,embed --sizes mini --embed-size mini
+    .venv/bin/python bench/family_speed.py --families mpnet,nomic,gte,eurobert,jina --parts train,embed --sizes mini --embed-size mini
 """
 
 from __future__ import annotations
@@ -51,14 +51,14 @@ from bertforge.training.optim import make_optimizer  # noqa: E402
 
 FAMILIES = {"modernbert": ("modernbert", "ModernBert"), "deberta": ("deberta-v2", "DebertaV2"),
             "mpnet": ("mpnet", "MPNet"), "nomic": ("nomic_bert", "NomicBert"), "gte": ("gte", "Gte"),
-            "eurobert": ("eurobert", "EuroBert")}
+            "eurobert": ("eurobert", "EuroBert"), "jina": ("jina_embeddings_v3", "JinaEmbeddingsV3")}
 TARGETS = {("modernbert", "train", "mini"): 2.0, ("modernbert", "train", "base"): 1.3,
            ("deberta", "train", "mini"): 2.0, ("deberta", "train", "base"): 1.5,
            ("modernbert", "embed"): 2.0, ("deberta", "embed"): 2.5,
-           **{(f, "train", "mini"): 2.0 for f in ("mpnet", "nomic", "gte", "eurobert")},
-           **{(f, "embed"): 2.0 for f in ("mpnet", "nomic", "gte", "eurobert")}}
+           **{(f, "train", "mini"): 2.0 for f in ("mpnet", "nomic", "gte", "eurobert", "jina")},
+           **{(f, "embed"): 2.0 for f in ("mpnet", "nomic", "gte", "eurobert", "jina")}}
 #: the tokenizer kind each family's checkpoints ship (DeBERTa's is built below from transformers' own class)
-KINDS = {"modernbert": "modernbert", "mpnet": "mpnet", "nomic": "bert", "gte": "bert", "eurobert": "eurobert"}
+KINDS = {"modernbert": "modernbert", "mpnet": "mpnet", "nomic": "bert", "gte": "bert", "eurobert": "eurobert", "jina": "xlm-roberta"}
 SPECIALS = ["[PAD]", "[CLS]", "[SEP]", "[UNK]", "[MASK]"]
 LR, WD = 1e-4, 0.01
 
