@@ -1,4 +1,4 @@
-"""RoBERTa, XLM-RoBERTa, DistilBERT, ALBERT, ModernBERT, DeBERTa-v2, MPNet, NomicBERT and GTE on the one encoder, against `transformers` itself: every task class
+"""RoBERTa, XLM-RoBERTa, DistilBERT, ALBERT, ModernBERT, DeBERTa-v2, MPNet, NomicBERT, GTE and ELECTRA on the one encoder, against `transformers` itself: every task class
 loads a tiny random checkpoint that `transformers` saved with the same outputs (padded batches included), saves back
 what the same `transformers` class loads with no missing or unexpected keys, and runs the packed inference path."""
 
@@ -48,12 +48,14 @@ def hf_config(model_type: str, num_labels: int = 3):
         return transformers.NomicBertConfig(**common)
     if model_type == "gte":  # rotary θ 160,000 (its default), gated GELU, token types
         return transformers.GteConfig(**common, type_vocab_size=2, pad_token_id=0)
+    if model_type == "electra":  # E < H: embeddings projected after their norm
+        return transformers.ElectraConfig(**common, embedding_size=16)
     return transformers.BertConfig(**common)
 
 
 PREFIX = {"bert": "Bert", "roberta": "Roberta", "xlm-roberta": "XLMRoberta", "distilbert": "DistilBert",
           "albert": "Albert", "modernbert": "ModernBert", "deberta-v2": "DebertaV2", "mpnet": "MPNet",
-          "nomic_bert": "NomicBert", "gte": "Gte"}
+          "nomic_bert": "NomicBert", "gte": "Gte", "electra": "Electra"}
 AUTO = {
     "Model": bertforge.AutoModel,
     "ForPreTraining": bertforge.AutoModelForPreTraining,
