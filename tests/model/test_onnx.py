@@ -86,6 +86,9 @@ FAMILY_CONFIGS = {
                                                       position_buckets=8, pos_att_type=["p2c", "c2p"],
                                                       norm_rel_ebd="layer_norm", position_biased_input=False,
                                                       num_labels=3),
+    "Electra": lambda: transformers.ElectraConfig(vocab_size=120, embedding_size=16, hidden_size=32, num_hidden_layers=2,
+                                                  num_attention_heads=4, intermediate_size=48,
+                                                  max_position_embeddings=80, num_labels=3),
 }
 
 

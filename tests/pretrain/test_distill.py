@@ -35,7 +35,9 @@ def make_teacher(directory, tok_dir, family="bert", layers=4):
                            eos_token_id=tok.sep_token_id, global_attn_every_n_layers=3, local_attention=8),
     }.get(family, {})
     prefix = {"bert": "Bert", "roberta": "Roberta", "deberta": "DebertaV2", "modernbert": "ModernBert", "mpnet": "MPNet",
-              "nomic_bert": "NomicBert", "gte": "Gte"}[family]
+              "nomic_bert": "NomicBert", "gte": "Gte", "electra": "Electra"}[family]
+    if family == "electra":  # E < H: the student keeps the projection
+        extra = dict(embedding_size=16)
     config = getattr(transformers, prefix + "Config")(**sizes, **extra)
     cls = getattr(transformers, prefix + "ForMaskedLM")
     torch.manual_seed(0)
@@ -50,7 +52,8 @@ def test_teacher_layers_are_every_other_one():
     assert teacher_layers(4, 4) == [0, 1, 2, 3]
 
 
-@pytest.mark.parametrize("family", ["bert", "roberta", "deberta", "modernbert", "mpnet", "nomic_bert", "gte"])
+@pytest.mark.parametrize("family", ["bert", "roberta", "deberta", "modernbert", "mpnet", "nomic_bert", "gte",
+                                    "electra"])
 def test_a_full_depth_student_computes_what_the_teacher_does(tmp_path, inputs, family):
     """With as many layers as the teacher, the copied student is the teacher without token types: the token-type
     row folded into the positions (and RoBERTa's offset skipped) keeps every output on single segments. A DeBERTa
@@ -61,7 +64,7 @@ def test_a_full_depth_student_computes_what_the_teacher_does(tmp_path, inputs, f
     student = BertForMaskedLM(args.model_config())
     init_from_teacher(student, teacher)
     student.eval()
-    if family in ("deberta", "modernbert", "mpnet", "nomic_bert", "gte"):  # MPNet's bias table, rotary positions
+    if family in ("deberta", "modernbert", "mpnet", "nomic_bert", "gte", "electra"):  # not DistilBERT's layout
         assert student.config.model_type == teacher.config.model_type
     else:
         assert student.config.model_type == "distilbert" and student.bert.embeddings.token_type_embeddings is None

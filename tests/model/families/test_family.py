@@ -197,7 +197,7 @@ def test_unsupported_model_type_names_the_supported_ones(tmp_path):
         BertConfig.from_dict({"model_type": "albert", "inner_group_num": 2})
 
 
-@pytest.mark.parametrize("model_type", ["roberta", "distilbert", "albert"])
+@pytest.mark.parametrize("model_type", ["roberta", "distilbert", "albert", "electra"])
 def test_config_json_round_trips_in_the_family_spelling(tmp_path, model_type):
     ref = hf_config(model_type)
     ref.save_pretrained(tmp_path)
