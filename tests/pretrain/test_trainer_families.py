@@ -262,3 +262,44 @@ def test_electra_tiny_learns_and_transformers_reads_its_discriminator_and_genera
             got = ours(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).logits
         real = batch["attention_mask"].bool()
         assert (expected - got)[real].abs().max() <= 1e-5, name
+
+
+def test_an_electra_run_resumes_bitwise_and_init_from_continues_both_networks(tmp_path, corpus, monkeypatch):
+    """The tied tables through a checkpoint: a run stopped after step 2 and resumed ends bitwise where one run does;
+    --init-from its OUT/model continues the discriminator with the generator beside it, both reading one table."""
+    from safetensors.torch import load_file
+
+    common = dict(corpus=[str(corpus)], config="electra-tiny", batch_size=4, max_length=32, vocab_size=400, lr=1e-3,
+                  warmup_steps=1, log_every=1, max_steps=4, save_every=2, progress=False, demo=False)
+    straight = tmp_path / "straight"
+    pretrain(PretrainArgs(out=str(straight), **common))
+    tokenizer = str(straight / "tokenizer")  # tokenizers' trainers differ run to run: share one
+    broken = tmp_path / "broken"
+    real_step = Pretrainer.train_step
+
+    def step(self):
+        if self.step == 3:
+            raise KeyboardInterrupt
+        return real_step(self)
+
+    monkeypatch.setattr(Pretrainer, "train_step", step)
+    with pytest.raises(KeyboardInterrupt):
+        pretrain(PretrainArgs(out=str(broken), tokenizer=tokenizer, **common))
+    monkeypatch.setattr(Pretrainer, "train_step", real_step)
+    pretrain(PretrainArgs(out=str(broken), tokenizer=tokenizer, resume=True, **common))
+    whole = tmp_path / "whole"  # the same tokenizer, one run
+    pretrain(PretrainArgs(out=str(whole), tokenizer=tokenizer, **common))
+    for name in ("model", "generator"):
+        a, b = (load_file(str(out / name / "model.safetensors")) for out in (whole, broken))
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), name
+
+    rest = {k: v for k, v in common.items() if k not in ("config", "vocab_size")}
+    trainer = Pretrainer(PretrainArgs(init_from=str(whole / "model"), out=str(tmp_path / "more"),
+                                      **{**rest, "max_steps": 1}))
+    try:
+        words = load_file(str(whole / "model" / "model.safetensors"))["electra.embeddings.word_embeddings.weight"]
+        assert torch.equal(trainer.model.discriminator.input_embeddings(), words)
+        assert trainer.model.discriminator.input_embeddings() is trainer.model.generator.input_embeddings()
+        assert trainer.model.generator.config.hidden_size == 32  # the generator beside it, continued
+    finally:
+        trainer.close()

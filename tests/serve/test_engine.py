@@ -1,5 +1,5 @@
 """Tests of `bertforge.serve.engine`: a request is tokenized once; all of the model's torch work runs in the
-batcher's thread; a model that fails to load leaves no thread behind."""
+batcher's thread; a model that fails to load leaves no thread behind; which checkpoints have an MLM head."""
 
 from __future__ import annotations
 
@@ -62,3 +62,18 @@ def test_a_model_that_fails_to_load_raises_from_engine_and_leaves_no_thread(mode
     with pytest.raises(bertforge.BertforgeError, match="--pooling is for embedding models"):
         Engine(ServeConfig(model=str(models["classify"]), pooling="mean"))
     assert batchers() == before
+
+
+@pytest.mark.parametrize("model_type, architecture, mlm", [
+    ("bert", "BertForMaskedLM", True), ("albert", "AlbertForPreTraining", True), (None, "BertForPreTraining", True),
+    ("electra", "ElectraForMaskedLM", True), ("electra", "ElectraForPreTraining", False),  # ELECTRA's discriminator
+    ("bert", "BertModel", False), ("gpt2", "GPT2LMHeadModel", False)])
+def test_an_mlm_head_is_told_by_the_familys_class_names(tmp_path, model_type, architecture, mlm):
+    """What /embed_sparse needs: ELECTRA's ElectraForPreTraining is the discriminator, with no MLM head."""
+    import json
+
+    from bertforge.serve.engine import has_mlm_head
+
+    config = {"architectures": [architecture], **({"model_type": model_type} if model_type else {})}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert has_mlm_head(tmp_path) is mlm
