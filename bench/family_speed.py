@@ -1,4 +1,4 @@
-"""ModernBERT, DeBERTa-v3, MPNet, NomicBERT, GTE, EuroBERT, jina-v3: bertforge against transformers in the same run, same weights,
+"""ModernBERT, DeBERTa-v3, MPNet, NomicBERT, GTE, EuroBERT, jina-v3, ELECTRA: bertforge against transformers in the same run, same weights,
 same batches.
 
 Pure measurement: prints a table with each target beside its ratio, never asserts.
@@ -6,10 +6,10 @@ Pure measurement: prints a table with each target beside its ratio, never assert
   (a) train: one masked-LM training step (forward, loss, backward, AdamW step, zero_grad; train mode, fp32) at the
       presets' mini (4 x 256) and base sizes (ModernBERT 22 x 768, DeBERTa-v3 12 x 768), on batches of mixed
       lengths padded to their longest, 15 % of the real tokens labelled. Targets: ModernBERT >= 2x mini, >= 1.3x
-      base; DeBERTa-v3 >= 2x mini, >= 1.5x base; MPNet, NomicBERT, GTE >= 2x mini.
+      base; DeBERTa-v3 >= 2x mini, >= 1.5x base; MPNet, NomicBERT, GTE, ELECTRA >= 2x mini.
   (b) embed: sentence embeddings (mean pooling) of texts of mixed lengths: `bertforge.pipeline("embed")` against the
       plain transformers loop (its tokenizer, batches of 32 in file order padded to their longest, masked mean,
-      no_grad). Targets: ModernBERT >= 2x, DeBERTa >= 2.5x, MPNet, NomicBERT, GTE >= 2x.
+      no_grad). Targets: ModernBERT >= 2x, DeBERTa >= 2.5x, MPNet, NomicBERT, GTE, ELECTRA >= 2x.
   (c) long: ModernBERT (mini) at 512, 2,048 and 8,192 tokens, one sequence: tokens/s and peak memory of a training
       step and of an embedding forward. Memory is the growth of the resident set's high-water mark (VmHWM, reset
       through /proc/self/clear_refs) during the first call over the RSS just before it (model loaded, optimizer
@@ -51,14 +51,16 @@ from bertforge.training.optim import make_optimizer  # noqa: E402
 
 FAMILIES = {"modernbert": ("modernbert", "ModernBert"), "deberta": ("deberta-v2", "DebertaV2"),
             "mpnet": ("mpnet", "MPNet"), "nomic": ("nomic_bert", "NomicBert"), "gte": ("gte", "Gte"),
-            "eurobert": ("eurobert", "EuroBert"), "jina": ("jina_embeddings_v3", "JinaEmbeddingsV3")}
+            "eurobert": ("eurobert", "EuroBert"), "jina": ("jina_embeddings_v3", "JinaEmbeddingsV3"),
+            "electra": ("electra", "Electra")}
 TARGETS = {("modernbert", "train", "mini"): 2.0, ("modernbert", "train", "base"): 1.3,
            ("deberta", "train", "mini"): 2.0, ("deberta", "train", "base"): 1.5,
            ("modernbert", "embed"): 2.0, ("deberta", "embed"): 2.5,
-           **{(f, "train", "mini"): 2.0 for f in ("mpnet", "nomic", "gte", "eurobert", "jina")},
-           **{(f, "embed"): 2.0 for f in ("mpnet", "nomic", "gte", "eurobert", "jina")}}
+           **{(f, "train", "mini"): 2.0 for f in ("mpnet", "nomic", "gte", "eurobert", "jina", "electra")},
+           **{(f, "embed"): 2.0 for f in ("mpnet", "nomic", "gte", "eurobert", "jina", "electra")}}
 #: the tokenizer kind each family's checkpoints ship (DeBERTa's is built below from transformers' own class)
-KINDS = {"modernbert": "modernbert", "mpnet": "mpnet", "nomic": "bert", "gte": "bert", "eurobert": "eurobert", "jina": "xlm-roberta"}
+KINDS = {"modernbert": "modernbert", "mpnet": "mpnet", "nomic": "bert", "gte": "bert", "eurobert": "eurobert", "jina": "xlm-roberta",
+         "electra": "bert"}
 SPECIALS = ["[PAD]", "[CLS]", "[SEP]", "[UNK]", "[MASK]"]
 LR, WD = 1e-4, 0.01
 

@@ -25,6 +25,11 @@ from . import (
     BertModel,
     BertPreTrainedModel,
 )
+from .rtd import BertForReplacedTokenDetection
+
+#: the internal classes a family's `ForPreTraining` may be besides BERT's (`Family.class_names`: ELECTRA's discriminator)
+PRETRAINING_CLASSES: dict[str, type[BertPreTrainedModel]] = {BertForReplacedTokenDetection.__name__:
+                                                              BertForReplacedTokenDetection}
 
 
 class AutoConfig:
@@ -66,11 +71,16 @@ class AutoModel(_AutoModel):
 
 
 class AutoModelForPreTraining(_AutoModel):
-    """MLM and the family's sentence objective (BERT: NSP, ALBERT: SOP); MLM alone for RoBERTa and DistilBERT."""
+    """MLM and the family's sentence objective (BERT: NSP, ALBERT: SOP); MLM alone for RoBERTa and DistilBERT; the
+    class the family's `transformers` ForPreTraining is where it names another (ELECTRA's: the discriminator)."""
 
     @classmethod
     def model_class(cls, config: BertConfig) -> type[BertPreTrainedModel]:
-        return BertForPreTraining if config.family.sentence_head else BertForMaskedLM
+        member = config.family
+        named = member.internal_architecture(member.class_prefix + "ForPreTraining")
+        if named in PRETRAINING_CLASSES:
+            return PRETRAINING_CLASSES[named]
+        return BertForPreTraining if member.sentence_head else BertForMaskedLM
 
 
 class AutoModelForMaskedLM(_AutoModel):

@@ -1,15 +1,19 @@
-"""Replaced-token detection (ELECTRA, Clark et al., 2020) as DeBERTa-v3 trains it (He et al., 2021): a generator
-(an MLM model as wide as the discriminator, half as deep by default) fills the masked positions with tokens sampled
-from its softmax, and a discriminator tells, for every real token, whether it is the original or a replacement.
+"""Replaced-token detection (ELECTRA, Clark et al., 2020; DeBERTa-v3, He et al., 2021): a generator (a small MLM
+model) fills the masked positions with tokens sampled from its softmax, and a discriminator tells, for every real
+token, whether it is the original or a replacement. The family's recipe (`Family.recipe.generator`) says the
+generator's shape and how the two share embeddings, an entry of `SHARINGS`:
 
-The two networks share their word embeddings by gradient-disentangled embedding sharing (GDES): the discriminator's
-table is stop-gradient(E_G) + E_Δ, E_G the generator's table and E_Δ a residual of the discriminator's own,
-initialised to zero. The generator's MLM loss trains E_G; the discriminator's loss trains E_Δ and never reaches E_G.
-A discriminator saved on its own (`ReplacedTokenDetection.exports`) holds E_G + E_Δ folded into one table, as
-Microsoft's released checkpoints do, so it loads as any DeBERTa-v2 model.
+* "gdes", DeBERTa-v3's gradient-disentangled embedding sharing, with a generator as wide as the discriminator and half
+  as deep: the discriminator's word table is stop-gradient(E_G) + E_Δ, E_G the generator's table and E_Δ a residual
+  of the discriminator's own, initialised to zero. The generator's MLM loss trains E_G; the discriminator's loss
+  trains E_Δ and never reaches E_G. A discriminator saved on its own (`ReplacedTokenDetection.exports`) holds
+  E_G + E_Δ folded into one table, as Microsoft's released checkpoints do, so it loads as any DeBERTa-v2 model.
+* "tied", ELECTRA's, with a generator as deep as the discriminator and a quarter as wide: the two read the same
+  token and position tables (of width E; each network projects them to its own width), which both losses train.
 
-The discriminator's head is Microsoft's `LMMaskPredictionHead`, under its checkpoint name `mask_predictions`: LayerNorm
-of each hidden state plus token 0's → dense → activation → one logit per token.
+The discriminator's head (`ReplacedTokenHead`, named `mask_predictions` inside): DeBERTa's `LMMaskPredictionHead`,
+LayerNorm of each hidden state plus token 0's → dense → activation → one logit per token; ELECTRA's
+`discriminator_predictions`, the same without the norm (`HeadSpec.rtd_context`).
 
 Shapes: B = batch, S = sequence length, H = hidden size, V = vocabulary, N = masked positions in a batch.
 """
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -33,22 +38,23 @@ from .outputs import BaseModelOutput, ModelOutput, SequenceClassifierOutput
 from .parts import Dense, Embedding, norm
 from .spec import EncoderSpec
 
-_WORDS = "bert.embeddings.word_embeddings."  # the word table's parameters in a model's state dict
+_TABLES = "bert.embeddings."  # the embedding tables' modules in a model's state dict: bert.embeddings.NAME.weight
 
 
 class ReplacedTokenHead(nn.Module):
-    """Microsoft's RTD head: LayerNorm(h_i + h_0) → dense → activation → classifier, one logit per position."""
+    """The RTD head, one logit per position: (LayerNorm(h_i + h_0) →, DeBERTa's) dense → activation → classifier."""
 
     def __init__(self, spec: EncoderSpec) -> None:
         super().__init__()
         h = spec.hidden_size
         self.dense = Dense(h, h, act=spec.activation, role="head")
-        self.LayerNorm = norm(spec, h)
+        self.LayerNorm = norm(spec, h) if spec.heads.rtd_context else None
         self.classifier = Dense(h, 1, role="final")
 
     def forward(self, hidden: Tensor) -> Tensor:
-        x = self.LayerNorm(hidden[:, :1] + hidden)  # [B, S, H]: each token with the first one's context
-        return self.classifier(self.dense(x)).squeeze(-1)  # [B, S]
+        if self.LayerNorm is not None:
+            hidden = self.LayerNorm(hidden[:, :1] + hidden)  # [B, S, H]: each token with the first one's context
+        return self.classifier(self.dense(hidden)).squeeze(-1)  # [B, S]
 
 
 class BertForReplacedTokenDetection(BertPreTrainedModel):
@@ -91,6 +97,70 @@ class DisentangledEmbedding(nn.Module):
         return F.embedding(ids, self.weight)
 
 
+class TiedEmbedding(nn.Module):
+    """A table the generator owns, read as it is: held, not registered, so the pair's state and optimizer hold it
+    once (under the generator) and the discriminator's state lacks it until it is exported."""
+
+    def __init__(self, shared: Embedding) -> None:
+        super().__init__()
+        object.__setattr__(self, "shared", shared)
+
+    @property
+    def weight(self) -> Tensor:
+        return self.shared.weight  # type: ignore[union-attr, return-value]  # [rows, E]
+
+    def forward(self, ids: Tensor) -> Tensor:
+        return F.embedding(ids, self.weight)
+
+
+@dataclass(frozen=True)
+class Sharing:
+    """How a generator and a discriminator share embedding tables (`bertforge.model.families.Generator.sharing`)."""
+
+    tables: tuple[str, ...]  # the shared tables, modules of `BertEmbeddings`
+    # (the generator's table, the discriminator's own, keep it) -> the module the discriminator reads instead
+    view: Callable[[Embedding, Tensor, bool], nn.Module]
+    # (the generator's state, the discriminator's, both of one table's keys without ".weight") -> the discriminator's
+    # state with that table as a model on its own holds it
+    fold: Callable[[dict[str, Tensor], dict[str, Tensor], str], None]
+
+
+def _gdes_view(shared: Embedding, own: Tensor, keep: bool) -> nn.Module:
+    with torch.no_grad():  # E_Δ = E_D - E_G keeps the discriminator's table; else E_Δ = 0
+        delta = own - shared.weight if keep else torch.zeros_like(own)
+    return DisentangledEmbedding(shared, delta)
+
+
+def _gdes_fold(gen: dict[str, Tensor], disc: dict[str, Tensor], table: str) -> None:
+    disc[table + ".weight"] = gen[table + ".weight"] + disc.pop(table + ".delta")
+
+
+def _tied_view(shared: Embedding, own: Tensor, keep: bool) -> nn.Module:
+    if keep:  # the discriminator's table becomes the one both read
+        with torch.no_grad():
+            shared.weight.copy_(own)
+    return TiedEmbedding(shared)
+
+
+def _tied_fold(gen: dict[str, Tensor], disc: dict[str, Tensor], table: str) -> None:
+    disc[table + ".weight"] = gen[table + ".weight"]
+
+
+#: `Generator.sharing` names -> how the two networks share embeddings
+SHARINGS: dict[str, Sharing] = {
+    "gdes": Sharing(("word_embeddings",), _gdes_view, _gdes_fold),  # DeBERTa-v3's
+    "tied": Sharing(("word_embeddings", "position_embeddings"), _tied_view, _tied_fold),  # ELECTRA's
+}
+
+
+def sharing(config: BertConfig) -> Sharing:
+    """The embedding sharing of `config`'s family (its recipe's generator), or an error naming the known ones."""
+    name = config.family.recipe.generator.sharing
+    if name not in SHARINGS:
+        raise BertforgeError(f"{config.family.name}: embedding sharing {name!r} is not one of {', '.join(SHARINGS)}")
+    return SHARINGS[name]
+
+
 @dataclass
 class ReplacedTokenOutput(ModelOutput):
     loss: Tensor | None = None  # mlm_loss + rtd_loss (unweighted; the objective weighs them)
@@ -102,18 +172,32 @@ class ReplacedTokenOutput(ModelOutput):
 
 
 def generator_config(config: BertConfig, layers: int | None = None) -> BertConfig:
-    """The generator's config: the discriminator's, with `layers` blocks (default: half of its, at least one)."""
+    """The generator's config: the discriminator's at the family's generator shape (`Family.recipe.generator`:
+    DeBERTa-v3's half as deep, ELECTRA's a quarter as wide, heads and feed-forward too, at least one head, and as
+    wide embeddings), with `layers` blocks if given."""
+    shape = config.family.recipe.generator
     depth = config.num_hidden_layers
-    layers = max(1, depth // 2) if layers is None else layers
+    default = max(1, int(depth * shape.depth))
+    layers = default if layers is None else layers
     if isinstance(layers, bool) or not isinstance(layers, int) or not 1 <= layers <= depth:
         raise BertforgeError(f"--generator-layers {layers!r}: the generator needs 1 to {depth} layers (the model "
-                             f"has {depth}; the generator is at most as deep, half by default)")
-    return dataclasses.replace(config, num_hidden_layers=layers, extra=dict(config.extra), architectures=None)
+                             f"has {depth}; the generator is at most as deep, {default} by default)")
+    width: dict[str, Any] = {}
+    if shape.width != 1.0:
+        hidden = max(1, int(config.hidden_size * shape.width))
+        heads = max(1, int(config.num_attention_heads * shape.width))
+        while hidden % heads:
+            heads -= 1
+        width = dict(hidden_size=hidden, num_attention_heads=heads, embedding_size=config.embedding_dim,
+                     intermediate_size=max(1, int(config.intermediate_size * shape.width)))
+    return dataclasses.replace(config, num_hidden_layers=layers, extra=dict(config.extra), architectures=None,
+                               **width)
 
 
 class ReplacedTokenDetection(nn.Module):
-    """A generator (`BertForMaskedLM`) and a discriminator (`BertForReplacedTokenDetection`) with GDES between
-    them: one module, so that DDP, FSDP, the optimizer and the checkpoints see both networks' parameters.
+    """A generator (`BertForMaskedLM`) and a discriminator (`BertForReplacedTokenDetection`) sharing embeddings
+    as their family does (`SHARINGS`): one module, so that DDP, FSDP, the optimizer and the checkpoints see both
+    networks' parameters.
 
     `forward` with MLM labels: the generator's loss and samples, the discriminator on the sampled sequence; without
     labels, the generator's output (its vocabulary logits: the demo's predictions). `exports(state)` gives the two
@@ -121,21 +205,23 @@ class ReplacedTokenDetection(nn.Module):
 
     def __init__(self, generator: BertForMaskedLM, discriminator: BertForReplacedTokenDetection,
                  keep_embeddings: bool = False) -> None:
-        """`keep_embeddings`: E_Δ = E_D - E_G, keeping the discriminator's table (continuing a pair); else E_Δ = 0
-        (a new pair, or a discriminator whose table the generator has just been given)."""
+        """`keep_embeddings`: the discriminator's tables stay what they are (continuing a pair: GDES's E_Δ = E_D - E_G);
+        else they become the generator's (a new pair, or a discriminator whose tables the generator has just been
+        given: E_Δ = 0)."""
         super().__init__()
-        g, d = generator.config, discriminator.config
-        if (g.vocab_size, g.embedding_dim, g.hidden_size) != (d.vocab_size, d.embedding_dim, d.hidden_size):
-            raise BertforgeError(f"the generator (vocabulary {g.vocab_size}, width {g.hidden_size}) and the "
-                                 f"discriminator (vocabulary {d.vocab_size}, width {d.hidden_size}) must share "
-                                 "their vocabulary and width to share embeddings")
+        d = discriminator.config
         self.generator, self.discriminator = generator, discriminator
         self.config = d
-        shared = generator.bert.embeddings.word_embeddings
-        own = discriminator.bert.embeddings.word_embeddings.weight
-        with torch.no_grad():
-            delta = own - shared.weight if keep_embeddings else torch.zeros_like(own)
-        discriminator.bert.embeddings.word_embeddings = DisentangledEmbedding(shared, delta)  # type: ignore[assignment]
+        self.sharing = sharing(d)
+        ours, theirs = generator.bert.embeddings, discriminator.bert.embeddings
+        for table in self.sharing.tables:
+            shared, own = getattr(ours, table), getattr(theirs, table)
+            if shared is None or own is None or shared.weight.shape != own.weight.shape:
+                shapes = [None if t is None else tuple(t.weight.shape) for t in (shared, own)]
+                raise BertforgeError(f"the generator's {table} ({shapes[0]}) and the discriminator's ({shapes[1]}) "
+                                     "must be of one shape to be shared (the same vocabulary, positions and "
+                                     "embedding width)")
+            setattr(theirs, table, self.sharing.view(shared, own.weight, keep_embeddings))
 
     @classmethod
     def build(cls, config: BertConfig, generator_layers: int | None = None) -> "ReplacedTokenDetection":
@@ -146,13 +232,15 @@ class ReplacedTokenDetection(nn.Module):
     @classmethod
     def around(cls, discriminator: BertForReplacedTokenDetection, generator: BertForMaskedLM | None,
                generator_layers: int | None = None) -> "ReplacedTokenDetection":
-        """A pair continuing a trained discriminator: with its `generator` (E_Δ = E_D - E_G), or a new one of
-        `generator_layers` whose E_G is the discriminator's table (E_Δ = 0: the discriminator is unchanged)."""
+        """A pair continuing a trained discriminator: with its `generator` (the discriminator's tables kept), or a
+        new one of `generator_layers` given the discriminator's shared tables (the discriminator is unchanged)."""
         if generator is not None:
             return cls(generator, discriminator, keep_embeddings=True)
         generator = BertForMaskedLM(generator_config(discriminator.config, generator_layers))
         with torch.no_grad():
-            generator.bert.embeddings.word_embeddings.weight.copy_(discriminator.input_embeddings())
+            for table in sharing(discriminator.config).tables:
+                getattr(generator.bert.embeddings, table).weight.copy_(
+                    getattr(discriminator.bert.embeddings, table).weight)
         return cls(generator, discriminator)
 
     def blocks(self) -> list[BertLayer]:
@@ -183,15 +271,17 @@ class ReplacedTokenDetection(nn.Module):
         return ReplacedTokenOutput(gen.loss + disc.loss, gen.loss, disc.loss, gen.logits, disc.logits, rtd_labels)
 
     def exports(self, state: dict[str, Tensor]) -> dict[str, BertPreTrainedModel]:
-        """The models to save, from a full state dict of this module, by name: "" the discriminator with E_G + E_Δ
-        folded into its word table, "generator" the generator. Built on the meta device (no initialisation, which
-        would draw from the training RNG) and given the tensors of `state`."""
+        """The models to save, from a full state dict of this module, by name: "" the discriminator with its shared
+        tables as a model on its own holds them (GDES: E_G + E_Δ folded into its word table), "generator" the
+        generator. Built on the meta device (no initialisation, which would draw from the training RNG) and given
+        the tensors of `state`."""
         parts: dict[str, dict[str, Tensor]] = {"generator": {}, "discriminator": {}}
         for key, value in state.items():
             network, _, name = key.partition(".")
             parts[network][name] = value
         disc, gen = parts["discriminator"], parts["generator"]
-        disc[_WORDS + "weight"] = gen[_WORDS + "weight"] + disc.pop(_WORDS + "delta")
+        for table in self.sharing.tables:
+            self.sharing.fold(gen, disc, _TABLES + table)
         with torch.device("meta"):
             models = {"": BertForReplacedTokenDetection(self.discriminator.config),
                       "generator": BertForMaskedLM(self.generator.config)}
@@ -200,5 +290,5 @@ class ReplacedTokenDetection(nn.Module):
         return models
 
 
-__all__ = ["BertForReplacedTokenDetection", "DisentangledEmbedding", "ReplacedTokenDetection", "ReplacedTokenHead",
-           "ReplacedTokenOutput", "generator_config"]
+__all__ = ["SHARINGS", "BertForReplacedTokenDetection", "DisentangledEmbedding", "ReplacedTokenDetection",
+           "ReplacedTokenHead", "ReplacedTokenOutput", "Sharing", "TiedEmbedding", "generator_config", "sharing"]

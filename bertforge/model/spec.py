@@ -157,6 +157,7 @@ class HeadSpec:
     first_dropout: float | None = None  # that dropout's rate; None: the classifier's (DeBERTa: its pooler_dropout)
     pooling: str = "cls"
     token_transform: bool = False
+    rtd_context: bool = True  # the replaced-token head: LayerNorm(h_i + h_0) first (DeBERTa's); False: ELECTRA's
 
     @property
     def sequence_kind(self) -> SequenceHead:

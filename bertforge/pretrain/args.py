@@ -113,12 +113,13 @@ class PretrainArgs:
                        flag="--no-nsp")
     objective: str = option("auto", "what the model learns besides MLM: auto (the family's recipe: BERT nsp, RoBERTa "
                             "and DistilBERT none, ALBERT sop, DeBERTa rtd), mlm (MLM alone, full-sentence packing), nsp "
-                            "(next-sentence prediction), sop (sentence-order prediction) or rtd (DeBERTa-v3's "
-                            "replaced-token detection: a generator's MLM samples fill the masks, the model learns "
+                            "(next-sentence prediction), sop (sentence-order prediction) or rtd (ELECTRA's and "
+                            "DeBERTa-v3's replaced-token detection: a generator's MLM samples fill the masks, the model learns "
                             "which tokens were replaced; OUT/model is that discriminator, OUT/generator the generator)",
                             choices=OBJECTIVE_CHOICES)
-    generator_layers: int | None = option(None, "with --objective rtd: the generator's layers (default: half the "
-                                          "model's); it has the model's width", metavar="N")
+    generator_layers: int | None = option(None, "with --objective rtd: the generator's layers (default: the "
+                                          "family's; DeBERTa-v3 half the model's at its width, ELECTRA all of them "
+                                          "at a quarter of its width)", metavar="N")
     rtd_weight: float = option(RTD_WEIGHT, "with --objective rtd: λ, the replaced-token loss's weight beside the "
                                "generator's MLM loss (50, ELECTRA's and the DeBERTa-v3 paper's; Microsoft's code "
                                "uses 10)", metavar="λ")

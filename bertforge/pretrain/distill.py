@@ -86,7 +86,9 @@ class DistillArgs(PretrainArgs):
     def model_config(self) -> BertConfig:
         """The student's config: the teacher's, as a DistilBERT of `student_layers` (half the teacher's) layers."""
         teacher = BertConfig.from_pretrained(self.teacher)  # type: ignore[arg-type]
-        if teacher.embedding_dim != teacher.hidden_size or teacher.num_hidden_groups:
+        # a DistilBERT student (BERT's, RoBERTa's) has no E -> H projection; ELECTRA's student of its own family has
+        factorised = teacher.embedding_dim != teacher.hidden_size and teacher.family.student is not None
+        if factorised or teacher.num_hidden_groups:
             raise BertforgeError(f"--teacher {self.teacher}: a {teacher.family.name} teacher (factorised embeddings or "
                                  "shared layers) cannot be copied into a DistilBERT; use a BERT- or RoBERTa-shaped one")
         layers = self.student_layers or max(1, teacher.num_hidden_layers // 2)

@@ -1,19 +1,22 @@
-"""Replaced-token detection (DeBERTa-v3's pretraining) as an objective of the one `Pretrainer`.
+"""Replaced-token detection (ELECTRA's and DeBERTa-v3's pretraining) as an objective of the one `Pretrainer`.
 
 The model is `model.rtd.ReplacedTokenDetection`: a generator (MLM on 15 % of the tokens, every one of them
 [MASK]: `PretrainArgs.mask_replacement`) whose samples fill the masked positions, and a discriminator that labels
-every real token original or replaced, sharing word embeddings by GDES. The step's objective is
+every real token original or replaced, sharing embeddings as the family's recipe says (`model.rtd.SHARINGS`:
+DeBERTa-v3's GDES, ELECTRA's tied tables), the generator shaped by it too (`model.rtd.generator_config`: DeBERTa-v3's
+half as deep, ELECTRA's a quarter as wide). The step's objective is
 
     mean generator MLM loss (per masked token) + λ · mean replaced-token BCE (per real token)
 
 (λ `--rtd-weight`, 50 by default), both terms through the one `TrainStep.accumulate`, so one backward pass trains
 both networks and one optimizer (over both parameter sets) steps them; the checkpoints hold the one module's state
-(both networks, both networks' optimizer states). The run exports the discriminator, E_G + E_Δ folded into its
-word table, as OUT/model (a DeBERTa-v2 checkpoint: `DebertaV2Model`, or any task) and the generator as OUT/generator
-(`DebertaV2ForMaskedLM`); OUT/best's generator is OUT/best-generator.
+(both networks, both networks' optimizer states). The run exports the discriminator, its shared tables in it (GDES:
+E_G + E_Δ folded into its word table), as OUT/model (DeBERTa-v3: `DebertaV2Model`, or any task; ELECTRA:
+`ElectraForPreTraining`) and the generator as OUT/generator (`DebertaV2ForMaskedLM`, `ElectraForMaskedLM`);
+OUT/best's generator is OUT/best-generator.
 
-`--init-from DIR` continues a DeBERTa-v3 discriminator: with the generator saved beside it (`generator_dir`), or,
-for a discriminator alone, a new generator whose embeddings are the discriminator's (E_Δ = 0).
+`--init-from DIR` continues a discriminator: with the generator saved beside it (`generator_dir`), or, for a
+discriminator alone, a new generator given the discriminator's shared tables (GDES: E_Δ = 0).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from ..core.constants import IGNORE_INDEX
 from ..core.errors import BertforgeError
 from ..model import BertForMaskedLM
 from ..model.config import BertConfig
+from ..model.families import FAMILIES
 from ..model.rtd import BertForReplacedTokenDetection, ReplacedTokenDetection, generator_config
 from .data import model_inputs
 from .objectives import Batch, MaskedLMObjective, ObjectiveKind, mlm_stats, network_dir
@@ -166,10 +170,12 @@ def pair_memory_config(config: BertConfig, args: Any) -> BertConfig:
 
 
 def family_refusal(family: Family) -> str | None:
-    """Replaced-token detection is pretrained by the families that declare it (`Family.objectives`: DeBERTa's)."""
+    """Replaced-token detection is pretrained by the families that declare it (`Family.objectives`: DeBERTa's,
+    ELECTRA's)."""
     if "rtd" in family.objectives:
         return None
-    return f"replaced-token detection is DeBERTa-v3's (--config deberta-v3-SIZE), not {family.name}'s"
+    owners = [f"{f.name}'s (--config {f.model_type}-SIZE)" for f in FAMILIES.values() if "rtd" in f.objectives]
+    return f"replaced-token detection is {' and '.join(owners)}, not {family.name}'s"
 
 
 def check_generator(config: BertConfig, args: Any) -> None:

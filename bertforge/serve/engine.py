@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from ..core.errors import BertforgeError
+from ..model.families import FAMILIES
 from .batcher import Batcher
 from .config import ServeConfig
 from .errors import ApiError
@@ -25,13 +26,18 @@ CHARS_PER_TOKEN = 16
 TRUNCATE_HINT = 'shorten it, or send "truncate": true to cut it'
 
 
-def _architectures(model_dir: Path) -> list[str]:
-    """The "architectures" of the directory's config.json ([] where it names none or cannot be read)."""
+def _config(model_dir: Path) -> dict[str, Any]:
+    """The directory's config.json ({} where it cannot be read: the pipeline will name the problem)."""
     try:
         config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return []  # the pipeline will name the problem
-    architectures = config.get("architectures") if isinstance(config, dict) else None
+        return {}
+    return config if isinstance(config, dict) else {}
+
+
+def _architectures(model_dir: Path) -> list[str]:
+    """The "architectures" of the directory's config.json ([] where it names none or cannot be read)."""
+    architectures = _config(model_dir).get("architectures")
     return [str(a) for a in architectures] if isinstance(architectures, list) else []
 
 
@@ -42,10 +48,19 @@ def detect_task(model_dir: Path) -> str:
     return "embed"
 
 
+#: the internal classes saved with an MLM head (a family's own names are read through it: ELECTRA's
+#: ElectraForPreTraining is its discriminator, which has none)
+MLM_CLASSES = ("BertForMaskedLM", "BertForPreTraining")
+
+
 def has_mlm_head(model_dir: Path) -> bool:
-    """Whether the checkpoint was saved with an MLM head (BertForMaskedLM, BertForPreTraining, ...): what
-    /embed_sparse (SPLADE) reads."""
-    return any(a.endswith(("ForMaskedLM", "ForPreTraining")) for a in _architectures(model_dir))
+    """Whether the checkpoint was saved with an MLM head (BertForMaskedLM, RobertaForMaskedLM, AlbertForPreTraining,
+    ...): what /embed_sparse (SPLADE) reads."""
+    model_type = _config(model_dir).get("model_type", "bert")
+    member = FAMILIES.get(model_type) if isinstance(model_type, str) else None
+    if member is None:  # an unsupported family: the pipeline will name it
+        return False
+    return any(member.internal_architecture(a) in MLM_CLASSES for a in _architectures(model_dir))
 
 
 class Engine:

@@ -1,4 +1,4 @@
-"""ModernBERT, DeBERTa-v3, MPNet, NomicBERT, GTE, EuroBERT and jina-embeddings-v3 checkpoints through every downstream command: `evaluate`, `predict`, `glue`, `embed`,
+"""ModernBERT, DeBERTa-v3, MPNet, NomicBERT, GTE, EuroBERT, jina-embeddings-v3 and ELECTRA checkpoints through every downstream command: `evaluate`, `predict`, `glue`, `embed`,
 `train-embeddings`, `serve` (in-process, one embed and one predict request), `fill-mask` and `attention`.
 
 Each family's checkpoints are tiny random models built by `transformers` itself and saved with its
@@ -23,12 +23,13 @@ from tests.finetune.test_glue import write_task
 
 transformers = pytest.importorskip("transformers")
 
-FAMILIES = ["modernbert", "deberta-v2", "mpnet", "nomic_bert", "gte", "eurobert", "jina_embeddings_v3"]
+FAMILIES = ["modernbert", "deberta-v2", "mpnet", "nomic_bert", "gte", "eurobert", "jina_embeddings_v3", "electra"]
 PREFIX = {"modernbert": "ModernBert", "deberta-v2": "DebertaV2", "mpnet": "MPNet", "nomic_bert": "NomicBert",
-          "gte": "Gte", "eurobert": "EuroBert", "jina_embeddings_v3": "JinaEmbeddingsV3"}
+          "gte": "Gte", "eurobert": "EuroBert", "jina_embeddings_v3": "JinaEmbeddingsV3",
+          "electra": "Electra"}
 #: the tokenizer kind each family's checkpoints get here (DeBERTa's is transformers' own class, below)
 KINDS = {"modernbert": "modernbert", "mpnet": "mpnet", "nomic_bert": "bert", "gte": "bert", "eurobert": "eurobert",
-         "jina_embeddings_v3": "xlm-roberta"}
+         "jina_embeddings_v3": "xlm-roberta", "electra": "bert"}
 LABELS = {0: "neg", 1: "pos"}
 #: Longer than ModernBERT's window of 4 tokens, so its local layers really cut.
 TEXTS = ["john lives in paris and mary works at acme corp .", "a great film", "an awful plot of this film , not fun",
@@ -59,6 +60,9 @@ def _hf_config(family: str, vocab_size: int, **extra):
         return transformers.JinaEmbeddingsV3Config(vocab_size=vocab_size, num_hidden_layers=2, hidden_dropout_prob=0.0,
                                                    attention_probs_dropout_prob=0.0, **{**SMALL, "pad_token_id": 1},
                                                    **extra)
+    if family == "electra":  # E 16 < H 32: embeddings projected after their norm
+        return transformers.ElectraConfig(vocab_size=vocab_size, num_hidden_layers=2, embedding_size=16,
+                                          hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, **SMALL, **extra)
     return transformers.DebertaV2Config(vocab_size=vocab_size, num_hidden_layers=2, relative_attention=True,
                                         position_buckets=8, max_relative_positions=24, pos_att_type=["p2c", "c2p"],
                                         norm_rel_ebd="layer_norm", share_att_key=True, position_biased_input=False,

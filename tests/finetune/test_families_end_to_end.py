@@ -1,4 +1,4 @@
-"""Fine-tuning and using RoBERTa, ALBERT, DistilBERT, ModernBERT, MPNet, NomicBERT and GTE checkpoints through the CLI and the pipelines, as for BERT:
+"""Fine-tuning and using RoBERTa, ALBERT, DistilBERT, ModernBERT, MPNet, NomicBERT, GTE and ELECTRA checkpoints through the CLI and the pipelines, as for BERT:
 each family's tokenizer kind (byte-level BPE, Unigram, WordPiece) trained in the test, a tiny random model of the
 family, `finetune` / `predict` / `evaluate`, and `transformers` loading what comes out as that family."""
 
@@ -20,18 +20,19 @@ transformers = pytest.importorskip("transformers")
 FAST = ["--epochs", "1", "--batch-size", "8", "--lr", "1e-3", "--no-progress"]
 PREFIX = {"roberta": "Roberta", "albert": "Albert", "distilbert": "DistilBert", "modernbert": "ModernBert",
           "mpnet": "MPNet", "nomic_bert": "NomicBert", "gte": "Gte",
-          "eurobert": "EuroBert", "jina_embeddings_v3": "JinaEmbeddingsV3"}
+          "eurobert": "EuroBert", "jina_embeddings_v3": "JinaEmbeddingsV3",
+          "electra": "Electra"}
 
 
 @pytest.fixture(scope="module", params=["roberta", "albert", "distilbert", "modernbert", "mpnet", "nomic_bert", "gte",
-                                                 "eurobert", "jina_embeddings_v3"])
+                                                 "eurobert", "jina_embeddings_v3", "electra"])
 def family_model(request, tmp_path_factory) -> tuple[str, Path]:
     """A tiny random model of the family with its own kind of tokenizer, trained on the tests' words."""
     family = request.param
     directory = tmp_path_factory.mktemp(family)
     lines = POSITIVE + NEGATIVE + [" ".join(w for w, _ in s) for s in NER_SENTENCES]
     lines += ["where does john live ?", "mary works at acme corp in paris ."]
-    kind = bertforge.BertConfig.preset(f"{family}-tiny").family.tokenizer_kind  # NomicBERT, GTE: BERT's WordPiece
+    kind = bertforge.BertConfig.preset(f"{family}-tiny").family.tokenizer_kind  # NomicBERT, GTE, ELECTRA: WordPiece
     tokenizer = Tokenizer.train(iter(lines * 20), vocab_size=300, kind=kind)
     tokenizer.save_pretrained(directory)
     config = BertConfig.preset(f"{family}-tiny", vocab_size=tokenizer.vocab_size, pad_token_id=tokenizer.pad_token_id,

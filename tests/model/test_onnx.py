@@ -102,6 +102,9 @@ FAMILY_CONFIGS = {
                                                     num_attention_heads=4, num_key_value_heads=2, intermediate_size=48,
                                                     max_position_embeddings=80, pad_token_id=0, mask_token_id=3,
                                                     num_labels=3),
+    "Electra": lambda: transformers.ElectraConfig(vocab_size=120, embedding_size=16, hidden_size=32, num_hidden_layers=2,
+                                                  num_attention_heads=4, intermediate_size=48,
+                                                  max_position_embeddings=80, num_labels=3),
 }
 
 

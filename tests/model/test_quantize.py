@@ -216,7 +216,8 @@ def test_a_model_object_is_copied_not_changed(tiny):
 
 @pytest.mark.parametrize("preset, float_parts", [("modernbert-tiny", set()), ("deberta-v2-tiny", {"attention_in"}),
                                                  ("mpnet-tiny", set()), ("nomicbert-tiny", set()), ("gte-tiny", set()),
-                                                 ("eurobert-tiny", set()), ("jina-v3-tiny", set())])
+                                                 ("eurobert-tiny", set()), ("jina-v3-tiny", set()),
+                                                 ("electra-tiny", set())])
 def test_every_family_quantises_by_its_blocks_parts(preset, float_parts):
     """ModernBERT's bias-free fused projections and gated feed-forward become int8 like BERT's; DeBERTa's query/key
     projections also project the relative table, so they stay float32. The result stays close to float32."""

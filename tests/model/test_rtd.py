@@ -1,6 +1,6 @@
 """Replaced-token detection's model: gradient-disentangled embedding sharing (the RTD loss never reaches the
 generator's embeddings), the folded export, the RTD head against its formula, its checkpoint keys, the generator's
-depth."""
+depth; ELECTRA's generator shape and tied tables, and its head against `transformers`' ElectraForPreTraining."""
 
 import pytest
 import torch
@@ -160,3 +160,82 @@ def test_continuing_a_discriminator_alone_gives_its_table_to_a_new_generator():
     again = ReplacedTokenDetection.around(BertForReplacedTokenDetection(tiny()), generator)  # with its generator
     own = again.discriminator.bert.embeddings.word_embeddings
     torch.testing.assert_close(own.weight, own.delta + generator.input_embeddings(), rtol=0, atol=0)
+
+
+# ---------------------------------------------------------------------------------------------- ELECTRA's recipe
+
+
+def electra(**overrides) -> BertConfig:
+    return BertConfig.preset("electra-tiny", vocab_size=50, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                             **overrides)
+
+
+def test_electra_small_has_the_papers_sizes_and_a_generator_a_quarter_as_wide():
+    config = BertConfig.preset("electra-small", vocab_size=100)
+    assert (config.num_hidden_layers, config.hidden_size, config.num_attention_heads, config.intermediate_size,
+            config.embedding_size) == (12, 256, 4, 1024, 128)
+    generator = generator_config(config)
+    assert (generator.num_hidden_layers, generator.hidden_size, generator.num_attention_heads,
+            generator.intermediate_size, generator.embedding_size) == (12, 64, 1, 256, 128)
+    assert generator_config(config, 3).num_hidden_layers == 3
+    assert generator_config(tiny(layers=4)).hidden_size == 32  # DeBERTa-v3's: as wide, half as deep
+
+
+def test_electra_pairs_share_the_token_and_position_tables_which_both_losses_train():
+    torch.manual_seed(0)
+    pair = ReplacedTokenDetection.build(electra())
+    gen, disc = pair.generator.bert.embeddings, pair.discriminator.bert.embeddings
+    for table in ("word_embeddings", "position_embeddings"):
+        assert getattr(disc, table).weight is getattr(gen, table).weight
+    assert disc.token_type_embeddings.weight is not gen.token_type_embeddings.weight  # each its own
+    state = pair.state_dict()
+    assert not any(k.startswith("discriminator.bert.embeddings.") and "_embeddings.weight" in k
+                   and "token_type" not in k for k in state)  # held once, under the generator
+    assert len({id(p) for p in pair.parameters()}) == len(list(pair.parameters()))
+    ids, mask, labels = batch()
+    pair(ids, mask, labels=labels).rtd_loss.backward()  # the discriminator's loss reaches the shared tables
+    assert gen.word_embeddings.weight.grad.abs().sum() > 0 and gen.position_embeddings.weight.grad.abs().sum() > 0
+    assert all(p.grad is None or not p.grad.any() for n, p in pair.generator.named_parameters()
+               if "embeddings." not in n)  # and nothing else of the generator
+
+
+def test_an_exported_electra_discriminator_holds_the_shared_tables_and_computes_what_the_pair_did():
+    torch.manual_seed(1)
+    pair = ReplacedTokenDetection.build(electra()).eval()
+    state = pair.state_dict()
+    models = pair.exports({k: v.clone() for k, v in state.items()})
+    for table in ("word_embeddings", "position_embeddings"):
+        key = f"bert.embeddings.{table}.weight"
+        assert torch.equal(models[""].state_dict()[key], state["generator." + key])
+    ids, mask, _ = batch(2)
+    with torch.no_grad():
+        assert torch.equal(models[""].eval()(ids, mask).logits, pair.discriminator(ids, mask).logits)
+        assert torch.equal(models["generator"].eval()(ids, mask).logits, pair.generator(ids, mask).logits)
+    discriminator = models[""]
+    again = ReplacedTokenDetection.around(discriminator, models["generator"])  # continuing keeps its tables
+    assert torch.equal(again.discriminator.input_embeddings(), state["generator." + WORDS + "weight"])
+
+
+def test_the_electra_head_is_transformers_discriminator_predictions_loss_included(tmp_path):
+    """ElectraForPreTraining: dense → hidden activation → one logit per token, no norm; the BCE over real tokens."""
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    ref = transformers.ElectraForPreTraining(transformers.ElectraConfig(
+        vocab_size=50, embedding_size=16, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+        intermediate_size=40, hidden_act="gelu_new", hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)).eval()
+    ref.save_pretrained(tmp_path)
+    ours = BertForReplacedTokenDetection.from_pretrained(tmp_path).eval()
+    assert ours.mask_predictions.LayerNorm is None
+    ids, mask, _ = batch()
+    replaced = torch.randint(0, 2, ids.shape, generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        want = ref(input_ids=ids, attention_mask=mask, labels=replaced)
+        got = ours(ids, mask, labels=replaced.masked_fill(mask == 0, IGNORE_INDEX))
+        hidden = ours.bert(ids, mask).last_hidden_state
+        head = ours.mask_predictions
+        inner = F.gelu(F.linear(hidden, head.dense.weight, head.dense.bias), approximate="tanh")  # gelu_new
+        formula = F.linear(inner, head.classifier.weight, head.classifier.bias).squeeze(-1)
+    real = mask.bool()
+    torch.testing.assert_close(got.logits[real], want.logits[real], rtol=0, atol=1e-5)
+    torch.testing.assert_close(got.logits[real], formula[real], rtol=0, atol=1e-5)
+    torch.testing.assert_close(got.loss, want.loss, rtol=0, atol=1e-5)

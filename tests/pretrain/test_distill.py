@@ -36,7 +36,10 @@ def make_teacher(directory, tok_dir, family="bert", layers=4):
     }.get(family, {})
     prefix = {"bert": "Bert", "roberta": "Roberta", "deberta": "DebertaV2", "modernbert": "ModernBert", "mpnet": "MPNet",
               "nomic_bert": "NomicBert", "gte": "Gte", "eurobert": "EuroBert",
-              "jina_embeddings_v3": "JinaEmbeddingsV3"}[family]
+              "jina_embeddings_v3": "JinaEmbeddingsV3",
+              "electra": "Electra"}[family]
+    if family == "electra":  # E < H: the student keeps the projection
+        extra = dict(embedding_size=16)
     config = getattr(transformers, prefix + "Config")(**sizes, **extra)
     cls = getattr(transformers, prefix + "ForMaskedLM")
     torch.manual_seed(0)
@@ -52,7 +55,7 @@ def test_teacher_layers_are_every_other_one():
 
 
 @pytest.mark.parametrize("family", ["bert", "roberta", "deberta", "modernbert", "mpnet", "nomic_bert", "gte",
-                                    "eurobert", "jina_embeddings_v3"])
+                                    "eurobert", "jina_embeddings_v3", "electra"])
 def test_a_full_depth_student_computes_what_the_teacher_does(tmp_path, inputs, family):
     """With as many layers as the teacher, the copied student is the teacher without token types: the token-type
     row folded into the positions (and RoBERTa's offset skipped) keeps every output on single segments. A DeBERTa
@@ -63,7 +66,7 @@ def test_a_full_depth_student_computes_what_the_teacher_does(tmp_path, inputs, f
     student = BertForMaskedLM(args.model_config())
     init_from_teacher(student, teacher)
     student.eval()
-    if family in ("deberta", "modernbert", "mpnet", "nomic_bert", "gte", "eurobert", "jina_embeddings_v3"):  # MPNet's bias table, rotary positions
+    if family in ("deberta", "modernbert", "mpnet", "nomic_bert", "gte", "eurobert", "jina_embeddings_v3", "electra"):  # MPNet's bias table, rotary positions
         assert student.config.model_type == teacher.config.model_type
     else:
         assert student.config.model_type == "distilbert" and student.bert.embeddings.token_type_embeddings is None

@@ -1,4 +1,4 @@
-"""Pretraining RoBERTa, ALBERT, DistilBERT, MPNet, NomicBERT and GTE with `--config FAMILY-SIZE`: each family's
+"""Pretraining RoBERTa, ALBERT, DistilBERT, MPNet, NomicBERT, GTE and ELECTRA with `--config FAMILY-SIZE`: each family's
 recipe (objective, masking, AdamW's beta2, tokenizer kind), learning on a small corpus, and `transformers` loading
 what comes out as that family with identical token ids and outputs; contradicting settings refused before anything
 is written."""
@@ -210,3 +210,99 @@ def test_an_embedding_family_preset_learns_and_transformers_reads_what_it_writes
         got = ours(batch["input_ids"], batch["attention_mask"], batch.get("token_type_ids")).logits
     real = batch["attention_mask"].bool()
     assert (expected - got)[real].abs().max() <= 1e-5
+
+
+def test_electras_recipe_is_the_papers_replaced_token_detection(tmp_path, corpus):
+    """`--config electra-SIZE`: replaced-token detection at 15 % masking, λ 50, a generator as deep and a quarter as
+    wide sharing the token and position tables."""
+    args = PretrainArgs(config="electra-small")
+    resolved = args.for_family(args.model_config())
+    assert (resolved.objective, resolved.mlm_probability, resolved.rtd_weight) == ("rtd", 0.15, 50.0)
+    trainer = Pretrainer(PretrainArgs(corpus=[str(corpus)], config="electra-tiny", out=str(tmp_path / "run"),
+                                      batch_size=2, max_length=32, vocab_size=400, max_steps=1, progress=False,
+                                      demo=False))
+    try:
+        generator, discriminator = trainer.model.generator, trainer.model.discriminator
+        assert discriminator.config.hidden_size == 4 * generator.config.hidden_size == 128
+        assert generator.config.num_hidden_layers == discriminator.config.num_hidden_layers == 2
+        assert discriminator.bert.embeddings.word_embeddings.weight.shape[1] == 64 < 128  # E = H / 2
+        assert discriminator.input_embeddings() is generator.input_embeddings()
+        assert trainer.objective.weight == 50.0
+    finally:
+        trainer.close()
+    assert math.isfinite(trainer.train_step()["loss"])
+
+
+def test_electra_tiny_learns_and_transformers_reads_its_discriminator_and_generator(tmp_path, corpus):
+    """40 steps of `pretrain --config electra-tiny`: the generator's MLM loss and the discriminator's replaced-token
+    loss fall; OUT/model is an ElectraForPreTraining and OUT/generator an ElectraForMaskedLM in transformers (no
+    missing or unexpected weights, logits within 1e-5), the tokenizer BERT's WordPiece with identical ids."""
+    from bertforge import AutoModelForMaskedLM, AutoModelForPreTraining
+    from bertforge.tokenizer import Tokenizer
+
+    out = tmp_path / "run"
+    pretrain(PretrainArgs(config="electra-tiny", corpus=[str(corpus)], out=str(out), vocab_size=400, max_length=64,
+                          max_steps=40, batch_size=8, warmup_steps=4, lr=3e-3, log_every=5, save_every=100,
+                          progress=False, demo=False))
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    mlm, rtd = [r["mlm_loss"] for r in rows if "mlm_loss" in r], [r["rtd_loss"] for r in rows if "rtd_loss" in r]
+    assert mlm[-1] < mlm[0] - 0.5 and rtd[-1] < rtd[0] - 0.05, (mlm, rtd)
+    lines = [line for line in corpus.read_text().splitlines() if line][:6]
+    for name, hf_class, ours_class in (("model", "ElectraForPreTraining", AutoModelForPreTraining),
+                                       ("generator", "ElectraForMaskedLM", AutoModelForMaskedLM)):
+        directory = out / name
+        assert json.loads((directory / "config.json").read_text())["architectures"] == [hf_class]
+        hf_tok, ours_tok = transformers.AutoTokenizer.from_pretrained(directory), Tokenizer.from_pretrained(directory)
+        assert type(hf_tok).__name__.startswith("Bert")
+        for text, pair in zip(lines[::2], lines[1::2]):
+            assert ours_tok(text, pair)["input_ids"] == hf_tok(text, pair)["input_ids"]
+        reference, info = getattr(transformers, hf_class).from_pretrained(directory, output_loading_info=True)
+        assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"], info
+        ours = ours_class.from_pretrained(directory).eval()
+        batch = hf_tok(lines, padding=True, truncation=True, max_length=64, return_tensors="pt")
+        with torch.no_grad():
+            expected = reference.eval()(**batch).logits
+            got = ours(batch["input_ids"], batch["attention_mask"], batch["token_type_ids"]).logits
+        real = batch["attention_mask"].bool()
+        assert (expected - got)[real].abs().max() <= 1e-5, name
+
+
+def test_an_electra_run_resumes_bitwise_and_init_from_continues_both_networks(tmp_path, corpus, monkeypatch):
+    """The tied tables through a checkpoint: a run stopped after step 2 and resumed ends bitwise where one run does;
+    --init-from its OUT/model continues the discriminator with the generator beside it, both reading one table."""
+    from safetensors.torch import load_file
+
+    common = dict(corpus=[str(corpus)], config="electra-tiny", batch_size=4, max_length=32, vocab_size=400, lr=1e-3,
+                  warmup_steps=1, log_every=1, max_steps=4, save_every=2, progress=False, demo=False)
+    straight = tmp_path / "straight"
+    pretrain(PretrainArgs(out=str(straight), **common))
+    tokenizer = str(straight / "tokenizer")  # tokenizers' trainers differ run to run: share one
+    broken = tmp_path / "broken"
+    real_step = Pretrainer.train_step
+
+    def step(self):
+        if self.step == 3:
+            raise KeyboardInterrupt
+        return real_step(self)
+
+    monkeypatch.setattr(Pretrainer, "train_step", step)
+    with pytest.raises(KeyboardInterrupt):
+        pretrain(PretrainArgs(out=str(broken), tokenizer=tokenizer, **common))
+    monkeypatch.setattr(Pretrainer, "train_step", real_step)
+    pretrain(PretrainArgs(out=str(broken), tokenizer=tokenizer, resume=True, **common))
+    whole = tmp_path / "whole"  # the same tokenizer, one run
+    pretrain(PretrainArgs(out=str(whole), tokenizer=tokenizer, **common))
+    for name in ("model", "generator"):
+        a, b = (load_file(str(out / name / "model.safetensors")) for out in (whole, broken))
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), name
+
+    rest = {k: v for k, v in common.items() if k not in ("config", "vocab_size")}
+    trainer = Pretrainer(PretrainArgs(init_from=str(whole / "model"), out=str(tmp_path / "more"),
+                                      **{**rest, "max_steps": 1}))
+    try:
+        words = load_file(str(whole / "model" / "model.safetensors"))["electra.embeddings.word_embeddings.weight"]
+        assert torch.equal(trainer.model.discriminator.input_embeddings(), words)
+        assert trainer.model.discriminator.input_embeddings() is trainer.model.generator.input_embeddings()
+        assert trainer.model.generator.config.hidden_size == 32  # the generator beside it, continued
+    finally:
+        trainer.close()

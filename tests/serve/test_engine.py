@@ -1,5 +1,5 @@
 """Tests of `bertforge.serve.engine`: a request is tokenized once; all of the model's torch work runs in the
-batcher's thread; a model that fails to load leaves no thread behind."""
+batcher's thread; a model that fails to load leaves no thread behind; which checkpoints have an MLM head."""
 
 from __future__ import annotations
 
@@ -141,3 +141,18 @@ def test_int8_serves_each_adapter_merged_into_its_own_int8_copy(models, tmp_path
         assert not lora.has_adapters(s.engine.pipelines["embed@alpha"].model)  # merged, then int8
     want = bertforge.pipeline("embed", model=models["embed"], adapter=adapter, normalize=True)(SENTENCES[:3])
     assert (got * want).sum(1).min() > 0.99  # cosine to the float32 adapter's embeddings
+
+
+@pytest.mark.parametrize("model_type, architecture, mlm", [
+    ("bert", "BertForMaskedLM", True), ("albert", "AlbertForPreTraining", True), (None, "BertForPreTraining", True),
+    ("electra", "ElectraForMaskedLM", True), ("electra", "ElectraForPreTraining", False),  # ELECTRA's discriminator
+    ("bert", "BertModel", False), ("gpt2", "GPT2LMHeadModel", False)])
+def test_an_mlm_head_is_told_by_the_familys_class_names(tmp_path, model_type, architecture, mlm):
+    """What /embed_sparse needs: ELECTRA's ElectraForPreTraining is the discriminator, with no MLM head."""
+    import json
+
+    from bertforge.serve.engine import has_mlm_head
+
+    config = {"architectures": [architecture], **({"model_type": model_type} if model_type else {})}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert has_mlm_head(tmp_path) is mlm

@@ -1,5 +1,5 @@
 """The BERT family: one module per member (`bert`, `roberta`, `distilbert`, `albert`, `modernbert`, `deberta`, `mpnet`,
-`nomic_bert`, `gte`, `eurobert`, `jina_embeddings_v3`), each a `Family` value
+`nomic_bert`, `gte`, `eurobert`, `jina_embeddings_v3`, `electra`), each a `Family` value
 (`family.py`) holding what the member changes — its parts of the encoder (`Family.spec`), its `config.json`
 spelling, its presets, its checkpoint adapter — and `FAMILIES`, the registry `model_type` is looked up in.
 Adding a member is a module here, its line in `FAMILIES`, its tokenizer kind and its tests."""
@@ -11,6 +11,7 @@ from .albert import ALBERT
 from .bert import BERT
 from .deberta import DEBERTA_V2
 from .distilbert import DISTILBERT
+from .electra import ELECTRA
 from .eurobert import EUROBERT
 from .family import INTERNAL_PREFIX, Family, Ladder, Recipe
 from .gte import GTE
@@ -22,7 +23,7 @@ from .roberta import ROBERTA, XLM_ROBERTA
 
 FAMILIES: dict[str, Family] = {f.model_type: f for f in (BERT, ROBERTA, XLM_ROBERTA, DISTILBERT, ALBERT, MODERNBERT,
                                                                   DEBERTA_V2, MPNET, NOMIC_BERT, GTE,
-                                                                  EUROBERT, JINA_EMBEDDINGS_V3)}
+                                                                  EUROBERT, JINA_EMBEDDINGS_V3, ELECTRA)}
 
 #: other names a preset may give a family (`--config deberta-v3-base`, `--config nomicbert-tiny`)
 ALIASES: dict[str, Family] = {"deberta-v3": DEBERTA_V2, "nomicbert": NOMIC_BERT, "nomic-bert": NOMIC_BERT,
@@ -57,6 +58,6 @@ def family(model_type: str | None, source: str = "config") -> Family:
         ) from None
 
 
-__all__ = ["ALBERT", "ALIASES", "BERT", "DEBERTA_V2", "DISTILBERT", "EUROBERT", "FAMILIES", "Family", "GTE",
+__all__ = ["ALBERT", "ALIASES", "BERT", "DEBERTA_V2", "DISTILBERT", "ELECTRA", "EUROBERT", "FAMILIES", "Family", "GTE",
            "INTERNAL_PREFIX", "JINA_EMBEDDINGS_V3", "LADDERS", "Ladder", "MODERNBERT", "MPNET", "NOMIC_BERT", "ROBERTA",
            "Recipe", "XLM_ROBERTA", "family", "recipe", "tokenizer_kind"]

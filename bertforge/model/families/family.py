@@ -49,6 +49,16 @@ class BertParts:
     sequence_act: str = "tanh"  # the first-token head's hidden activation (RoBERTa tanh, DistilBERT relu)
     dropout_before_dense: bool = True  # RoBERTa drops out token 0 before the head's dense layer, DistilBERT not
     mlm_act: str | None = None  # the MLM transform's activation; None: the config's hidden_act
+    rtd_context: bool = True  # the replaced-token head norms h_i + h_0 first (DeBERTa's); False: ELECTRA's, without
+
+
+@dataclass(frozen=True)
+class Generator:
+    """Replaced-token detection's generator as a family's recipe builds it from the discriminator's config."""
+
+    depth: float = 0.5  # its layers, as a share of the discriminator's (DeBERTa-v3: half)
+    width: float = 1.0  # its hidden size, feed-forward width and heads, as a share of the discriminator's
+    sharing: str = "gdes"  # how the two share embeddings: a name in `bertforge.model.rtd.SHARINGS`
 
 
 @dataclass(frozen=True)
@@ -61,6 +71,7 @@ class Recipe:
     adam_beta2: float = 0.999
     decay: str = "linear"  # the learning-rate decay after warmup (ModernBERT's: "wsd-sqrt")
     packing: str = "stream"  # how MLM-only rows are cut: "stream", or "documents" (ModernBERT's)
+    generator: Generator = Generator()  # replaced-token detection's generator, where the family pretrains with it
 
 
 @dataclass(frozen=True)
@@ -118,6 +129,9 @@ class Family:
     # None: a model of this family made of those layers (relative attention, rotary positions stay as they are)
     student: Callable[["BertConfig", list[int]], "BertConfig"] | None = None
     tokenizer: str = ""  # the name of its tokenizer kind (`bertforge.tokenizer.kinds`); "": its model_type
+    # internal class names its `transformers` classes spell otherwise than class_prefix + the task (ELECTRA's
+    # discriminator, BertForReplacedTokenDetection, is ElectraForPreTraining)
+    class_names: dict[str, str] = field(default_factory=dict)
 
     @property
     def tokenizer_kind(self) -> str:
@@ -151,10 +165,15 @@ class Family:
 
     def architecture(self, internal: str) -> str:
         """`transformers`' class name for an internal class name: BertForMaskedLM -> RobertaForMaskedLM."""
+        if internal in self.class_names:
+            return self.class_names[internal]
         return self.class_prefix + internal.removeprefix("Bert") if internal.startswith("Bert") else internal
 
     def internal_architecture(self, name: str) -> str:
         """The inverse of `architecture`: RobertaForMaskedLM -> BertForMaskedLM."""
+        renamed = {hf: internal for internal, hf in self.class_names.items()}
+        if name in renamed:
+            return renamed[name]
         return "Bert" + name.removeprefix(self.class_prefix) if name.startswith(self.class_prefix) else name
 
     @cached_property
@@ -248,8 +267,9 @@ def bert_spec(family: Family, config: BertConfig) -> EncoderSpec:
         hidden_dropout=config.hidden_dropout_prob, attention_dropout=config.attention_probs_dropout_prob,
         pooler=family.parts.pooler, init_std=config.initializer_range,
         heads=HeadSpec(mlm_act=family.parts.mlm_act or config.hidden_act, sequence=family.parts.sequence_head,
-                       sequence_act=family.parts.sequence_act, dropout_before_dense=family.parts.dropout_before_dense),
+                       sequence_act=family.parts.sequence_act, dropout_before_dense=family.parts.dropout_before_dense,
+                       rtd_context=family.parts.rtd_context),
     )
 
 
-__all__ = ["INTERNAL_LAYER", "INTERNAL_PREFIX", "WRITTEN", "BertParts", "Family", "Ladder", "Recipe", "bert_spec", "join", "split"]
+__all__ = ["INTERNAL_LAYER", "INTERNAL_PREFIX", "WRITTEN", "BertParts", "Family", "Generator", "Ladder", "Recipe", "bert_spec", "join", "split"]

@@ -1,5 +1,5 @@
-"""RoBERTa, XLM-RoBERTa, DistilBERT, ALBERT, ModernBERT, DeBERTa-v2, MPNet, NomicBERT, GTE, EuroBERT and
-jina-embeddings-v3 on the one encoder, against `transformers` itself: every task class loads a tiny random
+"""RoBERTa, XLM-RoBERTa, DistilBERT, ALBERT, ModernBERT, DeBERTa-v2, MPNet, NomicBERT, GTE, EuroBERT,
+jina-embeddings-v3 and ELECTRA on the one encoder, against `transformers` itself: every task class loads a tiny random
 checkpoint that `transformers` saved with the same outputs (padded batches included), saves back what the same
 `transformers` class loads with no missing or unexpected keys, and runs the packed inference path."""
 
@@ -56,13 +56,15 @@ def hf_config(model_type: str, num_labels: int = 3):
             rope_parameters={"rope_type": "default", "rope_theta": 250_000.0}, num_labels=num_labels)
     if model_type == "jina_embeddings_v3":  # XLM-R with rotary positions (θ 20,000), its padding id 1
         return transformers.JinaEmbeddingsV3Config(**common, pad_token_id=1)
+    if model_type == "electra":  # E < H: embeddings projected after their norm
+        return transformers.ElectraConfig(**common, embedding_size=16)
     return transformers.BertConfig(**common)
 
 
 PREFIX = {"bert": "Bert", "roberta": "Roberta", "xlm-roberta": "XLMRoberta", "distilbert": "DistilBert",
           "albert": "Albert", "modernbert": "ModernBert", "deberta-v2": "DebertaV2", "mpnet": "MPNet",
           "nomic_bert": "NomicBert", "gte": "Gte", "eurobert": "EuroBert",
-          "jina_embeddings_v3": "JinaEmbeddingsV3"}
+          "jina_embeddings_v3": "JinaEmbeddingsV3", "electra": "Electra"}
 AUTO = {
     "Model": bertforge.AutoModel,
     "ForPreTraining": bertforge.AutoModelForPreTraining,
@@ -204,7 +206,7 @@ def test_unsupported_model_type_names_the_supported_ones(tmp_path):
         BertConfig.from_dict({"model_type": "albert", "inner_group_num": 2})
 
 
-@pytest.mark.parametrize("model_type", ["roberta", "distilbert", "albert"])
+@pytest.mark.parametrize("model_type", ["roberta", "distilbert", "albert", "electra"])
 def test_config_json_round_trips_in_the_family_spelling(tmp_path, model_type):
     ref = hf_config(model_type)
     ref.save_pretrained(tmp_path)
