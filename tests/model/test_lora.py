@@ -40,6 +40,8 @@ FAMILIES = {  # name: (config class, config fields, class prefix, PEFT target_mo
     "mpnet": ("MPNetConfig", {}, "MPNet", ["q", "k", "v", "o", "intermediate.dense"]),
     "eurobert": ("EuroBertConfig", dict(num_key_value_heads=2, pad_token_id=0, mask_token_id=3), "EuroBert",
                  ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]),
+    "electra": ("ElectraConfig", dict(embedding_size=16), "Electra", ["query", "key", "value", "attention.output.dense",
+                                                                     "intermediate.dense", "output.dense"]),
     "jina_embeddings_v3": ("JinaEmbeddingsV3Config", dict(pad_token_id=0), "JinaEmbeddingsV3",
                            ["q_proj", "k_proj", "v_proj", "o_proj", "fc1", "fc2"]),
 }
