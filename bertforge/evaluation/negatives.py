@@ -118,11 +118,10 @@ def mine_negatives(anchors: Sequence[str], positives: Sequence[str], embed_queri
     positive_scores = pairwise_similarity(similarity, query_vectors[[q for q, _ in flat]],
                                           document_vectors[[d for _, d in flat]])
     if rerank is not None:
-        real = (ids >= 0).nonzero().tolist()
-        rescored = rerank([(queries[q], documents[int(ids[q, c])]) for q, c in real])
+        real = ids >= 0
+        rescored = rerank([(queries[q], documents[int(ids[q, c])]) for q, c in real.nonzero().tolist()])
         scores = scores.new_full(scores.shape, -torch.inf)
-        for (q, c), value in zip(real, rescored):
-            scores[q, c] = float(value)
+        scores[real] = torch.tensor([float(value) for value in rescored])  # row-major: the order of nonzero()
         positive_scores = torch.tensor([float(s) for s in rerank([(queries[q], documents[d]) for q, d in flat])])
 
     excluded = ids < 0

@@ -130,7 +130,27 @@ def test_never_a_positive_nor_the_anchor(ours):
     assert all(row["negative"] not in (row["anchor"], row["positive"]) for row in same)
 
 
-def test_reranker_rescores_the_candidates(ours):
+def test_a_cross_encoder_rescores_as_sentence_transformers(minilm_dir, reranker_dir, tmp_path):
+    """The candidates and positives rescored by a (tiny random) cross-encoder, then filtered by a margin on its
+    scores: the rows of `mine_hard_negatives(cross_encoder=...)`."""
+    from bertforge.pipelines.embed import EmbedPipeline
+    from bertforge.pipelines.rerank import RerankPipeline
+
+    pipeline = EmbedPipeline(minilm_dir, normalize=True, progress=False)
+    embed = lambda texts: torch.from_numpy(pipeline(texts))  # noqa: E731
+    anchors, positives = ANCHORS[:30], POSITIVES[:30]
+    expected = st.util.mine_hard_negatives(
+        datasets.Dataset.from_dict({"anchor": anchors, "positive": positives}),
+        st.SentenceTransformer(str(minilm_dir), device="cpu"), cross_encoder=st.CrossEncoder(str(reranker_dir)),
+        num_negatives=2, absolute_margin=0.0, verbose=False).to_list()
+    got = mine_negatives(anchors, positives, embed, embed, MiningSettings(num_negatives=2, margin=0.0),
+                         rerank=RerankPipeline(reranker_dir, progress=False).score)
+    assert len(got) == len(expected) and agreement(expected, got) >= 0.95
+    plain = mine_negatives(anchors, positives, embed, embed, MiningSettings(num_negatives=2, margin=0.0))
+    assert got != plain  # the cross-encoder changed the choice
+
+
+def test_reranker_rescores_the_candidates():
     """A cross-encoder that prefers the longest texts decides the order (and the margin is on its scores)."""
     embed = lambda texts: torch.nn.functional.normalize(torch.ones(len(texts), 4), dim=1)  # noqa: E731 all tied
     corpus = ["one", "one two three", "one two", "one two three four five"]
