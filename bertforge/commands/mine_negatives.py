@@ -118,17 +118,17 @@ def run(args: argparse.Namespace) -> int:
                               seed=args.seed)
     settings.window(1, args.reranker is not None)  # a bad window is refused before any model is loaded
     reuse_freed_memory()
+    pipeline = {"max_length": args.max_length, "max_batch_tokens": args.max_batch_tokens, "progress": args.progress,
+                "quantize": args.quantize, "device": args.device}
+    embed = EmbedPipeline(args.model, normalize=True, **pipeline)  # unit length, as sentence-transformers mines
+    queries, documents = query_and_document_encoders(embed)
+    rerank = None if args.reranker is None else RerankPipeline(args.reranker, **pipeline).score
     anchors, positives = read_pairs(args.input)
     corpus = None
     if args.corpus is not None:
         corpus = [t for t in read_texts(Path(args.corpus), args.text_column) if t.strip()]
         if not corpus:
             raise BertforgeError(f"{args.corpus}: no texts")
-    pipeline = {"max_length": args.max_length, "max_batch_tokens": args.max_batch_tokens, "progress": args.progress,
-                "quantize": args.quantize, "device": args.device}
-    embed = EmbedPipeline(args.model, normalize=True, **pipeline)  # unit length, as sentence-transformers mines
-    queries, documents = query_and_document_encoders(embed)
-    rerank = None if args.reranker is None else RerankPipeline(args.reranker, **pipeline).score
     rows = mine_negatives(anchors, positives, queries,
                           lambda texts: torch.from_numpy(np.stack(list(documents(texts)))),
                           settings, corpus=corpus, similarity=embed.similarity, rerank=rerank)
