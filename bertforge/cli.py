@@ -27,6 +27,7 @@ COMMANDS = [
     "glue",
     "train_embeddings",
     "evaluate",
+    "mine_negatives",
     "predict",
     "embed",
     "fill_mask",

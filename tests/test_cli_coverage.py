@@ -31,7 +31,7 @@ def options(parser: argparse.ArgumentParser, command: str = "bertforge") -> list
 def test_the_walk_finds_every_command():
     commands = {command for command, _ in options(build_parser())}
     assert commands == {"bertforge", "pretrain", "distill", "train-tokenizer", "finetune", "glue", "evaluate", "predict", "embed",
-                        "train-embeddings", "fill-mask", "attention", "export-onnx", "serve"}
+                        "train-embeddings", "mine-negatives", "fill-mask", "attention", "export-onnx", "serve"}
 
 
 def test_every_option_is_set_by_some_test():
