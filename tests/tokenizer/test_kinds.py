@@ -133,7 +133,10 @@ def test_pairs_with_truncation_match(saved, corpus, texts, truncation):
     tok, _, hf = saved
     rng = random.Random(TRUNCATIONS.index(truncation))
     refused = 0
-    for first, second in zip(corpus[:60] + texts[:120], texts[120:240] + corpus[60:120]):
+    pairs = list(zip(corpus[:60] + texts[:120], texts[120:240] + corpus[60:120]))
+    if truncation == "longest_first" and tok.kind in (EUROBERT, MMBERT):  # transformers' side takes ~0.1 s a pair
+        pairs = pairs[::3]  # here; the byte-level cases are ModernBERT's and RoBERTa's, run in full
+    for first, second in pairs:
         options = dict(truncation=truncation, max_length=rng.choice([1, 3, 4, 5, 6, 8, 16, 32]), **OPTIONS)
         mine, theirs = outcome(tok, first, second, **options), outcome(hf_call, hf, first, second, **options)
         if theirs == "error":  # the backend refuses when the sequence to cut is too short: both must refuse
