@@ -17,12 +17,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from torch import Tensor
-
 from ...core.errors import BertforgeError
 from ..spec import EncoderSpec, HeadSpec, LayerAttention
-from .family import INTERNAL_LAYER, Family, Recipe, split
-from .nomic_bert import NATIVE_LAYER_KEYS, check_head_dim, join_native, rope_config, rope_theta
+from .family import INTERNAL_LAYER, Family, Recipe
+from .nomic_bert import NATIVE_LAYER_KEYS, check_head_dim, join_native, rope_config, rope_theta, split_native
 
 if TYPE_CHECKING:
     from ..config import BertConfig
@@ -74,16 +72,6 @@ def eurobert_spec(family: Family, config: BertConfig) -> EncoderSpec:
                        decoder_bias=mlp_bias, sequence="transform", sequence_act="gelu", transform_norm=False,
                        pooling=POOLINGS[pooling]),
     )
-
-
-def unfuse(state: dict[str, Tensor]) -> dict[str, Tensor]:
-    """Its separate `mlp.gate_proj` and `mlp.up_proj` joined into the encoder's gated layer (gate first)."""
-    return join_native(state)
-
-
-def fuse(state: dict[str, Tensor]) -> dict[str, Tensor]:
-    """The inverse of `unfuse`, into EuroBERT's layout."""
-    return split(state, "mlp.gate_up", ("mlp.gate_proj", "mlp.up_proj"))
 
 
 _write_rope = rope_config(DEFAULT_THETA)
@@ -141,8 +129,8 @@ EUROBERT = Family(
         ("lm_head.bias", "cls.predictions.bias"),
         ("dense.", "head_transform.dense."),  # the sequence head's; its classifier and the token one keep `classifier.`
     ),
-    unfuse=unfuse,
-    fuse=fuse,
+    unfuse=join_native,  # its separate mlp.gate_proj / mlp.up_proj as the encoder's gated layer (gate first)
+    fuse=split_native,  # and back
     read_spec=eurobert_spec,
     write_config=write_config,
     sizes=SIZES,
@@ -155,4 +143,4 @@ EUROBERT = Family(
     tokenizer="eurobert",
 )
 
-__all__ = ["EUROBERT", "eurobert_spec", "fuse", "unfuse", "write_config"]
+__all__ = ["EUROBERT", "eurobert_spec", "write_config"]
