@@ -32,7 +32,7 @@ PIPELINE_OPTIONS = ("max_length", "eval_batch_size", "device", "progress")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--task", required=True, choices=(*FINETUNE_TASKS, *EVALUATION_TASKS),
+    parser.add_argument("--task", required=True, choices=tuple(dict.fromkeys((*FINETUNE_TASKS, *EVALUATION_TASKS))),
                         help="the task: classification, ner or qa (a fine-tuned model); sts (scored pairs), retrieval "
                              "(a BEIR folder) or rerank (query, positives, negatives rows)")
     add_options(parser, FinetuneConfig, only=("model",), required=("model",))
@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
         check_output_file(args.out, inputs=(args.input, args.qrels, *inside), model=args.model)
     reuse_freed_memory()  # this process's allocator keeps freed memory: no page faults per large tensor
     options = given(args, DATA_OPTIONS)
-    if args.task in FINETUNE_TASKS:
+    if args.task in FINETUNE_TASKS and args.task not in EVALUATION_TASKS:
         extra = [flag for flag, value in (("--qrels", args.qrels), ("--sparse", args.sparse),
                                           ("--reranker", args.reranker)) if value is not None]
         if extra:

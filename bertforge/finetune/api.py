@@ -26,9 +26,9 @@ from ..training.step import refuse_nonfinite
 from ..training.checkpoint import TrainingCheckpoints
 from ..training.loop import RunLifecycle, open_metrics
 from .config import DataOptions, FinetuneConfig
-from .tasks import Encoded, Task, get_task, lower_is_better
+from .tasks import Encoded, Task, get_task
 from ..core.system import Runtime, from_main, on_every_rank, on_main, setup_runtime, teardown_runtime
-from .trainer import Finetuning, plot_curve, run_logged, run_model
+from .trainer import plot_curve, run_logged, run_model
 from ..core.hub import model_reference
 from ..data.tables import InMemory, in_memory, is_path, split_in_memory
 
@@ -106,8 +106,7 @@ def _finetune(cfg: FinetuneConfig, out: Path, rt: Runtime, lifecycle: RunLifecyc
     def evaluate_dev() -> dict[str, Any]:  # rank 0 scores, every rank learns the metrics (the same decisions)
         return from_main(rt, lambda: _score(task, model, dev_data, opts, tokenizer.pad_token_id, rt.device))
 
-    run = Finetuning(model, train_data.features, evaluate_dev, cfg, main_metric, lower_is_better(main_metric),
-                     tokenizer.pad_token_id, rt.device, rt)
+    run = task.training(model, train_data, evaluate_dev, cfg, main_metric, tokenizer, rt)
     run.enable_checkpoints(TrainingCheckpoints(out, rt, run.stepper, cfg.keep_checkpoints, model.config), cfg.save_every)
     lifecycle.prepare()  # the first change to `out`
     resumed = cfg.resume and run.resume()
@@ -166,6 +165,7 @@ def _write_run(cfg: FinetuneConfig, out: Path, model: Any, tokenizer: Any, best:
             base_model=cfg.model, datasets=(cfg.train,), recipe=recipe, metrics=best.metrics, trained_by="finetune",
             metrics_on=f"`{cfg.dev}` (the best evaluation: step {best.step}, epoch {best.epoch})"))
         tokenizer.save_pretrained(work)
+        get_task(cfg.task).save_files(work, {"bertforge": __version__, "torch": torch.__version__})
     with open(out / "metrics.jsonl", encoding="utf-8") as records:
         plot_curve((json.loads(line) for line in records), summary["main_metric"], out / "training_curve.png")
     atomic_write_text(out / "eval.json", json.dumps(summary, indent=2) + "\n")  # last: the run is complete

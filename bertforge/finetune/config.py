@@ -18,8 +18,9 @@ from ..training.optim import check_layer_lr_decay
 from ..core.options import check_choices, option
 from ..training.adapters import LoraOptions
 from ..training.step import PRECISION_HELP, PRECISIONS, check_precision
+from .rerank_losses import RERANK_LOSSES
 
-FINETUNE_TASKS = ("classification", "ner", "qa")  # `--task` of finetune / evaluate / predict
+FINETUNE_TASKS = ("classification", "ner", "qa", "rerank")  # `--task` of finetune / evaluate / predict
 DEFAULT_LABEL_COLUMN = "label"  # --label-column left at it: each task's own default (ner: ner_tags/tags, qa: answers)
 
 
@@ -68,7 +69,8 @@ class DataOptions:
 class FinetuneConfig(LoraOptions, DataOptions):
     """Everything that defines a fine-tuning run. Paths are made absolute when the run starts."""
 
-    task: str = option(help="the task: classification, ner or qa", choices=FINETUNE_TASKS)
+    task: str = option(help="the task: classification, ner, qa, or rerank (a cross-encoder reranker)",
+                       choices=FINETUNE_TASKS)
     model: str = option(help="model directory (weights, config.json, tokenizer)", metavar="DIR")
     train: str = option(help="training data (CSV/TSV/JSONL/Parquet/Arrow, CoNLL, or SQuAD JSON)", metavar="FILE")
     dev: str = option(help="dev data, scored at each evaluation", metavar="FILE")
@@ -91,7 +93,11 @@ class FinetuneConfig(LoraOptions, DataOptions):
                                     metavar="N")
     early_stop_patience: int | None = option(None, "stop after N evaluations without a better main metric", metavar="N")
     metric: str | None = option(None, "main metric that picks the best checkpoint (default: accuracy; pearson for "
-                                "regression; micro_f1 for multi-label; f1 for ner and qa)")
+                                "regression; micro_f1 for multi-label; f1 for ner and qa; ndcg@10 for rerank)")
+    loss: str | None = option(None, "rerank: the loss, as sentence-transformers' CrossEncoder losses: bce (default; "
+                              "pointwise, labels in [0, 1]), mse (a teacher's scores), listnet or lambdaloss (each "
+                              "row's documents ranked together), mnrl (a positive against in-batch and hard "
+                              "negatives)", choices=tuple(RERANK_LOSSES))
     group_by_length: bool = option(False, "batches of examples of similar length instead of plain shuffled ones "
                                    "(less attention padding, but worse scores: see docs/guides/finetuning.md)")
     log_every: int = option(10, "write the training loss to metrics.jsonl every N optimizer steps", metavar="N")
@@ -127,6 +133,8 @@ class FinetuneConfig(LoraOptions, DataOptions):
         check_layer_lr_decay(self.layer_lr_decay)
         if not isinstance(self.freeze_backbone, bool):
             raise BertforgeError(f"freeze_backbone must be true or false, got {self.freeze_backbone!r}")
+        if self.loss is not None and self.task != "rerank":
+            raise BertforgeError(f"--loss chooses a reranker's loss (--task rerank), not {self.task}'s")
         if self.lora() is not None and self.freeze_backbone:
             raise BertforgeError("lora_rank and freeze_backbone both say what trains: choose one")
 

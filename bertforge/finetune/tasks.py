@@ -1,4 +1,4 @@
-"""The three fine-tuning tasks behind one interface, so that training, evaluation and prediction are task-free.
+"""The fine-tuning tasks behind one interface, so that training, evaluation and prediction are task-free.
 
 A task reads its files, derives the label space from the training data (the `config.json` overrides:
 `id2label`, `label2id`, `problem_type`, ...), encodes examples into features (rejecting labels the model does not
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -89,6 +90,17 @@ class Task(ABC):
     @abstractmethod
     def records(self, data: Encoded, outputs: list[Output], config: BertConfig, opts: DataOptions) -> list[dict]:
         """One JSON-ready prediction per example."""
+
+    def save_files(self, directory: Path, versions: dict[str, str]) -> None:  # noqa: B027 (a hook: none by default)
+        """Files of the task's own beside the fine-tuned checkpoint in `directory`."""
+
+    def training(self, model: Any, data: Encoded, evaluate: Callable[[], dict[str, Any]], cfg: Any, main_metric: str,
+                 tokenizer: Any, rt: Any) -> Any:
+        """The run that trains `model` on `data` (a `trainer.Finetuning`: the model's own loss on the features)."""
+        from .trainer import Finetuning
+
+        return Finetuning(model, data.features, evaluate, cfg, main_metric, lower_is_better(main_metric),
+                          tokenizer.pad_token_id, rt.device, rt)
 
     def max_length(self, opts: DataOptions, config: BertConfig) -> int:
         """`--max-length`, or the task's default capped at the model's positions."""
@@ -466,3 +478,6 @@ def get_task(name: str) -> Task:
     if name not in TASK_CLASSES:
         raise BertforgeError(f"unknown task {name!r}; choose one of: {', '.join(TASK_CLASSES)}")
     return TASK_CLASSES[name]()
+
+
+from . import rerank  # noqa: E402,F401  (the reranking task registers itself: `rerank.Rerank`)

@@ -195,3 +195,11 @@ def write_sentence_transformers_files(path: Path, hidden_size: int, pooling: str
     st_config = {"__version__": versions or {}, "prompts": {}, "default_prompt_name": None, "similarity_fn_name": "cosine"}
     atomic_write_text(path / "config_sentence_transformers.json", json.dumps(st_config, indent=2) + "\n")
     atomic_write_text(path / "modules.json", json.dumps(modules, indent=2) + "\n")
+
+
+def write_cross_encoder_files(path: Path, activation: str, versions: dict[str, str] | None = None) -> None:
+    """The settings file that makes a directory holding a one-logit sequence classifier a sentence-transformers
+    CrossEncoder whose score is `activation` (a class path, "torch.nn.modules.activation.Sigmoid") of the logit."""
+    st_config = {"__version__": versions or {}, "activation_fn": activation, "model_type": "CrossEncoder",
+                 "prompts": {}, "default_prompt_name": None}
+    atomic_write_text(path / "config_sentence_transformers.json", json.dumps(st_config, indent=2) + "\n")

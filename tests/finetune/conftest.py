@@ -31,6 +31,15 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return save_tiny_model(tmp_path_factory.mktemp("tiny_bert"))
 
 
+@pytest.fixture(scope="session")
+def cross_encoder_dir(tiny_model, tmp_path_factory) -> Path:
+    """A transformers BertForSequenceClassification (one logit, large random weights: logits far apart) with the
+    tiny model's tokenizer (the reranking tests' reference model)."""
+    from tests.evaluation.evaluation_helpers import cross_encoder_dir as make_cross_encoder
+
+    return make_cross_encoder(tmp_path_factory.mktemp("cross_encoder"), tiny_model)
+
+
 def save_tiny_model(directory: Path) -> Path:
     """`tiny_model` into `directory` (also the fixture of the command tests, `tests/commands/conftest.py`)."""
     import torch
