@@ -411,8 +411,11 @@ def _deberta_config(normalization: Normalization) -> dict[str, Any]:
 
 
 def _albert_config(normalization: Normalization) -> dict[str, Any]:
+    # transformers 5's AlbertTokenizer leaves token_type_ids out of its inputs (segment 0 everywhere) unless the
+    # config names them: named, it gives a pair's second segment type 1, as ALBERT was trained and as bertforge does
     return {"do_lower_case": normalization.do_lower_case, "keep_accents": not normalization.strips_accents,
-            "add_prefix_space": True, "trim_offsets": True}
+            "add_prefix_space": True, "trim_offsets": True,
+            "model_input_names": ["input_ids", "token_type_ids", "attention_mask"]}
 
 
 def _xlm_roberta_config(normalization: Normalization) -> dict[str, Any]:

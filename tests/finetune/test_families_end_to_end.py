@@ -131,3 +131,34 @@ def test_attention_plot_and_onnx_export_of_the_family(family_model, tmp_path, ca
     pytest.importorskip("onnxruntime")
     assert main(["export-onnx", "--model", str(model), "--out", str(tmp_path / "model.onnx")]) == 0
     assert (tmp_path / "model.onnx").stat().st_size > 0
+
+
+def test_a_reranker_of_the_family_through_the_cli(tmp_path, family_model, capsys):
+    """`finetune --task rerank` (lambdaloss, listwise rows) on the family's checkpoint: transformers loads the
+    one-logit classifier with the same logits, and `pipeline("rerank")` ranks with `predict --task rerank`'s scores."""
+    family, model = family_model
+    rows = [{"query": "where does john live ?", "documents": ["john lives in paris .", "mary works at acme corp ."],
+             "labels": [1, 0]},
+            {"query": "where does mary work ?", "documents": ["mary works at acme corp .", "good movie"],
+             "labels": [1, 0]}] * 4
+    train = tmp_path / "train.jsonl"
+    train.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    out = tmp_path / "run"
+    run(capsys, "finetune", "--task", "rerank", "--loss", "lambdaloss", "--model", str(model), "--train", str(train),
+        "--dev", str(train), "--out", str(out), *FAST)
+    config = json.loads((out / "model" / "config.json").read_text())
+    assert config["architectures"] == [f"{PREFIX[family]}ForSequenceClassification"] and config["num_labels"] == 1
+    reference = transformers.AutoModelForSequenceClassification.from_pretrained(out / "model").eval()
+    hf_tokenizer = transformers.AutoTokenizer.from_pretrained(out / "model")
+    documents = rows[0]["documents"]
+    batch = hf_tokenizer([rows[0]["query"]] * 2, documents, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        expected = torch.sigmoid(reference(**batch).logits[:, 0])
+    ranked = bertforge.pipeline("rerank", model=out / "model")(rows[0]["query"], documents)
+    assert max(abs(r["score"] - float(expected[r["corpus_id"]])) for r in ranked) <= 1e-5
+    predictions = tmp_path / "ranked.jsonl"
+    run(capsys, "predict", "--task", "rerank", "--model", str(out / "model"), "--input", str(train), "--out",
+        str(predictions), "--no-progress")
+    first = json.loads(predictions.read_text().splitlines()[0])["ranking"]
+    assert {r["corpus_id"]: r["score"] for r in first} == pytest.approx({r["corpus_id"]: r["score"] for r in ranked},
+                                                                        abs=1e-5)
