@@ -7,9 +7,10 @@
   its title and text joined by a space, as BEIR's own dense retrievers join them. A qrels score above 0 is relevant
   (BEIR's and MTEB's rule); a query counts when it has a relevant document, as in sentence-transformers' evaluator.
   Ids are strings.
-* Reranking rows (`--task rerank`): query, positives, negatives, in that column order (the names do not matter); a
-  cell is one text or a list of texts (JSONL, Parquet). Rows of the same query are one query: its positives and
-  negatives gathered, each text once.
+* Reranking rows (`--task rerank`): any layout `finetune --task rerank` reads (`finetune.rerank`): query,
+  positives, negatives (three columns of any names, by position; a cell one text or a list of texts, maybe empty),
+  mined n-tuples, pointwise or listwise rows with labels (relevant: a label of at least 0.5). Rows of the same
+  query are one query: its documents gathered, each text once, the relevant ones first.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..core.errors import BertforgeError
-from ..finetune.data import read_text_file, record_source, table_rows
+from ..data.tables import is_path
+from ..finetune.data import read_text_file
 
 if TYPE_CHECKING:  # embeddings_train's dev evaluation imports this module: its reader is imported when called
     from ..embeddings_train.data import PairData
@@ -123,42 +125,24 @@ class RerankData:
     relevant: list[list[bool]]
 
 
-def _texts(value: Any, where: str) -> list[str]:
-    items = value if isinstance(value, (list, tuple)) else [] if value is None or value == "" else [value]
-    if not all(isinstance(t, str) and t.strip() for t in items):
-        raise BertforgeError(f"{where}: expected a text or a list of texts, got {value!r:.60}")
-    return list(items)
-
-
 def read_rerank(data: Any) -> RerankData:
-    """Reranking rows (query, positives, negatives) from a file or rows in memory (see the module docstring)."""
-    source = record_source(data)
-    if source is not None:
-        path, records = source
-        rows = [(line, list(record.values())) for line, record in records]
-    else:
-        path = Path(data)
-        _, table = table_rows(path, read_text_file(path), no_header=False)
-        rows = [(line, list(c)) for line, c in table]
-    gathered: dict[str, tuple[dict[str, None], dict[str, None]]] = {}
-    for line, cells in rows:
-        if len(cells) < 3:
-            raise BertforgeError(f"{path}:{line}: expected three columns (query, positives, negatives), got "
-                                 f"{len(cells)}")
-        query = cells[0]
-        if not isinstance(query, str) or not query.strip():
-            raise BertforgeError(f"{path}:{line}: the query is empty or not a text")
-        positives, negatives = gathered.setdefault(query, ({}, {}))
-        positives.update(dict.fromkeys(_texts(cells[1], f"{path}:{line}: positives")))
-        negatives.update(dict.fromkeys(_texts(cells[2], f"{path}:{line}: negatives")))
+    """Reranking rows from a file or rows in memory (see the module docstring): the rows of a query gathered,
+    its relevant documents first."""
+    from ..finetune.config import DataOptions
+    from ..finetune.rerank import RELEVANT_AT, by_query, read_rerank_rows
+
+    rows = read_rerank_rows(data, DataOptions(), labelled=True)
+    where = data if is_path(data) else "the rows"
     queries: list[str] = []
     candidates: list[list[str]] = []
     relevant: list[list[bool]] = []
-    for query, (positives, negatives) in gathered.items():
-        if not positives:
-            raise BertforgeError(f"{path}: query {query!r:.60} has no positive")
-        docs = list(positives) + [n for n in negatives if n not in positives]
+    for positions in by_query(rows):
+        query = rows[positions[0][0]].query
+        flags = [(rows[r].labels or [])[d] >= RELEVANT_AT for r, d in positions]
+        if not any(flags):
+            raise BertforgeError(f"{where}: query {query!r:.60} has no positive")
+        order = sorted(range(len(positions)), key=lambda i: not flags[i])  # relevant first, each side in file order
         queries.append(query)
-        candidates.append(docs)
-        relevant.append([True] * len(positives) + [False] * (len(docs) - len(positives)))
+        candidates.append([rows[positions[i][0]].documents[positions[i][1]] for i in order])
+        relevant.append([flags[i] for i in order])
     return RerankData(queries, candidates, relevant)

@@ -8,7 +8,8 @@ rename the query, document and label columns):
 * listwise: query, documents (a list), labels (a list of numbers, one per document) — JSONL, Parquet or rows in
   memory;
 * n-tuples: query (or anchor), positive, negative or negative_1 ... negative_N — what `mine-negatives` writes —
-  and positives / negatives lists (the rows `evaluate --task rerank` reads): labels 1 and 0.
+  and positives / negatives (a text or a list each, maybe empty): labels 1 and 0. Three columns of other names
+  are (query, positives, negatives) by position.
 
 The losses (`--loss`, `RERANK_LOSSES`), as sentence-transformers defines them with its default settings:
 
@@ -79,7 +80,10 @@ def _text(value: Any, where: str) -> str:
     return value
 
 
-def _texts(value: Any, where: str) -> list[str]:
+def _texts(value: Any, where: str, empty: bool = False) -> list[str]:
+    """A list of texts, or one text; with `empty`, nothing (None, "", []) is no texts."""
+    if empty and (value is None or value == "" or (isinstance(value, (list, tuple)) and not value)):
+        return []
     if isinstance(value, str):
         return [_text(value, where)]
     if not isinstance(value, (list, tuple)) or not value:
@@ -106,6 +110,9 @@ def _pick(record: dict[str, Any], given: str | None, defaults: Sequence[str]) ->
 def _row(path: Path, line: int, record: dict[str, Any], opts: DataOptions, labelled: bool) -> RerankRow:
     """A row of any of the module docstring's layouts, by its column names."""
     where = f"{path}:{line}"
+    layouts = ("documents", "positives", "positive", *DOCUMENT_COLUMNS, opts.text_pair_column)
+    if len(record) == 3 and opts.text_column is None and not any(c in record for c in layouts):
+        record = dict(zip(("query", "positives", "negatives"), record.values()))  # by position, any names
     query_column = _pick(record, opts.text_column, QUERY_COLUMNS)
     if query_column is None:
         wanted = repr(opts.text_column) if opts.text_column else "query, anchor or question"
@@ -123,10 +130,12 @@ def _row(path: Path, line: int, record: dict[str, Any], opts: DataOptions, label
         return RerankRow(line, query, documents, labels)
     positive = next((c for c in ("positives", "positive") if c in record), None)
     if positive is not None:  # n-tuples, or positives / negatives lists
-        positives = _texts(record[positive], f"{where}: {positive}")
+        positives = _texts(record[positive], f"{where}: {positive}", empty=True)
         negative_columns = [c for c in record if c in ("negatives", "negative")
                             or (c.startswith("negative_") and c[9:].isdigit())]
-        negatives = [t for c in negative_columns for t in _texts(record[c], f"{where}: {c}")]
+        negatives = [t for c in negative_columns for t in _texts(record[c], f"{where}: {c}", empty=True)]
+        if not positives and not negatives:
+            raise BertforgeError(f"{where}: the row has no document (its positives and negatives are empty)")
         return RerankRow(line, query, positives + negatives, [1.0] * len(positives) + [0.0] * len(negatives))
     document_column = _pick(record, opts.text_pair_column, DOCUMENT_COLUMNS)
     if document_column is None:

@@ -79,6 +79,12 @@ def test_rerank_rows_merge_by_query(tmp_path):
     (tmp_path / "none.csv").write_text("query,positive,negative\nwho,,her\n")
     with pytest.raises(BertforgeError, match="has no positive"):
         read_rerank(tmp_path / "none.csv")
-    (tmp_path / "two.csv").write_text("query,positive\nwho,him\n")
-    with pytest.raises(BertforgeError, match="two.csv:2: expected three columns"):
-        read_rerank(tmp_path / "two.csv")
+    (tmp_path / "nothing.csv").write_text("query,positive,negative\nwho,,\n")
+    with pytest.raises(BertforgeError, match="nothing.csv:2: the row has no document"):
+        read_rerank(tmp_path / "nothing.csv")
+    (tmp_path / "named.csv").write_text("question,good,bad\nwho,him,her\n")  # three columns: by position
+    assert read_rerank(tmp_path / "named.csv").candidates == [["him", "her"]]
+    mined = [{"anchor": "who", "positive": "him", "negative_1": "her", "negative_2": "them"}]
+    assert read_rerank(mined).relevant == [[True, False, False]]
+    scored = [{"query": "who", "document": d, "label": v} for d, v in (("her", 0.2), ("him", 0.9))]
+    assert (read_rerank(scored).candidates, read_rerank(scored).relevant) == ([["him", "her"]], [[True, False]])
