@@ -195,7 +195,7 @@ def _evaluator(data: DevSet, tokenizer: Any, model: BertModel, pooling: str, max
     """The dev scoring function (`evaluation.dev_evaluator`) on the model being trained."""
     from ..training.step import autocast, pick_precision
 
-    precision = pick_precision("auto", device)
+    precision = pick_precision("auto", device, training=False)  # dev scoring: inference's precision
 
     def embed(texts: list[str]) -> torch.Tensor:
         ids = tokenizer(texts, truncation=True, max_length=max_length)["input_ids"]

@@ -33,7 +33,7 @@ from ..core.state import check_same_files, files_fingerprint
 from ..training.checkpoint import Loaded, TrainingCheckpoints, number_list
 from ..training.time_budget import RunLength
 from ..training.log import MetricsLog, Panel, plot_curves
-from ..training.step import TrainStep, autocast as train_autocast, labelled_count, pick_precision
+from ..training.step import TrainStep, autocast as train_autocast, choose_precision, labelled_count, pick_precision
 from ..training.loop import Cadence, RunLifecycle, TrainLoop, progress_bar
 from ..training.parallel import wrap_model
 from ..core.system import Runtime
@@ -50,8 +50,9 @@ FINETUNE_EPS = 1e-8  # AdamW epsilon of fine-tuning recipes (transformers' defau
 
 
 def autocast(device: torch.device) -> contextlib.AbstractContextManager[Any]:
-    """bf16 autocast on CUDA (where the GPU has bf16); nothing (fp32) elsewhere: training's "auto" precision."""
-    return train_autocast(device, pick_precision("auto", device))
+    """Evaluation and prediction's precision: bf16 autocast on CUDA (where the GPU has bf16); nothing (fp32)
+    elsewhere ("auto" for inference)."""
+    return train_autocast(device, pick_precision("auto", device, training=False))
 
 
 def move(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
@@ -163,8 +164,9 @@ class Finetuning:
         optimizer = make_optimizer(model, "adamw", cfg.lr, cfg.weight_decay, eps=FINETUNE_EPS,
                                    layer_lr_decay=cfg.layer_lr_decay)
         scheduler = warmup_decay(optimizer, warmup_steps, self.total_steps)
+        precision = choose_precision(cfg.precision, device)
         self.stepper = TrainStep(model, optimizer, scheduler, max_grad_norm=MAX_GRAD_NORM, device=device,
-                                 precision=pick_precision(cfg.precision, device), world_size=self.rt.world_size,
+                                 precision=precision.dtype, world_size=self.rt.world_size,
                                  max_skipped_steps=cfg.max_skipped_steps)
         # what training steps call: DDP under torchrun, compiled with --compile (a subclass that trains through a
         # module of its own, `wraps_own_module`, wraps that one instead)
@@ -174,9 +176,9 @@ class Finetuning:
                      else f"{min(epoch_steps)}-{max(epoch_steps)} step(s), {self.total_steps} in all")
         if self.rt.is_main:
             processes = f" split over {self.rt.world_size} processes" if self.rt.distributed else ""
-            log.info("%s on %d %s: %d epoch(s) x %s, batch %d x %d accumulated%s, warm-up %d step(s), on %s",
+            log.info("%s on %d %s: %d epoch(s) x %s, batch %d x %d accumulated%s, warm-up %d step(s), on %s at %s (%s)",
                      self.what, len(train_features), self.rows, cfg.epochs, per_epoch, cfg.batch_size, cfg.grad_accum,
-                     processes, warmup_steps, device)
+                     processes, warmup_steps, device, precision.name, precision.reason)
         self.result = TrainResult()
         self.best_state: dict[str, torch.Tensor] | None = None
         self.since_best = 0

@@ -33,6 +33,7 @@ from ..core.linear import BACKENDS, linear_backend, onednn_available
 from ..model.quantize import check_quantize, is_quantized, quantize_model
 from ..core.system import configure_threads, inference_device, reuse_freed_memory
 from ..core.hub import model_path
+from ..training.step import autocast, pick_precision
 
 log = logging.getLogger("bertforge")
 
@@ -40,6 +41,24 @@ log = logging.getLogger("bertforge")
 CHUNK_SIZE = 2048
 #: Show a progress bar (on a terminal) from this many inputs on, unless `progress` says otherwise.
 PROGRESS_MIN_INPUTS = 512
+
+
+#: `precision=` of the pipelines (and --precision of the inference commands).
+INFERENCE_PRECISIONS = ("fp32", "bf16")
+
+
+def inference_precision(precision: str, quantize: str | None, device: torch.device, task: str) -> torch.dtype | None:
+    """The autocast dtype of a pipeline's encoder (None: as the device runs it, float32 on a CPU)."""
+    if precision not in INFERENCE_PRECISIONS:
+        raise BertforgeError(f"{task}: precision {precision!r}; choose {' or '.join(INFERENCE_PRECISIONS)}")
+    if precision == "fp32":
+        return None
+    if quantize is not None:
+        raise BertforgeError(f"{task}: precision bf16 is for float models; quantize={quantize!r} runs int8 layers")
+    if device.type != "cpu":
+        raise BertforgeError(f"{task}: precision bf16 is the CPU's (on {device.type} the model runs in float16)")
+    pick_precision("bf16", device, training=False)  # warns on a CPU without bf16 units
+    return torch.bfloat16
 
 
 @dataclass
@@ -106,6 +125,9 @@ class Pipeline:
         device: "cpu" (the default: packed batches, oneDNN kernels), "cuda", "cuda:N", "mps" or "auto" (a GPU if
             there is one). On CUDA the model runs in float16 (SDPA's fast kernels); results come back as float32.
             A model object passed in is moved there.
+        precision: "fp32" (the default on a CPU: transformers' numbers), or "bf16": the encoder under bf16
+            autocast on the CPU (its matrix multiplies in bf16, fast on CPUs with AVX512-BF16 or AMX; emulated,
+            slowly, elsewhere, with a warning), the head and results in float32. Not with quantize.
     """
 
     task: ClassVar[str] = ""
@@ -129,10 +151,12 @@ class Pipeline:
         quantize: str | None = None,
         device: str | None = None,
         adapter: str | os.PathLike[str] | None = None,
+        precision: str = "fp32",
     ) -> None:
         self.device = inference_device(device)
         configure_threads(num_threads)
         check_quantize(quantize, what=self.task)
+        self.autocast_dtype = inference_precision(precision, quantize, self.device, self.task)
         if quantize is not None and self.device.type != "cpu":
             raise BertforgeError(f"{self.task}: int8 (quantize) runs on CPU; leave out quantize or device {device!r}")
         if quantize is not None:
@@ -291,7 +315,10 @@ class Pipeline:
         with torch.inference_mode(), linear_backend(self.backend):
             for indices, batch in chunk.batches:
                 batch = batch.to(self.device)
-                hidden = bert.forward_packed(batch, self.attention_padding, self.depth)  # [T, H]
+                with autocast(self.device, self.autocast_dtype):
+                    hidden = bert.forward_packed(batch, self.attention_padding, self.depth)  # [T, H]
+                if self.autocast_dtype is not None:
+                    hidden = hidden.float()  # the head in float32
                 for i, out in zip(indices, self.head(batch, hidden, [chunk.features[i] for i in indices])):
                     outputs[i] = out
         by_item: list[list[int]] = [[] for _ in chunk.inputs]

@@ -42,7 +42,7 @@ from .report import metrics_summary, plot_metrics, show_predictions
 from ..training.run_dir import RunDirectory, list_checkpoints
 from ..core.system import barrier, setup_runtime, teardown_runtime
 from ..training.time_budget import RunClock, RunLength
-from ..training.step import TrainStep, pick_precision, refuse_nonfinite
+from ..training.step import TrainStep, choose_precision, refuse_nonfinite
 from ..training.loop import Cadence, RunLifecycle, TrainLoop, open_metrics, progress_bar
 from ..training.checkpoint import Loaded, TrainingCheckpoints, number_list
 
@@ -66,7 +66,10 @@ class Pretrainer:
         base_config = args.model_config()  # settings the model config refuses fail here, before anything is written
         self.args = args = args.for_family(base_config)  # the family's recipe where the settings say "auto"
         self.kind = args.objective_kind  # what the run learns: its model, objective, memory and data
-        self.autocast_dtype = pick_precision(self.args.precision, self.rt.device)
+        precision = choose_precision(self.args.precision, self.rt.device)
+        self.autocast_dtype = precision.dtype
+        if self.rt.is_main:
+            log.info("precision: %s (%s)", precision.name, precision.reason)
         try:
             self.setup(base_config)
         except BaseException:

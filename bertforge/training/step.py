@@ -45,21 +45,58 @@ MAX_SKIPPED_STEPS = 10  # consecutive non-finite steps after which a run stops w
 
 # --precision of every trainer: its choices and its help, declared once
 PRECISIONS = {"auto": None, "fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
-PRECISION_HELP = ("auto: bf16 autocast on CUDA (where the GPU has bf16), fp32 elsewhere; fp32; bf16 autocast; fp16 "
-                  "autocast with a gradient scaler (loss scaling, overflowing steps skipped). bf16 and fp16 are for "
-                  "GPUs: on CPU they run, slowly")
+PRECISION_HELP = ("auto: bf16 autocast where the hardware runs bf16 natively (a CUDA GPU with bf16; a CPU with "
+                  "AVX512-BF16 or AMX), fp32 elsewhere; fp32; bf16 autocast; fp16 autocast with a gradient scaler "
+                  "(loss scaling, overflowing steps skipped; for GPUs: a CPU emulates it, slowly)")
 
 
-def pick_precision(name: str, device: torch.device) -> torch.dtype | None:
-    """The autocast dtype for `name` (a key of PRECISIONS); None is fp32. auto: bf16 on a CUDA device that has it,
-    fp32 anywhere else (never a half type on CPU unless asked)."""
+def cpu_bf16_units() -> str | None:
+    """The CPU's native bf16 units ("AMX", "AVX512-BF16"), or None when it has none (and would emulate bf16, far
+    slower than fp32)."""
+    cpu = torch.cpu
+    if getattr(cpu, "_is_amx_tile_supported", lambda: False)():
+        return "AMX"
+    if getattr(cpu, "_is_avx512_bf16_supported", lambda: False)():
+        return "AVX512-BF16"
+    return None
+
+
+@dataclass(frozen=True)
+class PrecisionChoice:
+    """What `--precision` runs as (`dtype` None: fp32) and why, as a run's plan line says it."""
+
+    dtype: torch.dtype | None
+    reason: str
+
+    @property
+    def name(self) -> str:
+        return {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(self.dtype, "fp32")  # type: ignore[arg-type]
+
+
+def choose_precision(name: str, device: torch.device, training: bool = True) -> PrecisionChoice:
+    """`--precision name` on `device`. auto: bf16 autocast on a CUDA GPU with bf16, and for training on a CPU with
+    native bf16 units (`cpu_bf16_units`); fp32 elsewhere, and for inference on a CPU (exact interchange with
+    transformers' fp32 numbers)."""
     check_precision(name)
+    units = cpu_bf16_units() if device.type == "cpu" else None
     if name == "auto":
-        return torch.bfloat16 if device.type == "cuda" and torch.cuda.is_bf16_supported() else None
-    if PRECISIONS[name] is not None and device.type == "cpu":
-        log.warning("--precision %s on the CPU: autocast runs, but slower than fp32 (mixed precision pays on GPUs)",
-                    name)
-    return PRECISIONS[name]
+        if device.type == "cuda" and torch.cuda.is_bf16_supported():
+            return PrecisionChoice(torch.bfloat16, "auto: the GPU runs bf16")
+        if device.type == "cpu" and training and units is not None:
+            return PrecisionChoice(torch.bfloat16, f"auto: the CPU has {units}")
+        why = ("the CPU has no bf16 units (AVX512-BF16, AMX)" if device.type == "cpu" and training else
+               "inference on the CPU stays fp32" if device.type == "cpu" else f"{device.type} without bf16")
+        return PrecisionChoice(None, f"auto: {why}")
+    dtype = PRECISIONS[name]
+    if device.type == "cpu" and ((dtype is torch.bfloat16 and units is None) or dtype is torch.float16):
+        log.warning("--precision %s on a CPU without %s units: emulated, slower than fp32", name,
+                    "fp16" if dtype is torch.float16 else "bf16 (AVX512-BF16 or AMX)")
+    return PrecisionChoice(dtype, f"--precision {name}")
+
+
+def pick_precision(name: str, device: torch.device, training: bool = True) -> torch.dtype | None:
+    """The autocast dtype of `choose_precision` (None: fp32)."""
+    return choose_precision(name, device, training).dtype
 
 
 def check_precision(name: Any) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 import bertforge
 from bertforge import BertforgeError
@@ -111,3 +112,19 @@ def test_an_adapter_runs_on_its_base_given_or_found_in_float32_and_merged_in_int
     int8 = bertforge.pipeline("text-classification", model=tmp_path / "adapter", top_k=None, quantize="int8")
     assert not lora.has_adapters(int8.model)
     assert np.abs(scores(int8) - want).max() < 0.05
+
+
+def test_bf16_precision_stays_within_cosine_0999_of_float32(minilm_dir):
+    """precision="bf16": the encoder under bf16 autocast, the results float32, every text's embedding within cosine
+    0.999 of float32's (all-MiniLM-L6-v2; long and short texts); int8 with it, or a bad name, is refused."""
+    texts = ["a short one.", "the quick brown fox jumps over the lazy dog " * 12, "bf16 rounds every product"]
+    fp32 = bertforge.pipeline("embed", model=minilm_dir)(texts)
+    bf16_pipe = bertforge.pipeline("embed", model=minilm_dir, precision="bf16")
+    bf16 = bf16_pipe(texts)
+    assert bf16.dtype == np.float32 and bf16_pipe.autocast_dtype is torch.bfloat16
+    cosines = (fp32 * bf16).sum(1) / np.linalg.norm(fp32, axis=1) / np.linalg.norm(bf16, axis=1)
+    assert cosines.min() >= 0.999 and not np.array_equal(fp32, bf16)  # bf16 did run: not float32's bits
+    with pytest.raises(BertforgeError, match="precision bf16 is for float models; quantize='int8' runs int8 layers"):
+        bertforge.pipeline("embed", model=minilm_dir, precision="bf16", quantize="int8")
+    with pytest.raises(BertforgeError, match="precision 'fp16'; choose fp32 or bf16"):
+        bertforge.pipeline("embed", model=minilm_dir, precision="fp16")

@@ -192,7 +192,7 @@ def dense_output_dtypes(trainer: Pretrainer) -> set[torch.dtype]:
 
 
 def test_bf16_autocast_stays_near_fp32(inputs, tmp_path, one_thread):
-    """bf16 autocast on CPU (about 36x slower than fp32 there, hence 3 steps of a tiny model): every dense layer
+    """bf16 autocast on CPU (3 steps of a tiny model: on a CPU without bf16 units it is emulated, many times slower): every dense layer
     computes in bf16, and the losses follow fp32 within 3e-3 on losses of 5.5. Measured, over eight runs (the test
     tokenizer differs from process to process): largest gap 1.7e-4 to 8.6e-4, first-step gap (same weights, same
     batch: bf16's rounding alone) 8e-6 to 1.5e-4. The weights are not compared: after an Adam step of lr 1e-3 a

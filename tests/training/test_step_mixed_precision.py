@@ -17,7 +17,8 @@ from torch.nn import functional as F
 
 from bertforge import BertforgeError
 from bertforge.training.optim import warmup_decay
-from bertforge.training.step import PRECISIONS, TrainStep, labelled_count, pick_precision
+from bertforge.training.step import (PRECISION_HELP, PRECISIONS, TrainStep, choose_precision, cpu_bf16_units,
+                                     labelled_count, pick_precision)
 
 CPU = torch.device("cpu")
 
@@ -56,13 +57,35 @@ def params(model: nn.Module) -> list[torch.Tensor]:
 
 
 # ---------------------------------------------------------------------------------------------------- choices
-def test_precision_choices_and_auto_on_the_cpu(caplog):
-    assert set(PRECISIONS) == {"auto", "fp32", "bf16", "fp16"}
-    assert pick_precision("auto", CPU) is None and pick_precision("fp32", CPU) is None  # never a half type unasked
+def fake_cpu(monkeypatch, units: str | None) -> None:
+    """The CPU's bf16 units as `cpu_bf16_units` detects them: "AMX", "AVX512-BF16" or none."""
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: units == "AMX")
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: units in ("AMX", "AVX512-BF16"))
+
+
+@pytest.mark.parametrize("units", [None, "AVX512-BF16", "AMX"])
+def test_auto_trains_in_bf16_on_a_cpu_with_bf16_units_and_infers_in_fp32(monkeypatch, caplog, units):
+    """auto: bf16 autocast for training where the CPU has native bf16 units (the detection faked), fp32 where it has
+    none; inference (training=False) stays fp32 on any CPU. bf16 asked for on a CPU with the units is not warned
+    about; without them it is (emulated), and fp16 always is on a CPU."""
+    fake_cpu(monkeypatch, units)
+    assert cpu_bf16_units() == units
+    choice = choose_precision("auto", CPU)
+    assert choice.dtype is (None if units is None else torch.bfloat16)
+    assert choice.reason == ("auto: the CPU has no bf16 units (AVX512-BF16, AMX)" if units is None
+                             else f"auto: the CPU has {units}")
+    assert choose_precision("auto", CPU, training=False).dtype is None
+    assert pick_precision("fp32", CPU) is None
     with caplog.at_level(logging.WARNING, logger="bertforge"):
-        assert pick_precision("fp16", CPU) is torch.float16
         assert pick_precision("bf16", CPU) is torch.bfloat16
-    assert caplog.text.count("slower than fp32") == 2  # asked for on the CPU: allowed, with a warning
+        assert pick_precision("fp16", CPU) is torch.float16
+    assert caplog.text.count("slower than fp32") == (2 if units is None else 1)
+    assert ("without bf16 (AVX512-BF16 or AMX) units" in caplog.text) == (units is None)
+
+
+def test_precision_choices(caplog):
+    assert set(PRECISIONS) == {"auto", "fp32", "bf16", "fp16"}
+    assert "on CPU they run, slowly" not in PRECISION_HELP and "a CPU with AVX512-BF16 or AMX" in PRECISION_HELP
     with pytest.raises(BertforgeError, match="unknown --precision 'fp8'; choose auto, fp32, bf16, fp16"):
         pick_precision("fp8", CPU)
     assert not stepper_for("bf16").scaler.is_enabled() and not stepper_for("fp32").scaler.is_enabled()
