@@ -28,7 +28,7 @@ EXAMPLES = (
 )  # `--help` shows them; tests/test_cli.py parses them
 EVALUATION_TASKS = ("sts", "retrieval", "rerank")
 #: The data options the embedding and reranking tasks read; the others are fine-tuning's.
-PIPELINE_OPTIONS = ("max_length", "eval_batch_size", "device", "progress")
+PIPELINE_OPTIONS = ("max_length", "eval_batch_size", "device", "progress", "precision")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -96,7 +96,8 @@ def evaluate_with_pipelines(args: argparse.Namespace, options: dict[str, Any]) -
     from ..pipelines.sparse import SparseEmbedPipeline
 
     settings = {"max_length": options.get("max_length"), "progress": options.get("progress"),
-                "device": options.get("device"), "quantize": args.quantize}
+                "device": options.get("device"), "quantize": args.quantize,
+                "precision": "fp32" if options.get("precision", "auto") == "auto" else options["precision"]}
     if "eval_batch_size" in options:
         settings["batch_size"] = options["eval_batch_size"]
     if args.task == "rerank":

@@ -205,7 +205,7 @@ def predict(
     the_task, opts, tokenizer, net, encoded = _prepare(task, model, input, options, labelled=False, quantize=quantize)
     outputs, _ = run_model(
         net, encoded.features, opts.eval_batch_size, tokenizer.pad_token_id, _device(opts), opts.progress,
-        "predicting",
+        "predicting", precision=opts.precision,
     )
     records = the_task.records(encoded, outputs, net.config, opts)
     if output is not None:
@@ -222,6 +222,9 @@ def _prepare(
     opts.validate()
     if quantize is not None:  # int8 runs on the CPU: refuse another device before anything is loaded
         check_quantize(quantize, opts.device or "cpu", "evaluate/predict")
+        if opts.precision not in ("auto", "fp32"):
+            raise BertforgeError(f"--precision {opts.precision} is for float models; --quantize {quantize} runs int8 "
+                                 "layers")
         opts = dataclasses.replace(opts, device="cpu")  # a new value: settings are not changed once validated
     the_task = get_task(task)
     if not is_path(data):
@@ -256,7 +259,8 @@ def load_finetuned(task: Task, model: str | Path) -> Any:
 
 
 def _score(task: Task, model: Any, data: Encoded, opts: DataOptions, pad_token_id: int, device: torch.device) -> dict[str, Any]:
-    outputs, loss = run_model(model, data.features, opts.eval_batch_size, pad_token_id, device, opts.progress)
+    outputs, loss = run_model(model, data.features, opts.eval_batch_size, pad_token_id, device, opts.progress,
+                              precision=opts.precision)
     metrics = task.score(data, outputs, model.config, opts)
     if loss is not None:
         metrics["loss"] = loss

@@ -52,11 +52,14 @@ class DataOptions:
     n_best: int = option(20, "qa: start/end candidates per window", metavar="N")
     eval_batch_size: int = option(64, "batch size for evaluation/prediction", metavar="N")
     device: str | None = option(None, TRAINING_DEVICES, metavar="DEVICE")
+    precision: str = option("auto", PRECISION_HELP + ". Evaluation and prediction: auto is fp32 on a CPU, bf16 runs "
+                            "the encoder under bf16 autocast", choices=PRECISIONS)
     progress: bool | None = option(None, "no progress bars (default: bars on a terminal only)", flag="--no-progress")
 
     def validate(self) -> None:
         """Raise `BertforgeError` naming the first bad setting."""
         check_choices(self)
+        check_precision(self.precision)
         for name in ("doc_stride", "max_query_length", "max_answer_length", "n_best", "eval_batch_size"):
             check_int(name, getattr(self, name), 1)
         if self.max_length is not None:
@@ -104,7 +107,6 @@ class FinetuneConfig(LoraOptions, DataOptions):
     overwrite: bool = option(False, "replace an --out that already holds a run")
     max_skipped_steps: int = option(10, "stop with an error after N optimizer steps in a row with a non-finite loss "
                                     "or gradient", metavar="N")
-    precision: str = option("auto", PRECISION_HELP, choices=PRECISIONS)
     compile: bool = option(False, "torch.compile the model for training (evaluation runs it as it is)")
     save_every: int = option(0, "also checkpoint every N optimizer steps into OUT/checkpoints (a checkpoint is always "
                              "written at each epoch's end, and where early stopping ends the run); 0: at those only",
@@ -116,7 +118,6 @@ class FinetuneConfig(LoraOptions, DataOptions):
     def validate(self) -> None:
         check_choices(self)
         super().validate()
-        check_precision(self.precision)
         if not isinstance(self.compile, bool):
             raise BertforgeError(f"compile must be true or false, got {self.compile!r}")
         for name in ("model", "train", "dev", "out"):

@@ -49,10 +49,10 @@ MAX_GRAD_NORM = 1.0
 FINETUNE_EPS = 1e-8  # AdamW epsilon of fine-tuning recipes (transformers' default); pretraining keeps BERT's 1e-6
 
 
-def autocast(device: torch.device) -> contextlib.AbstractContextManager[Any]:
-    """Evaluation and prediction's precision: bf16 autocast on CUDA (where the GPU has bf16); nothing (fp32)
-    elsewhere ("auto" for inference)."""
-    return train_autocast(device, pick_precision("auto", device, training=False))
+def autocast(device: torch.device, precision: str = "auto") -> contextlib.AbstractContextManager[Any]:
+    """Evaluation and prediction's precision: auto is bf16 autocast on CUDA (where the GPU has bf16) and nothing
+    (fp32) elsewhere; bf16 or fp16 autocast where asked for."""
+    return train_autocast(device, pick_precision(precision, device, training=False))
 
 
 def move(batch: dict[str, torch.Tensor], device: torch.device) -> dict[str, torch.Tensor]:
@@ -68,6 +68,7 @@ def run_model(
     device: torch.device,
     progress: bool | None = None,
     description: str = "evaluating",
+    precision: str = "auto",
 ) -> tuple[list[dict[str, np.ndarray]], float | None]:
     """The model's outputs for every feature (logits, or start/end logits), in the order of `features`, each cut
     to the feature's length; and the mean loss when the features carry targets."""
@@ -78,7 +79,7 @@ def run_model(
     batches = inference_batches([len(f["input_ids"]) for f in features], batch_size)
     for indices in tqdm(batches, desc=description, leave=False, disable=_disable(progress)):
         batch = move(collate([features[i] for i in indices], pad_token_id), device)
-        with autocast(device):
+        with autocast(device, precision):
             out = model(**batch)
         if out.loss is not None:
             loss_sum += out.loss.item() * len(indices)

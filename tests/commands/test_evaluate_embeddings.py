@@ -82,6 +82,19 @@ def test_sts_equals_embedding_similarity_evaluator(tmp_path, capsys, sentence_tr
     assert abs(euclidean["pearson_euclidean"] - expected["pearson_euclidean"]) < 1e-6
 
 
+def test_sts_at_bf16_stays_close_to_fp32(tmp_path, capsys):
+    """`evaluate --precision bf16`: the embedding model under bf16 autocast; the correlations move by rounding
+    only (here at most 0.01), and `--precision fp16` (not a CPU inference precision) is refused in one line."""
+    write_sts(tmp_path / "sts.csv", 48, header=False)
+    fp32 = evaluate(capsys, "--task", "sts", "--model", str(MINILM), "--input", str(tmp_path / "sts.csv"))
+    bf16 = evaluate(capsys, "--task", "sts", "--model", str(MINILM), "--input", str(tmp_path / "sts.csv"),
+                    "--precision", "bf16")
+    assert bf16 != fp32 and abs(bf16["spearman"] - fp32["spearman"]) < 0.01
+    assert main(["evaluate", "--task", "sts", "--model", str(MINILM), "--input", str(tmp_path / "sts.csv"),
+                 "--precision", "fp16"]) != 0
+    assert "precision 'fp16'; choose fp32 or bf16" in capsys.readouterr().err
+
+
 def test_retrieval_equals_information_retrieval_evaluator(beir, capsys, monkeypatch, sentence_transformer):
     monkeypatch.setattr(evaluators, "CORPUS_BLOCK", 16)  # the corpus in ten blocks
     ours = evaluate(capsys, "--task", "retrieval", "--model", str(MINILM), "--input", str(beir))

@@ -190,3 +190,18 @@ def test_the_commands_train_predict_and_evaluate_a_reranker(tiny_model, tmp_path
     metrics = json.loads(capsys.readouterr().out)
     for name in ("ndcg@10", "mrr@10", "map"):
         assert abs(metrics[name] - run["metrics"][name]) < 1e-6
+
+
+def test_predict_at_bf16_is_close_to_fp32_and_refused_with_int8(tiny_model, tmp_path):
+    """`predict --precision bf16` runs the model under bf16 autocast (scores move by rounding only); int8 with it is
+    refused in one line."""
+    train = _write(tmp_path / "train.jsonl", _rows(6))
+    finetune(task="rerank", model=str(tiny_model), train=str(train), dev=str(train), out=str(tmp_path / "out"),
+             epochs=1, progress=False)
+    rows = [{"query": "where does john live ?", "documents": [DOCS["john"], DOCS["mary"], OFF_TOPIC]}]
+    fp32 = predict("rerank", str(tmp_path / "out" / "model"), rows)[0]["ranking"]
+    bf16 = predict("rerank", str(tmp_path / "out" / "model"), rows, precision="bf16")[0]["ranking"]
+    by_id = {r["corpus_id"]: r["score"] for r in fp32}
+    assert max(abs(r["score"] - by_id[r["corpus_id"]]) for r in bf16) < 1e-2 and bf16 != fp32
+    with pytest.raises(BertforgeError, match="--precision bf16 is for float models; --quantize int8 runs int8"):
+        predict("rerank", str(tmp_path / "out" / "model"), rows, precision="bf16", quantize="int8")
