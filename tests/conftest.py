@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
+
+# `--precision auto` trains in bf16 on a CPU with bf16 units: the suite takes every CPU to have none, so that its
+# runs (and the processes they start) compute alike on any machine; the choice itself is tested with the
+# detection faked (tests/training/test_step_mixed_precision.py).
+os.environ["BERTFORGE_CPU_BF16"] = "0"
 
 from tests.helpers import make_run_inputs
 

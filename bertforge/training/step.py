@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -50,9 +51,14 @@ PRECISION_HELP = ("auto: bf16 autocast where the hardware runs bf16 natively (a 
                   "(loss scaling, overflowing steps skipped; for GPUs: a CPU emulates it, slowly)")
 
 
+CPU_BF16 = "BERTFORGE_CPU_BF16"  # "0": take the CPU to have no bf16 units (auto trains in fp32 on it)
+
+
 def cpu_bf16_units() -> str | None:
     """The CPU's native bf16 units ("AMX", "AVX512-BF16"), or None when it has none (and would emulate bf16, far
-    slower than fp32)."""
+    slower than fp32) or BERTFORGE_CPU_BF16=0 says to act as if."""
+    if os.environ.get(CPU_BF16) == "0":
+        return None
     cpu = torch.cpu
     if getattr(cpu, "_is_amx_tile_supported", lambda: False)():
         return "AMX"

@@ -59,6 +59,7 @@ def params(model: nn.Module) -> list[torch.Tensor]:
 # ---------------------------------------------------------------------------------------------------- choices
 def fake_cpu(monkeypatch, units: str | None) -> None:
     """The CPU's bf16 units as `cpu_bf16_units` detects them: "AMX", "AVX512-BF16" or none."""
+    monkeypatch.delenv("BERTFORGE_CPU_BF16")  # the suite's own setting (tests/conftest.py)
     monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: units == "AMX")
     monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: units in ("AMX", "AVX512-BF16"))
 
@@ -81,6 +82,12 @@ def test_auto_trains_in_bf16_on_a_cpu_with_bf16_units_and_infers_in_fp32(monkeyp
         assert pick_precision("fp16", CPU) is torch.float16
     assert caplog.text.count("slower than fp32") == (2 if units is None else 1)
     assert ("without bf16 (AVX512-BF16 or AMX) units" in caplog.text) == (units is None)
+
+
+def test_the_environment_switch_takes_the_units_away(monkeypatch):
+    fake_cpu(monkeypatch, "AMX")
+    monkeypatch.setenv("BERTFORGE_CPU_BF16", "0")
+    assert cpu_bf16_units() is None and choose_precision("auto", CPU).dtype is None
 
 
 def test_precision_choices(caplog):
