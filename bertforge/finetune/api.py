@@ -147,7 +147,8 @@ def _build_run(cfg: FinetuneConfig, task: Task, opts: DataOptions, rt: Runtime,
 
     seq_len = task.max_length(opts, model_config)
     # each rank's share of the global batch, against its own device (every rank of a run holds the same model)
-    check_training_fits(model_config, math.ceil(cfg.batch_size / rt.world_size), seq_len, rt.device,
+    sequences = math.ceil(cfg.batch_size / rt.world_size) * task.sequences_per_example(train_examples, cfg)
+    check_training_fits(model_config, sequences, seq_len, rt.device,
                         head="classification", what=f"fine-tuning {cfg.model}")  # before the model is built
     torch.manual_seed(cfg.seed)  # the new head's initialisation and dropout (the same head on every rank)
     # a checkpoint fine-tuned for other labels gets a new head (with a warning that names it, from rank 0)

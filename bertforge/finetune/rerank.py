@@ -236,6 +236,13 @@ class Rerank(Task):
                 {"corpus_id": i, "score": scores[i], "text": row.documents[i]} for i in order]})
         return records
 
+    def sequences_per_example(self, examples: list[RerankRow], cfg: Any) -> int:
+        """The pairs one unit of `--batch-size` makes: a pair (bce, mse), a row's documents (listwise), or a row's
+        positive, in-batch and hard negatives (mnrl)."""
+        loss = RERANK_LOSSES[cfg.loss or DEFAULT_RERANK_LOSS]
+        widest = max(len(row.documents) for row in examples)
+        return {"pairs": 1, "rows": widest, "in-batch": widest + MNRL_NEGATIVES}[loss.batches]
+
     def save_files(self, directory: Path, versions: dict[str, str]) -> None:
         """sentence-transformers' CrossEncoder settings beside the checkpoint (its sigmoid score)."""
         write_cross_encoder_files(directory, CROSS_ENCODER_ACTIVATION, versions)
@@ -286,7 +293,8 @@ class RerankTraining(Finetuning):
         self.rerank_rows: list[RerankRow] = data.examples
         self.pair_features = data.features
         self.loss = RERANK_LOSSES[cfg.loss or DEFAULT_RERANK_LOSS]
-        self.tokenizer, self.max_pair_length = tokenizer, max(len(f["input_ids"]) for f in data.features)
+        self.tokenizer = tokenizer
+        self.max_pair_length = Rerank().max_length(cfg.data_options(), model.config)  # mnrl's pairs made per batch
         starts = np.cumsum([0] + [len(r.documents) for r in self.rerank_rows])
         self.row_pairs = [list(range(starts[i], starts[i + 1])) for i in range(len(self.rerank_rows))]
         self.pair_labels = [v for row in self.rerank_rows for v in row.labels or [0.0] * len(row.documents)]

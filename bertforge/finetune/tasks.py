@@ -91,6 +91,10 @@ class Task(ABC):
     def records(self, data: Encoded, outputs: list[Output], config: BertConfig, opts: DataOptions) -> list[dict]:
         """One JSON-ready prediction per example."""
 
+    def sequences_per_example(self, examples: list[Any], cfg: Any) -> int:
+        """The model inputs one example of `--batch-size` makes (what the memory estimate multiplies the batch by)."""
+        return 1
+
     def save_files(self, directory: Path, versions: dict[str, str]) -> None:  # noqa: B027 (a hook: none by default)
         """Files of the task's own beside the fine-tuned checkpoint in `directory`."""
 

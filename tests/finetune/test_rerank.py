@@ -205,3 +205,16 @@ def test_predict_at_bf16_is_close_to_fp32_and_refused_with_int8(tiny_model, tmp_
     assert max(abs(r["score"] - by_id[r["corpus_id"]]) for r in bf16) < 1e-2 and bf16 != fp32
     with pytest.raises(BertforgeError, match="--precision bf16 is for float models; --quantize int8 runs int8"):
         predict("rerank", str(tmp_path / "out" / "model"), rows, precision="bf16", quantize="int8")
+
+
+def test_the_memory_estimate_counts_the_pairs_a_batch_makes():
+    """`--batch-size` counts pairs for bce / mse, rows for the listwise losses (each row all its documents) and
+    for mnrl (its documents and 4 in-batch negatives): the memory check multiplies the batch by that."""
+    from types import SimpleNamespace
+
+    from bertforge.finetune.rerank import Rerank
+
+    rows = [RerankRow(1, "q", ["a", "b", "c"], [1, 0, 0]), RerankRow(2, "r", ["a"], [1])]
+    widths = {loss: Rerank().sequences_per_example(rows, SimpleNamespace(loss=loss))
+              for loss in (None, "bce", "mse", "listnet", "lambdaloss", "mnrl")}
+    assert widths == {None: 1, "bce": 1, "mse": 1, "listnet": 3, "lambdaloss": 3, "mnrl": 7}
