@@ -8,8 +8,8 @@ from .attention import Layout, Packed, PackedBatch, Padded, Scores, Unpadded, ex
 from .encoder import (BertAttention, BertEmbeddings, BertEncoder, BertIntermediate, BertLayer, BertPooler,
                       BertResidualOutput, BertSelfAttention, padded_position_ids)
 from .heads import BertLMPredictionHead, BertPredictionHeadTransform, BertPreTrainingHeads, FirstTokenHead, masked_lm
-from .models import (MODEL_CLASSES, BertForMaskedLM, BertForNextSentencePrediction, BertForPreTraining,
-                     BertForQuestionAnswering, BertForSequenceClassification, BertForTokenClassification, BertModel,
+from .models import (MODEL_CLASSES, BertForMaskedLM, BertForMultipleChoice, BertForNextSentencePrediction,
+                     BertForPreTraining, BertForQuestionAnswering, BertForSequenceClassification, BertForTokenClassification, BertModel,
                      BertPreTrainedModel)
 from .outputs import (BaseModelOutput, MaskedLMOutput, ModelOutput, NextSentencePredictorOutput, PreTrainingOutput,
                       QuestionAnsweringOutput, SequenceClassifierOutput, TokenClassifierOutput)
@@ -17,7 +17,7 @@ from .parts import Dense, Embedding, LayerNorm
 
 __all__ = [
     "IGNORE_INDEX", "MODEL_CLASSES", "BaseModelOutput", "BertConfig", "BertAttention", "BertEmbeddings", "BertEncoder",
-    "BertForMaskedLM", "BertForNextSentencePrediction", "BertForPreTraining", "BertForQuestionAnswering",
+    "BertForMaskedLM", "BertForMultipleChoice", "BertForNextSentencePrediction", "BertForPreTraining", "BertForQuestionAnswering",
     "BertForSequenceClassification", "BertForTokenClassification", "BertIntermediate", "BertLMPredictionHead",
     "BertLayer", "BertModel", "BertPooler", "BertPreTrainedModel", "BertPredictionHeadTransform",
     "BertPreTrainingHeads", "BertResidualOutput", "BertSelfAttention", "Dense", "Embedding", "EncoderSpec",

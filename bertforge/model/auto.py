@@ -20,6 +20,7 @@ from . import (
     BertForMaskedLM,
     BertForPreTraining,
     BertForQuestionAnswering,
+    BertForMultipleChoice,
     BertForSequenceClassification,
     BertForTokenClassification,
     BertModel,
@@ -91,6 +92,10 @@ class AutoModelForSequenceClassification(_AutoModel):
     task_class = BertForSequenceClassification
 
 
+class AutoModelForMultipleChoice(_AutoModel):
+    task_class = BertForMultipleChoice
+
+
 class AutoModelForTokenClassification(_AutoModel):
     task_class = BertForTokenClassification
 
@@ -103,6 +108,7 @@ __all__ = [
     "AutoConfig",
     "AutoModel",
     "AutoModelForMaskedLM",
+    "AutoModelForMultipleChoice",
     "AutoModelForPreTraining",
     "AutoModelForQuestionAnswering",
     "AutoModelForSequenceClassification",

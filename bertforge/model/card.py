@@ -24,6 +24,7 @@ PIPELINE_TAGS = {
     "BertForPreTraining": "fill-mask",
     "BertForMaskedLM": "fill-mask",
     "BertForSequenceClassification": "text-classification",
+    "BertForMultipleChoice": "multiple-choice",
     "BertForTokenClassification": "token-classification",
     "BertForQuestionAnswering": "question-answering",
 }

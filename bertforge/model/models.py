@@ -409,6 +409,55 @@ class BertForSequenceClassification(_ClassifierMixin, BertPreTrainedModel):
         return SequenceClassifierOutput(loss, logits, out.hidden_states, out.attentions)
 
 
+class BertForMultipleChoice(_ClassifierMixin, BertPreTrainedModel):
+    """Each example's choices, input_ids [B, C, S], scored by one logit each: logits [B, C], and the cross-entropy
+    of the right choice's index (labels [B]). The head on each (example, choice) sequence is the spec's
+    `HeadSpec.choice`: the family's sequence head with one label, the pooled first token → dropout → linear
+    (RoBERTa, MPNet), or ELECTRA's summary: token 0 → dense → GELU → dropout → linear."""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__(config)
+        heads = config.spec.heads
+        kind = heads.sequence_kind
+        self.choice = heads.choice
+        pooler = self.choice == "pooler" or (self.choice == "sequence" and kind.pooler)
+        self.bert = BertModel(config, add_pooling_layer=pooler, initialize=False)
+        spec = self.bert.spec
+        h = config.hidden_size
+        self.head_transform = self._head_transform(sequences=True) if self.choice == "sequence" else None
+        self.summary = Dense(h, h, act=heads.sequence_act, role="head") if self.choice == "summary" else None
+        first_token = self.choice == "sequence" and kind.first_token
+        self.classifier: nn.Module = FirstTokenHead(spec, 1, self._dropout_p()) if first_token else Dense(h, 1, role="final")
+        self.init_weights()
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor | None = None,  # type: ignore[override]
+                token_type_ids: Tensor | None = None, position_ids: Tensor | None = None, labels: Tensor | None = None,
+                output_attentions: bool = False, output_hidden_states: bool = False, **targets: Any) -> ModelOutput:
+        choices = input_ids.shape[1]
+
+        def flat(t: Tensor | None) -> Tensor | None:  # [B, C, S] -> [B * C, S]
+            return None if t is None else t.reshape(-1, t.shape[-1])
+
+        out = super().forward(flat(input_ids), flat(attention_mask), flat(token_type_ids),  # type: ignore[arg-type]
+                              flat(position_ids), None, output_attentions, output_hidden_states, **targets)
+        logits = out.logits.view(-1, choices)  # type: ignore[attr-defined]
+        loss = None if labels is None else F.cross_entropy(logits.float(), labels.reshape(-1))
+        return SequenceClassifierOutput(loss, logits, out.hidden_states, out.attentions)  # type: ignore[attr-defined]
+
+    def head(self, out: BaseModelOutput, labels: Tensor | None,  # type: ignore[override]
+             attention_mask: Tensor | None = None) -> SequenceClassifierOutput:
+        """One logit per sequence [B * C, 1]."""
+        if self.summary is not None:
+            logits = self.classifier(dropout(self.summary(out.last_hidden_state[:, 0]), self._dropout_p(), self.training))
+        elif self.choice == "pooler":
+            logits = self.classifier(dropout(out.pooler_output, self._dropout_p(), self.training))  # type: ignore[arg-type]
+        else:
+            logits = BertForSequenceClassification.head(self, out, None, attention_mask).logits  # type: ignore[arg-type]
+        return SequenceClassifierOutput(None, logits, out.hidden_states, out.attentions)
+
+    classify = BertForSequenceClassification.classify
+
+
 class BertForTokenClassification(_ClassifierMixin, BertPreTrainedModel):
     def __init__(self, config: BertConfig) -> None:
         super().__init__(config)
@@ -483,6 +532,7 @@ MODEL_CLASSES: dict[str, type[BertPreTrainedModel]] = {
         BertForMaskedLM,
         BertForNextSentencePrediction,
         BertForSequenceClassification,
+        BertForMultipleChoice,
         BertForTokenClassification,
         BertForQuestionAnswering,
     )

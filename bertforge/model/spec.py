@@ -113,6 +113,11 @@ class RelativeBias:
 
 SequenceHeadName = Literal["pooler", "first-token", "transform"]
 SEQUENCE_HEADS: tuple[str, ...] = get_args(SequenceHeadName)
+#: The multiple-choice head: "sequence", the sequence head with one label (BERT, ALBERT, DistilBERT, DeBERTa,
+#: ModernBERT); "pooler", dropout → linear on the pooled first token where the sequence head reads token 0 itself
+#: (RoBERTa, MPNet); "summary", token 0 → dense → act → dropout → linear (ELECTRA's SequenceSummary).
+ChoiceHeadName = Literal["sequence", "pooler", "summary"]
+CHOICE_HEADS: tuple[str, ...] = get_args(ChoiceHeadName)
 POOLINGS = ("cls", "mean", "late")  # "late": the classifier on every token, its logits averaged (EuroBERT)
 
 
@@ -158,6 +163,7 @@ class HeadSpec:
     pooling: str = "cls"
     token_transform: bool = False
     rtd_context: bool = True  # the replaced-token head: LayerNorm(h_i + h_0) first (DeBERTa's); False: ELECTRA's
+    choice: ChoiceHeadName = "sequence"  # the multiple-choice head (`CHOICE_HEADS`)
 
     @property
     def sequence_kind(self) -> SequenceHead:
@@ -166,6 +172,8 @@ class HeadSpec:
     def __post_init__(self) -> None:
         if self.sequence not in SEQUENCE_HEADS:
             raise BertforgeError(f"encoder spec: sequence head {self.sequence!r} is not one of {', '.join(SEQUENCE_HEADS)}")
+        if self.choice not in CHOICE_HEADS:
+            raise BertforgeError(f"encoder spec: multiple-choice head {self.choice!r} is not one of {', '.join(CHOICE_HEADS)}")
         if self.pooling not in POOLINGS:
             raise BertforgeError(f"encoder spec: pooling {self.pooling!r} is not one of {', '.join(POOLINGS)}")
 

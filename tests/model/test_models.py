@@ -96,7 +96,8 @@ def _hf_config(cfg: BertConfig):
     return transformers.BertConfig(**cfg.to_dict())
 
 
-def _inputs(cfg):
+def _inputs(cfg, name: str = ""):
+    """Three rows of different lengths; for a multiple-choice class, one example with them as its choices."""
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(0, cfg.vocab_size, (3, 11), generator=g)
     mask = torch.ones_like(ids)
@@ -104,7 +105,8 @@ def _inputs(cfg):
     mask[2, 3:] = 0
     types = torch.zeros_like(ids)
     types[:, 5:] = 1
-    return dict(input_ids=ids, attention_mask=mask, token_type_ids=types)
+    x = dict(input_ids=ids, attention_mask=mask, token_type_ids=types)
+    return {k: v[None] for k, v in x.items()} if name == "BertForMultipleChoice" else x
 
 
 def _compare(name, hf_out, our_out, mask):
@@ -114,6 +116,7 @@ def _compare(name, hf_out, our_out, mask):
         "BertForMaskedLM": ["logits"],
         "BertForNextSentencePrediction": ["logits"],
         "BertForSequenceClassification": ["logits"],
+        "BertForMultipleChoice": ["logits"],
         "BertForTokenClassification": ["logits"],
         "BertForQuestionAnswering": ["start_logits", "end_logits"],
     }[name]
@@ -156,7 +159,7 @@ def test_round_trip_from_transformers(tmp_path, name):
     ours = MODEL_CLASSES[name].from_pretrained(tmp_path).eval()
     assert ours.loading_info.missing_keys == []
     assert ours.loading_info.unexpected_keys == []
-    x = _inputs(cfg)
+    x = _inputs(cfg, name)
     with torch.no_grad():
         _compare(name, hf(**x), ours(**x), x["attention_mask"])
 
@@ -171,7 +174,7 @@ def test_round_trip_to_transformers(tmp_path, name):
     hf.eval()
     assert info["missing_keys"] in ([], set()) and info["unexpected_keys"] in ([], set()), info
     assert not info.get("mismatched_keys")
-    x = _inputs(cfg)
+    x = _inputs(cfg, name)
     with torch.no_grad():
         _compare(name, hf(**x), ours(**x), x["attention_mask"])
     again = MODEL_CLASSES[name].from_pretrained(tmp_path)

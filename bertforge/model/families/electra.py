@@ -46,7 +46,7 @@ ELECTRA = Family(
     prefix="electra",
     body=("embeddings", "embeddings_project", "encoder"),
     parts=BertParts(pooler=False, sequence_head="first-token", sequence_act="gelu", mlm_act="gelu",
-                    rtd_context=False),
+                    rtd_context=False, choice_head="summary"),
     sentence_head=None,
     defaults=dict(  # `transformers.ElectraConfig`'s (electra-small-discriminator's sizes)
         vocab_size=30522, embedding_size=128, hidden_size=256, num_hidden_layers=12, num_attention_heads=4,
@@ -62,6 +62,7 @@ ELECTRA = Family(
         ("generator_lm_head.bias", "cls.predictions.bias"),
         ("discriminator_predictions.dense_prediction.", "mask_predictions.classifier."),
         ("discriminator_predictions.dense.", "mask_predictions.dense."),
+        ("sequence_summary.summary.", "summary."),  # ElectraForMultipleChoice's head
     ),
     dropped=(r"^generator_lm_head\.weight$",),  # tied to the word embeddings
     class_names={"BertForReplacedTokenDetection": "ElectraForPreTraining"},

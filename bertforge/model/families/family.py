@@ -27,7 +27,7 @@ import torch
 from torch import Tensor
 
 from ...core.errors import BertforgeError
-from ..spec import EncoderSpec, HeadSpec, PositionName, SequenceHeadName
+from ..spec import ChoiceHeadName, EncoderSpec, HeadSpec, PositionName, SequenceHeadName
 
 if TYPE_CHECKING:
     from ..config import BertConfig
@@ -50,6 +50,7 @@ class BertParts:
     dropout_before_dense: bool = True  # RoBERTa drops out token 0 before the head's dense layer, DistilBERT not
     mlm_act: str | None = None  # the MLM transform's activation; None: the config's hidden_act
     rtd_context: bool = True  # the replaced-token head norms h_i + h_0 first (DeBERTa's); False: ELECTRA's, without
+    choice_head: ChoiceHeadName = "sequence"  # the multiple-choice head (`spec.CHOICE_HEADS`)
 
 
 @dataclass(frozen=True)
@@ -268,7 +269,7 @@ def bert_spec(family: Family, config: BertConfig) -> EncoderSpec:
         pooler=family.parts.pooler, init_std=config.initializer_range,
         heads=HeadSpec(mlm_act=family.parts.mlm_act or config.hidden_act, sequence=family.parts.sequence_head,
                        sequence_act=family.parts.sequence_act, dropout_before_dense=family.parts.dropout_before_dense,
-                       rtd_context=family.parts.rtd_context),
+                       rtd_context=family.parts.rtd_context, choice=family.parts.choice_head),
     )
 
 

@@ -42,7 +42,7 @@ MPNET = Family(
     name="MPNet",
     class_prefix="MPNet",
     prefix="mpnet",
-    parts=BertParts(positions="after-padding", sequence_head="first-token", mlm_act="gelu"),
+    parts=BertParts(positions="after-padding", sequence_head="first-token", mlm_act="gelu", choice_head="pooler"),
     sentence_head=None,
     defaults=dict(  # `transformers.MPNetConfig`'s
         vocab_size=30527, hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072,

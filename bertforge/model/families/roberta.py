@@ -15,7 +15,7 @@ _ROBERTA_KEYS = (
 )
 _ROBERTA_PARTS: dict[str, Any] = dict(
     prefix="roberta",
-    parts=BertParts(positions="after-padding", sequence_head="first-token", mlm_act="gelu"),
+    parts=BertParts(positions="after-padding", sequence_head="first-token", mlm_act="gelu", choice_head="pooler"),
     sentence_head=None,
     keys=_ROBERTA_KEYS,
     dropped=(r"^lm_head\.decoder\.(weight|bias)$",),

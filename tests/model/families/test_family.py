@@ -72,6 +72,7 @@ AUTO = {
     "ForSequenceClassification": bertforge.AutoModelForSequenceClassification,
     "ForTokenClassification": bertforge.AutoModelForTokenClassification,
     "ForQuestionAnswering": bertforge.AutoModelForQuestionAnswering,
+    "ForMultipleChoice": bertforge.AutoModelForMultipleChoice,
 }
 # transformers has no RobertaForPreTraining / DistilBertForPreTraining: its AutoModelForPreTraining gives the MLM class
 CASES = [(t, task) for t in FAMILIES for task in AUTO if hasattr(transformers, PREFIX[t] + task)]
@@ -117,6 +118,8 @@ def test_transformers_checkpoint_loads_with_equal_outputs_and_saves_back(tmp_pat
     assert ours.config.model_type == model_type
     assert ours.loading_info.missing_keys == [] and ours.loading_info.unexpected_keys == []
     ids, mask = inputs(ours.config)
+    if task == "ForMultipleChoice":  # one example, its three choices: [1, 3, S]
+        ids, mask = ids[None], mask[None]
     # ModernBERT's windows and DeBERTa's query-and-key mask leave padding rows filled otherwise than here
     real_only = model_type in ("modernbert", "deberta-v2")
     with torch.no_grad():
@@ -265,3 +268,21 @@ def _loaded(directory):
         if (directory / name).is_file():
             shutil.copy(directory / name, alone / name)
     return Tokenizer.from_pretrained(alone)
+
+
+@pytest.mark.parametrize("model_type", ["bert", "roberta", "electra"])
+def test_multiple_choice_loss_is_transformers(tmp_path, model_type):
+    """The cross-entropy over each example's choices (labels [B]) is transformers' ForMultipleChoice loss, for each
+    kind of choice head (the sequence head, the pooler, ELECTRA's summary)."""
+    torch.manual_seed(0)
+    hf_class = getattr(transformers, PREFIX[model_type] + "ForMultipleChoice")
+    ref = hf_class(hf_config(model_type, 2)).eval()
+    ref.save_pretrained(tmp_path / "hf")
+    ours = bertforge.AutoModelForMultipleChoice.from_pretrained(tmp_path / "hf").eval()
+    ids, mask = inputs(ours.config)
+    ids, mask = torch.cat([ids, ids.flip(0)]).view(2, 3, -1), torch.cat([mask, mask.flip(0)]).view(2, 3, -1)
+    labels = torch.tensor([2, 0])
+    with torch.no_grad():
+        expected = ref(input_ids=ids, attention_mask=mask, labels=labels)
+        got = ours(input_ids=ids, attention_mask=mask, labels=labels)
+    assert got.logits.shape == (2, 3) and abs(float(expected.loss) - float(got.loss)) <= TOL
