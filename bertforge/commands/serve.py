@@ -17,7 +17,7 @@ from ..core.errors import BertforgeError
 from . import add_device_argument, add_quantize_argument
 
 NAME = "serve"
-GUARDS = ("max_input_chars", "head_timeout", "body_timeout", "max_connections")  # declared in ServeConfig
+GUARDS = ("max_input_chars", "max_response_values", "head_timeout", "body_timeout", "max_connections")  # declared in ServeConfig
 HELP = ("serve a model over HTTP with text-embeddings-inference's API (/embed, /embed_all, /embed_sparse, "
         "/similarity, /predict, /rerank, /tokenize, /decode) and OpenAI's /v1/embeddings; dynamic batching, a "
         "bounded queue")

@@ -17,10 +17,9 @@ from ..core.errors import BertforgeError
 from .config import ENV_CONFIG, ServeConfig
 from .engine import Engine
 from .errors import ApiError, _error_body
-from .handlers import (endpoint, handle_default, handle_embed, handle_health, handle_info, handle_metrics,
-                       handle_openai_embeddings, handle_predict, handle_rerank)
+from .handlers import endpoint
 from .metrics import MULTIPROC_ENV, MetricsMiddleware
-from .responses import json_response
+from .responses import json_bytes, json_response
 
 log = logging.getLogger("bertforge")
 
@@ -66,32 +65,29 @@ def create_app(config: ServeConfig | None = None, *, engine: Engine | None = Non
             engine.metrics.close()
 
     async def http_error(request: Any, exc: Any) -> Any:
-        error = ApiError(exc.status_code, exc.detail or "error", "Http")
+        error = ApiError(exc.status_code, exc.detail or "error", "Validation")
         return json_response(_error_body(request.url.path, error), exc.status_code, exc.headers)
 
-    from .tei import handle_decode, handle_embed_all, handle_embed_sparse, handle_similarity, handle_tokenize
+    from . import handlers, tei
+    from .openapi import ROUTES, SWAGGER_UI, document
 
-    routes = [
-        Route("/embed", endpoint(handle_embed), methods=["POST"]),
-        Route("/embed_all", endpoint(handle_embed_all), methods=["POST"]),
-        Route("/embed_sparse", endpoint(handle_embed_sparse), methods=["POST"]),
-        Route("/similarity", endpoint(handle_similarity), methods=["POST"]),
-        Route("/predict", endpoint(handle_predict), methods=["POST"]),
-        Route("/rerank", endpoint(handle_rerank), methods=["POST"]),
-        Route("/tokenize", endpoint(handle_tokenize), methods=["POST"]),
-        Route("/decode", endpoint(handle_decode), methods=["POST"]),
-        Route("/v1/embeddings", endpoint(handle_openai_embeddings), methods=["POST"]),
-        Route("/embeddings", endpoint(handle_openai_embeddings), methods=["POST"]),  # TEI's alias of it
-        Route("/info", endpoint(handle_info), methods=["GET"]),
-        Route("/health", endpoint(handle_health), methods=["GET"]),
-        Route("/metrics", endpoint(handle_metrics), methods=["GET"]),
-        # TEI's routes for hosted endpoints: the model's own route at / (and SageMaker's /invocations), health
-        # at GET / (and SageMaker's /ping)
-        Route("/", endpoint(handle_default), methods=["POST"]),
-        Route("/invocations", endpoint(handle_default), methods=["POST"]),
-        Route("/", endpoint(handle_health), methods=["GET"]),
-        Route("/ping", endpoint(handle_health), methods=["GET"]),
-    ]
+    routes = [Route(r.path, endpoint(getattr(handlers, r.handler, None) or getattr(tei, r.handler)),
+                    methods=[r.method]) for r in ROUTES]
+    from .. import __version__
+
+    openapi = json_bytes(document(__version__))
+
+    async def openapi_json(request: Any) -> Any:
+        from starlette.responses import Response
+
+        return Response(openapi, media_type="application/json")
+
+    async def docs(request: Any) -> Any:
+        from starlette.responses import HTMLResponse
+
+        return HTMLResponse(SWAGGER_UI)
+
+    routes += [Route("/api-doc/openapi.json", openapi_json, methods=["GET"]), Route("/docs", docs, methods=["GET"])]
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: http_error})
     app.state.engine = engine
     api_key = getattr(getattr(engine, "config", None), "api_key", None)
@@ -99,6 +95,12 @@ def create_app(config: ServeConfig | None = None, *, engine: Engine | None = Non
         from .auth import ApiKeyMiddleware
 
         app.add_middleware(ApiKeyMiddleware, api_key=api_key)
+    origins = getattr(getattr(engine, "config", None), "cors_allow_origin", None)
+    if origins:  # TEI's --cors-allow-origin: GET and POST, the Content-Type header, these origins ("*": any)
+        from starlette.middleware.cors import CORSMiddleware
+
+        app.add_middleware(CORSMiddleware, allow_origins=list(origins), allow_methods=["GET", "POST"],
+                           allow_headers=["content-type"])
     app.add_middleware(MetricsMiddleware, metrics=engine.metrics)  # outermost: it counts the 401s too
     return app
 

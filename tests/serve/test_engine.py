@@ -48,7 +48,7 @@ def test_all_of_the_models_torch_work_runs_in_the_batchers_thread(models, monkey
 
     monkeypatch.setattr(Pipeline, "__init__", spy_init)
     monkeypatch.setattr(Pipeline, "run_features", spy_run)
-    with ThreadServer(ServeConfig(model=str(models["classify"]))) as s:
+    with ThreadServer(ServeConfig(model=str(models["rerank"]))) as s:
         assert s.client.post("/predict", json={"inputs": "good"}).status_code == 200
         assert s.client.post("/rerank", json={"query": "q", "texts": ["a", "b"]}).status_code == 200
     assert threads == {"bertforge-serve-batcher"}
@@ -99,10 +99,10 @@ def test_two_adapters_on_one_embedding_model_answer_by_name_on_its_weights(model
         assert r.status_code == 200 and r.json()["model"] == "beta"
         got = np.array([d["embedding"] for d in r.json()["data"]])
         assert np.abs(got / np.linalg.norm(got, axis=1, keepdims=True) - rows["beta"]).max() < 1e-5
-        r = s.client.post("/v1/embeddings", json={"input": ["a"], "model": "gamma"})
-        assert r.status_code == 404 and "unknown adapter 'gamma'; this server's adapters: alpha, beta" in r.text
+        r = s.client.post("/v1/embeddings", json={"input": ["a"], "model": "gamma"})  # TEI: any other name, the base
+        assert r.status_code == 200 and r.json()["model"] == "embed"
         r = s.client.post("/embed", json={"inputs": ["a"], "adapter": "gamma"})
-        assert r.status_code == 404 and "'gamma'" in r.json()["error"]
+        assert r.status_code == 422 and "unknown adapter 'gamma'; this server's adapters: alpha, beta" in r.text
         assert s.client.post("/embed_all", json={"inputs": ["a"], "adapter": "alpha"}).status_code == 200
         assert s.client.get("/info").json()["adapters"] == ["alpha", "beta"]
         base, adapted = s.engine.pipelines["embed"].model, s.engine.pipelines["embed@alpha"].model
@@ -121,8 +121,8 @@ def test_classification_adapters_keep_their_own_heads_and_labels(models, tmp_pat
         assert {r["label"] for r in base} == {"neg", "pos"} and {r["label"] for r in mine} == {"x", "y", "z"}
         want = bertforge.pipeline("text-classification", model=three, top_k=None)("the movie was good")
         assert [(r["label"], round(r["score"], 5)) for r in mine] == [(r["label"], round(r["score"], 5)) for r in want]
-        r = s.client.post("/rerank", json={"query": "q", "texts": ["a", "b"], "adapter": "two"})
-        assert r.status_code == 200 and len(r.json()) == 2
+        r = s.client.post("/predict", json={"inputs": ["q", "a"], "adapter": "two"})
+        assert r.status_code == 200 and {x["label"] for x in r.json()} == {"neg", "pos"}
         assert s.client.post("/predict", json={"inputs": "x", "adapter": 3}).status_code == 422
 
 
