@@ -192,6 +192,9 @@ async def predict(body: dict[str, Any], engine: Engine) -> Any:
     truncate = _flag(body, "truncate", engine.config.auto_truncate)
     kind = engine.kind("classify_raw" if raw else "classify", body.get("adapter"))
     results, _ = await _compute(engine, kind, items, truncate, left=_left(body))
+    label_ids = {label: i for i, label in engine.id2label.items()}
+    # TEI's order: best first, ties the later label first (it sorts ascending, then reverses)
+    results = [sorted(r, key=lambda p: (p["score"], label_ids.get(p["label"], 0)), reverse=True) for r in results]
     return json_response(results[0] if single else list(results))
 
 
@@ -214,9 +217,9 @@ async def rerank(body: dict[str, Any], engine: Engine) -> Any:
     truncate = _flag(body, "truncate", engine.config.auto_truncate)
     kind = engine.kind("rerank_raw" if raw else "rerank", body.get("adapter"))
     scores, _ = await _compute(engine, kind, [(query, text) for text in texts], truncate, left=_left(body))
-    ranked = engine.pipelines[kind].ranking(scores, texts, return_documents=return_text)
-    for entry in ranked:  # TEI's name for sentence-transformers' corpus_id
-        entry["index"] = entry.pop("corpus_id")
+    # TEI's order: by score, best first, ties the later text first (it sorts ascending, then reverses)
+    order = sorted(range(len(texts)), key=lambda i: (scores[i], i), reverse=True)
+    ranked = [{"index": i, "score": scores[i], **({"text": texts[i]} if return_text else {})} for i in order]
     return json_response(ranked)
 
 
