@@ -60,9 +60,10 @@ class Batcher:
     """
 
     def __init__(self, runners: dict[str, Callable[[list[Any], list[Any]], Sequence[Any]]], max_batch_tokens: int,
-                 max_queue: int, metrics: Metrics | None = None) -> None:
+                 max_queue: int, metrics: Metrics | None = None, max_batch_inputs: int | None = None) -> None:
         self.runners = runners
         self.max_batch_tokens = max_batch_tokens
+        self.max_batch_inputs = max_batch_inputs  # TEI's --max-batch-requests: inputs in one batch (None: any)
         self.max_queue = max_queue
         self.metrics = metrics or Metrics()
         self.metrics.queue_limit.set(max_queue)
@@ -136,15 +137,17 @@ class Batcher:
                 return None
             first = self.queue.popleft()
             jobs, tokens, skipped = [first], first.tokens, []
+            inputs, most = len(first.items), self.max_batch_inputs
             while self.queue:
                 job = self.queue[0]
                 if job.kind != first.kind:
                     skipped.append(self.queue.popleft())
                     continue
-                if tokens + job.tokens > self.max_batch_tokens:
+                if tokens + job.tokens > self.max_batch_tokens or (most is not None and inputs + len(job.items) > most):
                     break
                 jobs.append(self.queue.popleft())
                 tokens += job.tokens
+                inputs += len(job.items)
             self.queue.extendleft(reversed(skipped))  # other kinds keep their places at the front
             self.in_flight = len(jobs)
             self.metrics.queue(len(self.queue), self.in_flight)

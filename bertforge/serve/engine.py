@@ -91,9 +91,10 @@ class Engine:
     """
 
     def __init__(self, config: ServeConfig) -> None:
-        model_dir = model_path(config.model)
+        model_dir = model_path(config.model, config.revision)
         if not model_dir.is_dir():
             raise BertforgeError(f"{model_dir}: no such model directory")
+        self.precision = self._precision(config)
         self.config = config
         self.model_name = config.model_name or (model_dir.resolve().name if Path(config.model).exists() else config.model)
         self.task = detect_task(model_dir) if config.task == "auto" else config.task
@@ -109,7 +110,8 @@ class Engine:
 
         self.tokenization_workers = config.tokenization_workers or available_cpus()
         self.metrics = Metrics()
-        self.batcher = Batcher({}, config.max_batch_tokens, config.max_queue, self.metrics)
+        self.batcher = Batcher({}, config.max_batch_tokens, config.max_queue, self.metrics,
+                               max_batch_inputs=config.max_batch_requests)
         self.batcher.start(setup=lambda: self._load(model_dir))  # raises what loading raised
 
     def _load(self, model_dir: Path) -> None:
@@ -119,8 +121,8 @@ class Engine:
 
         config = self.config
         common = dict(max_length=config.max_length, max_batch_tokens=config.max_batch_tokens,
-                      batch_size=config.max_batch_tokens, progress=False, num_threads=config.num_threads,
-                      device=config.device)
+                      batch_size=config.max_batch_requests or config.max_batch_tokens, progress=False,
+                      num_threads=config.num_threads, device=config.device, precision=self.precision)
         pipelines: dict[str, Any] = {}
         main: EmbedPipeline | TextClassificationPipeline  # the pipeline of /embed, or of /predict
         if self.task == "embed":
@@ -225,6 +227,23 @@ class Engine:
         """The most characters of one input (each text of a pair) that are tokenized: `max_input_chars`, by default
         `CHARS_PER_TOKEN` for each token the model takes."""
         return self.config.max_input_chars or CHARS_PER_TOKEN * self.max_length
+
+    @staticmethod
+    def _precision(config: ServeConfig) -> str:
+        """TEI's --dtype as a pipeline precision, or one line saying why it cannot be: float32 (and bfloat16, as
+        bf16 autocast) on a CPU; float16 is what a GPU runs, and nothing a CPU runs."""
+        from ..core.system import inference_device
+
+        dtype = config.dtype or ("float32" if inference_device(config.device).type == "cpu" else "float16")
+        on_cpu = inference_device(config.device).type == "cpu"
+        if on_cpu and dtype == "float16":
+            raise BertforgeError("serve: --dtype float16 needs a GPU (--device cuda); on a CPU use float32 or "
+                                 "bfloat16")
+        if not on_cpu and dtype != "float16":
+            raise BertforgeError(f"serve: --dtype {dtype}: on {config.device} bertforge runs the model in float16")
+        if dtype == "bfloat16" and config.quantize:
+            raise BertforgeError("serve: --dtype bfloat16 is for float models; --quantize int8 runs int8 layers")
+        return "bf16" if dtype == "bfloat16" else "fp32"
 
     def _default_prompt(self, model_default: str | None) -> str:
         """The prompt put before every input whose request names none: --default-prompt, the prompt
