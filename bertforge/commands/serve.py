@@ -132,8 +132,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     tei.add_argument("--default-prompt", default=None, metavar="TEXT",
                      help="a prompt text put before each input of a request naming none")
     tei.add_argument("--dense-path", default=None, metavar="DIR",
-                     help="a sentence-transformers Dense module after pooling: refused at start-up (bertforge "
-                          "serves Transformer, Pooling and Normalize modules only)")
+                     help="a sentence-transformers Dense module applied after pooling: its directory, or one of the "
+                          "model directory's (e.g. 2_Dense); config.json and model.safetensors")
     tei.add_argument("--hf-token", default=None, metavar="TOKEN", help="the Hub token for a model given by id")
     tei.add_argument("--huggingface-hub-cache", default=None, metavar="DIR",
                      help="the Hub cache a model given by id is read from and downloaded to")
@@ -193,9 +193,6 @@ def from_environment(args: argparse.Namespace, environ: Any = None) -> dict[str,
     values["host"] = _host(args.host, environ)
     if values["dtype"] is not None and values["dtype"] not in ("float32", "float16", "bfloat16"):
         raise BertforgeError(f"serve: $DTYPE must be float32, float16 or bfloat16, got {values['dtype']!r:.60}")
-    if values["dense_path"] is not None:
-        raise BertforgeError("serve: --dense-path: bertforge serves a sentence-transformers model's Transformer, "
-                             "Pooling and Normalize modules only, not a Dense module")
     if values["pooling"] is not None and values["pooling"] not in (*POOLINGS, "splade"):
         raise BertforgeError(f"serve: $POOLING must be one of {', '.join(POOLINGS)}, got {values['pooling']!r:.60}")
     return values

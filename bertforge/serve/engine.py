@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
+import numpy as np
+
 from ..core.errors import BertforgeError
 from ..model.families import FAMILIES
 from .batcher import Batcher
@@ -72,6 +74,54 @@ def has_mlm_head(model_dir: Path) -> bool:
     if member is None:  # an unsupported family: the pipeline will name it
         return False
     return any(member.internal_architecture(a) in MLM_CLASSES for a in _architectures(model_dir))
+
+
+#: a Dense module's activation (sentence-transformers' `activation_function`) → numpy
+DENSE_ACTIVATIONS = {"torch.nn.modules.linear.Identity": lambda x: x, "torch.nn.modules.activation.Tanh": np.tanh}
+
+
+class Dense:
+    """A sentence-transformers Dense module (TEI's --dense-path) applied to pooled embeddings: activation(W x + b)."""
+
+    def __init__(self, weight: np.ndarray, bias: np.ndarray | None, activation: Any) -> None:
+        self.weight, self.bias, self.activation = weight, bias, activation
+        self.out_features = weight.shape[0]
+
+    def __call__(self, rows: np.ndarray) -> np.ndarray:
+        out = rows.astype(np.float32) @ self.weight.T
+        return self.activation(out + self.bias if self.bias is not None else out).astype(np.float32)
+
+    def after(self, runner: Any) -> Any:
+        def run(items: list[Any], features: list[Any]) -> list[Any]:
+            results = runner(items, features)
+            return list(self(np.stack(results))) if len(results) else results
+
+        return run
+
+
+def load_dense(model_dir: Path, path: str, in_features: int) -> Dense:
+    """The Dense module at `path` (a directory, or one of the model directory's: "2_Dense"): its config.json and
+    model.safetensors (never a pickle); what it cannot be is one line."""
+    directory = Path(path) if Path(path).is_dir() else model_dir / path
+    where = f"serve: --dense-path {path}"
+    try:
+        config = json.loads((directory / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise BertforgeError(f"{where}: no readable config.json in {directory} ({type(err).__name__})") from None
+    if not (directory / "model.safetensors").is_file():
+        raise BertforgeError(f"{where}: {directory} has no model.safetensors (bertforge reads no pickled weights)")
+    from safetensors.numpy import load_file
+
+    weights = load_file(str(directory / "model.safetensors"))
+    activation = DENSE_ACTIVATIONS.get(config.get("activation_function", "torch.nn.modules.activation.Tanh"))
+    if activation is None:
+        raise BertforgeError(f"{where}: activation {config.get('activation_function')!r} is not one of "
+                             f"{', '.join(DENSE_ACTIVATIONS)}")
+    weight = weights.get("linear.weight")
+    if weight is None or weight.ndim != 2 or weight.shape[1] != in_features:
+        raise BertforgeError(f"{where}: linear.weight must be [out, {in_features}] (the model's width), got "
+                             f"{None if weight is None else list(weight.shape)}")
+    return Dense(weight.astype(np.float32), weights.get("linear.bias"), activation)
 
 
 class Engine:
@@ -174,7 +224,13 @@ class Engine:
         for pipe in pipelines.values():  # the first call builds kernels and caches: not a client's
             items = ["warm up"] if self.task == "embed" else [("warm", "up")]
             pipe.run_features(items, pipe.features(items)[0])
-        self.batcher.runners.update({kind: pipe.run_features for kind, pipe in pipelines.items()})
+        runners = {kind: pipe.run_features for kind, pipe in pipelines.items()}
+        if config.dense_path is not None and self.task == "embed":
+            dense = load_dense(model_dir, config.dense_path, self.hidden_size)
+            self.hidden_size = dense.out_features
+            for kind in [k for k in runners if k == "embed" or k.startswith("embed@")]:
+                runners[kind] = dense.after(runners[kind])
+        self.batcher.runners.update(runners)
 
     def _adapter_pipelines(self, name: str, directory: Path, model_dir: Path, main: Any,
                            common: dict[str, Any]) -> dict[str, Any]:

@@ -235,7 +235,7 @@ def test_teis_other_launcher_options_reach_the_server(monkeypatch):
 @pytest.mark.parametrize("args, said", [
     (["--dtype", "float16"], "--dtype float16 needs a GPU"),
     (["--otlp-endpoint", "http://127.0.0.1:4317"], "--otlp-endpoint needs the OpenTelemetry packages"),
-    (["--dense-path", "2_Dense"], "--dense-path: bertforge serves"),
+    (["--dense-path", "2_Dense"], "--dense-path 2_Dense: no readable config.json"),
     (["--default-prompt-name", "q", "--default-prompt", "q: "], "not both"),
 ])
 def test_what_cannot_work_here_is_refused_at_start_up_in_one_line(models, args, said, capsys, monkeypatch):

@@ -234,3 +234,21 @@ def test_teis_quick_tour_and_gaudi_cases(servers):
     quick tour (docs/source/en/quick_tour.md) the other requests of SUCCESS above."""
     vectors = check(servers["embed"], "/embed", {"inputs": "What is Deep Learning?"}, 200)
     assert np.array(vectors).shape == (1, 32) and abs(np.linalg.norm(vectors[0]) - 1) < 1e-5
+
+
+def test_the_huggingface_hub_client_through_teis_routes(servers, monkeypatch):
+    """huggingface_hub's InferenceClient as it calls TEI: text classification on a classifier's /predict, and
+    sentence similarity on POST / where $TASK is sentence-similarity (how Inference Endpoints run TEI)."""
+    hub = pytest.importorskip("huggingface_hub")
+    client = hub.InferenceClient(timeout=15)
+    base = str(servers["classify"].base_url).rstrip("/")
+    best = client.text_classification("the movie was good", model=base + "/predict")  # TEI's flat list: its best
+    want = servers["classify"].post("/predict", json={"inputs": "the movie was good"}).json()[0]
+    assert (best.label, round(best.score, 6)) == (want["label"], round(want["score"], 6))
+    monkeypatch.setenv("TASK", "sentence-similarity")
+    embed = str(servers["embed"].base_url).rstrip("/")
+    scores = client.sentence_similarity("good", other_sentences=["bad", "good"], model=embed + "/")
+    direct = servers["embed"].post("/similarity", json={"inputs": {"source_sentence": "good",
+                                                                   "sentences": ["bad", "good"]}}).json()
+    np.testing.assert_allclose(scores, direct, rtol=0, atol=1e-6)
+    assert abs(scores[1] - 1) < 1e-5

@@ -156,3 +156,28 @@ def test_an_mlm_head_is_told_by_the_familys_class_names(tmp_path, model_type, ar
     config = {"architectures": [architecture], **({"model_type": model_type} if model_type else {})}
     (tmp_path / "config.json").write_text(json.dumps(config))
     assert has_mlm_head(tmp_path) is mlm
+
+
+def test_a_dense_module_after_pooling_is_sentence_transformers(models, tmp_path):
+    """TEI's --dense-path: a sentence-transformers Dense module (saved by sentence-transformers itself) applied to
+    the pooled embedding, before normalising; /info's hidden_size is its width."""
+    import numpy as np
+    import torch
+
+    st_models = pytest.importorskip("sentence_transformers.models")
+    torch.manual_seed(0)
+    dense = st_models.Dense(32, 16)  # tanh(W x + b), sentence-transformers' default activation
+    (tmp_path / "2_Dense").mkdir()
+    dense.save(str(tmp_path / "2_Dense"))
+    pooled = bertforge.pipeline("embed", model=models["embed"], normalize=False)(SENTENCES[:3])
+    with torch.no_grad():
+        want = dense({"sentence_embedding": torch.from_numpy(pooled)})["sentence_embedding"].numpy()
+    with ThreadServer(ServeConfig(model=str(models["embed"]), dense_path=str(tmp_path / "2_Dense"))) as s:
+        got = np.array(s.client.post("/embed", json={"inputs": SENTENCES[:3], "normalize": False}).json())
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
+        unit = np.array(s.client.post("/v1/embeddings", json={"input": SENTENCES[0]}).json()["data"][0]["embedding"])
+        np.testing.assert_allclose(unit, want[0] / np.linalg.norm(want[0]), rtol=0, atol=1e-5)
+        assert s.client.get("/info").json()["hidden_size"] == 16
+    (tmp_path / "2_Dense" / "model.safetensors").unlink()
+    with pytest.raises(bertforge.BertforgeError, match="no model.safetensors"):
+        Engine(ServeConfig(model=str(models["embed"]), dense_path=str(tmp_path / "2_Dense")))
