@@ -372,3 +372,39 @@ def test_metrics_count_the_requests_of_every_worker(models):
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(TIMEOUT)
+
+
+def test_a_unix_socket_a_prometheus_port_and_json_logs(models, tmp_path):
+    """--uds-path (the API on a Unix socket, no TCP port), --prometheus-port (/metrics on its own port) and
+    --json-output (every log line a JSON object), in a real `bertforge serve`."""
+    uds, metrics_port = tmp_path / "tei.sock", free_port()
+    env = {k: v for k, v in os.environ.items() if k not in TEI_VARIABLES}
+    proc = subprocess.Popen([sys.executable, "-m", "bertforge", "serve", "--model-id", str(models["embed"]),
+                             "--uds-path", str(uds), "--prometheus-port", str(metrics_port), "--json-output",
+                             "--threads", "1"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
+                            start_new_session=True)
+    try:
+        transport = httpx.HTTPTransport(uds=str(uds))
+        deadline = time.monotonic() + STARTUP
+        with httpx.Client(transport=transport, base_url="http://tei", timeout=TIMEOUT) as client:
+            while True:
+                try:
+                    if client.get("/health").status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                assert proc.poll() is None and time.monotonic() < deadline, "the server did not start"
+                time.sleep(0.1)
+            assert client.post("/embed", json={"inputs": "good"}).status_code == 200
+        page = httpx.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=TIMEOUT).text
+        assert metric(page, "te_request_success_total", route="/embed") == 1
+        proc.send_signal(signal.SIGTERM)
+        output = proc.communicate(timeout=SHUTDOWN)[0].decode()
+        assert proc.returncode == 0
+        lines = [line for line in output.splitlines() if line.strip()]
+        assert lines and all(json.loads(line)["level"] for line in lines), output[:500]
+        assert any("ready" in json.loads(line)["message"] for line in lines)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(TIMEOUT)
