@@ -252,3 +252,19 @@ def test_the_huggingface_hub_client_through_teis_routes(servers, monkeypatch):
                                                                    "sentences": ["bad", "good"]}}).json()
     np.testing.assert_allclose(scores, direct, rtol=0, atol=1e-6)
     assert abs(scores[1] - 1) < 1e-5
+
+
+def test_an_application_frameworks_embedder_works_unchanged(servers, monkeypatch):
+    """Haystack's OpenAI embedder pointed at the server's OpenAI-compatible route (as at TEI's): the vectors are
+    the server's /v1 ones (normalised, TEI's rule)."""
+    monkeypatch.setenv("HAYSTACK_TELEMETRY_ENABLED", "False")
+    embedders = pytest.importorskip("haystack.components.embedders", reason="needs haystack-ai: pip install -e '.[test]'")
+    from haystack.utils import Secret
+
+    url = str(servers["embed"].base_url).rstrip("/") + "/v1"
+    embedder = embedders.OpenAITextEmbedder(api_key=Secret.from_token("unused"), model="embed", api_base_url=url,
+                                            timeout=15, max_retries=0)
+    got = embedder.run(text="What is Deep Learning?")["embedding"]
+    want = servers["embed"].post("/v1/embeddings", json={"input": "What is Deep Learning?"}).json()
+    np.testing.assert_allclose(got, want["data"][0]["embedding"], rtol=0, atol=1e-6)
+    assert abs(np.linalg.norm(got) - 1) < 1e-5
