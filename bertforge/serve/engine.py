@@ -350,8 +350,8 @@ class Engine:
         pipe = self.pipelines[kind]
         try:
             features, cut = pipe.features(items)
-        except BertforgeError as err:
-            raise invalid(str(err)) from None
+        except BertforgeError as err:  # the tokenizer refused an input: TEI's Tokenizer error (422)
+            raise ApiError(None, str(err), "Tokenizer") from None
         if cut and not truncate:
             raise self._too_long(items, features, hint)
         if cut and left:

@@ -259,10 +259,18 @@ async def handle_vertex(request: Any, engine: Engine) -> Any:
     limit = engine.config.max_client_batch_size
     if len(instances) > limit:
         raise batch_too_large(len(instances), limit)
-    answers = []
     for i, instance in enumerate(instances):
         if not isinstance(instance, dict):
             raise invalid(f'"instances"[{i}] must be an object (a request), got {_json_type(instance)}')
+    if engine.sparse:  # sparse answers are vocabulary-sized: their sum is bounded as /embed_sparse's is
+        inputs = sum(len(x["inputs"]) if isinstance(x.get("inputs"), list) and not all(
+            isinstance(t, int) for t in x["inputs"]) else 1 for x in instances if "texts" not in x)
+        vocab, most = engine.tokenizer.vocab_size, engine.config.max_response_values
+        if inputs * vocab > most:
+            raise invalid(f"{inputs} inputs of {vocab} sparse values each may answer more than "
+                          f"--max-response-values ({most}); send fewer instances")
+    answers = []
+    for instance in instances:
         if "query" in instance and "texts" in instance:
             route: Any = rerank
         elif engine.model_kind != "embedding":

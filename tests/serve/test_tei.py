@@ -154,6 +154,9 @@ def test_embed_sparse_answers_are_bounded(models):
         assert small.client.post("/embed_sparse", json={"inputs": ["good"] * 2}).status_code == 200
         r = small.client.post("/embed_sparse", json={"inputs": ["good"] * 3})
         assert r.status_code == 422 and "--max-response-values (200)" in r.json()["error"], (vocab, r.text)
+        r = small.client.post("/vertex", json={"instances": [{"inputs": "good"}] * 3})  # the sum of the instances
+        assert r.status_code == 422 and "--max-response-values (200)" in r.json()["error"], r.text
+        assert small.client.post("/vertex", json={"instances": [{"inputs": "good"}] * 2}).status_code == 200
 
 
 def test_tokenize_and_decode_round_trip_as_the_tokenizers_tokenizer(embed_server, models):
