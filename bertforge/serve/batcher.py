@@ -27,6 +27,7 @@ class Job:
     loop: asyncio.AbstractEventLoop
     future: asyncio.Future
     queued_at: float = field(default_factory=time.perf_counter)
+    timing: dict[str, float] | None = None  # gets "queued" and "started" (perf_counter) for the response's headers
 
 
 def _settle(outcomes: list[tuple[asyncio.Future, Any, BaseException | None]]) -> None:
@@ -104,9 +105,10 @@ class Batcher:
     def depth(self) -> int:
         return len(self.queue)
 
-    def submit(self, kind: str, items: list[Any], features: list[Any], tokens: int) -> asyncio.Future:
+    def submit(self, kind: str, items: list[Any], features: list[Any], tokens: int,
+               timing: dict[str, float] | None = None) -> asyncio.Future:
         """Queue a request (its inputs, their features and their token count); its future gets the list of results.
-        Raises Overloaded when the queue is full."""
+        `timing` gets when it was queued and when its batch started. Raises Overloaded when the queue is full."""
         loop = asyncio.get_running_loop()
         future = loop.create_future()
         with self.cond:
@@ -114,7 +116,10 @@ class Batcher:
                 raise Overloaded("the server is shutting down")
             if len(self.queue) >= self.max_queue:
                 raise Overloaded(f"the queue is full ({self.max_queue} requests waiting); retry later", status=429)
-            self.queue.append(Job(kind, items, features, tokens, loop, future))
+            job = Job(kind, items, features, tokens, loop, future, timing=timing)
+            if timing is not None:
+                timing["queued"] = job.queued_at
+            self.queue.append(job)
             self.metrics.queue(len(self.queue), self.in_flight)
             self.cond.notify()
         return future
@@ -176,6 +181,9 @@ class Batcher:
             items += job.items
             features += job.features if not offset else [replace(f, item=f.item + offset) for f in job.features]
         start = time.perf_counter()
+        for job in jobs:
+            if job.timing is not None:
+                job.timing["started"] = start
         try:
             results = self.runners[jobs[0].kind](items, features)
             if len(results) != len(items):

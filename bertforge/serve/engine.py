@@ -145,6 +145,9 @@ class Engine:
         if not model_dir.is_dir():
             raise BertforgeError(f"{model_dir}: no such model directory")
         self.precision = self._precision(config)
+        from ..core.system import inference_device
+
+        self.device_type = inference_device(config.device).type  # TEI's x-compute-type
         self.config = config
         self.model_name = config.model_name or (model_dir.resolve().name if Path(config.model).exists() else config.model)
         self.task = detect_task(model_dir) if config.task == "auto" else config.task

@@ -7,6 +7,8 @@ import asyncio
 import base64
 import logging
 import os
+import time
+from contextvars import ContextVar
 from collections.abc import Callable
 from typing import Any
 
@@ -38,8 +40,15 @@ def endpoint(handler: Callable[[Any, Engine], Any]) -> Callable[[Any], Any]:
 
     async def run(request: Any) -> Any:
         engine: Engine = request.app.state.engine
+        timing: dict[str, float] = {}
+        TIMING.set(timing)  # this request's task only
+        start = time.perf_counter()
         try:
-            return await handler(request, engine)
+            response = await handler(request, engine)
+            if "tokens" in timing:
+                device = str(getattr(engine, "device_type", "cpu"))
+                response.headers.update(_timing_headers(timing, time.perf_counter() - start, device))
+            return response
         except ApiError as err:
             headers = {"Retry-After": "1"} if err.status in (429, 503) else None
             return json_response(_error_body(request.url.path, err), err.status, headers)
@@ -63,7 +72,10 @@ async def _compute(engine: Engine, kind: str, items: list[Any], truncate: bool, 
     """Tokenize a request's inputs (in a thread for a large request), queue them, wait: their results and tokens.
     `hint`: what the client can do about an input that is too long, on its route; `left`: cut its start;
     `max_tokens`: a request of more tokens gets 422 before it is queued; `prompt`: put before each text."""
-    chars = sum(len(x) for item in items for x in (item if isinstance(item, tuple) else (item,)))
+    chars = sum(len(x) for item in items for x in (item if isinstance(item, tuple) else (item,))
+                if isinstance(x, str))
+    timing = TIMING.get()
+    begin = time.perf_counter()
     if chars > LARGE_REQUEST:
         from starlette.concurrency import run_in_threadpool
 
@@ -73,7 +85,30 @@ async def _compute(engine: Engine, kind: str, items: list[Any], truncate: bool, 
     if max_tokens is not None and tokens > max_tokens:
         raise invalid(f"the inputs hold {tokens} tokens, more than this route answers for in one request "
                       f"({max_tokens}, --max-batch-tokens); send fewer inputs per request")
-    return await engine.batcher.submit(kind, items, features, tokens), tokens
+    job: dict[str, float] = {}
+    results = await engine.batcher.submit(kind, items, features, tokens, job)
+    if timing is not None:  # TEI's x-compute-* and x-*-time headers (`_timing_headers`), summed over the request
+        done = time.perf_counter()
+        started = job.get("started", done)
+        for key, value in (("chars", chars), ("tokens", tokens), ("tokenization", job.get("queued", begin) - begin),
+                           ("queue", started - job.get("queued", started)), ("inference", done - started)):
+            timing[key] = timing.get(key, 0) + value
+    return results, tokens
+
+
+#: The request's timings and sizes, for TEI's response headers (set by `endpoint`, filled by `_compute`).
+TIMING: ContextVar[dict[str, float] | None] = ContextVar("bertforge_serve_timing", default=None)
+
+
+def _timing_headers(timing: dict[str, float], total: float, device: str) -> dict[str, str]:
+    """TEI's headers of an answer: x-compute-type, -characters, -tokens, x-total-time, x-tokenization-time,
+    x-queue-time, x-inference-time (milliseconds; x-compute-time: total less the queue)."""
+    ms = {key: str(int(timing.get(key, 0) * 1000)) for key in ("tokenization", "queue", "inference")}
+    return {"x-compute-type": device, "x-compute-characters": str(int(timing.get("chars", 0))),
+            "x-compute-tokens": str(int(timing.get("tokens", 0))), "x-total-time": str(int(total * 1000)),
+            "x-compute-time": str(int((total - timing.get("queue", 0)) * 1000)),
+            "x-tokenization-time": ms["tokenization"], "x-queue-time": ms["queue"],
+            "x-inference-time": ms["inference"]}
 
 
 async def off_loop(build: Callable[[], Any]) -> Any:

@@ -140,3 +140,16 @@ def test_rerank(rerank_server, models):
     r = client.post("/rerank", json={"query": "q", "texts": []})
     assert r.status_code == 400 and r.json() == {"error": "`texts` cannot be empty", "error_type": "Empty"}
     assert client.post("/predict", json={"inputs": "good"}).json()[0]["label"] == "LABEL_0"  # TEI: predict too
+
+
+def test_teis_compute_headers(embed_server, models):
+    """TEI's headers on a model route's answer: what it computed (characters, tokens, where) and its times."""
+    r = embed_server.client.post("/embed", json={"inputs": ["the movie was good", "bad"]})
+    tokens = sum(len(ids) for ids in bertforge.pipeline("embed", model=models["embed"]).tokenizer(
+        ["the movie was good", "bad"])["input_ids"])
+    assert (r.headers["x-compute-type"], r.headers["x-compute-characters"], r.headers["x-compute-tokens"]) == (
+        "cpu", "21", str(tokens))
+    times = {k: int(r.headers[k]) for k in ("x-total-time", "x-compute-time", "x-tokenization-time", "x-queue-time",
+                                            "x-inference-time")}
+    assert all(v >= 0 for v in times.values()) and times["x-total-time"] >= times["x-inference-time"]
+    assert "x-compute-tokens" not in embed_server.client.get("/info").headers
