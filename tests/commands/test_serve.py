@@ -209,6 +209,9 @@ def test_teis_other_launcher_options_reach_the_server(monkeypatch):
     monkeypatch.setattr("bertforge.serve.run_server", lambda config, **kw: seen.append((config, kw)) or 0)
     for variable in TEI_VARIABLES | {"HF_HUB_CACHE"}:
         monkeypatch.delenv(variable, raising=False)
+    for variable in ("HF_TOKEN", "HF_HUB_CACHE"):  # run() sets them: recorded here, so they are removed afterwards
+        monkeypatch.setenv(variable, "")
+        monkeypatch.delenv(variable)
     args = ["serve", "--model-id", "m", "--revision", "v2", "--dtype", "bfloat16", "--tokenization-workers", "3",
             "--max-batch-requests", "16", "--default-prompt-name", "query", "--hf-token", "hf_x",
             "--huggingface-hub-cache", "/tmp/hub", "--uds-path", "/tmp/tei.sock", "--json-output",
