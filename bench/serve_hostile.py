@@ -81,7 +81,8 @@ class Server:
         print(f"the server runs {where}")
         self.log = open(log, "wb")
         self.proc = subprocess.Popen([sys.executable, "-m", "bertforge", "serve", "--model", str(model), "--port",
-                                      str(self.port), "--threads", "1"], stdout=self.log, stderr=subprocess.STDOUT,
+                                      str(self.port), "--threads", "1", "--max-client-batch-size", "256"],  # the 256-input cases
+                                     stdout=self.log, stderr=subprocess.STDOUT,
                                      env=env, cwd=source)  # `-m` reads the working directory first
         deadline = time.monotonic() + 120
         while True:
@@ -117,7 +118,7 @@ class Server:
     def statuses(self) -> dict[tuple[str, int], int]:
         text = httpx.get(self.url + "/metrics", timeout=30).text
         return {(route, int(status)): int(float(n)) for route, status, n in
-                re.findall(r'^bertforge_requests_total\{route="([^"]+)",status="(\d+)"\} (\S+)$', text, re.M)}
+                re.findall(r'^(?:te_http|bertforge)_requests_total\{route="([^"]+)",status="(\d+)"\} (\S+)$', text, re.M)}
 
     def errors_since(self, before: dict[tuple[str, int], int]) -> int:
         return sum(n - before.get(key, 0) for key, n in self.statuses().items() if key[1] >= 500)

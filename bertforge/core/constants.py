@@ -30,8 +30,9 @@ class ServeDefaults:
     host: str = "127.0.0.1"  # this machine only; 0.0.0.0 for every interface
     port: int = 8080
     max_queue: int = 512  # requests waiting for the model (--max-concurrent-requests); one more gets 429
-    max_batch_tokens: int = 4096  # real tokens per forward pass (requests are grouped up to this)
-    max_client_batch_size: int = 256  # inputs in one request; more gets 413
+    max_batch_tokens: int = 16384  # real tokens per forward pass (requests are grouped up to this); TEI's default
+    max_client_batch_size: int = 32  # inputs in one request; more gets TEI's 422; TEI's default
+    auto_truncate: bool = True  # inputs longer than the model takes are cut (TEI's default since 1.9.0)
     max_body_bytes: int = 2_000_000  # request body size; more gets 413
 
 

@@ -1,18 +1,24 @@
 """`bertforge serve`: a model behind HTTP, on uvicorn + Starlette.
 
-Endpoints (JSON in, JSON out):
+It behaves as text-embeddings-inference 1.9 (TEI) does (its source at v1.9.3 is the contract; the conformance
+tests validate every answer against TEI's OpenAPI document). Endpoints (JSON in, JSON out), declared once in
+`openapi.ROUTES`, from which the app and its OpenAPI document (`/api-doc/openapi.json`, Swagger UI at `/docs`) are
+built:
 
-* text-embeddings-inference's API: `POST /embed`, `/embed_all` (every token's vector), `/embed_sparse` (SPLADE, for a
-  model with an MLM head), `/similarity`, `POST /predict` (classification models), `POST /rerank` (cross-encoders:
-  a sequence-classification model scoring (query, text) pairs), `POST /tokenize`, `POST /decode`, `GET /info`;
-* OpenAI's embeddings API: `POST /v1/embeddings` (`encoding_format` "float" or "base64", `dimensions`), so the
-  `openai` client works unchanged with `base_url="http://HOST:PORT/v1"`;
-* `GET /health`, `GET /metrics` (Prometheus text format, from `prometheus_client`; with `--workers N` summed over
-  the workers through its multi-process mode).
+* TEI's API: `POST /embed`, `/embed_all` (every token's vector), `/embed_sparse` (a SPLADE model, or a masked-LM
+  one with `--pooling splade`), `/similarity`, `/predict` (classifiers and rerankers), `/rerank` (a one-label
+  cross-encoder), `/tokenize`, `/decode`, `/vertex`, `GET /info` (TEI's `Info`), `/health`, `/metrics` (`te_*`
+  names; with `--workers N` summed over the workers through `prometheus_client`'s multi-process mode);
+* its OpenAI route: `POST /v1/embeddings` (and `/embeddings`), always normalised, errors in TEI's flat
+  `OpenAICompatErrorResponse`;
+* its hosted-endpoint routes: `POST /` and `/invocations` (the model kind's route; `$TASK=sentence-similarity`:
+  /similarity), `GET /` and `/ping` (health).
 
-`--api-key KEY` (`ServeConfig.api_key`): every route but the health probes and /metrics needs `Authorization: Bearer
-KEY`. TEI's routes for hosted endpoints answer too: `POST /` and `/invocations` (the model's own route), `GET /`
-and `/ping` (health), `POST /embeddings` (as /v1/embeddings).
+Errors carry TEI's error types only (`errors.STATUS`: Unhealthy 503, Backend 424, Overloaded 429, Validation and
+Tokenizer 422, Empty 400); TEI's defaults hold (auto-truncate on, 32 inputs a request, 16,384 tokens a batch).
+
+`--api-key KEY` (`ServeConfig.api_key`): every route but the public ones (health probes, /metrics, /docs) needs
+`Authorization: Bearer KEY`.
 
 Dynamic batching: a request is validated and tokenized once, into the pipeline's features (their lengths size the
 batches), then queued; a large one (by its characters, and its body by its bytes, however it was sent) is parsed and
@@ -24,15 +30,16 @@ there is no waiting at all, with many the batches grow by themselves. Vectors ar
 digits, which read back as the same float32 (17-digit float64 text was among the largest costs of a response).
 
 Back-pressure: at most `max_queue` requests wait (TEI's `--max-concurrent-requests`); one more gets 429 at once (with
-`Retry-After`), as TEI answers. Bodies over
-`max_body_bytes`, more than `max_client_batch_size` inputs and (without `truncate`) inputs longer than the model
-takes get 413; malformed bodies 400 and wrong fields 422, always with a JSON error that says what the client can do
-on its route. An input past `max_input_chars` characters is refused, or cut with `truncate`, before any tokenizing:
+`Retry-After`), as TEI answers. Bodies over `max_body_bytes` get 413, more than `max_client_batch_size` inputs and
+(with `"truncate": false`) inputs longer than the model takes TEI's 422, an empty batch its 400, always with a JSON
+error that says what the client can do on its route. Every answer is bounded (`max_batch_tokens`,
+`max_response_values`) and large ones are written in worker threads. An input past `max_input_chars` characters is
+refused, or cut with `truncate`, before any tokenizing:
 a request costs in proportion to what the model reads. A request's head and body must arrive within
 `head_timeout` and `body_timeout` (408, then the connection is closed), and connections past `max_connections` get
 503 at once (`connections.GuardedProtocol`). A client that hangs up before its body is read is counted as 499. A failing batch is retried one
-request at a time, so one bad request cannot fail the others; whatever fails gets a 500 JSON error and the server
-goes on serving.
+request at a time, so one bad request cannot fail the others; whatever fails gets TEI's 424 Backend error and the
+server goes on serving.
 
 SIGTERM: uvicorn stops accepting, lets in-flight requests finish, the worker drains its queue, exit status 0.
 Several processes: `--workers N` runs uvicorn's process supervisor with `app_from_environment` as an import-string
@@ -41,7 +48,7 @@ factory; the options travel in the environment variable `BERTFORGE_SERVE_CONFIG`
 Modules: `config` (ServeConfig), `errors` (ApiError and its JSON shapes), `metrics` (Prometheus counters and the
 middleware), `batcher` (the queue and its worker thread), `engine` (the model's pipelines), `requests` (reading and
 checking bodies), `responses` (JSON and float32 vectors), `handlers` (one per route; TEI's token, sparse and
-similarity routes in `tei`), `auth` (the API key), `connections` (deadlines and
+similarity routes in `tei`), `auth` (the API key), `openapi` (the route table and the OpenAPI document), `connections` (deadlines and
 the connection cap in uvicorn's HTTP protocol; imports uvicorn), `app` (the Starlette app and the uvicorn process).
 """
 

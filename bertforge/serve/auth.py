@@ -12,7 +12,7 @@ from .responses import json_bytes
 
 #: The routes a load balancer's probe and a Prometheus scraper reach without the key, as in TEI (GET only: POST /
 #: is the model's route).
-PUBLIC = frozenset({"/health", "/metrics", "/ping", "/"})
+PUBLIC = frozenset({"/health", "/metrics", "/ping", "/", "/docs", "/api-doc/openapi.json"})
 
 
 class ApiKeyMiddleware:
@@ -29,7 +29,7 @@ class ApiKeyMiddleware:
             await self.app(scope, receive, send)
             return
         error = ApiError(401, "missing or wrong API key: send the header `Authorization: Bearer <key>`",
-                         "Unauthorized")
+                         "Validation")
         body = json_bytes(_error_body(scope["path"], error))
         await send({"type": "http.response.start", "status": 401, "headers": [
             (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),

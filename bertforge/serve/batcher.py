@@ -27,6 +27,7 @@ class Job:
     loop: asyncio.AbstractEventLoop
     future: asyncio.Future
     queued_at: float = field(default_factory=time.perf_counter)
+    timing: dict[str, float] | None = None  # gets "queued" and "started" (perf_counter) for the response's headers
 
 
 def _settle(outcomes: list[tuple[asyncio.Future, Any, BaseException | None]]) -> None:
@@ -60,9 +61,10 @@ class Batcher:
     """
 
     def __init__(self, runners: dict[str, Callable[[list[Any], list[Any]], Sequence[Any]]], max_batch_tokens: int,
-                 max_queue: int, metrics: Metrics | None = None) -> None:
+                 max_queue: int, metrics: Metrics | None = None, max_batch_inputs: int | None = None) -> None:
         self.runners = runners
         self.max_batch_tokens = max_batch_tokens
+        self.max_batch_inputs = max_batch_inputs  # TEI's --max-batch-requests: inputs in one batch (None: any)
         self.max_queue = max_queue
         self.metrics = metrics or Metrics()
         self.metrics.queue_limit.set(max_queue)
@@ -103,9 +105,10 @@ class Batcher:
     def depth(self) -> int:
         return len(self.queue)
 
-    def submit(self, kind: str, items: list[Any], features: list[Any], tokens: int) -> asyncio.Future:
+    def submit(self, kind: str, items: list[Any], features: list[Any], tokens: int,
+               timing: dict[str, float] | None = None) -> asyncio.Future:
         """Queue a request (its inputs, their features and their token count); its future gets the list of results.
-        Raises Overloaded when the queue is full."""
+        `timing` gets when it was queued and when its batch started. Raises Overloaded when the queue is full."""
         loop = asyncio.get_running_loop()
         future = loop.create_future()
         with self.cond:
@@ -113,7 +116,10 @@ class Batcher:
                 raise Overloaded("the server is shutting down")
             if len(self.queue) >= self.max_queue:
                 raise Overloaded(f"the queue is full ({self.max_queue} requests waiting); retry later", status=429)
-            self.queue.append(Job(kind, items, features, tokens, loop, future))
+            job = Job(kind, items, features, tokens, loop, future, timing=timing)
+            if timing is not None:
+                timing["queued"] = job.queued_at
+            self.queue.append(job)
             self.metrics.queue(len(self.queue), self.in_flight)
             self.cond.notify()
         return future
@@ -136,15 +142,17 @@ class Batcher:
                 return None
             first = self.queue.popleft()
             jobs, tokens, skipped = [first], first.tokens, []
+            inputs, most = len(first.items), self.max_batch_inputs
             while self.queue:
                 job = self.queue[0]
                 if job.kind != first.kind:
                     skipped.append(self.queue.popleft())
                     continue
-                if tokens + job.tokens > self.max_batch_tokens:
+                if tokens + job.tokens > self.max_batch_tokens or (most is not None and inputs + len(job.items) > most):
                     break
                 jobs.append(self.queue.popleft())
                 tokens += job.tokens
+                inputs += len(job.items)
             self.queue.extendleft(reversed(skipped))  # other kinds keep their places at the front
             self.in_flight = len(jobs)
             self.metrics.queue(len(self.queue), self.in_flight)
@@ -173,6 +181,9 @@ class Batcher:
             items += job.items
             features += job.features if not offset else [replace(f, item=f.item + offset) for f in job.features]
         start = time.perf_counter()
+        for job in jobs:
+            if job.timing is not None:
+                job.timing["started"] = start
         try:
             results = self.runners[jobs[0].kind](items, features)
             if len(results) != len(items):

@@ -7,11 +7,13 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
+import numpy as np
+
 from ..core.errors import BertforgeError
 from ..model.families import FAMILIES
 from .batcher import Batcher
 from .config import ServeConfig
-from .errors import ApiError
+from .errors import ApiError, invalid
 from .metrics import Metrics
 from ..core.hub import model_path
 
@@ -53,6 +55,17 @@ def detect_task(model_dir: Path) -> str:
 MLM_CLASSES = ("BertForMaskedLM", "BertForPreTraining")
 
 
+def is_splade(model_dir: Path) -> bool:
+    """Whether the directory is a sparse (SPLADE) sentence-transformers model: its modules.json names a
+    SpladePooling module (sentence-transformers' SparseEncoder)."""
+    try:
+        modules = json.loads((model_dir / "modules.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(modules, list) and any(isinstance(m, dict) and "SpladePooling" in str(m.get("type", ""))
+                                             for m in modules)
+
+
 def has_mlm_head(model_dir: Path) -> bool:
     """Whether the checkpoint was saved with an MLM head (BertForMaskedLM, RobertaForMaskedLM, AlbertForPreTraining,
     ...): what /embed_sparse (SPLADE) reads."""
@@ -61,6 +74,54 @@ def has_mlm_head(model_dir: Path) -> bool:
     if member is None:  # an unsupported family: the pipeline will name it
         return False
     return any(member.internal_architecture(a) in MLM_CLASSES for a in _architectures(model_dir))
+
+
+#: a Dense module's activation (sentence-transformers' `activation_function`) → numpy
+DENSE_ACTIVATIONS = {"torch.nn.modules.linear.Identity": lambda x: x, "torch.nn.modules.activation.Tanh": np.tanh}
+
+
+class Dense:
+    """A sentence-transformers Dense module (TEI's --dense-path) applied to pooled embeddings: activation(W x + b)."""
+
+    def __init__(self, weight: np.ndarray, bias: np.ndarray | None, activation: Any) -> None:
+        self.weight, self.bias, self.activation = weight, bias, activation
+        self.out_features = weight.shape[0]
+
+    def __call__(self, rows: np.ndarray) -> np.ndarray:
+        out = rows.astype(np.float32) @ self.weight.T
+        return self.activation(out + self.bias if self.bias is not None else out).astype(np.float32)
+
+    def after(self, runner: Any) -> Any:
+        def run(items: list[Any], features: list[Any]) -> list[Any]:
+            results = runner(items, features)
+            return list(self(np.stack(results))) if len(results) else results
+
+        return run
+
+
+def load_dense(model_dir: Path, path: str, in_features: int) -> Dense:
+    """The Dense module at `path` (a directory, or one of the model directory's: "2_Dense"): its config.json and
+    model.safetensors (never a pickle); what it cannot be is one line."""
+    directory = Path(path) if Path(path).is_dir() else model_dir / path
+    where = f"serve: --dense-path {path}"
+    try:
+        config = json.loads((directory / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise BertforgeError(f"{where}: no readable config.json in {directory} ({type(err).__name__})") from None
+    if not (directory / "model.safetensors").is_file():
+        raise BertforgeError(f"{where}: {directory} has no model.safetensors (bertforge reads no pickled weights)")
+    from safetensors.numpy import load_file
+
+    weights = load_file(str(directory / "model.safetensors"))
+    activation = DENSE_ACTIVATIONS.get(config.get("activation_function", "torch.nn.modules.activation.Tanh"))
+    if activation is None:
+        raise BertforgeError(f"{where}: activation {config.get('activation_function')!r} is not one of "
+                             f"{', '.join(DENSE_ACTIVATIONS)}")
+    weight = weights.get("linear.weight")
+    if weight is None or weight.ndim != 2 or weight.shape[1] != in_features:
+        raise BertforgeError(f"{where}: linear.weight must be [out, {in_features}] (the model's width), got "
+                             f"{None if weight is None else list(weight.shape)}")
+    return Dense(weight.astype(np.float32), weights.get("linear.bias"), activation)
 
 
 class Engine:
@@ -80,14 +141,30 @@ class Engine:
     """
 
     def __init__(self, config: ServeConfig) -> None:
-        model_dir = model_path(config.model)
+        model_dir = model_path(config.model, config.revision)
         if not model_dir.is_dir():
             raise BertforgeError(f"{model_dir}: no such model directory")
+        self.precision = self._precision(config)
+        from ..core.system import inference_device
+
+        self.device_type = inference_device(config.device).type  # TEI's x-compute-type
         self.config = config
         self.model_name = config.model_name or (model_dir.resolve().name if Path(config.model).exists() else config.model)
         self.task = detect_task(model_dir) if config.task == "auto" else config.task
+        # /embed_sparse: a SPLADE model, or any masked-LM checkpoint with --pooling splade (TEI's rule)
+        self.sparse = self.task == "embed" and (config.pooling == "splade" or is_splade(model_dir))
+        if self.sparse and not has_mlm_head(model_dir):
+            raise BertforgeError(f"serve: {'--pooling splade' if config.pooling == 'splade' else 'a SPLADE model'} "
+                                 f"needs a masked-LM checkpoint (an MLM head); {model_dir} has none")
+        if self.task == "classify" and config.pooling is not None:
+            raise BertforgeError("serve: --pooling is for embedding models, not classification")
+        self.dtype = config.dtype or "float32"
+        from ..core.system import available_cpus
+
+        self.tokenization_workers = config.tokenization_workers or available_cpus()
         self.metrics = Metrics()
-        self.batcher = Batcher({}, config.max_batch_tokens, config.max_queue, self.metrics)
+        self.batcher = Batcher({}, config.max_batch_tokens, config.max_queue, self.metrics,
+                               max_batch_inputs=config.max_batch_requests)
         self.batcher.start(setup=lambda: self._load(model_dir))  # raises what loading raised
 
     def _load(self, model_dir: Path) -> None:
@@ -97,24 +174,30 @@ class Engine:
 
         config = self.config
         common = dict(max_length=config.max_length, max_batch_tokens=config.max_batch_tokens,
-                      batch_size=config.max_batch_tokens, progress=False, num_threads=config.num_threads,
-                      device=config.device)
+                      batch_size=config.max_batch_requests or config.max_batch_tokens, progress=False,
+                      num_threads=config.num_threads, device=config.device, precision=self.precision)
         pipelines: dict[str, Any] = {}
         main: EmbedPipeline | TextClassificationPipeline  # the pipeline of /embed, or of /predict
         if self.task == "embed":
-            self.default_normalize = bool(sentence_transformers_settings(model_dir).get("normalize", False))
+            settings = sentence_transformers_settings(model_dir)
+            self.default_normalize = bool(settings.get("normalize", False))
+            self.prompts = dict(settings.get("prompts", {}))
+            self.default_prompt = self._default_prompt(settings.get("default_prompt_name"))
             source: Any = model_dir
             tokenizer, sparse = None, None
-            if has_mlm_head(model_dir):
+            if self.sparse:
                 # /embed_sparse: SPLADE from the MLM head. One copy of the weights: the masked-LM model, loaded (and
                 # quantized) once, embeds with its encoder for /embed and /embed_all.
                 sparse = pipeline("sparse-embed", model=model_dir, quantize=config.quantize, **common)
                 pipelines["embed_sparse"] = sparse
                 source, tokenizer = sparse.model, sparse.tokenizer
             # Unnormalised rows: each request says whether it wants them normalised.
+            pooling = None if config.pooling == "splade" else config.pooling
             embed = cast("EmbedPipeline", pipeline("embed", model=source, tokenizer=tokenizer, settings_from=model_dir,
-                                                   pooling=config.pooling, normalize=False, quantize=config.quantize,
-                                                   **common))
+                                                   pooling=pooling, normalize=False, quantize=config.quantize,
+                                                   prompt="", **common))  # prompts: `prompt`, per request
+            self.pooling = "splade" if self.sparse else embed.pooling  # /info's model_type
+            self.model_kind = "embedding"
             self.hidden_size = embed.hidden_size
             pipelines["embed"] = main = embed
             if sparse is not None:
@@ -123,8 +206,7 @@ class Engine:
             pipelines["embed_all"] = pipeline("feature-extraction", model=embed.model, tokenizer=embed.tokenizer,
                                               **dict(common, max_length=embed.max_length))
         else:
-            if config.pooling is not None:
-                raise BertforgeError("serve: --pooling is for embedding models, not classification")
+            self.prompts, self.default_prompt = {}, ""
             main = cast("TextClassificationPipeline", pipeline("text-classification", model=model_dir, top_k=None,
                                                                quantize=config.quantize, **common))
             shared = dict(common, model=main.model, tokenizer=main.tokenizer, max_length=main.max_length)
@@ -135,6 +217,7 @@ class Engine:
             pipelines["rerank_raw"] = pipeline("rerank", activation="none", **shared)
             self.id2label = main.id2label
             self.function = main.function_to_apply
+            self.model_kind = "classifier" if len(self.id2label) > 1 else "reranker"  # TEI's ModelType
             self.hidden_size = main.model.config.hidden_size
         for name, directory in config.adapters.items():
             pipelines.update(self._adapter_pipelines(name, model_path(directory), model_dir, main, common))
@@ -144,7 +227,13 @@ class Engine:
         for pipe in pipelines.values():  # the first call builds kernels and caches: not a client's
             items = ["warm up"] if self.task == "embed" else [("warm", "up")]
             pipe.run_features(items, pipe.features(items)[0])
-        self.batcher.runners.update({kind: pipe.run_features for kind, pipe in pipelines.items()})
+        runners = {kind: pipe.run_features for kind, pipe in pipelines.items()}
+        if config.dense_path is not None and self.task == "embed":
+            dense = load_dense(model_dir, config.dense_path, self.hidden_size)
+            self.hidden_size = dense.out_features
+            for kind in [k for k in runners if k == "embed" or k.startswith("embed@")]:
+                runners[kind] = dense.after(runners[kind])
+        self.batcher.runners.update(runners)
 
     def _adapter_pipelines(self, name: str, directory: Path, model_dir: Path, main: Any,
                            common: dict[str, Any]) -> dict[str, Any]:
@@ -163,7 +252,8 @@ class Engine:
             base = main.model.base_model  # the encoder (of the MLM model, where /embed_sparse reads its head)
             model = load_adapted(BertModel, directory, base=model_dir, quiet=True) if quantize else with_adapter(
                 base, directory)
-            embed = pipeline("embed", model=model, settings_from=model_dir, pooling=self.config.pooling,
+            pooling = None if self.config.pooling == "splade" else self.config.pooling
+            embed = pipeline("embed", model=model, settings_from=model_dir, pooling=pooling, prompt="",
                              normalize=False, quantize=quantize, **shared)
             return {f"embed@{name}": embed,
                     f"embed_all@{name}": pipeline("feature-extraction", model=embed.model, **shared)}
@@ -182,10 +272,10 @@ class Engine:
         if adapter is None:
             return kind
         if not isinstance(adapter, str):
-            raise ApiError(422, f'"adapter" must be a string, got {type(adapter).__name__}')
+            raise invalid(f'"adapter" must be a string, got {type(adapter).__name__}')
         if adapter not in self.config.adapters:
             there = ", ".join(sorted(self.config.adapters)) or "none"
-            raise ApiError(404, f"unknown adapter {adapter!r:.80}; this server's adapters: {there}", "Model")
+            raise invalid(f"unknown adapter {adapter!r:.80}; this server's adapters: {there}")
         return f"{kind}@{adapter}"
 
     def stop(self) -> None:
@@ -197,26 +287,105 @@ class Engine:
         `CHARS_PER_TOKEN` for each token the model takes."""
         return self.config.max_input_chars or CHARS_PER_TOKEN * self.max_length
 
+    @staticmethod
+    def _precision(config: ServeConfig) -> str:
+        """TEI's --dtype as a pipeline precision, or one line saying why it cannot be: float32 (and bfloat16, as
+        bf16 autocast) on a CPU; float16 is what a GPU runs, and nothing a CPU runs."""
+        from ..core.system import inference_device
+
+        dtype = config.dtype or ("float32" if inference_device(config.device).type == "cpu" else "float16")
+        on_cpu = inference_device(config.device).type == "cpu"
+        if on_cpu and dtype == "float16":
+            raise BertforgeError("serve: --dtype float16 needs a GPU (--device cuda); on a CPU use float32 or "
+                                 "bfloat16")
+        if not on_cpu and dtype != "float16":
+            raise BertforgeError(f"serve: --dtype {dtype}: on {config.device} bertforge runs the model in float16")
+        if dtype == "bfloat16" and config.quantize:
+            raise BertforgeError("serve: --dtype bfloat16 is for float models; --quantize int8 runs int8 layers")
+        return "bf16" if dtype == "bfloat16" else "fp32"
+
+    def _default_prompt(self, model_default: str | None) -> str:
+        """The prompt put before every input whose request names none: --default-prompt, the prompt
+        --default-prompt-name names, or the model's own default_prompt_name (sentence-transformers'), else none."""
+        config = self.config
+        if config.default_prompt is not None:
+            return config.default_prompt
+        name = config.default_prompt_name or model_default
+        if name is None:
+            return ""
+        if name not in self.prompts:
+            raise BertforgeError(f"serve: --default-prompt-name is {name!r} but the model's sentence-transformers "
+                                 f"prompts are {', '.join(map(repr, self.prompts)) or 'none'}")
+        return self.prompts[name]
+
+    def prompt(self, name: str | None) -> str:
+        """The prompt text of the request's "prompt_name" (None: the server's default one, maybe none); an unknown
+        name is TEI's 422."""
+        if name is None:
+            return self.default_prompt
+        if name not in self.prompts:
+            known = ", ".join(map(repr, self.prompts)) or "none (no sentence-transformers prompts)"
+            raise invalid(f"`prompt_name` {name!r:.80} was not found in the Sentence Transformers prompts. "
+                          f"Available prompts: {known}")
+        return self.prompts[name]
+
     def tokenize(self, kind: str, items: list[Any], truncate: bool, hint: str = TRUNCATE_HINT,
-                 left: bool = False) -> tuple[list[Any], list[Any], int]:
+                 left: bool = False, prompt: str = "") -> tuple[list[Any], list[Any], int]:
         """A request's inputs as read (each cut to `max_chars` with `truncate`), their features for the pipeline of
         `kind`, and their tokens (special tokens included; inputs cut to max_length with `truncate`, keeping their
-        first tokens, or their last ones with `left`). An input too long without `truncate` gets 413 whose message
-        ends in `hint`, what the client can do on its route; one past `max_chars` gets it before any tokenizing,
-        so a request costs in proportion to what is computed."""
+        first tokens, or their last ones with `left`). An input is a text, a (text, text_pair) tuple, or a list of
+        token ids (TEI's `InputType::Ids`: used as they are, no special tokens added). `prompt` goes before each
+        text. An input too long without `truncate` gets TEI's 422 whose message ends in `hint`, what the client can
+        do on its route; one past `max_chars` gets it before any tokenizing, so a request costs in proportion to
+        what is computed."""
         if left and any(isinstance(item, tuple) for item in items):
-            raise ApiError(422, '"truncation_direction": "Left" is for single texts, not [text, text_pair] pairs')
+            raise invalid('"truncation_direction": "Left" is for single texts, not [text, text_pair] pairs')
+        if prompt:
+            if any(isinstance(item, tuple) for item in items):
+                raise invalid("`prompt_name` cannot be set with dual inputs")
+            items = [prompt + item if isinstance(item, str) else item for item in items]
+        ids = {i: item for i, item in enumerate(items) if isinstance(item, list)}
+        if ids:
+            texts = [item for item in items if not isinstance(item, list)]
+            items_t, features_t, _ = self.tokenize(kind, texts, truncate, hint, left) if texts else ([], [], 0)
+            return self._with_ids(items, ids, items_t, features_t, truncate, left, hint)
         items = self.bound(items, truncate, hint, left)
         pipe = self.pipelines[kind]
         try:
             features, cut = pipe.features(items)
-        except BertforgeError as err:
-            raise ApiError(422, str(err)) from None
+        except BertforgeError as err:  # the tokenizer refused an input: TEI's Tokenizer error (422)
+            raise ApiError(None, str(err), "Tokenizer") from None
         if cut and not truncate:
             raise self._too_long(items, features, hint)
         if cut and left:
             self._keep_the_end(items, features)
         return items, features, sum(len(f.input_ids) for f in features)
+
+    def _with_ids(self, items: list[Any], ids: dict[int, list[int]], texts: list[Any], features: list[Any],
+                  truncate: bool, left: bool, hint: str) -> tuple[list[Any], list[Any], int]:
+        """The features of a request mixing token-id inputs (`ids`, by position) with texts (`texts` and their
+        `features`, tokenized apart): one list in the request's order."""
+        from ..pipelines.base import Feature
+
+        vocab = self.tokenizer.vocab_size
+        position = [i for i in range(len(items)) if i not in ids]  # the texts' positions in the request
+        out = [Feature(item=position[f.item], input_ids=f.input_ids, token_type_ids=f.token_type_ids, extra=f.extra)
+               for f in features]
+        merged = list(items)
+        for i, texts_i in enumerate(position):
+            merged[texts_i] = texts[i]
+        for i, row in ids.items():
+            bad = next((t for t in row if not 0 <= t < vocab), None)
+            if bad is not None:
+                raise invalid(f"input {i}: token id {bad} is not in this model's vocabulary (0..{vocab - 1})")
+            if len(row) > self.max_length:
+                if not truncate:
+                    raise invalid(f"`inputs` must have less than {self.max_length} tokens. Given: {len(row)} "
+                                  f"(input {i}); {hint}")
+                row = row[-self.max_length:] if left else row[:self.max_length]
+            out.append(Feature(item=i, input_ids=list(row)))
+        out.sort(key=lambda f: f.item)
+        return merged, out, sum(len(f.input_ids) for f in out)
 
     def _keep_the_end(self, items: list[Any], features: list[Any]) -> None:
         """Features cut to max_length get the last tokens of their text instead of the first (TEI's
@@ -242,8 +411,8 @@ class Engine:
             if longest <= limit:
                 continue
             if not truncate:
-                raise ApiError(413, f"input {i} has {longest} characters, more than this server reads ({limit}, for "
-                                    f"the {self.max_length} tokens this model takes); {hint}")
+                raise invalid(f"`inputs` must have less than {limit} characters. Given: {longest} (input {i}; "
+                              f"--max-input-chars, for the {self.max_length} tokens this model takes); {hint}")
             if bounded is items:
                 bounded = list(items)
             bounded[i] = tuple(text[:limit] for text in parts) if isinstance(item, tuple) else (
@@ -260,6 +429,6 @@ class Engine:
             text, pair = item if isinstance(item, tuple) else (item, None)
             n = len(self.tokenizer([text], [pair] if pair is not None else None)["input_ids"][0])
             if n > self.max_length:
-                return ApiError(413, f"input {feature.item} has {n} tokens, more than this model takes "
-                                     f"({self.max_length}); {hint}")
-        return ApiError(413, f"an input is longer than this model takes ({self.max_length} tokens); {hint}")
+                return invalid(f"`inputs` must have less than {self.max_length} tokens. Given: {n} (input "
+                               f"{feature.item}); {hint}")
+        return invalid(f"`inputs` must have less than {self.max_length} tokens (an input is longer); {hint}")

@@ -15,7 +15,10 @@ from typing import Any
 
 #: The environment variable that puts `prometheus_client` in multi-process mode (read when it is imported).
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
-ROUTES = ("/embed", "/embed_all", "/embed_sparse", "/similarity", "/predict", "/rerank", "/tokenize", "/decode",
+#: te_request_failure's "err" label of a status: TEI's error type, lower case
+FAILURE = {400: "empty", 413: "validation", 422: "validation", 424: "backend", 429: "overloaded", 503: "unhealthy",
+           401: "unauthorized", 404: "not_found", 405: "method", 408: "timeout", 499: "client_closed"}
+ROUTES = ("/vertex", "/docs", "/api-doc/openapi.json", "/embed", "/embed_all", "/embed_sparse", "/similarity", "/predict", "/rerank", "/tokenize", "/decode",
           "/v1/embeddings", "/embeddings", "/info", "/health", "/metrics", "/", "/invocations", "/ping")
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"  # Prometheus' text format, which `generate_latest` writes
 
@@ -70,33 +73,41 @@ class Metrics:
         self.registry = prom.CollectorRegistry()
         common: dict[str, Any] = {"registry": None if self.multiprocess else self.registry}
         live: dict[str, Any] = dict(common, multiprocess_mode="livesum")  # summed over the workers alive
-        self.requests = prom.Counter("bertforge_requests", "HTTP requests, by route and status code (499: the "
+        # TEI's names (router/src/http/server.rs, core/src/queue.rs): te_request_count / _success / _failure,
+        # te_request_duration, te_queue_size, te_batch_next_size / _tokens; then bertforge's own, also te_*
+        self.count = prom.Counter("te_request_count", "Requests received, by route.", ["route"], **common)
+        self.success = prom.Counter("te_request_success", "Requests answered 2xx, by route.", ["route"], **common)
+        self.failure = prom.Counter("te_request_failure", "Requests refused or failed, by route and TEI's error "
+                                    "type (lower case; else the status).", ["route", "err"], **common)
+        self.requests = prom.Counter("te_http_requests", "HTTP requests, by route and status code (499: the "
                                      "client hung up before its body was read).", ["route", "status"], **common)
-        self.latency = prom.Histogram("bertforge_request_duration_seconds", "Time from the request's arrival to "
-                                      "its response.", ["route"], buckets=LATENCY_BUCKETS, **common)
-        self.queue_depth = prom.Gauge("bertforge_queue_depth", "Requests waiting for the model.", **live)
-        self.queue_limit = prom.Gauge("bertforge_queue_limit", "Most requests that may wait (--max-concurrent-"
+        self.latency = prom.Histogram("te_request_duration", "Seconds from the request's arrival to its response.",
+                                      ["route"], buckets=LATENCY_BUCKETS, **common)
+        self.queue_depth = prom.Gauge("te_queue_size", "Requests waiting for the model.", **live)
+        self.queue_limit = prom.Gauge("te_queue_limit", "Most requests that may wait (--max-concurrent-"
                                       "requests, per worker); more get 429.", **live)
-        self.in_flight = prom.Gauge("bertforge_batch_in_flight", "Requests in the batch the model is computing "
-                                    "now.", **live)
-        self.inputs = prom.Counter("bertforge_inputs", "Inputs (texts or pairs) the model has computed.", **common)
-        self.failures = prom.Counter("bertforge_batch_failures", "Batches whose pipeline call raised.", **common)
-        self.batch_requests = prom.Histogram("bertforge_batch_requests", "Requests grouped into one pipeline call.",
+        self.in_flight = prom.Gauge("te_batch_in_flight", "Requests in the batch the model is computing now.", **live)
+        self.inputs = prom.Counter("te_inputs", "Inputs (texts or pairs) the model has computed.", **common)
+        self.failures = prom.Counter("te_batch_failures", "Batches whose pipeline call raised.", **common)
+        self.batch_requests = prom.Histogram("te_batch_next_requests", "Requests grouped into one pipeline call.",
                                              buckets=SIZE_BUCKETS, **common)
-        self.batch_inputs = prom.Histogram("bertforge_batch_size", "Inputs in one pipeline call.",
+        self.batch_inputs = prom.Histogram("te_batch_next_size", "Inputs in one pipeline call.",
                                            buckets=SIZE_BUCKETS, **common)
-        self.batch_tokens = prom.Histogram("bertforge_batch_tokens", "Tokens in one pipeline call.",
+        self.batch_tokens = prom.Histogram("te_batch_next_tokens", "Tokens in one pipeline call.",
                                            buckets=TOKEN_BUCKETS, **common)
-        self.batch_seconds = prom.Histogram("bertforge_batch_duration_seconds", "Compute time of one pipeline "
-                                            "call.", buckets=LATENCY_BUCKETS, **common)
-        self._series: dict[tuple[str, int], tuple[Any, Any]] = {}  # (route, status) -> its counter and histogram
+        self.batch_seconds = prom.Histogram("te_batch_inference_duration", "Compute seconds of one pipeline call.",
+                                            buckets=LATENCY_BUCKETS, **common)
+        self._series: dict[tuple[str, int], tuple[Any, Any, Any, Any]] = {}  # (route, status) -> its counter and histogram
 
     def request(self, route: str, status: int, seconds: float) -> None:
         series = self._series.get((route, status))
         if series is None:  # `labels` looks the series up under a lock: once per (route, status) is enough
+            outcome = self.success.labels(route) if 200 <= status < 300 else self.failure.labels(
+                route, FAILURE.get(status, str(status)))
             series = self._series[route, status] = (self.requests.labels(route, str(status)),
-                                                    self.latency.labels(route))
-        series[0].inc()
+                                                    self.latency.labels(route), self.count.labels(route), outcome)
+        for counter in (series[0], series[2], series[3]):
+            counter.inc()
         series[1].observe(seconds)
 
     def batch(self, requests: int, inputs: int, tokens: int, seconds: float) -> None:

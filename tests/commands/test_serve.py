@@ -80,7 +80,7 @@ def test_sigterm_lets_the_request_in_flight_finish_then_exits_0(models):
         assert response.status == 200, data
         assert data["model"] == "tiny" and len(data["data"]) == 2
         assert data["usage"]["prompt_tokens"] == 6 + 32  # the long one cut to --max-length by --auto-truncate
-        pipe = bertforge.pipeline("embed", model=models["embed"], pooling="cls", max_length=32)
+        pipe = bertforge.pipeline("embed", model=models["embed"], pooling="cls", max_length=32, normalize=True)  # /v1: TEI normalises
         np.testing.assert_allclose(np.array([d["embedding"] for d in data["data"]], dtype=np.float32),
                                    pipe(["the movie was good", LONG]), rtol=0, atol=1e-5)
         assert proc.wait(TIMEOUT) == 0
@@ -199,6 +199,102 @@ def test_tei_option_names_and_environment_variables(monkeypatch):
     assert main(["serve"]) == 2
 
 
+def test_teis_other_launcher_options_reach_the_server(monkeypatch):
+    """TEI's launcher options are accepted, by flag or environment variable, and reach the server's settings; those
+    of the process (the socket, the logs, the Hub) reach run_server and the environment huggingface_hub reads."""
+    from bertforge.cli import build_parser
+    from bertforge.commands import serve as serve_command
+
+    seen = []
+    monkeypatch.setattr("bertforge.serve.run_server", lambda config, **kw: seen.append((config, kw)) or 0)
+    for variable in TEI_VARIABLES | {"HF_HUB_CACHE"}:
+        monkeypatch.delenv(variable, raising=False)
+    for variable in ("HF_TOKEN", "HF_HUB_CACHE"):  # run() sets them: recorded here, so they are removed afterwards
+        monkeypatch.setenv(variable, "")
+        monkeypatch.delenv(variable)
+    args = ["serve", "--model-id", "m", "--revision", "v2", "--dtype", "bfloat16", "--tokenization-workers", "3",
+            "--max-batch-requests", "16", "--default-prompt-name", "query", "--hf-token", "hf_x",
+            "--huggingface-hub-cache", "/tmp/hub", "--uds-path", "/tmp/tei.sock", "--json-output",
+            "--disable-spans", "--otlp-service-name", "svc", "--prometheus-port", "9001",
+            "--cors-allow-origin", "https://a.example", "--cors-allow-origin", "https://b.example",
+            "--pooling", "splade", "--auto-truncate", "false", "--max-response-values", "1000"]
+    assert serve_command.run(build_parser().parse_args(args)) == 0
+    config, kw = seen.pop()
+    assert (config.revision, config.dtype, config.tokenization_workers, config.max_batch_requests,
+            config.default_prompt_name, config.disable_spans, config.otlp_service_name, config.cors_allow_origin,
+            config.pooling, config.auto_truncate, config.max_response_values) == (
+        "v2", "bfloat16", 3, 16, "query", True, "svc", ["https://a.example", "https://b.example"], "splade", False,
+        1000)
+    assert (kw["uds"], kw["json_output"], kw["prometheus_port"]) == ("/tmp/tei.sock", True, 9001)
+    assert (os.environ["HF_TOKEN"], os.environ["HF_HUB_CACHE"]) == ("hf_x", "/tmp/hub")
+    monkeypatch.setenv("DEFAULT_PROMPT", "query: ")
+    monkeypatch.setenv("CORS_ALLOW_ORIGIN", "*")
+    monkeypatch.setenv("AUTO_TRUNCATE", "false")
+    assert serve_command.run(build_parser().parse_args(["serve", "--model-id", "m"])) == 0
+    config, _ = seen.pop()
+    assert (config.default_prompt, config.cors_allow_origin, config.auto_truncate) == ("query: ", ["*"], False)
+
+
+@pytest.mark.parametrize("args, said", [
+    (["--dtype", "float16"], "--dtype float16 needs a GPU"),
+    (["--otlp-endpoint", "http://127.0.0.1:4317"], "--otlp-endpoint needs the OpenTelemetry packages"),
+    (["--dense-path", "2_Dense"], "--dense-path 2_Dense: no readable config.json"),
+    (["--default-prompt-name", "q", "--default-prompt", "q: "], "not both"),
+])
+def test_what_cannot_work_here_is_refused_at_start_up_in_one_line(models, args, said, capsys, monkeypatch):
+    pytest.importorskip("torch")
+    if "--otlp-endpoint" in args:
+        try:
+            import opentelemetry.sdk  # noqa: F401
+            pytest.skip("the OpenTelemetry packages are installed here")
+        except ImportError:
+            pass
+    from bertforge.cli import main
+
+    for variable in TEI_VARIABLES:
+        monkeypatch.delenv(variable, raising=False)
+    assert main(["serve", "--model-id", str(models["embed"]), "--port", str(free_port()), *args]) == 2
+    err = capsys.readouterr().err
+    assert said in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_the_default_bind_is_localhost_whatever_docker_puts_in_hostname(monkeypatch):
+    """Docker sets $HOSTNAME to the container's name: that must not make the server listen publicly. An IP address
+    in $HOSTNAME (someone's explicit choice, TEI's variable) and --hostname are what it listens on."""
+    from bertforge.cli import build_parser
+    from bertforge.commands import serve as serve_command
+
+    seen = []
+    monkeypatch.setattr("bertforge.serve.run_server", lambda config, **kw: seen.append(kw) or 0)
+    for variable in TEI_VARIABLES:
+        monkeypatch.delenv(variable, raising=False)
+    for hostname, want in (("3f4e2a1b9c0d", "127.0.0.1"), ("my-container", "127.0.0.1"), ("0.0.0.0", "0.0.0.0"),
+                           ("::", "::"), ("", "127.0.0.1")):
+        monkeypatch.setenv("HOSTNAME", hostname)
+        assert serve_command.run(build_parser().parse_args(["serve", "--model-id", "m"])) == 0
+        assert seen.pop()["host"] == want, hostname
+    assert serve_command.run(build_parser().parse_args(["serve", "--model-id", "m", "--hostname", "10.0.0.5"])) == 0
+    assert seen.pop()["host"] == "10.0.0.5"
+
+
+def test_a_busy_port_fails_in_one_line_before_the_model_loads(models, capsys, monkeypatch):
+    from bertforge.cli import main
+    from bertforge.serve import engine
+
+    loaded = []
+    monkeypatch.setattr(engine.Engine, "__init__", lambda self, config: loaded.append(config) or None)
+    for variable in TEI_VARIABLES:
+        monkeypatch.delenv(variable, raising=False)
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        assert main(["serve", "--model-id", str(models["embed"]), "--port", str(port)]) == 2
+    err = capsys.readouterr().err
+    assert f"cannot listen on 127.0.0.1:{port} (--port)" in err and len(err.strip().splitlines()) == 1, err
+    assert loaded == []  # no model was loaded, nothing said it was ready
+
+
 def test_bad_environment_and_a_missing_model_are_one_line(monkeypatch, capsys):
     from bertforge.cli import main
 
@@ -224,8 +320,9 @@ def test_the_environment_configures_a_real_server(models):
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=TIMEOUT) as client:
             assert client.get("/info").status_code == 401
             info = client.get("/info", headers=key).json()
-            assert (info["model_id"], info["max_client_batch_size"]) == ("from-env", 2)
-            assert client.post("/embed", json={"inputs": ["a", "b", "c"]}, headers=key).status_code == 413
+            assert (info["served_model_name"], info["max_client_batch_size"]) == ("from-env", 2)
+            r = client.post("/embed", json={"inputs": ["a", "b", "c"]}, headers=key)
+            assert r.status_code == 422 and r.json()["error"] == "batch size 3 > maximum allowed batch size 2"
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(TIMEOUT) == 0
     finally:
@@ -268,9 +365,9 @@ def test_metrics_count_the_requests_of_every_worker(models):
         assert served == [200] * 7
         for _ in range(4):  # fresh connections: either worker may answer; each page counts all 7
             page = httpx.get(f"{url}/metrics", timeout=TIMEOUT, headers={"Connection": "close"}).text
-            assert metric(page, "bertforge_requests_total", route="/embed", status="200") == 7
-            assert metric(page, "bertforge_batch_size_count") == 7
-            assert metric(page, "bertforge_queue_limit") == 10  # 5 per worker, both alive
+            assert metric(page, "te_http_requests_total", route="/embed", status="200") == 7
+            assert metric(page, "te_batch_next_size_count") == 7
+            assert metric(page, "te_queue_limit") == 10  # 5 per worker, both alive
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(SHUTDOWN) == 0
         assert not directory.exists()
@@ -278,3 +375,39 @@ def test_metrics_count_the_requests_of_every_worker(models):
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(TIMEOUT)
+
+
+def test_a_unix_socket_a_prometheus_port_and_json_logs(models, tmp_path):
+    """--uds-path (the API on a Unix socket, no TCP port), --prometheus-port (/metrics on its own port) and
+    --json-output (every log line a JSON object), in a real `bertforge serve`."""
+    uds, metrics_port = tmp_path / "tei.sock", free_port()
+    env = {k: v for k, v in os.environ.items() if k not in TEI_VARIABLES}
+    proc = subprocess.Popen([sys.executable, "-m", "bertforge", "serve", "--model-id", str(models["embed"]),
+                             "--uds-path", str(uds), "--prometheus-port", str(metrics_port), "--json-output",
+                             "--threads", "1"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
+                            start_new_session=True)
+    try:
+        transport = httpx.HTTPTransport(uds=str(uds))
+        deadline = time.monotonic() + STARTUP
+        with httpx.Client(transport=transport, base_url="http://tei", timeout=TIMEOUT) as client:
+            while True:
+                try:
+                    if client.get("/health").status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                assert proc.poll() is None and time.monotonic() < deadline, "the server did not start"
+                time.sleep(0.1)
+            assert client.post("/embed", json={"inputs": "good"}).status_code == 200
+        page = httpx.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=TIMEOUT).text
+        assert metric(page, "te_request_success_total", route="/embed") == 1
+        proc.send_signal(signal.SIGTERM)
+        output = proc.communicate(timeout=SHUTDOWN)[0].decode()
+        assert proc.returncode == 0
+        lines = [line for line in output.splitlines() if line.strip()]
+        assert lines and all(json.loads(line)["level"] for line in lines), output[:500]
+        assert any("ready" in json.loads(line)["message"] for line in lines)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(TIMEOUT)

@@ -29,14 +29,22 @@ def classify_server(models):
 
 
 @pytest.fixture(scope="module")
+def rerank_server(models):
+    """A cross-encoder (one label): TEI's reranker."""
+    with ThreadServer(ServeConfig(model=str(models["rerank"]))) as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
 def guarded_server(models):
     """The embedding model's server with head and body deadlines of `DEADLINE` seconds."""
-    with ThreadServer(ServeConfig(model=str(models["embed"]), head_timeout=DEADLINE, body_timeout=DEADLINE)) as s:
+    with ThreadServer(ServeConfig(model=str(models["embed"]), head_timeout=DEADLINE, body_timeout=DEADLINE,
+                                  max_client_batch_size=256)) as s:
         yield s
 
 
 @pytest.fixture(scope="module")
 def mlm_server(models):
-    """The MLM model served for embeddings: /embed_sparse answers from its MLM head."""
-    with ThreadServer(ServeConfig(model=str(models["mlm"]))) as s:
+    """The MLM model served with --pooling splade: /embed_sparse answers from its MLM head."""
+    with ThreadServer(ServeConfig(model=str(models["mlm"]), pooling="splade")) as s:
         yield s

@@ -51,7 +51,10 @@ def save_models(root: Path) -> dict[str, Path]:
         "embed": _save(root / "embed", BertModel),
         "classify": _save(root / "classify", BertForSequenceClassification, id2label={0: "neg", 1: "pos"},
                           label2id={"neg": 0, "pos": 1}),
-        "mlm": _save(root / "mlm", BertForMaskedLM),  # an MLM head: /embed_sparse (SPLADE)
+        "mlm": _save(root / "mlm", BertForMaskedLM),  # an MLM head: /embed_sparse (SPLADE) with --pooling splade
+        # one label: a cross-encoder, TEI's "reranker" (/rerank, and POST / is /rerank)
+        "rerank": _save(root / "rerank", BertForSequenceClassification, id2label={0: "LABEL_0"},
+                        label2id={"LABEL_0": 0}),
     }
 
 
@@ -170,4 +173,4 @@ class LogRecords(logging.Handler):
 def statuses(s: ThreadServer, route: str) -> dict[int, float]:
     """The requests of `route` counted on /metrics, by status."""
     return {int(labels["status"]): value for name, labels, value in samples(s.client.get("/metrics").text)
-            if name == "bertforge_requests_total" and labels["route"] == route}
+            if name == "te_http_requests_total" and labels["route"] == route}

@@ -32,16 +32,16 @@ def test_every_route_but_health_and_metrics_needs_the_key(keyed_server):
         for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": KEY}):
             r = client.post(route, json=body, headers=headers)
             assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer", (route, headers)
-            error = r.json()["error"]
-            assert "Authorization: Bearer" in (error["message"] if "embeddings" in route else error)
+            error = r.json()  # TEI's shapes: its flat OpenAICompatErrorResponse on the OpenAI routes
+            assert "Authorization: Bearer" in (error["message"] if "embeddings" in route else error["error"])
         assert client.post(route, json=body, headers=good).status_code == 200, route
     assert client.get("/info").status_code == 401 and client.get("/info", headers=good).status_code == 200
-    for probe in ("/health", "/", "/ping"):  # a load balancer's probe and Prometheus need no key, as in TEI
+    for probe in ("/health", "/", "/ping", "/docs", "/api-doc/openapi.json"):  # a load balancer's probe and Prometheus need no key, as in TEI
         assert client.get(probe).status_code == 200, probe
     assert client.post("/", json={"inputs": "good"}).status_code == 401  # POST / is the model's route
     page = client.get("/metrics")
     assert page.status_code == 200
-    assert metric(page.text, "bertforge_requests_total", route="/embed", status="401") == 3
+    assert metric(page.text, "te_http_requests_total", route="/embed", status="401") == 3
 
 
 def test_the_clients_send_the_key(keyed_server):

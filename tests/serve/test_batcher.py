@@ -33,7 +33,7 @@ def test_overload_is_refused_at_once_and_waiting_requests_are_batched(models):
         assert r.status_code == 429 and "queue is full" in r.json()["error"] and r.headers["retry-after"] == "1"
         assert time.monotonic() - start < 2.0  # refused at once, not queued
         page = server.client.get("/metrics").text
-        assert metric(page, "bertforge_queue_depth") == 2
+        assert metric(page, "te_queue_size") == 2
         release.set()
         results = [f.result(TIMEOUT) for f in [first, *waiting]]
         assert [r.status_code for r in results] == [200, 200, 200]
@@ -42,13 +42,13 @@ def test_overload_is_refused_at_once_and_waiting_requests_are_batched(models):
                                    rtol=0, atol=1e-5)
         page = server.client.get("/metrics").text
         # the two that waited together went through the model together: one batch of 2 requests
-        assert metric(page, "bertforge_batch_requests_bucket", le="1.0") == 1
-        assert metric(page, "bertforge_batch_requests_count") == 2
-        assert metric(page, "bertforge_requests_total", route="/embed", status="429") == 1
-        assert metric(page, "bertforge_queue_depth") == 0
+        assert metric(page, "te_batch_next_requests_bucket", le="1.0") == 1
+        assert metric(page, "te_batch_next_requests_count") == 2
+        assert metric(page, "te_http_requests_total", route="/embed", status="429") == 1
+        assert metric(page, "te_queue_size") == 0
 
 
-def test_a_failing_model_call_is_a_500_and_spares_the_rest_of_its_batch(models):
+def test_a_failing_model_call_is_teis_424_and_spares_the_rest_of_its_batch(models):
     with ThreadServer(ServeConfig(model=str(models["embed"]))) as server, ThreadPoolExecutor(4) as pool:
         entered, release = block_worker(server.engine)
         blocker = pool.submit(server.client.post, "/embed", json={"inputs": "first"})
@@ -70,9 +70,10 @@ def test_a_failing_model_call_is_a_500_and_spares_the_rest_of_its_batch(models):
         release.set()
         assert blocker.result(TIMEOUT).status_code == 200
         r = bad.result(TIMEOUT)
-        assert r.status_code == 500 and "the model fell over" in r.json()["error"]
+        assert r.status_code == 424 and "the model fell over" in r.json()["error"]  # TEI's Backend error
+        assert r.json()["error_type"] == "Backend"
         assert good.result(TIMEOUT).status_code == 200  # it shared a batch with the bad one, and was retried alone
         assert server.client.post("/embed", json={"inputs": "after"}).status_code == 200
         page = server.client.get("/metrics").text
-        assert metric(page, "bertforge_batch_failures_total") >= 1
-        assert metric(page, "bertforge_requests_total", route="/embed", status="500") == 1
+        assert metric(page, "te_batch_failures_total") >= 1
+        assert metric(page, "te_http_requests_total", route="/embed", status="424") == 1

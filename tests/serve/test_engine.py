@@ -48,7 +48,7 @@ def test_all_of_the_models_torch_work_runs_in_the_batchers_thread(models, monkey
 
     monkeypatch.setattr(Pipeline, "__init__", spy_init)
     monkeypatch.setattr(Pipeline, "run_features", spy_run)
-    with ThreadServer(ServeConfig(model=str(models["classify"]))) as s:
+    with ThreadServer(ServeConfig(model=str(models["rerank"]))) as s:
         assert s.client.post("/predict", json={"inputs": "good"}).status_code == 200
         assert s.client.post("/rerank", json={"query": "q", "texts": ["a", "b"]}).status_code == 200
     assert threads == {"bertforge-serve-batcher"}
@@ -99,10 +99,10 @@ def test_two_adapters_on_one_embedding_model_answer_by_name_on_its_weights(model
         assert r.status_code == 200 and r.json()["model"] == "beta"
         got = np.array([d["embedding"] for d in r.json()["data"]])
         assert np.abs(got / np.linalg.norm(got, axis=1, keepdims=True) - rows["beta"]).max() < 1e-5
-        r = s.client.post("/v1/embeddings", json={"input": ["a"], "model": "gamma"})
-        assert r.status_code == 404 and "unknown adapter 'gamma'; this server's adapters: alpha, beta" in r.text
+        r = s.client.post("/v1/embeddings", json={"input": ["a"], "model": "gamma"})  # TEI: any other name, the base
+        assert r.status_code == 200 and r.json()["model"] == "embed"
         r = s.client.post("/embed", json={"inputs": ["a"], "adapter": "gamma"})
-        assert r.status_code == 404 and "'gamma'" in r.json()["error"]
+        assert r.status_code == 422 and "unknown adapter 'gamma'; this server's adapters: alpha, beta" in r.text
         assert s.client.post("/embed_all", json={"inputs": ["a"], "adapter": "alpha"}).status_code == 200
         assert s.client.get("/info").json()["adapters"] == ["alpha", "beta"]
         base, adapted = s.engine.pipelines["embed"].model, s.engine.pipelines["embed@alpha"].model
@@ -121,8 +121,8 @@ def test_classification_adapters_keep_their_own_heads_and_labels(models, tmp_pat
         assert {r["label"] for r in base} == {"neg", "pos"} and {r["label"] for r in mine} == {"x", "y", "z"}
         want = bertforge.pipeline("text-classification", model=three, top_k=None)("the movie was good")
         assert [(r["label"], round(r["score"], 5)) for r in mine] == [(r["label"], round(r["score"], 5)) for r in want]
-        r = s.client.post("/rerank", json={"query": "q", "texts": ["a", "b"], "adapter": "two"})
-        assert r.status_code == 200 and len(r.json()) == 2
+        r = s.client.post("/predict", json={"inputs": ["q", "a"], "adapter": "two"})
+        assert r.status_code == 200 and {x["label"] for x in r.json()} == {"neg", "pos"}
         assert s.client.post("/predict", json={"inputs": "x", "adapter": 3}).status_code == 422
 
 
@@ -156,3 +156,28 @@ def test_an_mlm_head_is_told_by_the_familys_class_names(tmp_path, model_type, ar
     config = {"architectures": [architecture], **({"model_type": model_type} if model_type else {})}
     (tmp_path / "config.json").write_text(json.dumps(config))
     assert has_mlm_head(tmp_path) is mlm
+
+
+def test_a_dense_module_after_pooling_is_sentence_transformers(models, tmp_path):
+    """TEI's --dense-path: a sentence-transformers Dense module (saved by sentence-transformers itself) applied to
+    the pooled embedding, before normalising; /info's hidden_size is its width."""
+    import numpy as np
+    import torch
+
+    st_models = pytest.importorskip("sentence_transformers.models")
+    torch.manual_seed(0)
+    dense = st_models.Dense(32, 16)  # tanh(W x + b), sentence-transformers' default activation
+    (tmp_path / "2_Dense").mkdir()
+    dense.save(str(tmp_path / "2_Dense"))
+    pooled = bertforge.pipeline("embed", model=models["embed"], normalize=False)(SENTENCES[:3])
+    with torch.no_grad():
+        want = dense({"sentence_embedding": torch.from_numpy(pooled)})["sentence_embedding"].numpy()
+    with ThreadServer(ServeConfig(model=str(models["embed"]), dense_path=str(tmp_path / "2_Dense"))) as s:
+        got = np.array(s.client.post("/embed", json={"inputs": SENTENCES[:3], "normalize": False}).json())
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
+        unit = np.array(s.client.post("/v1/embeddings", json={"input": SENTENCES[0]}).json()["data"][0]["embedding"])
+        np.testing.assert_allclose(unit, want[0] / np.linalg.norm(want[0]), rtol=0, atol=1e-5)
+        assert s.client.get("/info").json()["hidden_size"] == 16
+    (tmp_path / "2_Dense" / "model.safetensors").unlink()
+    with pytest.raises(bertforge.BertforgeError, match="no model.safetensors"):
+        Engine(ServeConfig(model=str(models["embed"]), dense_path=str(tmp_path / "2_Dense")))

@@ -1,4 +1,4 @@
-"""Tests of the character bound of `Engine.tokenize`: an input past `max_input_chars` characters is refused (413)
+"""Tests of the character bound of `Engine.tokenize`: an input past `max_input_chars` characters is refused (TEI's 422)
 or cut before any tokenizing, so a long string costs what the model reads."""
 
 from __future__ import annotations
@@ -27,13 +27,14 @@ def test_a_long_string_is_never_tokenized_whole(guarded_server, models, monkeypa
     limit = guarded_server.engine.max_chars
     assert limit == 16 * 64 < len(text)
 
-    r = guarded_server.client.post("/embed", json={"inputs": ["good", text]})
-    assert r.status_code == 413, r.text
-    assert r.json()["error"] == (f"input 1 has {len(text)} characters, more than this server reads ({limit}, for "
-                                 'the 64 tokens this model takes); shorten it, or send "truncate": true to cut it')
+    r = guarded_server.client.post("/embed", json={"inputs": ["good", text], "truncate": False})
+    assert r.status_code == 422, r.text
+    assert r.json()["error"] == (f"`inputs` must have less than {limit} characters. Given: {len(text)} (input 1; "
+                                 "--max-input-chars, for the 64 tokens this model takes); shorten it, or send "
+                                 '"truncate": true to cut it')
     assert seen == []  # refused before any tokenizing
 
-    r = guarded_server.client.post("/embed", json={"inputs": ["good", text], "truncate": True})
+    r = guarded_server.client.post("/embed", json={"inputs": ["good", text]})  # --auto-truncate: on
     assert r.status_code == 200, r.text
     assert seen == [4, limit]  # cut to the bound before tokenizing
     full = bertforge.pipeline("embed", model=models["embed"], normalize=True)(["good", text])  # the whole text, cut
@@ -41,9 +42,9 @@ def test_a_long_string_is_never_tokenized_whole(guarded_server, models, monkeypa
 
 
 def test_an_explicit_character_bound_and_pairs(models):
-    with ThreadServer(ServeConfig(model=str(models["classify"]), max_input_chars=40)) as s:
+    with ThreadServer(ServeConfig(model=str(models["rerank"]), max_input_chars=40)) as s:
         assert s.client.get("/info").json()["max_input_chars"] == 40
-        r = s.client.post("/rerank", json={"query": "q" * 41, "texts": ["good"]})
-        assert r.status_code == 413 and "input 0 has 41 characters" in r.json()["error"], r.text
+        r = s.client.post("/rerank", json={"query": "q" * 41, "texts": ["good"], "truncate": False})
+        assert r.status_code == 422 and "Given: 41 (input 0" in r.json()["error"], r.text
         r = s.client.post("/predict", json={"inputs": [["good", "bad " * 11]], "truncate": True})
         assert r.status_code == 200, r.text

@@ -1,6 +1,6 @@
 """Tests of what `bertforge.serve.handlers` costs and tells a hostile or careless client: a client that hangs up
 mid-body is counted as 499, with no 5xx and no traceback; a large chunked body is parsed and tokenized off the
-event loop; every 413 says what the client can do on its route."""
+event loop; every refusal of a long input says what the client can do on its route."""
 
 from __future__ import annotations
 
@@ -11,19 +11,23 @@ import time
 
 import pytest
 
-from tests.serve.serve_helpers import LONG, TIMEOUT, LogRecords, connect, statuses
+from bertforge.serve import ServeConfig
+from tests.serve.serve_helpers import LONG, TIMEOUT, LogRecords, ThreadServer, connect, statuses
 
 httpx = pytest.importorskip("httpx", reason="needs httpx: pip install -e '.[test]'")
 uvicorn = pytest.importorskip("uvicorn", reason="needs uvicorn: pip install -e '.[serve,test]'")
 
 
-def test_the_openai_route_never_asks_for_a_field_it_ignores(guarded_server):
-    for body in ({"input": ["good", LONG]}, {"input": "good " * 300}):  # too many tokens; too many characters
-        r = guarded_server.client.post("/v1/embeddings", json=body)
-        message = r.json()["error"]["message"]
-        assert r.status_code == 413 and message.endswith("; shorten it") and "truncate" not in message, message
-    r = guarded_server.client.post("/embed", json={"inputs": ["good", LONG]})
-    assert r.status_code == 413 and r.json()["error"].endswith('send "truncate": true to cut it')
+def test_the_openai_route_never_asks_for_a_field_it_ignores(models):
+    """With --auto-truncate false, an input too long is TEI's 422; /v1/embeddings reads no "truncate", so its
+    message does not suggest one."""
+    with ThreadServer(ServeConfig(model=str(models["embed"]), auto_truncate=False)) as server:
+        for body in ({"input": ["good", LONG]}, {"input": "good " * 300}):  # too many tokens; too many characters
+            r = server.client.post("/v1/embeddings", json=body)
+            message = r.json()["message"]
+            assert r.status_code == 422 and message.endswith("; shorten it") and "truncate" not in message, message
+        r = server.client.post("/embed", json={"inputs": ["good", LONG]})
+        assert r.status_code == 422 and r.json()["error"].endswith('send "truncate": true to cut it')
 
 
 def test_a_client_hanging_up_mid_body_is_no_5xx_and_no_traceback(guarded_server):

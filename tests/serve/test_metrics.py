@@ -18,19 +18,26 @@ def test_health_info_and_metrics(embed_server):
     assert client.get("/health").json() == {"status": "ok", "model": "embed", "task": "embed", "queue_depth": 0}
     info = client.get("/info").json()
     assert info["max_input_length"] == 64 and info["hidden_size"] == 32 and info["max_client_batch_size"] == 8
-    assert info["max_concurrent_requests"] == info["max_queue"] == 512
+    assert info["max_concurrent_requests"] == 512 and info["auto_truncate"] is True
     before = client.get("/metrics").text
     n = sum(v for name, labels, v in samples(before)
-            if name == "bertforge_requests_total" and labels == {"route": "/embed", "status": "200"})
+            if name == "te_http_requests_total" and labels == {"route": "/embed", "status": "200"})
     for _ in range(3):
         assert client.post("/embed", json={"inputs": "count me"}).status_code == 200
     r = client.get("/metrics")
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain; version=0.0.4")
     page = r.text
-    assert metric(page, "bertforge_requests_total", route="/embed", status="200") == n + 3
-    count = metric(page, "bertforge_request_duration_seconds_count", route="/embed")
-    assert metric(page, "bertforge_request_duration_seconds_bucket", route="/embed", le="+Inf") == count
-    assert "# TYPE bertforge_request_duration_seconds histogram" in page
-    assert metric(page, "bertforge_batch_size_count") >= 3 and metric(page, "bertforge_queue_limit") == 512
+    assert metric(page, "te_http_requests_total", route="/embed", status="200") == n + 3
+    count = metric(page, "te_request_duration_count", route="/embed")
+    assert metric(page, "te_request_duration_bucket", route="/embed", le="+Inf") == count
+    assert "# TYPE te_request_duration histogram" in page
+    assert metric(page, "te_batch_next_size_count") >= 3 and metric(page, "te_queue_limit") == 512
+    # TEI's names: te_request_count / te_request_success / te_request_failure (its error type), te_queue_size
+    assert metric(page, "te_request_success_total", route="/embed") >= 3
+    assert metric(page, "te_request_count_total", route="/embed") >= metric(page, "te_request_success_total",
+                                                                             route="/embed")
+    assert client.post("/embed", json={"inputs": []}).status_code == 400
+    assert metric(client.get("/metrics").text, "te_request_failure_total", route="/embed", err="empty") >= 1
+    assert "te_queue_size" in page and "bertforge_" not in page
     for line in page.splitlines():  # every line a comment or `name{labels} value`
         assert line.startswith("# ") or re.fullmatch(r'[a-z_]+(\{[^}]*\})? -?[0-9.e+-]+', line), line

@@ -46,8 +46,8 @@ def test_embed_all_is_every_tokens_vector(embed_server, models):
 
 def test_embed_all_truncates_either_end(embed_server, models):
     text = LONG + "it was bad"
-    r = embed_server.client.post("/embed_all", json={"inputs": text})
-    assert r.status_code == 413 and r.json()["error_type"] == "Validation" and "truncate" in r.json()["error"]
+    r = embed_server.client.post("/embed_all", json={"inputs": text, "truncate": False})
+    assert r.status_code == 422 and r.json()["error_type"] == "Validation" and "truncate" in r.json()["error"]
     ends = []
     for direction, side in (("Right", "right"), ("Left", "left")):
         r = embed_server.client.post("/embed_all", json={"inputs": [text], "truncate": True,
@@ -63,7 +63,8 @@ def test_embed_all_truncates_either_end(embed_server, models):
     assert r.status_code == 200 and len(r.json()) == 8  # 8 x 64 = 512 tokens
     with ThreadServer(ServeConfig(model=str(models["embed"]), max_batch_tokens=500)) as small:
         r = small.client.post("/embed_all", json={"inputs": [text] * 8, "truncate": True})
-        assert r.status_code == 413 and "512 tokens" in r.json()["error"]  # its answer is every token's vector
+        assert r.status_code == 422 and "512 tokens" in r.json()["error"]  # its answer is every token's vector
+        assert "--max-batch-tokens" in r.json()["error"]
         assert small.client.post("/embed", json={"inputs": [text] * 8, "truncate": True}).status_code == 200
     r = embed_server.client.post("/embed_all", json={"inputs": "x", "truncation_direction": "Up"})
     assert r.status_code == 422 and "truncation_direction" in r.json()["error"]
@@ -78,10 +79,12 @@ def test_similarity_is_the_cosine_of_the_embeddings(embed_server):
     np.testing.assert_allclose(r.json(), want, rtol=0, atol=1e-5)
     assert len(set(np.round(want, 3))) > 1  # different sentences, different scores
     body = {"inputs": {"source_sentence": LONG, "sentences": ["good"]}}
-    assert embed_server.client.post("/similarity", json=body).status_code == 413
-    assert embed_server.client.post("/similarity", json={**body, "parameters": {"truncate": True}}).status_code == 200
+    assert embed_server.client.post("/similarity", json={**body, "parameters": {"truncate": False}}).status_code == 422
+    assert embed_server.client.post("/similarity", json=body).status_code == 200  # --auto-truncate: on
     r = embed_server.client.post("/similarity", json={"inputs": {"source_sentence": "a", "sentences": ["b"] * 8}})
-    assert r.status_code == 413 and "9 inputs" in r.json()["error"]  # the source counts: max_client_batch_size 8
+    assert r.status_code == 422 and r.json()["error"] == "batch size 9 > maximum allowed batch size 8"  # TEI's words
+    r = embed_server.client.post("/similarity", json={"inputs": {"source_sentence": "a", "sentences": []}})
+    assert r.status_code == 400 and r.json()["error_type"] == "Empty"
     r = embed_server.client.post("/similarity", json={"inputs": ["a", "b"]})
     assert r.status_code == 422 and "source_sentence" in r.json()["error"]
 
@@ -114,7 +117,7 @@ def test_an_mlm_model_is_loaded_once_for_all_its_routes(models, tmp_path):
     directory = tmp_path / "splade"
     shutil.copytree(models["mlm"], directory)
     write_sentence_transformers_files(directory, hidden_size=32, pooling="cls", normalize=False, max_length=8)
-    with ThreadServer(ServeConfig(model=str(directory))) as server:
+    with ThreadServer(ServeConfig(model=str(directory), pooling="splade")) as server:
         pipes = server.engine.pipelines
         assert pipes["embed"].model is pipes["embed_sparse"].model is pipes["embed_all"].model
         assert pipes["embed"].pooling == "cls" and pipes["embed"].max_length == pipes["embed_sparse"].max_length == 8
@@ -126,12 +129,34 @@ def test_an_mlm_model_is_loaded_once_for_all_its_routes(models, tmp_path):
         assert [e["index"] for e in r.json()[0]] == np.flatnonzero(sparse).tolist()
 
 
-def test_embed_sparse_needs_an_mlm_head(embed_server):
+def test_embed_sparse_needs_a_sparse_model(embed_server, models):
+    """Only a SPLADE model (or a masked-LM one with --pooling splade, TEI's rule) answers /embed_sparse: a plain
+    masked-LM directory is an embedding model (the probe's 248 MB answers came from serving every MLM as sparse)."""
     assert embed_server.client.get("/info").json()["sparse"] is False
     r = embed_server.client.post("/embed_sparse", json={"inputs": "good"})
     assert r.status_code == 424  # TEI's status for a model that is not SPLADE
-    assert r.json()["error_type"] == "Backend" and "needs a model with an MLM head" in r.json()["error"]
+    assert r.json()["error_type"] == "Backend"
+    assert "Model is not an embedding model with SPLADE pooling" in r.json()["error"]
     assert "\n" not in r.json()["error"]
+    with ThreadServer(ServeConfig(model=str(models["mlm"]))) as plain:
+        assert "embed_sparse" not in plain.engine.pipelines
+        assert plain.client.post("/embed_sparse", json={"inputs": "good"}).status_code == 424
+    from bertforge.core.errors import BertforgeError
+    from bertforge.serve import Engine
+
+    with pytest.raises(BertforgeError, match="--pooling splade needs a masked-LM checkpoint"):
+        Engine(ServeConfig(model=str(models["embed"]), pooling="splade"))
+
+
+def test_embed_sparse_answers_are_bounded(models):
+    with ThreadServer(ServeConfig(model=str(models["mlm"]), pooling="splade", max_response_values=200)) as small:
+        vocab = small.engine.tokenizer.vocab_size  # 84: two inputs may answer 168 values, three 252
+        assert small.client.post("/embed_sparse", json={"inputs": ["good"] * 2}).status_code == 200
+        r = small.client.post("/embed_sparse", json={"inputs": ["good"] * 3})
+        assert r.status_code == 422 and "--max-response-values (200)" in r.json()["error"], (vocab, r.text)
+        r = small.client.post("/vertex", json={"instances": [{"inputs": "good"}] * 3})  # the sum of the instances
+        assert r.status_code == 422 and "--max-response-values (200)" in r.json()["error"], r.text
+        assert small.client.post("/vertex", json={"instances": [{"inputs": "good"}] * 2}).status_code == 200
 
 
 def test_tokenize_and_decode_round_trip_as_the_tokenizers_tokenizer(embed_server, models):
@@ -163,11 +188,18 @@ def test_tokenize_and_decode_refuse_what_they_cannot_take(embed_server):
     r = client.post("/decode", json={"ids": [2, 10**6]})
     assert r.status_code == 422 and '"ids"[1]' in r.json()["error"]
     r = client.post("/decode", json={"ids": [[2]] * 9})
-    assert r.status_code == 413 and r.json()["error_type"] == "Payload"
+    assert r.status_code == 422 and r.json() == {"error": "batch size 9 > maximum allowed batch size 8",
+                                                 "error_type": "Validation"}
     assert client.post("/decode", json={"ids": "2 3"}).status_code == 422
-    assert client.post("/tokenize", json={"inputs": []}).status_code == 422
-    assert client.post("/tokenize", json={"inputs": "x" * 1025}).status_code == 413  # past max_input_chars: 16 x 64
-    for route in ("/tokenize", "/embed", "/embed_all"):  # a prompt this server would not prepend: refused, not ignored
+    assert client.post("/decode", json={"ids": []}).status_code == 400
+    assert client.post("/tokenize", json={"inputs": []}).status_code == 400  # TEI's Empty
+    r = client.post("/tokenize", json={"inputs": "x" * 1025})  # past max_input_chars: 16 x 64
+    assert r.status_code == 422 and "characters" in r.json()["error"]
+    r = client.post("/tokenize", json={"inputs": ["good " * 200] * 8})  # 8 x 202 tokens > --max-batch-tokens
+    with ThreadServer(ServeConfig(model=str(embed_server.engine.config.model), max_batch_tokens=1000)) as small:
+        r = small.client.post("/tokenize", json={"inputs": ["good " * 200] * 8})
+        assert r.status_code == 422 and "--max-batch-tokens" in r.json()["error"]
+    for route in ("/tokenize", "/embed", "/embed_all"):  # a prompt the model does not define: refused, not ignored
         r = client.post(route, json={"inputs": "x", "prompt_name": "query"})
         assert r.status_code == 422 and "prompt_name" in r.json()["error"], route
 
@@ -201,5 +233,5 @@ def test_teis_routes_for_hosted_endpoints(embed_server, classify_server):
     client = embed_server.client
     assert client.post("/embeddings", json={"input": "good"}).json() == client.post(
         "/v1/embeddings", json={"input": "good"}).json()
-    r = client.post("/embeddings", json={"input": []})
-    assert r.status_code == 422 and "empty array" in r.json()["error"]["message"]  # OpenAI's error shape
+    r = client.post("/embeddings", json={"input": []})  # TEI's flat OpenAICompatErrorResponse
+    assert r.status_code == 400 and r.json() == {"message": "`input` cannot be empty", "code": 400, "type": "Empty"}
