@@ -109,8 +109,10 @@ def pool(hidden: Tensor, lengths: list[int], starts: list[int], pooling: str, no
 
 
 def _splade_rows(logits: Callable[[Tensor], Tensor], hidden: Tensor, lengths: list[int]) -> Tensor:
-    """max over each sequence's rows of log(1 + relu(logits)) → [B, V] (float32), for consecutive packed rows."""
-    values = torch.log1p(torch.relu(logits(hidden).float()))  # [T, V]
+    """max over each sequence's rows of log(1 + relu(logits)) → [B, V] (float32 from half precision), for
+    consecutive packed rows."""
+    raw = logits(hidden)  # [T, V]
+    values = torch.log1p(torch.relu(raw.float() if raw.element_size() < 4 else raw))
     if len(lengths) == 1:
         return values.amax(dim=0, keepdim=True)
     return _max(values, lengths, [])
@@ -118,7 +120,7 @@ def _splade_rows(logits: Callable[[Tensor], Tensor], hidden: Tensor, lengths: li
 
 def splade_pool(logits: Callable[[Tensor], Tensor], hidden: Tensor, lengths: list[int],
                 chunk_tokens: int = SPLADE_CHUNK_TOKENS) -> Tensor:
-    """SPLADE vectors [B, V] (float32) of packed rows [T, H] (sequences end to end, no padding): for each
+    """SPLADE vectors [B, V] (float32, or the logits' wider dtype) of packed rows [T, H] (sequences end to end, no padding): for each
     sequence, the elementwise max over its tokens (special tokens included) of log(1 + relu(logits(row))), `logits`
     being the MLM head (hidden → vocabulary logits), as sentence-transformers' SpladePooling ("max", "relu") on
     its MLMTransformer's logits computes them.

@@ -38,7 +38,7 @@ def _training(model_dir: Path, data_file: Path, **settings) -> EmbeddingTraining
     encoded = encode_pairs(tokenizer, data, 16, labels)
     model = BertModel.from_pretrained(model_dir, quiet=True)
     loss_name = "cosent" if data.shape == "scored" else "mnrl"
-    loss = make_loss(loss_name, cfg.scale, cfg.symmetric, cfg.dims())
+    loss = make_loss(loss_name, cfg.scale_value(loss_name), cfg.symmetric, cfg.dims())
     return EmbeddingTraining(model, encoded, None, cfg, None, loss, "mean", torch.device("cpu"))
 
 
