@@ -42,7 +42,8 @@ def embed_ids(model: BertPreTrainedModel, ids: Sequence[list[int]], pooling: str
     moved = dataclasses.replace(batch, input_ids=batch.input_ids.to(device), position_ids=batch.position_ids.to(device))
     hidden = model.base_model.forward_packed(moved, ATTENTION_PADDING)  # [T, H] (the encoder: itself for a BertModel)
     if pooling == SPLADE:
-        pooled = splade_pool(model.mlm_logits, hidden, batch.lengths)  # type: ignore[operator]  # [n, V], sorted order
+        head: Any = model  # a BertForMaskedLM or BertForPreTraining: its MLM head's logits
+        pooled = splade_pool(head.mlm_logits, hidden, batch.lengths)  # [n, V], sorted order
     else:
         pooled = pool(hidden, batch.lengths, batch.starts, pooling)  # [n, H], sorted order
     inverse = torch.empty(len(order), dtype=torch.long)

@@ -61,11 +61,11 @@ def missing_weights(model: torch.nn.Module, prefix: str) -> bool:
     return info is not None and any(key.startswith(prefix) for key in info.missing_keys)
 
 
-def check_mlm_head(model: torch.nn.Module, source: str) -> None:
+def check_mlm_head(model: Any, source: str) -> None:
     """Raise BertforgeError when `model`'s MLM head was not in its checkpoint (what reads its logits: fill-mask,
     SPLADE's pipeline and training)."""
     if missing_weights(model, "cls.predictions."):
-        architectures = ", ".join(model.config.architectures or []) or "no head"  # type: ignore[union-attr]
+        architectures = ", ".join(model.config.architectures or []) or "no head"
         raise BertforgeError(
             f"{source} has no MLM head (cls.predictions.*; the checkpoint is {architectures}): pretrain one with "
             f"`bertforge pretrain --corpus FILE ...`, or use a checkpoint saved from BertForMaskedLM or "

@@ -40,7 +40,7 @@ class SparseEmbedPipeline(SentenceTransformersVectors):
         return self.model.config.vocab_size
 
     def head(self, batch: PackedBatch, hidden: Tensor, features: list[Feature]) -> list[np.ndarray]:
-        model: BertForMaskedLM = self.model  # type: ignore[assignment]
+        model: Any = self.model  # a BertForMaskedLM or BertForPreTraining: its MLM head's logits
         return list(splade_pool(model.mlm_logits, hidden, batch.lengths).cpu().numpy())  # [V] rows
 
 

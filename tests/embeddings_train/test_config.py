@@ -36,8 +36,8 @@ def test_matryoshka_dims_are_read_largest_first():
     (dict(score_max=-5.0), "score_max must be a positive number"),
     (dict(lr=2.0), "lr must be a number in (0, 1)"),
     (dict(matryoshka_dims="8,x"), "--matryoshka-dims must be integers"),
-], ids=["out", "loss", "sparse", "query_regularizer", "document_regularizer", "prompts", "prompts_twice", "pooling", "batch_size", "mini_batch_size", "max_length", "scale", "score_max", "lr",
-        "matryoshka_dims"])
+], ids=["out", "loss", "sparse", "query_regularizer", "document_regularizer", "prompts", "prompts_twice", "pooling",
+        "batch_size", "mini_batch_size", "max_length", "scale", "score_max", "lr", "matryoshka_dims"])
 def test_validate_names_the_bad_setting(settings, message):
     EmbeddingsConfig(**PATHS).validate()  # the defaults pass
     with pytest.raises(BertforgeError) as error:
