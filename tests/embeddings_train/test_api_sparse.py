@@ -163,3 +163,29 @@ def test_dense_training_with_prompts_saves_them_for_sentence_transformers(tiny, 
     reference = model.encode_query(texts)
     assert np.abs(reference - bertforge.pipeline("embed", model=out, prompt_name="query")(texts)).max() <= 1e-5
     assert np.abs(reference - bertforge.pipeline("embed", model=out, prompt="some ")(texts)).max() <= 1e-5
+
+
+@pytest.mark.parametrize("family, extra", [("roberta", {"pad_token_id": 1}), ("deberta-v2", {}), ("electra", {})])
+def test_splade_trains_other_families_masked_lm_checkpoints(family, extra, toy, tmp_path):
+    """The MLM heads of other families (RoBERTa's lm_head, DeBERTa-v2's, ELECTRA's generator head) through the same
+    packed encoder and SPLADE pooling; sentence-transformers (transformers' *ForMaskedLM of the family) loads each
+    output with the same vectors."""
+    import torch
+
+    from bertforge import BertForMaskedLM
+    from tests.embeddings_train.embeddings_train_helpers import VOCAB
+    from tests.helpers import tiny_config, write_uncased_tokenizer
+
+    model_dir = write_uncased_tokenizer(tmp_path / family, VOCAB)
+    (model_dir / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": True,
+                                                                 "tokenizer_class": "BertTokenizer"}))
+    torch.manual_seed(0)
+    BertForMaskedLM(tiny_config(vocab_size=len(VOCAB), model_type=family, **extra)).save_pretrained(model_dir)
+    out = tmp_path / "out"
+    assert main(["train-embeddings", "--model", str(model_dir), "--train", str(toy[0]), "--out", str(out), "--sparse",
+                 "splade", "--epochs", "1", "--batch-size", "32", "--max-length", "16", "--device", "cpu",
+                 "--no-progress"]) == 0
+    assert json.loads((out / "config.json").read_text())["model_type"] == family
+    texts = ["the a1 is here", "see b2 now with some"]
+    reference = st.SparseEncoder(str(out), device="cpu").encode(texts, convert_to_tensor=True).to_dense().numpy()
+    assert np.abs(reference - bertforge.pipeline("sparse", model=out)(texts)).max() <= 1e-5
