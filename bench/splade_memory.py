@@ -66,7 +66,7 @@ def main() -> None:
           f"chunks of {args.chunk_tokens} tokens, {torch.get_num_threads()} threads")
     results = {}
     for name, fn in ways.items():
-        memory = saved_bytes(lambda: fn().sum().backward())
+        memory = saved_bytes(lambda fn=fn: fn().sum().backward())
         times = []
         for _ in range(args.repeats):
             start = time.perf_counter()
