@@ -59,7 +59,10 @@ EMBEDDINGS = RunKind(
 
 
 def train_embeddings(config: EmbeddingsConfig | None = None, **settings: Any) -> dict[str, Any]:
-    """Train a sentence-embedding model on pairs, triplets or scored pairs; write a sentence-transformers model.
+    """Train a sentence-embedding model on pairs, triplets or scored pairs (or scored triplets: margin-MSE); write a
+    sentence-transformers model. With `sparse="splade"`, a SPLADE encoder from a model with an MLM head, written as
+    a sentence-transformers SparseEncoder (`modules.json`: MLMTransformer, `1_SpladePooling/`); `prompts` (NAME=TEXT
+    strings or a dict) go before the texts of the columns they name and are saved as the model's prompts.
 
     Pass an `EmbeddingsConfig`, or its fields as keywords: `train_embeddings(model=..., train="pairs.tsv",
     dev="dev.tsv", out=..., batch_size=256, mini_batch_size=32)`; `train` and `dev` may also be rows in memory (a

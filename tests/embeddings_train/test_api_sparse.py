@@ -189,3 +189,17 @@ def test_splade_trains_other_families_masked_lm_checkpoints(family, extra, toy, 
     texts = ["the a1 is here", "see b2 now with some"]
     reference = st.SparseEncoder(str(out), device="cpu").encode(texts, convert_to_tensor=True).to_dense().numpy()
     assert np.abs(reference - bertforge.pipeline("sparse", model=out)(texts)).max() <= 1e-5
+
+
+def test_a_sparse_encoder_as_model_trains_on_as_one(splade, toy, tmp_path):
+    """No --sparse: a SparseEncoder directory (its SpladePooling) goes on as SPLADE, its prompts and max_seq_length
+    kept; sentence-transformers loads the result with the same vectors."""
+    out = tmp_path / "again"
+    assert main(["train-embeddings", "--model", str(splade), "--train", str(toy[0]), "--out", str(out), "--epochs",
+                 "1", "--batch-size", "32", "--device", "cpu", "--no-progress"]) == 0
+    st_config = json.loads((out / "config_sentence_transformers.json").read_text())
+    assert st_config["model_type"] == "SparseEncoder" and st_config["prompts"] == {"query": "some ", "document": "one "}
+    assert json.loads((out / "sentence_bert_config.json").read_text())["max_seq_length"] == 16
+    texts = ["the a1 is here", "see b2"]
+    reference = st.SparseEncoder(str(out), device="cpu").encode_query(texts, convert_to_tensor=True).to_dense().numpy()
+    assert np.abs(reference - bertforge.pipeline("sparse", model=out, prompt_name="query")(texts)).max() <= 1e-5
