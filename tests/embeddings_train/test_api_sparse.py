@@ -203,3 +203,20 @@ def test_a_sparse_encoder_as_model_trains_on_as_one(splade, toy, tmp_path):
     texts = ["the a1 is here", "see b2"]
     reference = st.SparseEncoder(str(out), device="cpu").encode_query(texts, convert_to_tensor=True).to_dense().numpy()
     assert np.abs(reference - bertforge.pipeline("sparse", model=out, prompt_name="query")(texts)).max() <= 1e-5
+
+
+@pytest.mark.usefixtures("one_thread")  # bit for bit: one intra-op thread, as test_api_resume.py
+def test_a_splade_run_stopped_and_resumed_ends_as_the_run_never_stopped(tiny_mlm, toy, tmp_path, monkeypatch):
+    """The regularizers' schedule comes from the step the checkpoint holds: weights, metrics rows and eval.json of
+    a resumed SPLADE run are those of one never stopped."""
+    from bertforge.embeddings_train import train_embeddings
+    from tests.helpers import same_run, stopped_after
+
+    settings = dict(model=str(tiny_mlm), train=str(toy[0]), dev=str(toy[1]), sparse="splade", epochs=2,
+                    batch_size=16, lr=1e-3, eval_every=3, log_every=1, save_every=2, seed=5, max_length=16,
+                    query_regularizer=1e-2, document_regularizer=1e-2, device="cpu", progress=False)
+    train_embeddings(out=str(tmp_path / "reference"), **settings)
+    stopped_after(monkeypatch, 3, lambda: train_embeddings(out=str(tmp_path / "run"), **settings))
+    monkeypatch.undo()
+    train_embeddings(out=str(tmp_path / "run"), resume=True, **settings)
+    same_run(tmp_path / "reference", tmp_path / "run", "model.safetensors")
