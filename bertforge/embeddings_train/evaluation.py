@@ -67,7 +67,7 @@ def dev_evaluator(data: DevSet, embed: Callable[[list[str]], Tensor], sparse: bo
     prompts = prompts or {}
     if isinstance(data, PairData) and data.shape == "scored":
         prompted = with_prompts(data, column_prompts(data, prompts, strict=False))
-        return lambda: evaluators.evaluate_sts(embed, prompted)
+        return lambda: evaluators.evaluate_sts(embed, prompted, "dot" if sparse else "cosine")  # sparse: both
     lookup = data if isinstance(data, RetrievalData) else retrieval_set(data)
     counts: dict[str, list[float]] = {}
 

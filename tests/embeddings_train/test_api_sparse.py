@@ -220,3 +220,25 @@ def test_a_splade_run_stopped_and_resumed_ends_as_the_run_never_stopped(tiny_mlm
     monkeypatch.undo()
     train_embeddings(out=str(tmp_path / "run"), resume=True, **settings)
     same_run(tmp_path / "reference", tmp_path / "run", "model.safetensors")
+
+
+def test_evaluate_sts_on_a_sparse_encoder_is_sentence_transformers_sparse_evaluator(splade, tmp_path, capsys):
+    """`evaluate --task sts` on a SparseEncoder: its SPLADE vectors, Spearman and Pearson of the cosine and of the
+    dot product, as `SparseEmbeddingSimilarityEvaluator` (within 1e-6)."""
+    import random
+
+    from sentence_transformers.sparse_encoder.evaluation import SparseEmbeddingSimilarityEvaluator
+
+    rng = random.Random(3)
+    rows = [(a, b, round(rng.uniform(0, 5), 2)) for a, b in pairs(DEV_TEMPLATES)]
+    sts = write_tsv(tmp_path / "sts.tsv", rows, "sentence1\tsentence2\tscore")
+    capsys.readouterr()
+    assert main(["evaluate", "--task", "sts", "--model", str(splade), "--input", str(sts), "--no-progress"]) == 0
+    ours = json.loads(capsys.readouterr().out)
+    evaluator = SparseEmbeddingSimilarityEvaluator([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows],
+                                                   similarity_fn_names=["cosine", "dot"])
+    reference = evaluator(st.SparseEncoder(str(splade), device="cpu"))
+    assert set(ours) == {"spearman", "pearson", "spearman_dot", "pearson_dot"}
+    for name, theirs in [("spearman", "spearman_cosine"), ("pearson", "pearson_cosine"), ("spearman_dot", "spearman_dot"),
+                         ("pearson_dot", "pearson_dot")]:
+        assert abs(ours[name] - reference[theirs]) < 1e-6, name
