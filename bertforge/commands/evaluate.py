@@ -42,8 +42,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--qrels", metavar="FILE", help="retrieval: the relevance judgements (default: "
                        "INPUT/qrels/test.tsv)")
     group.add_argument("--sparse", action="store_true", default=None,
-                       help="retrieval: score by SPLADE vectors of the model's MLM head (their dot product); "
-                            "default for a sentence-transformers SparseEncoder directory")
+                       help="retrieval and sts: score by SPLADE vectors of the model's MLM head (retrieval: their dot "
+                            "product; sts: cosine and dot); default for a sentence-transformers SparseEncoder directory")
     group.add_argument("--reranker", metavar="DIR", help="retrieval: rerank each query's first results with this "
                        "cross-encoder")
     group.add_argument("--rerank-top", type=int, default=100, metavar="K",
@@ -105,7 +105,8 @@ def evaluate_with_pipelines(args: argparse.Namespace, options: dict[str, Any]) -
         return evaluators.evaluate_rerank(RerankPipeline(args.model, **settings).score, rows)
     if args.task == "sts":
         pairs = data.read_scored_pairs(args.input)
-        embed = EmbedPipeline(args.model, **settings)
+        sparse = bool(args.sparse) or is_sparse_encoder(args.model)  # a SparseEncoder: its vectors, cosine and dot
+        embed = (SparseEmbedPipeline if sparse else EmbedPipeline)(args.model, **settings)
         return evaluators.evaluate_sts(lambda texts: torch.from_numpy(embed(texts)), pairs, embed.similarity)
     if args.rerank_top < 1:
         raise BertforgeError(f"--rerank-top must be a positive integer, got {args.rerank_top}")

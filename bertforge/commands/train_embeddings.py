@@ -1,4 +1,5 @@
-"""`bertforge train-embeddings`: train a sentence-embedding model; the output is a sentence-transformers model."""
+"""`bertforge train-embeddings`: train a sentence-embedding model (dense, or sparse: SPLADE); the output is a
+sentence-transformers model (a SparseEncoder for --sparse)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,12 @@ import json
 from . import add_run_config_argument, require_options
 
 NAME = "train-embeddings"
-HELP = ("train sentence embeddings on pairs, triplets or scored pairs (in-batch negatives, CoSENT, Matryoshka); "
-        "writes a sentence-transformers model")
+HELP = ("train sentence embeddings, dense or sparse (SPLADE), on pairs, triplets, scored pairs or scored triplets "
+        "(in-batch negatives, CoSENT, Matryoshka, margin-MSE); writes a sentence-transformers model")
 EXAMPLES = (
     'bertforge train-embeddings --model runs/my-bert/model --train pairs.tsv --dev dev.tsv --out runs/my-embedder',
+    'bertforge train-embeddings --model runs/my-bert/model --sparse splade --train pairs.tsv --prompts "query=query: " '
+    '"document=passage: " --out runs/my-splade',
 )  # `--help` shows them; tests/test_cli.py parses them
 
 REQUIRED = ("model", "train", "out")

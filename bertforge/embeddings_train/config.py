@@ -16,7 +16,8 @@ from ..training.adapters import LoraOptions
 from ..training.step import PRECISION_HELP, PRECISIONS, check_precision
 from ..model.pooling import POOLINGS
 
-LOSSES = ("auto", "mnrl", "cosent", "cosine")
+LOSSES = ("auto", "mnrl", "cosent", "cosine", "margin-mse")
+SPARSE = ("splade",)
 
 
 @dataclass(kw_only=True, frozen=True)
@@ -30,11 +31,26 @@ class EmbeddingsConfig(LoraOptions):
                              "precision@k), a BEIR folder (retrieval) or scored pairs (Spearman, Pearson), scored "
                              "before training and at each evaluation", metavar="FILE")
     out: str = option(help="output: a sentence-transformers model directory, with the run's logs", metavar="DIR")
+    sparse: str | None = option(None, "splade: train a sparse encoder (SPLADE: log(1 + relu(MLM logits)) max-pooled "
+                                "over the tokens; the model needs an MLM head) and write a sentence-transformers "
+                                "SparseEncoder; default: dense, or splade when --model is a SparseEncoder",
+                                choices=SPARSE)
     loss: str = option("auto", "mnrl (in-batch negatives; pairs, triplets), cosent or cosine (cosine-similarity "
-                       "MSE; scored pairs); auto: mnrl for pairs and triplets, cosent for scored pairs",
-                       choices=LOSSES)
+                       "MSE; scored pairs), margin-mse (distillation: query, positive, negative and the teacher's "
+                       "score margin, score(query, positive) - score(query, negative)); auto: mnrl for pairs and "
+                       "triplets, cosent for scored pairs, margin-mse for scored triplets", choices=LOSSES)
     symmetric: bool = option(False, "mnrl: also rank the anchors for each positive (the symmetric loss)")
-    scale: float = option(20.0, "mnrl and cosent: the factor on cosine similarities (1 / temperature)", metavar="S")
+    scale: float | None = option(None, "mnrl and cosent: the factor on similarities (1 / temperature); default 20 "
+                                 "(on cosines), 1 for --sparse's mnrl (on dot products)", metavar="S")
+    query_regularizer: float = option(5e-5, "--sparse: the weight of the FLOPS regularizer of the queries (anchors), "
+                                      "warmed up quadratically over the first third of the steps", metavar="W")
+    document_regularizer: float = option(3e-5, "--sparse: the weight of the FLOPS regularizer of the documents "
+                                         "(positives, negatives), warmed up as --query-regularizer", metavar="W")
+    prompts: list[str] | None = option(None, "text put before the texts of a column, as NAME=TEXT: NAME a column of "
+                                       "--train, or query (the first column) or document (the others); saved as "
+                                       "the model's sentence-transformers prompts, which embed, serve and evaluate "
+                                       "apply (evaluate and --dev: query to the queries, document to the corpus), "
+                                       "e.g. query='query: ' document='passage: '", metavar="NAME=TEXT")
     matryoshka_dims: str | None = option(None, "Matryoshka: the loss summed over these prefix sizes of the embedding "
                                          "(truncated, re-normalised); list the full size too to keep training it, "
                                          "e.g. 384,256,128,64", metavar="D,D,...")
@@ -89,6 +105,35 @@ class EmbeddingsConfig(LoraOptions):
             raise BertforgeError(f"--matryoshka-dims must be distinct positive integers, got {self.matryoshka_dims!r}")
         return sorted(dims, reverse=True)
 
+    def scale_value(self, loss: str) -> float:
+        """--scale, else its default for `loss`: 20 on cosines, 1 on the dot products of a sparse encoder's mnrl
+        (sentence-transformers' defaults, `SparseMultipleNegativesRankingLoss`'s the latter)."""
+        return self.scale if self.scale is not None else (1.0 if self.sparse and loss == "mnrl" else 20.0)
+
+    def prompt_map(self) -> dict[str, str]:
+        """--prompts as {name: text} (the Python API also takes a dict); {} without them."""
+        if self.prompts is None:
+            return {}
+        if isinstance(self.prompts, dict):
+            items = list(self.prompts.items())
+        elif isinstance(self.prompts, (list, tuple)) and all(isinstance(p, str) for p in self.prompts):
+            items = []
+            for given in self.prompts:
+                name, sep, text = given.partition("=")
+                if not sep or not name.strip():
+                    raise BertforgeError(f"--prompts takes NAME=TEXT (e.g. query='query: '), got {given!r}")
+                items.append((name.strip(), text))
+        else:
+            raise BertforgeError(f"prompts must be NAME=TEXT strings or a dict of names to texts, got {self.prompts!r}")
+        prompts: dict[str, str] = {}
+        for name, text in items:
+            if not isinstance(name, str) or not isinstance(text, str):
+                raise BertforgeError(f"prompts must map names to texts, got {name!r}: {text!r}")
+            if name in prompts:
+                raise BertforgeError(f"--prompts names {name!r} twice")
+            prompts[name] = text
+        return prompts
+
     def validate(self) -> None:
         """Raise `BertforgeError` naming the first bad setting."""
         check_choices(self)
@@ -106,8 +151,13 @@ class EmbeddingsConfig(LoraOptions):
         check_checkpointing(self)
         check_optimization(self)
         check_precision(self.precision)
-        if not isinstance(self.scale, (int, float)) or not self.scale > 0:
+        if self.scale is not None and (not isinstance(self.scale, (int, float)) or not self.scale > 0):
             raise BertforgeError(f"scale must be a positive number, got {self.scale!r}")
+        for name in ("query_regularizer", "document_regularizer"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+                raise BertforgeError(f"{name} must be a number >= 0, got {value!r}")
+        self.prompt_map()
         if self.score_max is not None and (not isinstance(self.score_max, (int, float)) or not self.score_max > 0):
             raise BertforgeError(f"score_max must be a positive number, got {self.score_max!r}")
         self.dims()

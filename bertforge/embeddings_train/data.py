@@ -16,12 +16,14 @@ second its positive (or, in a scored pair, the other sentence), any further text
   of dicts, a dict of lists, a `datasets.Dataset`) are read the same way (`bertforge.data.tables`).
 
 The shape follows: 2 texts and a score → scored pairs, 2 texts → pairs, 3 or more texts → triplets (anchor,
-positive, negatives). Anything else, an empty text, a score that is not a number or rows of different widths are
+positive, negatives), 3 texts and a score → scored triplets (query, positive, negative and a teacher's margin,
+score(query, positive) - score(query, negative): margin-MSE distillation). Anything else, an empty text, a score that is not a number or rows of different widths are
 refused naming the file and the line.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import re
@@ -40,19 +42,22 @@ _COLUMN_NAME = re.compile(
     r"(anchor|positive|negative|query|question|answer|passage|document|doc|pos|neg|text|sentence|premise|"
     r"hypothesis|title|context|score|label|similarity)[_ ]?(\d+|[ab])?", re.IGNORECASE)
 _IDENTIFIER = re.compile(r"[A-Za-z_][\w.-]{0,63}")
-SHAPES = ("pairs", "triplets", "scored")
+PROMPT_ROLES = ("query", "document")  # the prompt names of the first column and of the others
+SHAPES = ("pairs", "triplets", "scored", "scored-triplets")
 
 
 @dataclass
 class PairData:
     """A file's examples, column by column: `texts[0]` the anchors, `texts[1]` the positives (or second sentences),
-    `texts[2:]` hard negatives; `scores` for scored pairs (None otherwise); `lines` each example's line."""
+    `texts[2:]` hard negatives; `scores` for scored pairs and triplets (None otherwise); `lines` each example's
+    line; `names` the text columns' names (a header's, a JSON object's keys; None for a file without them)."""
 
     path: Path
-    shape: str  # "pairs", "triplets" or "scored"
+    shape: str  # "pairs", "triplets", "scored" or "scored-triplets"
     texts: list[list[str]]
     scores: list[float] | None
     lines: list[int]
+    names: list[str] | None = None
 
     def __len__(self) -> int:
         return len(self.lines)
@@ -122,9 +127,11 @@ def _examples(path: Path, names: list[str] | None, rows: list[tuple[int, list[An
     if len(text_at) < 2:
         raise BertforgeError(f"{path}: {what}: need at least two texts (anchor, positive), as pairs, triplets or "
                              f"scored pairs")
-    if score_at is not None and len(text_at) != 2:
-        raise BertforgeError(f"{path}: {what}: a scored file holds two texts and a score")
-    shape = "scored" if score_at is not None else "pairs" if len(text_at) == 2 else "triplets"
+    if score_at is not None and len(text_at) not in (2, 3):
+        raise BertforgeError(f"{path}: {what}: a scored file holds two texts and a score, or three (query, positive, "
+                             f"negative) and their margin")
+    shape = (("scored" if len(text_at) == 2 else "scored-triplets") if score_at is not None
+             else "pairs" if len(text_at) == 2 else "triplets")
     texts: list[list[str]] = [[] for _ in text_at]
     scores: list[float] | None = [] if score_at is not None else None
     lines = []
@@ -142,7 +149,29 @@ def _examples(path: Path, names: list[str] | None, rows: list[tuple[int, list[An
                 raise BertforgeError(f"{path}:{line}: the score {cells[score_at]!r} is not a number")  # type: ignore[index]
             scores.append(score)
         lines.append(line)
-    return PairData(path, shape, texts, scores, lines)
+    return PairData(path, shape, texts, scores, lines, [names[i] for i in text_at] if names else None)
+
+
+def with_prompts(data: PairData, prompts: list[str]) -> PairData:
+    """`data` with `prompts[c]` put before every text of column c (`column_prompts`)."""
+    texts = [[prompt + text for text in column] if prompt else column for prompt, column in zip(prompts, data.texts)]
+    return dataclasses.replace(data, texts=texts)
+
+
+def column_prompts(data: PairData, prompts: dict[str, str], strict: bool = True) -> list[str]:
+    """The prompt of each text column of `data`: the one named after the column, else "query" for the first column
+    (the anchors) and "document" for the others (positives, negatives), the roles sentence-transformers'
+    `encode_query` and `encode_document` give those names; "" for none. `strict`: a prompt that names neither a
+    column nor a role is refused."""
+    names = data.names or []
+    if strict:
+        unknown = [name for name in prompts if name not in names and name not in PROMPT_ROLES]
+        if unknown:
+            columns = f"its columns are {', '.join(names)}" if names else "it has no column names"
+            raise BertforgeError(f"--prompts {unknown[0]!r} names no column of {data.path} ({columns}) and is not "
+                                 f"query (the first column) or document (the others)")
+    return [prompts.get(names[c] if c < len(names) and names[c] in prompts else PROMPT_ROLES[c > 0], "")
+            for c in range(len(data.texts))]
 
 
 def _number(value: Any) -> float | None:

@@ -6,7 +6,9 @@ of `bertforge evaluate` and of sentence-transformers' evaluators).
 * A BEIR folder (corpus.jsonl, queries.jsonl, qrels/test.tsv): retrieval on it. Main metric: NDCG@10.
 * Scored pairs: Spearman (the main metric) and Pearson correlation of each pair's cosine with its score.
 
-Retrieval scores by cosine and reports NDCG@10, MRR@10, MAP@100, recall@1/10/100 and precision@1/10.
+Retrieval scores by cosine (a sparse encoder: by dot product, its queries' and documents' mean non-zero counts
+reported too) and reports NDCG@10, MRR@10, MAP@100, recall@1/10/100 and precision@1/10. With prompts (`--prompts`),
+the queries get the "query" prompt and the corpus the "document" one; scored pairs each column's (`column_prompts`).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from torch import Tensor
 
 from ..evaluation import evaluators
 from ..evaluation.data import RetrievalData, read_beir
-from .data import PairData, read_pairs
+from .data import PairData, column_prompts, read_pairs, with_prompts
 
 DevSet = PairData | RetrievalData
 
@@ -58,18 +60,35 @@ def main_metric(data: DevSet) -> str:
     return "spearman" if data.shape == "scored" else "mrr@10"
 
 
-def dev_evaluator(data: DevSet, embed: Callable[[list[str]], Tensor]) -> Callable[[], dict[str, Any]]:
-    """The function that scores the model (as `embed`: texts → float32 [n, H]) on the dev set."""
+def dev_evaluator(data: DevSet, embed: Callable[[list[str]], Tensor], sparse: bool = False,
+                  prompts: dict[str, str] | None = None) -> Callable[[], dict[str, Any]]:
+    """The function that scores the model (as `embed`: texts → float32 [n, H], or [n, V] sparse vectors with
+    `sparse`) on the dev set, with `prompts` (see the module docstring)."""
+    prompts = prompts or {}
     if isinstance(data, PairData) and data.shape == "scored":
-        return lambda: evaluators.evaluate_sts(embed, data)
+        prompted = with_prompts(data, column_prompts(data, prompts, strict=False))
+        return lambda: evaluators.evaluate_sts(embed, prompted, "dot" if sparse else "cosine")  # sparse: both
     lookup = data if isinstance(data, RetrievalData) else retrieval_set(data)
+    counts: dict[str, list[float]] = {}
+
+    def counted(texts: list[str], side: str) -> Tensor:
+        vectors = embed(texts)
+        if sparse:
+            counts.setdefault(side, []).extend((vectors != 0).sum(-1).tolist())
+        return vectors
+
+    def queries(texts: list[str]) -> Tensor:
+        return counted([prompts.get("query", "") + t for t in texts], "query")
 
     def documents(texts: list[str]) -> Iterator[np.ndarray]:  # a block of the corpus embedded at a time
+        texts = [prompts.get("document", "") + t for t in texts]
         for start in range(0, len(texts), evaluators.CORPUS_BLOCK):
-            yield from embed(texts[start:start + evaluators.CORPUS_BLOCK]).numpy()
+            yield from counted(texts[start:start + evaluators.CORPUS_BLOCK], "document").numpy()
 
     def retrieval() -> dict[str, Any]:  # the metrics only: the set's size is logged once, not in every row
-        metrics = evaluators.evaluate_retrieval(embed, documents, lookup)
-        return {k: v for k, v in metrics.items() if k not in ("queries", "documents")}
+        counts.clear()
+        metrics = evaluators.evaluate_retrieval(queries, documents, lookup, sparse=sparse)
+        nonzero = {f"{side}_nonzero": sum(c) / len(c) for side, c in counts.items() if c}
+        return {**{k: v for k, v in metrics.items() if k not in ("queries", "documents")}, **nonzero}
 
     return retrieval

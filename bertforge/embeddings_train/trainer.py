@@ -16,6 +16,10 @@ gradient caching (Gao et al. 2021, "Scaling Deep Contrastive Learning Batch Size
 The parameter gradient is the one of the whole batch at once (tests check it to 1e-6) while only one mini-batch's
 activations are alive at a time, for one extra forward pass.
 
+A sparse encoder (`--sparse splade`) trains the same way on its SPLADE vectors, its loss a `losses.Splade` (the
+regularizers' weights of the step about to be taken; their terms and the vectors' non-zero counts go to the
+metrics rows, averaged over the steps a row spans).
+
 Under `torchrun` each rank embeds its share of each batch (`parallel.shares`) through the DDP-wrapped model and the
 loss sees the whole batch (`parallel.gather_columns`; see `embeddings_train/parallel.py`); with gradient caching the
 mini-batches but the last re-run under DDP's `no_sync`, so that gradients are all-reduced once a step.
@@ -39,7 +43,7 @@ from ..training.parallel import wrap_model
 from .data import PairData
 from .encoder import SentenceEncoder, rng_state, set_rng_state
 from .parallel import gather_columns, shares
-from .losses import Loss
+from .losses import Loss, Splade
 
 log = logging.getLogger("bertforge")
 
@@ -153,6 +157,7 @@ class EmbeddingTraining(Finetuning):
         self.train_model = self.encoder  # the module DDP wraps (what `TrainStep.run` would call no_sync on)
         self.has_dev = main_metric is not None
         self.baseline: dict[str, Any] | None = None  # the dev metrics before training
+        self.sparse_rows: list[dict[str, float]] = []  # a sparse encoder's stats of each step since the last row
 
     def plan_steps(self) -> list[int]:
         """Batches without repeated texts can be more than len / batch_size (an example waits for a later batch when
@@ -218,9 +223,35 @@ class EmbeddingTraining(Finetuning):
     def forward_backward(self, batch: TextBatch, weights: dict[str, float]) -> dict[str, Tensor]:  # type: ignore[override]
         mini = self.cfg.mini_batch_size
         texts = len(batch.ids) if batch.sizes is None else max(batch.sizes) * batch.columns  # every rank alike
+        if isinstance(self.loss, Splade):
+            self.loss.step, self.loss.total_steps = self.stepper.step, self.total_steps
         if mini is None or mini >= texts:
-            return {"loss": self.stepper.accumulate({"loss": self.batch_loss(batch, self.embed(batch.ids))}, weights)}
-        return {"loss": self.cached_forward_backward(batch, weights["loss"], mini)}
+            loss = self.stepper.accumulate({"loss": self.batch_loss(batch, self.embed(batch.ids))}, weights)
+        else:
+            loss = self.cached_forward_backward(batch, weights["loss"], mini)
+        return {"loss": loss, **self.sparse_stats()}
+
+    def sparse_stats(self) -> dict[str, Tensor]:
+        """A sparse encoder's last loss terms and non-zero counts, divided by the processes (the step sums every
+        rank's stats, and every rank's loss saw the whole batch); {} for a dense one."""
+        if not isinstance(self.loss, Splade):
+            return {}
+        return {k: v / self.rt.world_size for k, v in {**self.loss.terms, **self.loss.nonzero}.items()}
+
+    def record_step(self, outcome: Any) -> None:
+        super().record_step(outcome)
+        stats = {k: v.item() for k, v in outcome.totals.items() if k != "loss"}
+        if stats:
+            self.sparse_rows.append(stats)
+
+    def log_row(self, on_grid: bool, seconds: float) -> dict[str, Any]:
+        row = super().log_row(on_grid, seconds)
+        rows, self.sparse_rows = self.sparse_rows, []
+        if rows:
+            row.update({k: sum(r[k] for r in rows) / len(rows) for k in rows[0]})
+            if isinstance(self.loss, Splade):
+                row["query_regularizer_weight"], row["document_regularizer_weight"] = self.loss.weights()
+        return row
 
     def cached_forward_backward(self, batch: TextBatch, weight: float, mini: int) -> Tensor:
         """Gradient caching (see the module docstring); returns this batch's share of the step's loss."""

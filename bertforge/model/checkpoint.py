@@ -54,6 +54,25 @@ class LoadingInfo:
     mismatched_keys: list[str] = field(default_factory=list)  # head weights of another shape, initialised anew
 
 
+def missing_weights(model: torch.nn.Module, prefix: str) -> bool:
+    """Whether weights named `prefix...` were initialised because the checkpoint `model` was loaded from lacked
+    them (its `loading_info`)."""
+    info = getattr(model, "loading_info", None)
+    return info is not None and any(key.startswith(prefix) for key in info.missing_keys)
+
+
+def check_mlm_head(model: Any, source: str) -> None:
+    """Raise BertforgeError when `model`'s MLM head was not in its checkpoint (what reads its logits: fill-mask,
+    SPLADE's pipeline and training)."""
+    if missing_weights(model, "cls.predictions."):
+        architectures = ", ".join(model.config.architectures or []) or "no head"
+        raise BertforgeError(
+            f"{source} has no MLM head (cls.predictions.*; the checkpoint is {architectures}): pretrain one with "
+            f"`bertforge pretrain --corpus FILE ...`, or use a checkpoint saved from BertForMaskedLM or "
+            f"BertForPreTraining"
+        )
+
+
 def rename_key(key: str) -> str | None:
     for pattern, repl in KEY_RULES:
         if re.search(pattern, key):

@@ -1,10 +1,11 @@
 """Sentence embeddings from an encoder's last hidden states, and the sentence-transformers files that describe them.
 
-One place for what the embed pipeline (inference) and the embeddings trainer share: mean or [CLS] pooling of the
-packed rows, and the sentence-transformers model directory: read (`sentence_transformers_settings`: which pooling,
-normalised or not, the longest input) and written (`write_sentence_transformers_files`: `modules.json`,
-`sentence_bert_config.json`, `1_Pooling/config.json`, `2_Normalize/`), so that a directory bertforge trains is one
-sentence-transformers loads, and the reverse.
+One place for what the embed pipelines (inference) and the embeddings trainer share: mean or [CLS] pooling of the
+packed rows, SPLADE's pooling of the MLM logits (`splade_pool`), and the sentence-transformers model directory: read
+(`sentence_transformers_settings`: which pooling, normalised or not, the longest input, the prompts, a SparseEncoder)
+and written (`write_sentence_transformers_files`: `modules.json`, `sentence_bert_config.json`,
+`1_Pooling/config.json`, `2_Normalize/`; `write_sparse_encoder_files`: `modules.json` with MLMTransformer and
+`1_SpladePooling/`), so that a directory bertforge trains is one sentence-transformers loads, and the reverse.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch.utils.checkpoint import checkpoint
 
 from ..core.constants import POOLINGS, ST_POOLING_MODES
 from ..core.errors import BertforgeError
@@ -28,6 +30,12 @@ _LEGACY_FLAGS = {"cls": "pooling_mode_cls_token", "max": "pooling_mode_max_token
 TRANSFORMER_MODULE = "sentence_transformers.models.Transformer"
 POOLING_MODULE = "sentence_transformers.models.Pooling"
 NORMALIZE_MODULE = "sentence_transformers.models.Normalize"
+# sentence-transformers 5's names of a SparseEncoder's modules (6.x reads them too, as its legacy aliases)
+MLM_TRANSFORMER_MODULE = "sentence_transformers.sparse_encoder.models.MLMTransformer"
+SPLADE_POOLING_MODULE = "sentence_transformers.sparse_encoder.models.SpladePooling"
+SPLADE_POOLING_DIR = "1_SpladePooling"
+#: Tokens whose [·, V] logits are alive at a time in `splade_pool` (float32: 122 MB a thousand tokens of a 30,522 vocabulary)
+SPLADE_CHUNK_TOKENS = 2048
 
 
 def _segments(hidden: Tensor, lengths: list[int]) -> Tensor:
@@ -100,15 +108,55 @@ def pool(hidden: Tensor, lengths: list[int], starts: list[int], pooling: str, no
     return F.normalize(pooled, dim=-1) if normalize else pooled
 
 
+def _splade_rows(logits: Callable[[Tensor], Tensor], hidden: Tensor, lengths: list[int]) -> Tensor:
+    """max over each sequence's rows of log(1 + relu(logits)) → [B, V] (float32 from half precision), for
+    consecutive packed rows."""
+    raw = logits(hidden)  # [T, V]
+    values = torch.log1p(torch.relu(raw.float() if raw.element_size() < 4 else raw))
+    if len(lengths) == 1:
+        return values.amax(dim=0, keepdim=True)
+    return _max(values, lengths, [])
+
+
+def splade_pool(logits: Callable[[Tensor], Tensor], hidden: Tensor, lengths: list[int],
+                chunk_tokens: int = SPLADE_CHUNK_TOKENS) -> Tensor:
+    """SPLADE vectors [B, V] (float32, or the logits' wider dtype) of packed rows [T, H] (sequences end to end, no padding): for each
+    sequence, the elementwise max over its tokens (special tokens included) of log(1 + relu(logits(row))), `logits`
+    being the MLM head (hidden → vocabulary logits), as sentence-transformers' SpladePooling ("max", "relu") on
+    its MLMTransformer's logits computes them.
+
+    The vocabulary projection runs on consecutive sequences of up to `chunk_tokens` tokens at a time (at least one
+    sequence), so only a chunk's [n, V] logits are alive; with grad, each chunk is recomputed in the backward pass
+    (activation checkpointing) instead of keeping [T, V] logits for it: a SPLADE training step's memory is the
+    encoder's plus one chunk's logits, for one more head projection."""
+    chunks: list[list[int]] = []  # the lengths of each chunk's sequences
+    for n in lengths:
+        if chunks and sum(chunks[-1]) + n <= chunk_tokens:
+            chunks[-1].append(n)
+        else:
+            chunks.append([n])
+    pooled, first = [], 0
+    for sizes in chunks:
+        part = hidden[first:first + sum(sizes)]  # [n, H]
+        first += sum(sizes)
+        if torch.is_grad_enabled() and part.requires_grad:
+            pooled.append(checkpoint(_splade_rows, logits, part, sizes, use_reentrant=False))
+        else:
+            pooled.append(_splade_rows(logits, part, sizes))
+    return torch.cat(pooled) if pooled else hidden.new_zeros(0, 0)
+
+
 def sentence_transformers_settings(path: Path | None) -> dict[str, Any]:
     """Pooling, normalisation and maximum length a sentence-transformers model directory declares, if any.
 
     Reads `modules.json`, the Pooling module's `config.json` (its `pooling_mode`, or the older `pooling_mode_*`
     flags), `sentence_bert_config.json` (max_seq_length) and `config_sentence_transformers.json` (its `prompts` by
-    name and `default_prompt_name`, e.g. nomic-embed's "search_query: ", and its `similarity_fn_name`). Unreadable files are ignored: they are
-    only defaults. What bertforge would not compute as sentence-transformers does is refused in one line: a module
-    other than Transformer → Pooling → Normalize (a Dense layer, ...), several pooling modes concatenated, a
-    Pooling that leaves the prompt's tokens out (`include_prompt: false`).
+    name and `default_prompt_name`, e.g. nomic-embed's "search_query: ", and its `similarity_fn_name`). A
+    SparseEncoder (a SpladePooling module after an MLMTransformer, or 6.x's fill-mask Transformer) gives
+    `sparse: True`. Unreadable files are ignored: they are only defaults. What bertforge would not compute as
+    sentence-transformers does is refused in one line: a module other than Transformer → Pooling → Normalize or
+    Transformer → SpladePooling (a Dense layer, ...), several pooling modes concatenated, a Pooling that leaves the
+    prompt's tokens out (`include_prompt: false`), SPLADE pooling other than the max of log(1 + relu(logits)).
     """
     if path is None:
         return {}
@@ -131,7 +179,10 @@ def sentence_transformers_settings(path: Path | None) -> dict[str, Any]:
                 pooling = read(path / str(m.get("path", "")) / "config.json")
                 if isinstance(pooling, dict):
                     settings.update(_pooling_mode(pooling, path))
-            elif kind != "Transformer":
+            elif kind == "SpladePooling":
+                settings["sparse"] = True
+                _splade_mode(read(path / str(m.get("path", "")) / "config.json"), path)
+            elif kind not in ("Transformer", "MLMTransformer"):
                 raise BertforgeError(
                     f"{path}: its sentence-transformers module {m.get('path') or m.get('name')!r} ({kind}) is not one "
                     "bertforge applies (Transformer, Pooling, Normalize): its embeddings would differ from "
@@ -155,6 +206,16 @@ def sentence_transformers_settings(path: Path | None) -> dict[str, Any]:
     return settings
 
 
+def _splade_mode(config: Any, path: Path) -> None:
+    """Refuse a SpladePooling that `splade_pool` does not compute (sum pooling, log1p_relu activation)."""
+    if not isinstance(config, dict):
+        return
+    strategy, activation = config.get("pooling_strategy", "max"), config.get("activation_function", "relu")
+    if strategy != "max" or activation != "relu":
+        raise BertforgeError(f"{path}: its SpladePooling is {strategy!r} of {activation!r}; bertforge computes SPLADE "
+                             "as the max of log(1 + relu(logits)): use sentence-transformers for this model")
+
+
 def _pooling_mode(config: dict[str, Any], path: Path) -> dict[str, str]:
     """bertforge's name of the one pooling mode a sentence-transformers Pooling config declares."""
     declared = config.get("pooling_mode")
@@ -172,10 +233,21 @@ def _pooling_mode(config: dict[str, Any], path: Path) -> dict[str, str]:
     return {"pooling": ours[modes[0]]} if modes else {}
 
 
+def _st_config(versions: dict[str, str] | None, prompts: dict[str, str] | None, default_prompt_name: str | None,
+               **extra: Any) -> str:
+    """config_sentence_transformers.json's text."""
+    if default_prompt_name is not None and default_prompt_name not in (prompts or {}):
+        raise ValueError(f"default prompt {default_prompt_name!r} is not one of the prompts")
+    return json.dumps({**extra, "__version__": versions or {}, "prompts": dict(prompts or {}),
+                       "default_prompt_name": default_prompt_name}, indent=2) + "\n"
+
+
 def write_sentence_transformers_files(path: Path, hidden_size: int, pooling: str, normalize: bool, max_length: int,
-                                      versions: dict[str, str] | None = None) -> None:
+                                      versions: dict[str, str] | None = None, prompts: dict[str, str] | None = None,
+                                      default_prompt_name: str | None = None) -> None:
     """The files that make a directory holding config.json, the weights and the tokenizer a sentence-transformers
-    model: Transformer (the directory itself) → Pooling (`pooling`) → Normalize (when `normalize`)."""
+    model: Transformer (the directory itself) → Pooling (`pooling`) → Normalize (when `normalize`); `prompts` by
+    name in config_sentence_transformers.json (what `encode(prompt_name=...)` puts before a text)."""
     if pooling not in POOLINGS:
         raise ValueError(f"unknown pooling {pooling!r}; choose one of {', '.join(POOLINGS)}")
     modules = [{"idx": 0, "name": "0", "path": "", "type": TRANSFORMER_MODULE},
@@ -192,8 +264,27 @@ def write_sentence_transformers_files(path: Path, hidden_size: int, pooling: str
     atomic_write_text(path / "1_Pooling" / "config.json", json.dumps(pooling_config, indent=2) + "\n")
     atomic_write_text(path / "sentence_bert_config.json",
                       json.dumps({"max_seq_length": max_length, "do_lower_case": False}, indent=2) + "\n")
-    st_config = {"__version__": versions or {}, "prompts": {}, "default_prompt_name": None, "similarity_fn_name": "cosine"}
-    atomic_write_text(path / "config_sentence_transformers.json", json.dumps(st_config, indent=2) + "\n")
+    atomic_write_text(path / "config_sentence_transformers.json",
+                      _st_config(versions, prompts, default_prompt_name, similarity_fn_name="cosine"))
+    atomic_write_text(path / "modules.json", json.dumps(modules, indent=2) + "\n")
+
+
+def write_sparse_encoder_files(path: Path, vocab_size: int, max_length: int, versions: dict[str, str] | None = None,
+                               prompts: dict[str, str] | None = None, default_prompt_name: str | None = None) -> None:
+    """The files that make a directory holding a masked-LM checkpoint (config.json, the weights with the MLM head)
+    and its tokenizer a sentence-transformers SparseEncoder, as sentence-transformers 5 saves one (6.x loads it
+    too): MLMTransformer (the directory itself: its MLM logits) → SpladePooling (max of log(1 + relu(logits))),
+    `model_type` SparseEncoder, dot-product similarity; `prompts` as for `write_sentence_transformers_files`."""
+    modules = [{"idx": 0, "name": "0", "path": "", "type": MLM_TRANSFORMER_MODULE},
+               {"idx": 1, "name": "1", "path": SPLADE_POOLING_DIR, "type": SPLADE_POOLING_MODULE}]
+    (path / SPLADE_POOLING_DIR).mkdir(exist_ok=True)
+    pooling_config = {"pooling_strategy": "max", "activation_function": "relu", "word_embedding_dimension": vocab_size}
+    atomic_write_text(path / SPLADE_POOLING_DIR / "config.json", json.dumps(pooling_config, indent=2) + "\n")
+    atomic_write_text(path / "sentence_bert_config.json",
+                      json.dumps({"max_seq_length": max_length, "do_lower_case": False}, indent=2) + "\n")
+    atomic_write_text(path / "config_sentence_transformers.json",
+                      _st_config(versions, prompts, default_prompt_name, model_type="SparseEncoder",
+                                 similarity_fn_name="dot"))
     atomic_write_text(path / "modules.json", json.dumps(modules, indent=2) + "\n")
 
 

@@ -4,7 +4,7 @@
     >>> embed(["a sentence", "another one"]).shape
     (2, 384)
 
-Tasks: "embed", "sparse-embed" (SPLADE), "fill-mask", "text-classification", "token-classification",
+Tasks: "embed", "sparse-embed" (SPLADE; also "sparse"), "fill-mask", "text-classification", "token-classification",
 "question-answering", "rerank". Every pipeline takes one input or a list of any length (`pipe.stream(iterable)` yields
 results one by one), tokenizes in a background thread, sorts inputs by length into batches with no padding at all,
 and returns results in input order.
@@ -54,6 +54,7 @@ ALIASES = {
     "text-ranking": "rerank",
     "cross-encoder": "rerank",
     "splade": "sparse-embed",
+    "sparse": "sparse-embed",
     "sparse_embed": "sparse-embed",
 }
 

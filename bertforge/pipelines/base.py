@@ -230,8 +230,9 @@ class Pipeline:
     @staticmethod
     def missing(model: BertPreTrainedModel, prefix: str) -> bool:
         """Whether weights named `prefix...` were initialised because the checkpoint lacked them."""
-        info = getattr(model, "loading_info", None)
-        return info is not None and any(key.startswith(prefix) for key in info.missing_keys)
+        from ..model.checkpoint import missing_weights
+
+        return missing_weights(model, prefix)
 
     # ------------------------------------------------------------------ task hooks
     def featurize(self, inputs: list[Any]) -> tuple[list[Feature], int]:

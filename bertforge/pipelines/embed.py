@@ -22,7 +22,65 @@ from ..core.hub import model_path
 log = logging.getLogger("bertforge")
 
 
-class EmbedPipeline(VectorPipeline):
+class SentenceTransformersVectors(VectorPipeline):
+    """A vector pipeline on a model directory that may be a sentence-transformers model (`EmbedPipeline`, and
+    `SparseEmbedPipeline` on a SparseEncoder): its `max_seq_length` and its prompts.
+
+    Args:
+        settings_from: the directory whose sentence-transformers settings (pooling, normalisation, max_seq_length,
+            prompts) apply when `model` is a loaded model (by default a model object has none).
+        prompt_name: the sentence-transformers prompt (of the directory's `config_sentence_transformers.json`)
+            put before every text, as `SentenceTransformer.encode(prompt_name=...)` does: nomic-embed's
+            "search_query" / "search_document", a model trained with `train-embeddings --prompts`' "query" /
+            "document", say. Default: the directory's `default_prompt_name`, if any.
+        prompt: a prompt string instead (`encode(prompt=...)`); "" puts none, even where a default is declared.
+        Other arguments: see `Pipeline`. `max_length` defaults to sentence-transformers' `max_seq_length` if the
+        directory gives one.
+    """
+
+    def __init__(self, model: Any, *, settings_from: str | os.PathLike[str] | None = None,
+                 prompt_name: str | None = None, prompt: str | None = None, **kwargs: Any) -> None:
+        if isinstance(model, torch.nn.Module):
+            directory = None if settings_from is None else model_path(settings_from)
+        else:
+            directory = model_path(model)
+        defaults = sentence_transformers_settings(directory if directory is not None and directory.is_dir() else None)
+        self.declared = defaults
+        declared = defaults.get("max_length") if kwargs.get("max_length") is None else None
+        super().__init__(model, **kwargs)  # without max_length: the model's limit
+        if declared is not None:
+            # sentence-transformers' max_seq_length, at most the model's limit (as sentence-transformers caps it)
+            if declared > self.max_length:
+                log.warning("%s: %s: max_seq_length %d is beyond this model's %d positions; using %d", self.task,
+                            directory, declared, self.max_length, self.max_length)
+            else:
+                self.max_length = self.check_max_length(declared, self.max_length)
+        self.prompts: dict[str, str] = defaults.get("prompts", {})
+        self.default_prompt_name: str | None = defaults.get("default_prompt_name")
+        self.prompt = self.choose_prompt(prompt_name, prompt, self.default_prompt_name)
+
+    def choose_prompt(self, name: str | None, prompt: str | None, default: str | None) -> str:
+        """The text put before every input: `prompt`, or the prompt called `name` (else the default one), or ""."""
+        if name is not None and prompt is not None:
+            raise BertforgeError(f"{self.task}: give prompt_name or prompt, not both")
+        if prompt is not None:
+            if not isinstance(prompt, str):
+                raise BertforgeError(f"{self.task}: prompt must be a string, got {type(prompt).__name__}")
+            return prompt
+        name = name if name is not None else default
+        if name is None:
+            return ""
+        if name not in self.prompts:
+            known = ", ".join(repr(k) for k in self.prompts) or "none (no config_sentence_transformers.json prompts)"
+            raise BertforgeError(f"{self.task}: unknown prompt_name {name!r}; this model's prompts: {known}")
+        return self.prompts[name]
+
+    def featurize(self, inputs: list[str]) -> tuple[list[Feature], int]:
+        """The texts tokenized with the prompt before each, as sentence-transformers does (truncated together)."""
+        return super().featurize([self.prompt + text for text in inputs] if self.prompt else inputs)
+
+
+class EmbedPipeline(SentenceTransformersVectors):
     """`pipeline("embed", model=DIR)`: texts → float32 array [n, hidden] (one text → [hidden]).
 
     Args:
@@ -34,14 +92,8 @@ class EmbedPipeline(VectorPipeline):
         layer: whose hidden states are pooled, numbered as transformers' `hidden_states` (`output_hidden_states`):
             0 the embedding output, N (the model's number of layers) the last; negative counts from the end, -1
             (the default) the last. Only the layers up to it are run.
-        settings_from: the directory whose sentence-transformers settings (pooling, normalisation, max_seq_length,
-            prompts) apply when `model` is a loaded model (by default a model object has none).
-        prompt_name: the sentence-transformers prompt (of the directory's `config_sentence_transformers.json`)
-            put before every text, as `SentenceTransformer.encode(prompt_name=...)` does: nomic-embed's
-            "search_query" / "search_document", say. Default: the directory's `default_prompt_name`, if any.
-        prompt: a prompt string instead (`encode(prompt=...)`); "" puts none, even where a default is declared.
-        Other arguments: see `Pipeline`. `max_length` defaults to sentence-transformers' `max_seq_length` if the
-        directory gives one.
+        settings_from, prompt_name, prompt and the other arguments: see `SentenceTransformersVectors` and
+        `Pipeline`.
     """
 
     task = "embed"
@@ -52,24 +104,11 @@ class EmbedPipeline(VectorPipeline):
     attention_padding = 0.5
 
     def __init__(self, model: Any, *, pooling: str | None = None, normalize: bool | None = None, layer: int = -1,
-                 settings_from: str | os.PathLike[str] | None = None, prompt_name: str | None = None,
-                 prompt: str | None = None, **kwargs: Any) -> None:
+                 **kwargs: Any) -> None:
         if pooling is not None and pooling not in POOLINGS:
             raise BertforgeError(f"embed: pooling must be one of {', '.join(POOLINGS)}, got {pooling!r}")
-        if isinstance(model, torch.nn.Module):
-            directory = None if settings_from is None else model_path(settings_from)
-        else:
-            directory = model_path(model)
-        defaults = sentence_transformers_settings(directory if directory is not None and directory.is_dir() else None)
-        declared = defaults.get("max_length") if kwargs.get("max_length") is None else None
-        super().__init__(model, **kwargs)  # without max_length: the model's limit
-        if declared is not None:
-            # sentence-transformers' max_seq_length, at most the model's limit (as sentence-transformers caps it)
-            if declared > self.max_length:
-                log.warning("embed: %s: max_seq_length %d is beyond this model's %d positions; using %d", directory,
-                         declared, self.max_length, self.max_length)
-            else:
-                self.max_length = self.check_max_length(declared, self.max_length)
+        super().__init__(model, **kwargs)
+        defaults = self.declared
         self.pooling = pooling if pooling is not None else defaults.get("pooling", "mean")
         self.normalize = bool(normalize if normalize is not None else defaults.get("normalize", False))
         self.hidden_size = self.model.config.hidden_size
@@ -77,29 +116,6 @@ class EmbedPipeline(VectorPipeline):
         n = self.model.config.num_hidden_layers
         self.depth = None if self.layer == n else self.layer  # None: every block
         self.similarity: str = defaults.get("similarity", "cosine")  # sentence-transformers' similarity_fn_name
-        self.prompts: dict[str, str] = defaults.get("prompts", {})
-        self.default_prompt_name: str | None = defaults.get("default_prompt_name")
-        self.prompt = self.choose_prompt(prompt_name, prompt, self.default_prompt_name)
-
-    def choose_prompt(self, name: str | None, prompt: str | None, default: str | None) -> str:
-        """The text put before every input: `prompt`, or the prompt called `name` (else the default one), or ""."""
-        if name is not None and prompt is not None:
-            raise BertforgeError("embed: give prompt_name or prompt, not both")
-        if prompt is not None:
-            if not isinstance(prompt, str):
-                raise BertforgeError(f"embed: prompt must be a string, got {type(prompt).__name__}")
-            return prompt
-        name = name if name is not None else default
-        if name is None:
-            return ""
-        if name not in self.prompts:
-            known = ", ".join(repr(k) for k in self.prompts) or "none (no config_sentence_transformers.json prompts)"
-            raise BertforgeError(f"embed: unknown prompt_name {name!r}; this model's prompts: {known}")
-        return self.prompts[name]
-
-    def featurize(self, inputs: list[str]) -> tuple[list[Feature], int]:
-        """The texts tokenized with the prompt before each, as sentence-transformers does (truncated together)."""
-        return super().featurize([self.prompt + text for text in inputs] if self.prompt else inputs)
 
     def check_layer(self, layer: Any) -> int:
         """`layer` as an index 0..N of the hidden states, or a BertforgeError naming the range."""

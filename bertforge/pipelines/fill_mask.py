@@ -12,6 +12,7 @@ from ..core.errors import BertforgeError
 from ..model import BertForMaskedLM, BertPreTrainedModel
 from .base import Feature, Pipeline
 from ..model.attention import PackedBatch
+from ..model.checkpoint import check_mlm_head
 
 
 class FillMaskPipeline(Pipeline):
@@ -99,13 +100,3 @@ class FillMaskPipeline(Pipeline):
             result.append(predictions)
         return result[0] if single else result
 
-
-def check_mlm_head(model: BertPreTrainedModel, source: str) -> None:
-    """Raise BertforgeError when `model`'s MLM head was not in its checkpoint (the pipelines that read its logits)."""
-    if Pipeline.missing(model, "cls.predictions."):
-        architectures = ", ".join(model.config.architectures or []) or "no head"
-        raise BertforgeError(
-            f"{source} has no MLM head (cls.predictions.*; the checkpoint is {architectures}): pretrain one with "
-            f"`bertforge pretrain --corpus FILE ...`, or use a checkpoint saved from BertForMaskedLM or "
-            f"BertForPreTraining"
-        )

@@ -100,7 +100,7 @@ BAD_FILES = [
     ("ragged.tsv", "a\tb\nc\td\ne\n", "ragged.tsv:3: 1 field"),
     ("empty_text.tsv", "anchor\tpositive\nx\ty\n \tz\n", "empty_text.tsv:3: anchor is empty"),
     ("bad_score.tsv", "sentence1\tsentence2\tscore\nx\ty\t0.5\nx\ty\thigh\n", "bad_score.tsv:3: the score 'high' is not a number"),
-    ("three_scored.tsv", "a\tb\tc\tscore\nx\ty\tz\t1\n", "a scored file holds two texts and a score"),
+    ("four_scored.tsv", "a\tb\tc\td\tscore\nx\ty\tz\tw\t1\n", "a scored file holds two texts and a score, or three"),
     ("keys.jsonl", '{"anchor": "x", "positive": "y"}\n{"anchor": "x", "pos": "y"}\n', "keys.jsonl:2: keys"),
     ("not_text.jsonl", '{"anchor": "x", "positive": 3}\n', "not_text.jsonl:1: positive is not a text"),
     ("broken.jsonl", '{"anchor": "x", "positive": "y"}\n{"anchor": \n', "broken.jsonl:2"),

@@ -8,12 +8,17 @@ from pathlib import Path
 
 import pytest
 
-from tests.embeddings_train.embeddings_train_helpers import make_model, train_on_toy_task, write_toy_task
+from tests.embeddings_train.embeddings_train_helpers import make_mlm_model, make_model, train_on_toy_task, write_toy_task
 
 
 @pytest.fixture(scope="session")
 def tiny(tmp_path_factory) -> Path:
     return make_model(tmp_path_factory.mktemp("tiny_bert"))
+
+
+@pytest.fixture(scope="session")
+def tiny_mlm(tmp_path_factory) -> Path:
+    return make_mlm_model(tmp_path_factory.mktemp("tiny_mlm"))
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from bertforge import BertModel
+from bertforge import BertForMaskedLM, BertModel
 from tests.helpers import SPECIALS, tiny_config, write_uncased_tokenizer
 
 N = 16  # anchors a0..a15, each paired with one of b0..b15 (a fixed random permutation): learnable, no shared token
@@ -36,6 +36,14 @@ def make_model(directory: Path, **config) -> Path:
     write_uncased_tokenizer(directory, VOCAB)
     torch.manual_seed(0)
     BertModel(tiny_config(vocab_size=len(VOCAB), **config)).save_pretrained(directory)
+    return directory
+
+
+def make_mlm_model(directory: Path, **config) -> Path:
+    """The tiny random BERT with its MLM head (what SPLADE training starts from)."""
+    write_uncased_tokenizer(directory, VOCAB)
+    torch.manual_seed(0)
+    BertForMaskedLM(tiny_config(vocab_size=len(VOCAB), **config)).save_pretrained(directory)
     return directory
 
 

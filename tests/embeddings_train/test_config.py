@@ -22,7 +22,12 @@ def test_matryoshka_dims_are_read_largest_first():
 
 @pytest.mark.parametrize("settings, message", [
     (dict(out=""), "train-embeddings needs 'out'"),
-    (dict(loss="triplet"), "loss must be one of auto, mnrl, cosent, cosine, got 'triplet'"),
+    (dict(loss="triplet"), "loss must be one of auto, mnrl, cosent, cosine, margin-mse, got 'triplet'"),
+    (dict(sparse="bm25"), "sparse must be one of splade, got 'bm25'"),
+    (dict(query_regularizer=-1.0), "query_regularizer must be a number >= 0, got -1.0"),
+    (dict(document_regularizer="x"), "document_regularizer must be a number >= 0, got 'x'"),
+    (dict(prompts=["query"]), "--prompts takes NAME=TEXT (e.g. query='query: '), got 'query'"),
+    (dict(prompts=["query=a", "query=b"]), "--prompts names 'query' twice"),
     (dict(pooling="median"), "pooling must be one of mean, cls, max, mean-sqrt-len, weighted-mean, last-token, got 'median'"),
     (dict(batch_size=0), "batch_size must be an integer >= 1, got 0"),
     (dict(mini_batch_size=True), "mini_batch_size must be an integer >= 1, got True"),
@@ -31,8 +36,8 @@ def test_matryoshka_dims_are_read_largest_first():
     (dict(score_max=-5.0), "score_max must be a positive number"),
     (dict(lr=2.0), "lr must be a number in (0, 1)"),
     (dict(matryoshka_dims="8,x"), "--matryoshka-dims must be integers"),
-], ids=["out", "loss", "pooling", "batch_size", "mini_batch_size", "max_length", "scale", "score_max", "lr",
-        "matryoshka_dims"])
+], ids=["out", "loss", "sparse", "query_regularizer", "document_regularizer", "prompts", "prompts_twice", "pooling",
+        "batch_size", "mini_batch_size", "max_length", "scale", "score_max", "lr", "matryoshka_dims"])
 def test_validate_names_the_bad_setting(settings, message):
     EmbeddingsConfig(**PATHS).validate()  # the defaults pass
     with pytest.raises(BertforgeError) as error:
@@ -45,3 +50,14 @@ def test_to_dict_round_trips():
     saved = config.to_dict()
     assert saved["loss"] == "cosent" and saved["mini_batch_size"] == 8 and saved["dev"] is None
     assert EmbeddingsConfig(**saved) == config
+
+
+def test_prompts_scale_and_their_defaults():
+    assert EmbeddingsConfig(**PATHS).prompt_map() == {}
+    given = EmbeddingsConfig(**PATHS, prompts=["query=query: ", "document=passage: a=b"])
+    assert given.prompt_map() == {"query": "query: ", "document": "passage: a=b"}  # the first = splits
+    assert EmbeddingsConfig(**PATHS, prompts={"anchor": "q: "}).prompt_map() == {"anchor": "q: "}  # the Python API
+    assert EmbeddingsConfig(**PATHS).scale_value("mnrl") == 20.0  # cosine's
+    assert EmbeddingsConfig(**PATHS, sparse="splade").scale_value("mnrl") == 1.0  # SparseMNRL's, on dot products
+    assert EmbeddingsConfig(**PATHS, sparse="splade").scale_value("cosent") == 20.0
+    assert EmbeddingsConfig(**PATHS, sparse="splade", scale=5.0).scale_value("mnrl") == 5.0

@@ -1,10 +1,11 @@
-"""Tests of `bertforge.embeddings_train.data`: pairs, triplets and scored pairs read, shapes detected, scores scaled."""
+"""Tests of `bertforge.embeddings_train.data`: pairs, triplets and scored pairs and triplets read, shapes detected, scores
+scaled, prompts resolved by column."""
 
 from __future__ import annotations
 
 import pytest
 
-from bertforge.embeddings_train.data import normalized_scores, read_pairs
+from bertforge.embeddings_train.data import column_prompts, normalized_scores, read_pairs, with_prompts
 from bertforge.core.errors import BertforgeError
 from tests.embeddings_train.embeddings_train_helpers import write_tsv
 
@@ -63,3 +64,28 @@ def test_parquet_arrow_and_rows_in_memory_read_as_jsonl(tmp_path):
                                                                       expected.lines), data
     with pytest.raises(BertforgeError, match=r"<in-memory: 2 rows, sha256 [0-9a-f]+>:2: positive is empty"):
         read_pairs([{"anchor": "a", "positive": "b"}, {"anchor": "c", "positive": " "}])
+
+
+def test_scored_triplets_and_column_names(tmp_path):
+    """Three texts and a score: a teacher's margins (kept as they are); the text columns' names kept."""
+    rows = [("q one", "p one", "n one", 7.5), ("q two", "p two", "n two", -1.25)]
+    data = read_pairs(write_tsv(tmp_path / "m.tsv", rows, "query\tpositive\tnegative\tscore"))
+    assert data.shape == "scored-triplets" and data.scores == [7.5, -1.25]
+    assert data.names == ["query", "positive", "negative"] and data.texts[2] == ["n one", "n two"]
+    headerless = read_pairs(write_tsv(tmp_path / "h.tsv", rows))  # the last column a number on every row
+    assert headerless.shape == "scored-triplets" and headerless.names == ["text0", "text1", "text2"]
+
+
+def test_prompts_go_to_the_columns_they_name_else_by_role(tmp_path):
+    data = read_pairs(write_tsv(tmp_path / "t.tsv", [("a", "b", "c")], "anchor\tpositive\tnegative"))
+    assert column_prompts(data, {}) == ["", "", ""]
+    assert column_prompts(data, {"query": "q: ", "document": "d: "}) == ["q: ", "d: ", "d: "]  # the roles
+    assert column_prompts(data, {"query": "q: ", "negative": "n: ", "document": "d: "}) == ["q: ", "d: ", "n: "]
+    assert with_prompts(data, ["q: ", "", "n: "]).texts == [["q: a"], ["b"], ["n: c"]]
+    with pytest.raises(BertforgeError, match="--prompts 'passage' names no column of .*t.tsv \\(its columns are "
+                                             "anchor, positive, negative\\)"):
+        column_prompts(data, {"passage": "p: "})
+    assert column_prompts(data, {"passage": "p: "}, strict=False) == ["", "", ""]
+    plain = read_pairs(write_tsv(tmp_path / "p.tsv", [("hello there", "world here")]))
+    with pytest.raises(BertforgeError, match="it has no column names"):
+        column_prompts(plain, {"anchor": "p: "})

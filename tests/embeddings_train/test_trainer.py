@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from bertforge import BertModel
+from bertforge import BertForMaskedLM, BertModel
 from bertforge.embeddings_train import EmbeddingsConfig
 from bertforge.embeddings_train.data import normalized_scores, read_pairs
-from bertforge.embeddings_train.losses import make_loss
+from bertforge.embeddings_train.losses import Splade, make_loss
 from bertforge.embeddings_train.trainer import EmbeddingTraining, distinct_batches, encode_pairs
 from bertforge.tokenizer import Tokenizer
 from tests.embeddings_train.embeddings_train_helpers import (
@@ -21,6 +21,7 @@ from tests.embeddings_train.embeddings_train_helpers import (
     DEV_TEMPLATES,
     FILLERS,
     TRAIN_TEMPLATES,
+    make_mlm_model,
     make_model,
     pairs,
     write_tsv,
@@ -36,10 +37,17 @@ def _training(model_dir: Path, data_file: Path, **settings) -> EmbeddingTraining
     data = read_pairs(data_file)
     labels = normalized_scores(data, None) if data.shape == "scored" else None
     encoded = encode_pairs(tokenizer, data, 16, labels)
-    model = BertModel.from_pretrained(model_dir, quiet=True)
+    model = (BertForMaskedLM if cfg.sparse else BertModel).from_pretrained(model_dir, quiet=True)
     loss_name = "cosent" if data.shape == "scored" else "mnrl"
-    loss = make_loss(loss_name, cfg.scale, cfg.symmetric, cfg.dims())
-    return EmbeddingTraining(model, encoded, None, cfg, None, loss, "mean", torch.device("cpu"))
+    loss = make_loss(loss_name, cfg.scale_value(loss_name), cfg.symmetric, cfg.dims(),
+                     similarity="dot" if cfg.sparse else "cosine")
+    if cfg.sparse:
+        loss = Splade(loss, cfg.query_regularizer, cfg.document_regularizer)
+    run = EmbeddingTraining(model, encoded, None, cfg, None, loss, "splade" if cfg.sparse else "mean",
+                            torch.device("cpu"))
+    if cfg.sparse:
+        run.stepper.step = run.total_steps  # past the regularizers' warm-up: their full weights
+    return run
 
 
 def _gradients(run: EmbeddingTraining, indices: list[int], seed: int = 0) -> tuple[float, dict[str, torch.Tensor]]:
@@ -50,13 +58,21 @@ def _gradients(run: EmbeddingTraining, indices: list[int], seed: int = 0) -> tup
     return share, {n: p.grad.clone() for n, p in run.model.named_parameters() if p.grad is not None}
 
 
-@pytest.mark.parametrize("settings", [dict(symmetric=True), dict(matryoshka_dims="32,16")])
+@pytest.mark.parametrize("settings", [dict(symmetric=True), dict(matryoshka_dims="32,16"),
+                                      dict(sparse="splade", query_regularizer=0.1, document_regularizer=0.05)],
+                         ids=["symmetric", "matryoshka", "splade"])
 def test_cached_gradient_equals_plain_gradient(tmp_path, settings):
-    model_dir = make_model(tmp_path / "m", hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    """Gradient caching gives the plain batch's gradient; for SPLADE (its vocabulary vectors cached, the FLOPS
+    regularizers in the loss) too."""
+    make = make_mlm_model if settings.get("sparse") else make_model
+    model_dir = make(tmp_path / "m", hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
     rows = [(a, p, FILLERS[i % 10] + " " + n) for i, ((a, p), (_, n)) in enumerate(zip(pairs(TRAIN_TEMPLATES), pairs(DEV_TEMPLATES) * 4))]
     data_file = write_tsv(tmp_path / "triplets.tsv", rows[:40])
     indices = list(range(0, 40, 2))  # 20 examples, 60 texts
-    plain_loss, plain = _gradients(_training(model_dir, data_file, **settings), indices)
+    plain_run = _training(model_dir, data_file, **settings)
+    plain_loss, plain = _gradients(plain_run, indices)
+    if settings.get("sparse"):
+        assert plain_run.loss.terms["query_regularizer_loss"] > 0 and plain_run.loss.terms["document_regularizer_loss"] > 0
     cached_loss, cached = _gradients(_training(model_dir, data_file, mini_batch_size=7, **settings), indices)
     assert abs(plain_loss - cached_loss) < 1e-6
     assert plain.keys() == cached.keys() and len(plain) > 10

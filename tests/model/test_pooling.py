@@ -1,5 +1,5 @@
 """`bertforge.model.pooling`: mean and [CLS] pooling of packed rows (normalised or not), and the sentence-transformers
-files that describe them, written and read back."""
+files that describe them (a SparseEncoder's too), written and read back; SPLADE's pooling of MLM logits."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import json
 import pytest
 import torch
 
-from bertforge.model.pooling import mean_pool, pool, sentence_transformers_settings, write_sentence_transformers_files
+from bertforge.model.pooling import (mean_pool, pool, sentence_transformers_settings, splade_pool,
+                                     write_sentence_transformers_files, write_sparse_encoder_files)
 
 
 def test_mean_pool_equals_per_sequence_mean():
@@ -124,3 +125,41 @@ def test_what_bertforge_would_compute_differently_is_refused_in_one_line(tmp_pat
     offered = _st_copy(src, tmp_path / "offered", "mean", prompts={"prompts": {"query": "query: "},
                                                                    "default_prompt_name": None})
     assert sentence_transformers_settings(offered)["pooling"] == "mean"  # prompts only on request: nothing differs
+
+
+def test_splade_pool_chunks_give_the_same_vectors_and_gradients():
+    """max over each sequence of log(1 + relu(logits)); a chunk of tokens at a time, recomputed in backward
+    (checkpointing): the same values and the same gradients as one projection of every row, unchunked."""
+    torch.manual_seed(0)
+    lengths = [9, 7, 7, 3, 1]
+    head = torch.nn.Linear(16, 50).double()  # float64: the comparisons see the computation, not its rounding
+    hidden = torch.randn(sum(lengths), 16, dtype=torch.float64, requires_grad=True)
+    expected = torch.stack([torch.log1p(torch.relu(head(part))).amax(0) for part in hidden.split(lengths)])
+    weights = torch.arange(50.0, dtype=torch.float64)
+    grads = torch.autograd.grad((expected * weights).sum(), [hidden, head.weight])
+    for chunk in (1, 10, 16, 10_000):
+        got = splade_pool(head, hidden, lengths, chunk_tokens=chunk)
+        assert got.shape == (5, 50) and got.dtype == torch.float64 and (got - expected).abs().max() < 1e-6
+        for a, b in zip(torch.autograd.grad((got * weights).sum(), [hidden, head.weight]), grads):
+            assert (a - b).abs().max() < 1e-9
+    with torch.no_grad():
+        assert (splade_pool(head, hidden, lengths, chunk_tokens=4) - expected).abs().max() < 1e-6
+
+
+def test_a_sparse_encoder_directory_is_written_and_read_back(tmp_path):
+    """sentence-transformers 5's layout (MLMTransformer → SpladePooling); SpladePooling bertforge would compute
+    otherwise (sum pooling, another activation) is refused in one line."""
+    from bertforge import BertforgeError
+
+    write_sparse_encoder_files(tmp_path, vocab_size=30, max_length=64, prompts={"query": "q: ", "document": ""})
+    modules = json.loads((tmp_path / "modules.json").read_text())
+    assert [m["type"] for m in modules] == ["sentence_transformers.sparse_encoder.models.MLMTransformer",
+                                             "sentence_transformers.sparse_encoder.models.SpladePooling"]
+    st_config = json.loads((tmp_path / "config_sentence_transformers.json").read_text())
+    assert st_config["model_type"] == "SparseEncoder" and st_config["similarity_fn_name"] == "dot"
+    assert sentence_transformers_settings(tmp_path) == {
+        "normalize": False, "sparse": True, "max_length": 64, "prompts": {"query": "q: ", "document": ""},
+        "default_prompt_name": None, "similarity": "dot"}
+    (tmp_path / "1_SpladePooling" / "config.json").write_text(json.dumps({"pooling_strategy": "sum"}))
+    with pytest.raises(BertforgeError, match="its SpladePooling is 'sum' of 'relu'; bertforge computes SPLADE"):
+        sentence_transformers_settings(tmp_path)
