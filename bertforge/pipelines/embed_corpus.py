@@ -151,9 +151,16 @@ class ShardRecord:
 @dataclass(slots=True)
 class Row:
     position: int  # in the input, from 0 over every file
-    where: str  # "FILE, row N" (Parquet, Arrow) or "FILE, line N" (JSONL, text), for messages
+    source: Path
+    number: int  # the row (Parquet, Arrow) or line (JSONL, text) of its file, from 1
     id: Any
     text: Any  # None: not read (another share's row)
+
+    @property
+    def where(self) -> str:
+        """"FILE, row N" or "FILE, line N", for messages."""
+        unit = "row" if table_format(self.source) else "line"
+        return f"{self.source}, {unit} {self.number}"
 
 
 MISSING = object()  # a JSON object without the text key
@@ -178,7 +185,7 @@ def read_rows(files: list[Path], text_column: str, id_column: str | None,
         if table_format(path):
             reader = _table_rows(path, position, text_column, id_column, wanted)
         else:
-            reader = _line_rows(path, position, text_column, id_column)
+            reader = _line_rows(path, position, text_column, id_column, wanted)
         for row in reader:
             yield row
             position = row.position + 1
@@ -205,7 +212,7 @@ class _TableRows:
         ids = batch.column(self.id_column).to_pylist() if self.id_column else None
         texts = batch.column(self.text_column).to_pylist() if with_text else None
         for i in range(batch.num_rows):
-            yield Row(position + i, f"{self.path}, row {position + i - self.start + 1}",
+            yield Row(position + i, self.path, position + i - self.start + 1,
                       ids[i] if ids is not None else position + i, texts[i] if texts is not None else None)
 
     def __iter__(self) -> Iterator[Row]:
@@ -246,8 +253,10 @@ def _table_rows(path: Path, start: int, text_column: str, id_column: str | None,
     return _TableRows(path, start, text_column, id_column, wanted)
 
 
-def _line_rows(path: Path, start: int, text_column: str, id_column: str | None) -> Iterator[Row]:
-    """A text file's lines (every one a row, empty ones too) or a JSONL file's non-blank lines, read one at a time."""
+def _line_rows(path: Path, start: int, text_column: str, id_column: str | None,
+               wanted: Callable[[int, int], bool]) -> Iterator[Row]:
+    """A text file's lines (every one a row, empty ones too) or a JSONL file's non-blank lines, read one at a time;
+    a JSONL line of no wanted position is not parsed unless its id is needed."""
     jsonl = path.suffix.lower() == ".jsonl"
     if id_column is not None and not jsonl:
         raise BertforgeError(f"{path}: a text file has no columns; --id-column needs JSONL, Parquet or Arrow input")
@@ -263,22 +272,23 @@ def _line_rows(path: Path, start: int, text_column: str, id_column: str | None) 
             if number == 1:
                 line = line.removeprefix("\ufeff")
             line = line.removesuffix("\n").removesuffix("\r")
-            where = f"{path}, line {number}"
             if not jsonl:
-                yield Row(position, where, position, line)
-            elif line.strip():
+                yield Row(position, path, number, position, line)
+            elif not line.strip():
+                continue
+            elif id_column is None and not wanted(position, position + 1):
+                yield Row(position, path, number, position, None)  # another share's row: only counted
+            else:
                 try:
                     record = json.loads(line)
                 except json.JSONDecodeError as err:
-                    raise BertforgeError(f"{where}: not valid JSON ({err.msg})") from None
+                    raise BertforgeError(f"{path}, line {number}: not valid JSON ({err.msg})") from None
                 if isinstance(record, dict):
                     text = record.get(text_column, MISSING)
                     ident = record.get(id_column) if id_column is not None else position
                 else:
                     text, ident = record, (None if id_column is not None else position)
-                yield Row(position, where, ident, text)
-            else:
-                continue
+                yield Row(position, path, number, ident, text)
             position += 1
 
 
