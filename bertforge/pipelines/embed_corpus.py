@@ -183,13 +183,13 @@ def read_rows(files: list[Path], text_column: str, id_column: str | None,
     position = 0
     for path in files:
         if table_format(path):
-            reader = _table_rows(path, position, text_column, id_column, wanted)
+            table = _TableRows(path, position, text_column, id_column, wanted)
+            yield from table
+            position = table.end  # its row groups of no wanted position were counted, not read
         else:
-            reader = _line_rows(path, position, text_column, id_column, wanted)
-        for row in reader:
-            yield row
-            position = row.position + 1
-        position = max(position, getattr(reader, "end", position))
+            for row in _line_rows(path, position, text_column, id_column, wanted):
+                yield row
+                position = row.position + 1
     if totals is not None:
         totals["rows"] = position
 
@@ -246,11 +246,6 @@ class _TableRows:
             kind = "a Parquet" if table_format(self.path) == "parquet" else "an Arrow IPC"
             raise BertforgeError(f"{self.path}: cannot read it as {kind} file ({str(err).splitlines()[0]})") from None
         self.end = position
-
-
-def _table_rows(path: Path, start: int, text_column: str, id_column: str | None,
-                wanted: Callable[[int, int], bool]) -> _TableRows:
-    return _TableRows(path, start, text_column, id_column, wanted)
 
 
 def _line_rows(path: Path, start: int, text_column: str, id_column: str | None,

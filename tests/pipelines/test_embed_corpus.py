@@ -236,7 +236,7 @@ def test_a_changed_input_or_setting_is_refused_on_resume(tmp_path, model, pipe, 
 def test_shares_together_equal_one_run(tmp_path, model, pipe, fmt):
     if fmt == "parquet":
         data = write_parquet(tmp_path / "c.parquet", TEXTS, row_group_size=10)
-    else:  # another share's lines are counted, not parsed: a broken one there is no concern of this share's
+    else:  # JSONL: the lines of other shares are counted, not parsed
         data = tmp_path / "c.jsonl"
         data.write_text("".join(json.dumps({"text": t}) + "\n" for t in TEXTS))
     run(model, data, tmp_path / "one", pipe)
