@@ -21,6 +21,9 @@ SEED = 42
 ST_POOLING_MODES = {"mean": "mean", "cls": "cls", "max": "max", "mean-sqrt-len": "mean_sqrt_len_tokens",
                     "weighted-mean": "weightedmean", "last-token": "lasttoken"}
 POOLINGS = tuple(ST_POOLING_MODES)
+#: how `bertforge embed --out DIR` stores its vectors (`pipelines/embed_corpus.py`), and its rows a shard by default
+EMBEDDING_PRECISIONS = ("float32", "float16", "int8")
+SHARD_ROWS = 100_000
 
 @dataclass(frozen=True)
 class ServeDefaults:

@@ -105,8 +105,9 @@ def _as_path_list(paths: PathsLike) -> list[Path]:
     return out
 
 
-def list_corpus_files(paths: PathsLike) -> list[Path]:
-    """Resolve files and directories (recursively, sorted) into the ordered list of corpus files."""
+def list_corpus_files(paths: PathsLike, suffixes: tuple[str, ...] = CORPUS_SUFFIXES) -> list[Path]:
+    """Resolve files and directories (recursively, sorted; hidden names skipped) into the ordered list of corpus
+    files: a directory contributes its files whose names end in one of `suffixes`."""
     files: list[Path] = []
     for path in _as_path_list(paths):
         if path.is_file():
@@ -116,10 +117,11 @@ def list_corpus_files(paths: PathsLike) -> list[Path]:
             for root, dirs, names in os.walk(path):
                 dirs[:] = sorted(d for d in dirs if not d.startswith("."))
                 for name in sorted(names):
-                    if not name.startswith(".") and name.endswith(CORPUS_SUFFIXES):
+                    if not name.startswith(".") and name.endswith(suffixes):
                         found.append(Path(root) / name)
             if not found:
-                raise BertforgeError(f"corpus directory {path} has no .txt, .gz or .jsonl files")
+                kinds = ", ".join(suffixes[:-1]) + f" or {suffixes[-1]}" if len(suffixes) > 1 else suffixes[0]
+                raise BertforgeError(f"corpus directory {path} has no {kinds} files")
             files.extend(sorted(found, key=lambda p: p.relative_to(path).parts))
         elif path.exists():
             raise BertforgeError(f"corpus path {path} is neither a file nor a directory")

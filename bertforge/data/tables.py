@@ -104,6 +104,12 @@ def class_names(features: Any) -> dict[str, list[str]]:
     return names
 
 
+def record_batches(path: str | Path) -> Any:
+    """The record batches of a Parquet or Arrow IPC file, one at a time (pyarrow `RecordBatch`es; nothing converted
+    to Python): for readers that stream a file of any size."""
+    return _batches(require_pyarrow(path), Path(path))
+
+
 def _batches(pa: Any, path: Path) -> Any:
     if table_format(path) == "parquet":
         import pyarrow.parquet as pq

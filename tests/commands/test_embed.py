@@ -249,3 +249,107 @@ def test_embed_predict_and_evaluate_keep_freed_memory_for_reuse(tmp_path, model_
     assert main(["evaluate", *missing, "--input", str(tmp_path / "none.tsv")]) == 2
     assert main(["predict", *missing, "--input", str(tmp_path / "none.tsv"), "--out", str(tmp_path / "p.jsonl")]) == 2
     assert calls == [None, None, None]
+
+
+# ---------------------------------------------------------------------------------------------------- --out DIR
+def shard_table(out: Path, k: int = 0):
+    import pyarrow.parquet as pq
+
+    return pq.read_table(out / f"shard-{k:05d}.parquet")
+
+
+def test_embed_out_dir_writes_shards_with_every_shard_option(tmp_path, model_dir, capsys):
+    """--out DIR with --id-column, --shard-rows, --precision, --sort-window, --skip-bad-rows; the vectors are the
+    .npy path's."""
+    pytest.importorskip("pyarrow")
+    from bertforge.pipelines.embed_corpus import read_embeddings
+
+    data = tmp_path / "in.jsonl"
+    rows = [{"key": f"k{i}", "body": text} for i, text in enumerate(TEXTS * 3)] + [{"key": "k0", "body": "dup"}]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    argv = ["embed", "--model", str(model_dir), "--input", str(data), "--text-column", "body", "--no-progress"]
+    assert main([*argv, "--out", str(tmp_path / "ref.npy")]) == 0
+    reference = np.load(tmp_path / "ref.npy")[:-1]
+    assert main([*argv, "--out", str(tmp_path / "refused"), "--id-column", "key"]) == 2
+    assert "in.jsonl, line 13: duplicate id 'k0' (an earlier row has it); --skip-bad-rows" in capsys.readouterr().err
+    out = tmp_path / "vectors"
+    assert main([*argv, "--out", str(out), "--id-column", "key", "--shard-rows", "5", "--precision", "float16",
+                 "--sort-window", "3", "--skip-bad-rows"]) == 0
+    assert "12 rows -> " in capsys.readouterr().err
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert [s["count"] for s in manifest["shards"]] == [5, 5, 2] and manifest["rows"]["skipped"] == {"duplicate id": 1}
+    assert manifest["precision"] == "float16" and shard_table(out).column("id").to_pylist()[:2] == ["k0", "k1"]
+    ids, vectors = read_embeddings(out)
+    assert ids.tolist() == [f"k{i}" for i in range(12)] and np.abs(vectors - reference).max() < 1e-2
+
+
+def test_embed_resume_continues_with_the_runs_settings(tmp_path, model_dir, capsys, monkeypatch):
+    pytest.importorskip("pyarrow")
+    from bertforge.pipelines import embed_corpus
+
+    data = tmp_path / "in.txt"
+    data.write_text("\n".join(TEXTS * 4) + "\n")
+    out = tmp_path / "vectors"
+    argv = ["embed", "--model", str(model_dir), "--input", str(data), "--out", str(out), "--shard-rows", "4",
+            "--no-progress"]
+    assert main([*argv[:-1], "--out", str(tmp_path / "whole"), "--no-progress"]) == 0
+    real, calls = embed_corpus.write_shard, []
+
+    def fail_third(*args):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        real(*args)
+
+    monkeypatch.setattr(embed_corpus, "write_shard", fail_third)
+    assert main(argv) == 130
+    monkeypatch.setattr(embed_corpus, "write_shard", real)
+    assert main(["embed", "--resume", "--out", str(out), "--pooling", "cls"]) == 2
+    assert "the settings differ from the run's (pooling was None, is 'cls')" in capsys.readouterr().err
+    assert main(["embed", "--resume", "--out", str(out), "--no-progress"]) == 0
+    assert f"8 rows -> {out} (2 shard(s) written, 2 complete before; 0 bad rows" in capsys.readouterr().err
+    for k in range(4):
+        assert shard_table(out, k).equals(shard_table(tmp_path / "whole", k))
+
+
+def test_embed_num_shards_and_shard_index_split_the_run(tmp_path, model_dir, capsys):
+    pytest.importorskip("pyarrow")
+    data = tmp_path / "in.txt"
+    data.write_text("\n".join(TEXTS * 3) + "\n")
+    argv = ["embed", "--model", str(model_dir), "--input", str(data), "--shard-rows", "3", "--no-progress"]
+    assert main([*argv, "--out", str(tmp_path / "one")]) == 0
+    for index in ("1", "0"):
+        assert main([*argv, "--out", str(tmp_path / "two"), "--num-shards", "2", "--shard-index", index]) == 0
+    err = capsys.readouterr().err
+    assert "the manifest waits for the other processes' shards" in err and err.count("manifest.json written") == 2
+    for k in range(4):
+        assert shard_table(tmp_path / "two", k).equals(shard_table(tmp_path / "one", k))
+    assert main([*argv, "--out", str(tmp_path / "bad"), "--num-shards", "2", "--shard-index", "2"]) == 2
+    assert "shard index 2 is not in 0..1" in capsys.readouterr().err
+
+
+def test_embed_npy_output_refuses_the_shard_options_and_a_folder(tmp_path, model_dir, capsys):
+    data = tmp_path / "in.txt"
+    data.write_text("a\n")
+    argv = ["embed", "--model", str(model_dir), "--input", str(data), "--out", str(tmp_path / "v.npy")]
+    assert main([*argv, "--resume", "--precision", "int8"]) == 2
+    assert "--precision, --resume: for shards in a directory (--out DIR)" in capsys.readouterr().err
+    assert main(["embed", "--model", str(model_dir), "--input", str(tmp_path), "--out", str(tmp_path / "v.npy")]) == 2
+    assert "is a folder: embed it into shards, --out DIR" in capsys.readouterr().err
+    assert main(["embed", "--out", str(tmp_path / "dir")]) == 2
+    assert "missing required option(s): --model, --input" in capsys.readouterr().err
+    assert not (tmp_path / "v.npy").exists()
+
+
+@needs_int8
+def test_embed_out_dir_quantize_int8(int8_models, tmp_path, capsys):
+    pytest.importorskip("pyarrow")
+    from bertforge.pipelines.embed_corpus import read_embeddings
+
+    (tmp_path / "in.txt").write_text("\n".join(INT8_TEXTS) + "\n", encoding="utf-8")
+    argv = ["embed", "--model", str(int8_models["embed"]), "--input", str(tmp_path / "in.txt"), "--quantize", "int8",
+            "--no-progress"]
+    assert main([*argv, "--out", str(tmp_path / "int8.npy")]) == 0
+    assert main([*argv, "--out", str(tmp_path / "shards")]) == 0
+    assert json.loads((tmp_path / "shards" / "manifest.json").read_text())["quantize"] == "int8"
+    assert np.abs(read_embeddings(tmp_path / "shards")[1] - np.load(tmp_path / "int8.npy")).max() < 1e-5
