@@ -16,10 +16,10 @@ import bertforge
 from bertforge.cli import main
 from tests.embeddings_train.embeddings_train_helpers import (
     A,
-    DEV_TEMPLATES,
     B,
     N,
     PERMUTATION,
+    beir_folder,
     TRAIN_TEMPLATES,
     make_model,
     pairs,
@@ -145,15 +145,7 @@ def test_unknown_precision_is_refused_by_the_parser(tiny, tmp_path, capsys):
 def test_a_beir_folder_as_dev_and_evaluate_agree(tiny, toy, tmp_path, capsys):
     """--dev DIR (a BEIR folder made of the toy dev pairs): NDCG@10 picks the best evaluation, and `bertforge
     evaluate --task retrieval` on the saved model gives eval.json's best numbers."""
-    folder = tmp_path / "beir"
-    (folder / "qrels").mkdir(parents=True)
-    dev = pairs(DEV_TEMPLATES)
-    (folder / "corpus.jsonl").write_text("".join(json.dumps({"_id": f"d{i}", "title": "", "text": b}) + "\n"
-                                                 for i, (_, b) in enumerate(dev)))
-    (folder / "queries.jsonl").write_text("".join(json.dumps({"_id": f"q{i}", "text": a}) + "\n"
-                                                  for i, (a, _) in enumerate(dev)))
-    (folder / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(f"q{i}\td{i}\t1\n"
-                                                                                          for i in range(len(dev))))
+    folder = beir_folder(tmp_path / "beir")
     out = tmp_path / "run"
     assert main(["train-embeddings", "--model", str(tiny), "--train", str(toy[0]), "--dev", str(folder), "--out",
                  str(out), "--epochs", "2", "--batch-size", "16", "--lr", "1e-3", "--max-length", "16",

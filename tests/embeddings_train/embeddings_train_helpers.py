@@ -4,6 +4,8 @@ The task: anchors a0..a15, each paired with one of b0..b15 by a fixed random per
 
 from __future__ import annotations
 
+import json
+
 import random
 from pathlib import Path
 
@@ -64,3 +66,16 @@ def train_on_toy_task(model: Path, toy: tuple[Path, Path], out: Path) -> Path:
                "--no-progress"])
     assert rc == 0
     return out
+
+
+def beir_folder(folder: Path) -> Path:
+    """The toy dev pairs as a BEIR folder (queries q_i, documents d_i, q_i relevant to d_i)."""
+    (folder / "qrels").mkdir(parents=True)
+    dev = pairs(DEV_TEMPLATES)
+    (folder / "corpus.jsonl").write_text("".join(json.dumps({"_id": f"d{i}", "title": "", "text": b}) + "\n"
+                                                 for i, (_, b) in enumerate(dev)))
+    (folder / "queries.jsonl").write_text("".join(json.dumps({"_id": f"q{i}", "text": a}) + "\n"
+                                                  for i, (a, _) in enumerate(dev)))
+    (folder / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(f"q{i}\td{i}\t1\n"
+                                                                                          for i in range(len(dev))))
+    return folder

@@ -14,24 +14,13 @@ import pytest
 
 import bertforge
 from bertforge.cli import main
-from tests.embeddings_train.embeddings_train_helpers import B, DEV_TEMPLATES, PERMUTATION, N, pairs, write_tsv
+from tests.embeddings_train.embeddings_train_helpers import B, DEV_TEMPLATES, PERMUTATION, N, beir_folder, pairs, write_tsv
 
 st = pytest.importorskip("sentence_transformers", reason="needs sentence-transformers: pip install -e '.[test]'")
 
 PROMPTS = ["query=some ", "document=one "]  # words of the toy vocabulary
 
 
-def beir_folder(folder: Path) -> Path:
-    """The toy dev pairs as a BEIR folder (queries q_i, documents d_i, q_i relevant to d_i)."""
-    (folder / "qrels").mkdir(parents=True)
-    dev = pairs(DEV_TEMPLATES)
-    (folder / "corpus.jsonl").write_text("".join(json.dumps({"_id": f"d{i}", "title": "", "text": b}) + "\n"
-                                                 for i, (_, b) in enumerate(dev)))
-    (folder / "queries.jsonl").write_text("".join(json.dumps({"_id": f"q{i}", "text": a}) + "\n"
-                                                  for i, (a, _) in enumerate(dev)))
-    (folder / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(f"q{i}\td{i}\t1\n"
-                                                                                          for i in range(len(dev))))
-    return folder
 
 
 @pytest.fixture(scope="module")
