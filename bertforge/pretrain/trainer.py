@@ -28,6 +28,7 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 
 from ..data.demo_world import DEMO_CORPUS
 from ..core.errors import BertforgeError
+from ..core.state import DataChanged
 from ..core.io import atomic_directory
 from ..model.card import ModelCard
 from ..model.config import BertConfig
@@ -163,7 +164,8 @@ class Pretrainer:
     def save_checkpoint(self) -> None:
         """Everything that decides what comes next (`TrainingCheckpoints.save`): weights, optimizer, schedule, RNGs,
         the stream's position, and the counters and metrics window of this trainer."""
-        counters: dict[str, Any] = {"tokens_seen": self.tokens_seen, "metrics_window": self.metrics_window}
+        counters: dict[str, Any] = {"tokens_seen": self.tokens_seen, "metrics_window": self.metrics_window,
+                                    "tokenizer": self.tokenizer.fingerprint()}
         if self.evaluation is not None:
             counters["evaluation"] = self.evaluation.state_dict()
         if self.clock is not None:
@@ -174,6 +176,7 @@ class Pretrainer:
         """This trainer's part of a checkpoint being read: the stream's position, the tokens seen, the metrics
         window (a damaged or absent one starts anew) and the held-out evaluation's record."""
         trainer = loaded.trainer
+        self.check_same_tokenizer(trainer.get("tokenizer"))
         self.stream.load_state_dict(loaded.data)
         self.tokens_seen = trainer["tokens_seen"]
         window = trainer.get("metrics_window", [])
@@ -182,6 +185,20 @@ class Pretrainer:
             self.evaluation.load_state_dict(trainer["evaluation"])
         if self.clock is not None:
             self.length.set(self.clock.load_state_dict(trainer.get("clock")), self.step)
+
+    def check_same_tokenizer(self, then: Any) -> None:
+        """Refuse to resume with a vocabulary other than the one the checkpoint was trained with (its
+        `Vocabulary.fingerprint`; checkpoints from before it was recorded hold none): the cause named in one line,
+        not as weights that no longer fit."""
+        now = self.tokenizer.fingerprint()
+        if then is None or list(then) == now:
+            return
+        where = self.args.tokenizer or self.args.init_from or self.out / "tokenizer"
+        sizes = (f"{then[0]:,} tokens then, {now[0]:,} now" if then[0] != now[0]
+                 else f"{now[0]:,} tokens both, other tokens or ids")
+        raise DataChanged(f"cannot resume: the tokenizer ({where}) differs from the one the checkpoints were trained "
+                          f"with ({sizes}); was it replaced (train-tokenizer --out)? Put the run's tokenizer back, or "
+                          f"start a new run")
 
     def resume(self) -> None:
         """Continue from the newest checkpoint that loads; a corrupt one is reported and the previous one tried

@@ -262,6 +262,13 @@ def _config_normalization(config: dict[str, Any], kind: TokenizerKind) -> Normal
     )
 
 
+def tokenizer_files_in(directory: Path) -> list[str]:
+    """The names of the tokenizer files `directory` holds (any of `read_pretrained`'s), in a fixed order."""
+    names = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+             *dict.fromkeys(n for k in KINDS.values() for n in k.vocab_files))
+    return [n for n in names if (directory / n).is_file()]
+
+
 def _holds(directory: Path, names: tuple[str, ...]) -> bool:
     return all((directory / name).is_file() for name in names)
 
