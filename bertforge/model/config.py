@@ -235,7 +235,7 @@ class BertConfig:
     def from_pretrained(cls, path: str | Path, **overrides: Any) -> "BertConfig":
         """Read `config.json` from a directory (or the file itself); keyword overrides win. A PEFT adapter
         directory's config is its base model's with the head's fields saved beside the adapter (`model.lora`)."""
-        path = model_path(path)
+        path = model_path(path, weights=False)  # a snapshot holding the config only will do
         if path.is_dir() and (path / ADAPTER_CONFIG).is_file() and not (path / CONFIG_NAME).is_file():
             from .lora import adapted_config
 

@@ -28,6 +28,7 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 
 from ..data.demo_world import DEMO_CORPUS
 from ..core.errors import BertforgeError
+from ..core.hub import pin_revision
 from ..core.state import DataChanged
 from ..core.io import atomic_directory
 from ..model.card import ModelCard
@@ -57,8 +58,10 @@ class Pretrainer:
     `DistillArgs` names), built together; the memory check, the data and the exports follow the same entry."""
 
     def __init__(self, args: PretrainArgs) -> None:
-        self.args = args
         args.validate()
+        # a Hub id is recorded pinned to the commit it resolves to now: a resume or replay loads the same weights
+        pinned = {k: pin_revision(v) for k in ("init_from", "teacher") if isinstance(v := getattr(args, k, None), str)}
+        self.args = args = dataclasses.replace(args, **pinned)
         self.rt = setup_runtime(args.device)
         self.out = Path(args.out)
         self.corpus = [str(p) for p in args.corpus] or [str(DEMO_CORPUS)]
