@@ -23,7 +23,7 @@ import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ..core.errors import BertforgeError
 from ..core.io import RunLock, atomic_write_text, lock_run_directory
@@ -118,11 +118,14 @@ class RunDirectory:
         self.lock: RunLock | None = None  # held until the run ends
         self.replaced: Path | None = None  # the run --overwrite replaces, kept aside until the first checkpoint
 
-    def lock_and_check(self) -> None:
+    def lock_and_check(self, first: Callable[[], None] | None = None) -> None:
         """Lock OUT (a second run into it is refused, naming this one's pid), finish what an interrupted --overwrite
-        left, and check OUT without changing anything."""
+        left, and check OUT without changing anything: `first()` (the trainer's own check, `refuse_foreign`) before
+        the generic one, so that an OUT holding something else is not told that --overwrite would do."""
         self.lock = lock_run_directory(self.out, self.kind.command)
         self.recover_interrupted_overwrite()
+        if first is not None:
+            first()
         self.check()
 
     def check(self) -> None:
@@ -158,8 +161,9 @@ class RunDirectory:
         if (out / self.kind.config_file).is_file() or not out.is_dir():
             return
         if any(not p.name.startswith(".") for p in out.iterdir()):
-            raise BertforgeError(f"{out}: --out holds files that are not a bertforge {self.kind.what}; choose another "
-                                 "directory")
+            model = " (a model?)" if (out / "config.json").is_file() else ""
+            raise BertforgeError(f"{out}: --out holds files that are not a bertforge {self.kind.what}{model}; choose "
+                                 f"another directory (--overwrite replaces only a {self.kind.what})")
 
     def prepare(self) -> None:
         """The first change to OUT, once the run has been checked: --overwrite moves the previous run's entries into
