@@ -309,11 +309,23 @@ def _classification_table(
             raise BertforgeError(f"{path}:{line}: {len(cells)} column(s), expected at least {needed}")
         label = cells[label_at].strip() if label_at is not None else None
         if require_labels and label == "" and not empty_label_ok:
-            raise BertforgeError(f"{path}:{line}: the label is empty")
+            labels = [cells[label_at] for _, cells in rows if len(cells) > label_at]  # type: ignore[operator]
+            raise BertforgeError(f"{path}:{line}: the label is empty{_multi_label_hint(labels)}")
         examples.append(TextExample(cells[text_at], cells[pair_at] if pair_at is not None else None, label, line))
     if not examples:
         raise BertforgeError(f"{path}: no examples (only a header?)")
     return examples
+
+
+def _multi_label_hint(labels: list[str]) -> str:
+    """What to add to "the label is empty" when the other labels look like several joined by a separator (a
+    multi-label file read without --label-separator): which separator to pass."""
+    joined = {sep: [label for label in labels if sep in label.strip()] for sep in ("|", ";", ",", "+")}
+    sep, examples = max(joined.items(), key=lambda item: len(item[1]))
+    if not examples:
+        return ""
+    return (f"; other labels hold several joined by {sep!r} (such as {examples[0].strip()!r}): a multi-label file? "
+            f"Pass --label-separator '{sep}' (an empty label is then an example with no labels)")
 
 
 def _classification_records(

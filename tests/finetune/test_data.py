@@ -134,7 +134,10 @@ def test_multi_label_rows_are_lists_or_split_on_the_separator(tmp_path):
         assert read_classification(paths[kind]) == expected
     for kind in ("csv", "tsv"):  # "sports|politics", "" for no label
         assert _as_tuples(read_classification(paths[kind], label_separator="|")) == _as_tuples(expected)
-        with pytest.raises(BertforgeError, match="the label is empty"):
+        # issue 46: without the separator it was "the label is empty" alone; now the separator to pass is named
+        with pytest.raises(BertforgeError, match=r"the label is empty; other labels hold several joined by '\|' "
+                                                 r"\(such as 'sports\|politics'\): a multi-label file\? Pass "
+                                                 r"--label-separator '\|'"):
             read_classification(paths[kind])
     assert read_classification(rows) == expected
     with pytest.raises(BertforgeError, match=r":2: each label in a list must be a non-empty string or a number"):
