@@ -3,7 +3,7 @@
 * Classification: CSV or TSV with a header row (or without one, columns then named by 0-based index), JSONL
   (one JSON object a line), Parquet or Arrow (`bertforge.data.tables`: read as JSONL objects are, row by row), or
   rows in memory. The format follows the file name: `.tsv`/`.tab` → TSV, `.jsonl`/`.json`/`.ndjson` → JSONL,
-  `.parquet`/`.pq` → Parquet, `.arrow`/`.feather`/`.ipc` → Arrow, anything else → CSV. A multi-label example's
+  `.parquet`/`.pq` → Parquet, `.arrow`/`.feather`/`.ipc`/`.arrows` → Arrow, anything else → CSV. A multi-label example's
   labels are a list (JSONL, a Parquet list column, rows in memory) or a text split on `--label-separator`.
   Every row must have as many fields as the header (or, without one, as the first row): a row with more or fewer
   (an unquoted comma in a CSV text, a tab inside a TSV text) is refused naming the file, the line and the counts,
