@@ -242,7 +242,7 @@ class Pretrainer:
             self.resume()
         metrics = open_metrics(self.out, a.resume, self.step > 0, self.step, enabled=self.rt.is_main)
         self.record = metrics.write
-        if a.demo and self.step == 0:
+        if self.on_demo_corpus and self.step == 0:
             self.demo("before training")
         if self.step == 0:
             self.evaluate_now()  # where the run starts from (an --init-from checkpoint, or random weights)
@@ -257,7 +257,7 @@ class Pretrainer:
             metrics.close()
         final = self.out / "model"
         self.export(final)  # every rank: gathering FSDP shards is a collective
-        if a.demo:
+        if self.on_demo_corpus:
             self.demo("after training")
         if self.rt.is_main:
             plot_metrics(self.out / "metrics.jsonl", self.out / "training_curves.png")
@@ -313,6 +313,12 @@ class Pretrainer:
             log.info("early stop at step %d: no lower eval loss in %d evaluations; the best, %.4f at step %d, is in %s",
                      self.step, evaluation.since_best, evaluation.best_loss, evaluation.best_step, self.out / "best")
         return evaluation.stopped
+
+    @property
+    def on_demo_corpus(self) -> bool:
+        """Whether the demo's [MASK] probes mean something here: they ask about the demo world, so only a run on
+        the demo corpus (with `demo` on) prints them, never one on a user's corpus."""
+        return self.args.demo and all(Path(c).resolve() == Path(DEMO_CORPUS).resolve() for c in self.corpus)
 
     def demo(self, title: str) -> None:
         """[MASK] predictions for the demo sentences, logged by rank 0. Under FSDP each forward all-gathers the

@@ -281,6 +281,24 @@ def test_train_tokenizer_refuses_a_runs_tokenizer_and_a_run_with_another_tokeniz
     assert "no checkpoint" not in line
 
 
+def test_the_demo_probes_are_printed_on_the_demo_corpus_only(inputs, tmp_path, capsys, caplog):
+    """Issue 46: a run on a user's corpus printed the demo world's [MASK] probes, whose answers it cannot know."""
+    import logging
+
+    from bertforge.data.demo_world import DEMO_CORPUS
+
+    with caplog.at_level(logging.INFO, logger="bertforge"):
+        rc, err = cli_run(argv(inputs, tmp_path / "user", steps=1), capsys)
+        assert rc == 0, err
+        assert "[MASK] predictions" not in caplog.text + err
+        demo = argv(inputs, tmp_path / "demo", steps=1)
+        demo[demo.index("--corpus") + 1] = str(DEMO_CORPUS)
+        rc, err = cli_run(demo, capsys)
+        assert rc == 0, err
+    assert "[MASK] predictions before training" in caplog.text + err
+    assert "[MASK] predictions after training" in caplog.text + err
+
+
 # ---------------------------------------------------------------------------------------------- 4. non-finite
 def strict_rows(path: Path) -> list[dict]:
     def refuse(token):
