@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import BertforgeError
-from ..core.io import atomic_write_text
+from ..core.io import atomic_write_text, finish_pending_writes
 from ..core.ops import ACTIVATIONS  # the activations the model implements, by their Hugging Face names
 from .families import ALIASES, FAMILIES, LADDERS, Family, family
 from .spec import EncoderSpec
@@ -242,6 +242,7 @@ class BertConfig:
             base, saved = adapted_config(path)
             return cls.from_pretrained(base, **{**saved, **overrides})
         file = path / CONFIG_NAME if path.is_dir() else path
+        finish_pending_writes(file.parent)  # a save killed between its renames: its files, not a mix of two saves
         if not file.is_file():
             raise BertforgeError(f"{file}: no such config file")
         try:
