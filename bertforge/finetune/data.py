@@ -309,7 +309,8 @@ def _classification_table(
             raise BertforgeError(f"{path}:{line}: {len(cells)} column(s), expected at least {needed}")
         label = cells[label_at].strip() if label_at is not None else None
         if require_labels and label == "" and not empty_label_ok:
-            labels = [cells[label_at] for _, cells in rows if len(cells) > label_at]  # type: ignore[operator]
+            at = label_at  # not None: the label was read
+            labels = [row[at] for _, row in rows if at is not None and len(row) > at]
             raise BertforgeError(f"{path}:{line}: the label is empty{_multi_label_hint(labels)}")
         examples.append(TextExample(cells[text_at], cells[pair_at] if pair_at is not None else None, label, line))
     if not examples:

@@ -60,7 +60,8 @@ class Pretrainer:
     def __init__(self, args: PretrainArgs) -> None:
         args.validate()
         # a Hub id is recorded pinned to the commit it resolves to now: a resume or replay loads the same weights
-        pinned = {k: pin_revision(v) for k in ("init_from", "teacher") if isinstance(v := getattr(args, k, None), str)}
+        pinned: dict[str, Any] = {k: pin_revision(v) for k in ("init_from", "teacher")
+                                  if isinstance(v := getattr(args, k, None), str)}
         self.args = args = dataclasses.replace(args, **pinned)
         self.rt = setup_runtime(args.device)
         self.out = Path(args.out)

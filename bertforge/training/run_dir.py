@@ -23,7 +23,8 @@ import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ..core.errors import BertforgeError
 from ..core.io import RunLock, atomic_write_text, lock_run_directory

@@ -226,7 +226,7 @@ def campaign(tmp_path: Path, kills: int, disk_fulls: int, seed: int) -> None:
             start = time.perf_counter()
             writer.write(root, 1)
             one_write = time.perf_counter() - start
-            last, advanced, stray = 1, 0, 0
+            last, advanced, stray = 1, 0, set()
             assert writer.check(root) == 1
             largest = max(p.stat().st_size for p in root.rglob("*") if p.is_file())  # a limit below it fails a write
             for _ in range(kills):  # SIGKILL at a random moment of a stream of writes
@@ -234,7 +234,7 @@ def campaign(tmp_path: Path, kills: int, disk_fulls: int, seed: int) -> None:
                 now = writer.check(root)
                 assert now >= last, f"{writer.name}: version {now} after {last}: an older state came back"
                 advanced += now > last
-                stray += len(stray_temporaries(root))
+                stray.update(stray_temporaries(root))
                 last = now
             for leftover in stray_temporaries(root):  # what the kills left (a run's next launch clears its own)
                 if leftover.is_dir():
@@ -254,8 +254,8 @@ def campaign(tmp_path: Path, kills: int, disk_fulls: int, seed: int) -> None:
                     messages.append(message)
                 last = now
             report(f"save faults, {writer.name}: {kills} SIGKILLs ({advanced} after a newer version was complete, "
-                   f"{kills - advanced} before), 0 half-written or mixed, {stray} temporaries left by kills (hidden, "
-                   f"never loaded); {disk_fulls} full disks: {len(messages)} refused in one line with the previous "
+                   f"{kills - advanced} before), 0 half-written or mixed, {len(stray)} temporary files left by kills "
+                   f"(hidden, never loaded); {disk_fulls} full disks: {len(messages)} refused in one line with the previous "
                    f"version intact, {disk_fulls - len(messages)} fitted")
 
 
