@@ -122,12 +122,15 @@ class RunDirectory:
     def lock_and_check(self, first: Callable[[], None] | None = None) -> None:
         """Lock OUT (a second run into it is refused, naming this one's pid), finish what an interrupted --overwrite
         left, and check OUT without changing anything: `first()` (the trainer's own check, `refuse_foreign`) before
-        the generic one, so that an OUT holding something else is not told that --overwrite would do."""
+        the generic one, so that an OUT holding something else is not told that --overwrite would do (with
+        --resume, after it: "no run to resume" says more)."""
         self.lock = lock_run_directory(self.out, self.kind.command)
         self.recover_interrupted_overwrite()
-        if first is not None:
+        if first is not None and not self.resume:
             first()
         self.check()
+        if first is not None and self.resume:
+            first()
 
     def check(self) -> None:
         """Refuse, before anything is written: a file as OUT, another run in OUT without --resume or --overwrite,
