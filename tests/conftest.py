@@ -30,3 +30,37 @@ def one_thread():
 def corpus_and_tokenizer(tmp_path_factory):
     """(corpus.txt, tokenizer dir, config.json) of a tiny pretraining run (`helpers.make_run_inputs`)."""
     return make_run_inputs(tmp_path_factory.mktemp("pretrain"))
+
+
+# ---------------------------------------------------------------------------------- processes the tests start
+def pytest_configure(config):
+    """The test process reaps what its children leave (torchrun's workers), and SIGTERM interrupts it as Ctrl-C
+    does, so that `pytest_sessionfinish` ends them either way."""
+    import os
+    import signal
+
+    from tests.helpers import become_subreaper
+
+    become_subreaper()
+    main = os.getpid()
+
+    def interrupt(signum, frame):
+        if os.getpid() != main:  # a forked child inherited the handler: it ends as SIGTERM would end it
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, None):
+        signal.signal(signal.SIGTERM, interrupt)
+
+
+@pytest.hookimpl(trylast=True)  # after the session's fixtures are torn down (their servers end their own way)
+def pytest_sessionfinish(session, exitstatus):
+    """End every process still running below this one (`helpers.end_descendants`): an interrupted or timed-out
+    run's torchrun workers, a server a failing test left."""
+    from tests.helpers import end_descendants
+
+    left = end_descendants()
+    if left and exitstatus == 0:
+        print(f"\nended {len(left)} process(es) the tests left running: {left}")

@@ -163,3 +163,87 @@ def import_dotted(dotted: str) -> object:
             raise LookupError(dotted) from None
         return obj
     raise LookupError(dotted)
+
+
+# ------------------------------------------------------------------ processes a test run starts
+# torchrun's workers outlive torchrun killed by a timeout or an interrupted run (they are its children, not the
+# test's): the test process is made their reaper, so that they stay its descendants, and every descendant still
+# running when the session ends (also on Ctrl-C, or SIGTERM, turned into an interrupt) is ended by its pid.
+PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
+
+
+def become_subreaper() -> bool:
+    """Make this process the reaper of its orphaned descendants (Linux; elsewhere nothing, False)."""
+    import ctypes
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def descendants(pid: int) -> list[int]:
+    """The pids of every process below `pid` (from /proc: the parent of each), children first."""
+    parents: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+                parent = int(stat[stat.rindex(")") + 2:].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            parents.setdefault(parent, []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in parents.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def end_descendants(grace: float = 3.0) -> list[int]:
+    """SIGTERM every descendant of this process, SIGKILL those left after `grace` seconds, reap them; returns the
+    pids that were running."""
+    import os
+    import signal
+    import time
+
+    if not Path("/proc").is_dir():
+        return []
+    running = descendants(os.getpid())
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in running:
+            try:
+                os.kill(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+        deadline = time.monotonic() + grace
+        while sig == signal.SIGTERM and time.monotonic() < deadline and any(
+                Path(f"/proc/{p}").exists() and _alive(p) for p in running):
+            _reap()
+            time.sleep(0.05)
+    _reap()
+    return running
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] != "Z"  # a zombie has ended
+
+
+def _reap() -> None:
+    import os
+
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return

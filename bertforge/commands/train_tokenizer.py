@@ -37,21 +37,37 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "instead of refusing them; invalid bytes are replaced")
     p.add_argument("--out", required=True, metavar="DIR")
     p.add_argument("--overwrite", action="store_true",
-                   help="write the tokenizer into an --out that holds a model (its vocabulary is then replaced)")
+                   help="write the tokenizer into an --out that holds a model, a tokenizer or a pretraining run's "
+                        "tokenizer (what is there is then replaced: a model's or a run's vocabulary stops matching "
+                        "its weights)")
 
 
 def refuse_model_directory(out: Path, overwrite: bool) -> None:
-    """A directory holding a model (config.json, weights) is refused without --overwrite: a new vocabulary there
-    would silently stop matching the model's embeddings."""
+    """Without --overwrite, refuse an --out holding a model (config.json, weights) or a tokenizer, or that is a
+    pretraining run's tokenizer/: a new vocabulary there would silently stop matching the model's embeddings, or
+    stop the run from resuming."""
     from ..model.checkpoint import PICKLE_WEIGHTS_NAME, WEIGHTS_INDEX_NAME, WEIGHTS_NAME
     from ..model.config import CONFIG_NAME
     from ..core.errors import BertforgeError
+    from ..pretrain.args import RUN_CONFIG
+    from ..tokenizer.files import tokenizer_files_in
 
+    if overwrite:
+        return
     found = [n for n in (CONFIG_NAME, WEIGHTS_NAME, WEIGHTS_INDEX_NAME, PICKLE_WEIGHTS_NAME) if (out / n).is_file()]
-    if found and not overwrite:
+    if found:
         raise BertforgeError(f"--out {out} holds a model ({', '.join(found)}): a new vocabulary there would no longer "
                              f"match its embeddings; choose another directory, or pass --overwrite to replace its "
                              f"tokenizer anyway")
+    run = out.parent
+    if (run / RUN_CONFIG).is_file() or (run / "checkpoints").is_dir():
+        raise BertforgeError(f"--out {out} is the tokenizer of the pretraining run {run}: a new vocabulary there "
+                             f"would stop the run from resuming and its model from matching it; choose another "
+                             f"directory, or pass --overwrite to replace it anyway")
+    tokenizer = tokenizer_files_in(out)
+    if tokenizer:
+        raise BertforgeError(f"--out {out} already holds a tokenizer ({', '.join(tokenizer)}); choose another "
+                             f"directory, or pass --overwrite to replace it")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -14,6 +14,12 @@ from dataclasses import dataclass
 #: word's first, and padding of label arrays.
 IGNORE_INDEX = -100
 
+#: A model directory's weight files, as `transformers` names them: safetensors, its shard index, the pickle (read
+#: with weights_only=True only)
+WEIGHTS_NAME = "model.safetensors"
+WEIGHTS_INDEX_NAME = "model.safetensors.index.json"
+PICKLE_WEIGHTS_NAME = "pytorch_model.bin"
+
 #: The default random seed of every trainer (`--seed`): the one of `transformers`' Trainer and sentence-transformers.
 SEED = 42
 

@@ -222,17 +222,27 @@ def atomic_write(target: str | Path, write: Callable[[Path], object]) -> None:
     fsync_dir(target.parent)
 
 
+#: In a directory `atomic_write_files` is writing: the renames still to do, written once every new file is complete
+#: and fsynced, removed after the last rename. A kill between the renames leaves it, and the next write or read of
+#: the directory finishes them (`finish_pending_writes`), so the set of files is never a mix of two writes.
+PENDING_WRITES = ".bertforge-pending.json"
+
+
 def atomic_write_files(directory: str | Path, writers: dict[str, Callable[[Path], object]]) -> None:
-    """Write several files of `directory` so that a failure leaves all of them as they were.
+    """Write several files of `directory` so that a failure leaves all of them as they were, and a kill leaves them
+    all old or, once the next reader or writer finishes the renames, all new.
 
     Every `writers[name](tmp_path)` runs (and is fsynced) before the first rename, so a full disk or a failed
-    write changes nothing; only a crash between the renames themselves could mix old and new files.
+    write changes nothing; then the renames are recorded (`PENDING_WRITES`) before they are made, so that a kill
+    between them is completed by `finish_pending_writes` instead of leaving new files beside old ones.
     """
     directory = Path(directory)
     staged: list[tuple[Path, Path]] = []
     current = directory
+    journaled = False
     try:
         directory.mkdir(parents=True, exist_ok=True)
+        finish_pending_writes(directory)  # a write killed between its renames: its files first
         for name, write in writers.items():
             current = directory / name
             fd, tmp_name = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=directory)
@@ -242,15 +252,44 @@ def atomic_write_files(directory: str | Path, writers: dict[str, Callable[[Path]
             _publish_mode(Path(tmp_name), directory=False)
             with open(tmp_name, "rb+") as fh:
                 os.fsync(fh.fileno())
+        if len(staged) > 1:
+            current = directory / PENDING_WRITES
+            atomic_write_text(current, json.dumps([[tmp.name, target.name] for tmp, target in staged]))
+            journaled = True
         for tmp, target in staged:
             current = target
             os.replace(tmp, target)
+        if journaled:
+            (directory / PENDING_WRITES).unlink()
     except WRITE_ERRORS as err:
         raise _describe(err, current) from None
     finally:
-        for tmp, _ in staged:
-            tmp.unlink(missing_ok=True)
+        if not journaled or not (directory / PENDING_WRITES).exists():  # a journal's files are the next reader's
+            for tmp, _ in staged:
+                tmp.unlink(missing_ok=True)
     fsync_dir(directory)
+
+
+def finish_pending_writes(directory: str | Path) -> None:
+    """Make the renames an `atomic_write_files` into `directory` recorded but was killed before finishing (its new
+    files are complete: the record is written after them), so that the directory holds that write's files whole.
+    Nothing to do (the usual case) costs one failed open; a directory this process cannot write is left as it is."""
+    journal = Path(directory) / PENDING_WRITES
+    try:
+        pairs = json.loads(journal.read_text(encoding="utf-8"))
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    except (OSError, ValueError):
+        return
+    try:
+        for tmp, target in pairs if isinstance(pairs, list) else []:
+            source = journal.parent / str(tmp)
+            if source.is_file() and "/" not in str(target):
+                os.replace(source, journal.parent / str(target))
+        journal.unlink()
+        fsync_dir(journal.parent)
+    except OSError:
+        pass
 
 
 def atomic_write_bytes(target: str | Path, data: bytes) -> None:

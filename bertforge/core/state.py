@@ -94,7 +94,12 @@ def load_state(directory: str | Path, name: str) -> Any:
 
 class DataChanged(BertforgeError):
     """A resume refused because the data differs from the checkpoint's (not a damaged checkpoint: an older one
-    would differ alike)."""
+    would differ alike). `file`: the position of the first file that differs among those recorded, when known (a
+    caller that handed the trainer files of its own making names its user's file from it)."""
+
+    def __init__(self, message: str, file: int | None = None) -> None:
+        super().__init__(message)
+        self.file = file
 
 
 def files_fingerprint(paths: list[str | Path] | list[Path], digest: bool = False) -> list[list[Any]]:
@@ -130,5 +135,4 @@ def check_same_files(then: list[list[Any]], now: list[list[Any]], what: str) -> 
     raise DataChanged(
         f"cannot resume: the {what} differs from the checkpoint's ({len(then)} file{'s' if len(then) != 1 else ''} "
         f"then, {len(now)} now; file {at + 1} was {describe(was, is_)}, is {describe(is_, was)}); resume with the data "
-        f"the run started with, or start a new run"
-    )
+        f"the run started with, or start a new run", file=at)

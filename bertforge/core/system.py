@@ -24,6 +24,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import re
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -98,32 +99,42 @@ def configure_threads(num_threads: int | None) -> None:
         torch.set_num_threads(available_cpus())
 
 
+DEVICES = "cpu, cuda, cuda:N, mps or auto (a GPU if there is one)"  # what every --device takes (`device_name`)
 INFERENCE_DEVICES = "cpu (the default), cuda, cuda:N, mps or auto (a GPU if there is one)"
 #: The help of every trainer's --device (`setup_runtime` reads it; under torchrun, cuda is each process's local GPU)
 TRAINING_DEVICES = "cpu, cuda, cuda:N (default: cuda when there is a GPU, else cpu)"
 
 
+def device_name(device: str | None, default: str) -> str:
+    """The one vocabulary of --device, for every command: "cpu", "cuda", "cuda:N", "mps" or "auto", in any case and
+    spacing (None: `default`); anything else is refused in one line naming them."""
+    name = (device or default).strip().lower()
+    if name in ("auto", "cpu", "cuda", "mps") or re.fullmatch(r"cuda:\d+", name):
+        return name
+    raise BertforgeError(f"unknown device {device!r}; choose {DEVICES}")
+
+
+def _available(name: str) -> None:
+    """Refuse, in one line, a device `device_name` accepts that this machine lacks."""
+    if name == "mps" and not (getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()):
+        raise BertforgeError("device mps was asked for, but this machine has no Apple GPU (MPS) for PyTorch")
+    if name.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise BertforgeError(f"device {name} was asked for, but no CUDA device is available")
+        index = torch.device(name).index
+        if index is not None and index >= torch.cuda.device_count():
+            raise BertforgeError(f"device {name}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+
+
 def inference_device(device: str | None) -> torch.device:
     """The device inference runs on: "cpu" (None: the default), "cuda", "cuda:N", "mps", or "auto" (CUDA, else MPS,
     else CPU); one this machine lacks is refused in one line."""
-    name = (device or "cpu").strip().lower()
-    mps = getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()
+    name = device_name(device, "cpu")
     if name == "auto":
+        mps = getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()
         name = "cuda" if torch.cuda.is_available() else "mps" if mps else "cpu"
-    if name == "cpu":
-        return torch.device("cpu")
-    if name == "mps":
-        if not mps:
-            raise BertforgeError("device mps was asked for, but this machine has no Apple GPU (MPS) for PyTorch")
-        return torch.device("mps")
-    if name == "cuda" or (name.startswith("cuda:") and name[5:].isdigit()):
-        if not torch.cuda.is_available():
-            raise BertforgeError(f"device {name} was asked for, but no CUDA device is available")
-        dev = torch.device(name)
-        if dev.index is not None and dev.index >= torch.cuda.device_count():
-            raise BertforgeError(f"device {name}: this machine has {torch.cuda.device_count()} CUDA device(s)")
-        return dev
-    raise BertforgeError(f"unknown device {device!r}; choose {INFERENCE_DEVICES}")
+    _available(name)
+    return torch.device(name)
 
 
 SKIP_MEMORY_CHECK = "BERTFORGE_SKIP_MEMORY_CHECK"  # "1": do not refuse a run the memory estimate says cannot fit
@@ -217,12 +228,14 @@ def setup_runtime(device: str | None = "auto", *, threads: int | None = None, li
     world = int(os.environ.get("WORLD_SIZE", "1")) if distributed else 1
     rank = int(os.environ.get("RANK", "0")) if distributed else 0
     local = int(os.environ.get("LOCAL_RANK", "0")) if distributed else 0
-    device = device or "auto"
+    device = device_name(device, "auto")
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "mps" and training:
+        raise BertforgeError("device mps: bertforge trains on cpu or cuda (mps runs inference only: predict, embed, "
+                             "evaluate, serve)")
+    _available(device)
     if device.startswith("cuda"):
-        if not torch.cuda.is_available():
-            raise BertforgeError(f"--device {device} was asked for, but no CUDA device is available")
         dev = torch.device("cuda", local) if device == "cuda" else torch.device(device)
         torch.cuda.set_device(dev)
         torch.backends.cuda.matmul.allow_tf32 = True
@@ -232,8 +245,8 @@ def setup_runtime(device: str | None = "auto", *, threads: int | None = None, li
         configure_threads(threads)
         if training:
             reuse_freed_memory(malloc)  # no page faults on every step's large tensors
-    else:
-        raise BertforgeError(f"unknown device {device!r}; choose auto, cpu, cuda or cuda:N")
+    else:  # mps, for inference
+        dev = torch.device(device)
     owns = world > 1 and not dist.is_initialized()
     if owns:
         dist.init_process_group("nccl" if dev.type == "cuda" else "gloo")

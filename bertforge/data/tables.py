@@ -4,7 +4,7 @@ Every reader of task data (fine-tuning's classification files, `train-embeddings
 reads CSV, TSV and JSONL itself and these through here, as *records*: (row number, {column: value}) in the
 columns' order, numbered from 1 as a text file's lines are. They then go through the same checks as JSONL objects.
 
-* Parquet (`.parquet`, `.pq`) and Arrow IPC (`.arrow`, `.feather`, `.ipc`: the file format, Feather v2, or the
+* Parquet (`.parquet`, `.pq`) and Arrow IPC (`.arrow`, `.feather`, `.ipc`, `.arrows`: the file format, Feather v2, or the
   stream format) are read with `pyarrow` (the `parquet` extra), one record batch at a time. A list column holds
   lists (a multi-label classification's labels).
 * In memory (the Python API): a list of dicts, a dict of lists (columns of equal length), or a `datasets.Dataset`
@@ -33,7 +33,8 @@ from ..core.errors import BertforgeError
 Record = tuple[int, dict[str, Any]]  # (row number from 1, {column: value})
 
 PYARROW_HINT = "pip install 'bertforge[parquet]'"
-TABLE_FORMATS = {".parquet": "parquet", ".pq": "parquet", ".arrow": "arrow", ".feather": "arrow", ".ipc": "arrow"}
+TABLE_FORMATS = {".parquet": "parquet", ".pq": "parquet", ".arrow": "arrow", ".feather": "arrow", ".ipc": "arrow",
+                 ".arrows": "arrow"}  # .arrows: the stream format's registered extension
 BATCH_ROWS = 65_536  # rows converted to Python at a time (pyarrow's default batch size)
 _DESCRIPTION = re.compile(r"<in-memory: [\d,]+ rows?, sha256 [0-9a-f]+>")
 

@@ -3,7 +3,7 @@
 * Classification: CSV or TSV with a header row (or without one, columns then named by 0-based index), JSONL
   (one JSON object a line), Parquet or Arrow (`bertforge.data.tables`: read as JSONL objects are, row by row), or
   rows in memory. The format follows the file name: `.tsv`/`.tab` → TSV, `.jsonl`/`.json`/`.ndjson` → JSONL,
-  `.parquet`/`.pq` → Parquet, `.arrow`/`.feather`/`.ipc` → Arrow, anything else → CSV. A multi-label example's
+  `.parquet`/`.pq` → Parquet, `.arrow`/`.feather`/`.ipc`/`.arrows` → Arrow, anything else → CSV. A multi-label example's
   labels are a list (JSONL, a Parquet list column, rows in memory) or a text split on `--label-separator`.
   Every row must have as many fields as the header (or, without one, as the first row): a row with more or fewer
   (an unquoted comma in a CSV text, a tab inside a TSV text) is refused naming the file, the line and the counts,
@@ -309,11 +309,24 @@ def _classification_table(
             raise BertforgeError(f"{path}:{line}: {len(cells)} column(s), expected at least {needed}")
         label = cells[label_at].strip() if label_at is not None else None
         if require_labels and label == "" and not empty_label_ok:
-            raise BertforgeError(f"{path}:{line}: the label is empty")
+            at = label_at  # not None: the label was read
+            labels = [row[at] for _, row in rows if at is not None and len(row) > at]
+            raise BertforgeError(f"{path}:{line}: the label is empty{_multi_label_hint(labels)}")
         examples.append(TextExample(cells[text_at], cells[pair_at] if pair_at is not None else None, label, line))
     if not examples:
         raise BertforgeError(f"{path}: no examples (only a header?)")
     return examples
+
+
+def _multi_label_hint(labels: list[str]) -> str:
+    """What to add to "the label is empty" when the other labels look like several joined by a separator (a
+    multi-label file read without --label-separator): which separator to pass."""
+    joined = {sep: [label for label in labels if sep in label.strip()] for sep in ("|", ";", ",", "+")}
+    sep, examples = max(joined.items(), key=lambda item: len(item[1]))
+    if not examples:
+        return ""
+    return (f"; other labels hold several joined by {sep!r} (such as {examples[0].strip()!r}): a multi-label file? "
+            f"Pass --label-separator '{sep}' (an empty label is then an example with no labels)")
 
 
 def _classification_records(

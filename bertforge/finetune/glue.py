@@ -41,6 +41,7 @@ from typing import Any
 
 from ..core.errors import BertforgeError
 from ..core.io import atomic_write_text, json_line
+from ..core.state import DataChanged
 from ..core.options import option
 from ..core.system import Runtime, from_main, on_every_rank, on_main, setup_runtime, teardown_runtime
 from ..training.loop import RunLifecycle
@@ -449,7 +450,14 @@ def run_task(prepared: PreparedTask, template: FinetuneConfig, target: Path, rt:
     first, *more = prepared.devs
     cfg = dataclasses.replace(template, train=str(prepared.train), dev=str(first.data), out=str(run_dir),
                               metric=task.metrics[0], **columns)
-    summary = finetune(cfg)
+    try:
+        summary = finetune(cfg)
+    except DataChanged as err:  # it names the prepared files; the user's are the task's own
+        sources = [prepared.directory / "train.tsv", first.source]
+        changed = sources[err.file] if err.file is not None and err.file < len(sources) else prepared.directory
+        raise DataChanged(f"cannot resume GLUE task {task.name}: its data differs from the checkpoint's ({changed} "
+                          f"changed since the run started, or its examples were sampled otherwise); resume with the "
+                          f"data the run started with, or start a new run") from None
     metrics = {first.stem: summary["metrics"]}
     for split in more:  # rank 0 scores the saved model, every rank learns the metrics
         def score(data: Path = split.data) -> dict[str, Any]:

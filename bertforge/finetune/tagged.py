@@ -28,7 +28,7 @@ def read_tagged(
     data: Any, text_column: str | None = None, label_column: str | None = DEFAULT_LABEL_COLUMN,
     require_labels: bool = True, split_words: Any = None,
 ) -> list[TaggedSentence]:
-    """The sentences of a CoNLL file (any file not named .jsonl/.json/.ndjson/.parquet/.pq/.arrow/.feather/.ipc),
+    """The sentences of a CoNLL file (any file not named .jsonl/.json/.ndjson or a table format of `data.tables`),
     or of rows; unlabelled (`require_labels` False) rows' tags are not read, and (with `split_words`) a row may give
     a "text" instead of words."""
     if is_path(data):

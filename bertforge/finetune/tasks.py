@@ -7,6 +7,7 @@ know), turns the model's raw outputs into metrics and into prediction records.
 
 from __future__ import annotations
 
+import logging
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable
@@ -29,6 +30,8 @@ from .tagged import name_tag_ids, read_tagged
 from .squad import SQUAD_COLUMNS, QAExample, read_squad
 from .features import Feature, encode_classification, encode_tagged
 from .qa import Answer, Window, best_answers, encode_qa
+
+log = logging.getLogger("bertforge")
 
 Output = dict[str, np.ndarray]  # one feature's model outputs, trimmed to its length
 
@@ -193,6 +196,11 @@ class Classification(Task):
         check_numeric_labels(examples, path)
         numeric = all(_number(v) is not None for v in values)
         if numeric and any(_written_as_float(v) for v in values):
+            whole = sorted({float(_number(v)) for v in values})  # type: ignore[arg-type]
+            if all(x.is_integer() for x in whole):  # 0.0 / 1.0: pandas writes integer labels so beside a blank
+                shown = ", ".join(f"{x:.1f}" for x in whole[:4]) + (", ..." if len(whole) > 4 else "")
+                log.warning("%s: the labels are written as decimals (%s) but are whole numbers: fine-tuning a "
+                            "regression (one output, MSE loss); for classes, write them as integers", path, shown)
             return {"num_labels": 1, "problem_type": "regression", "id2label": {0: "LABEL_0"}, "label2id": {"LABEL_0": 0}}
         keys = {_label_key(v) for v in values}
         names = sorted(keys, key=int) if numeric else sorted(keys)

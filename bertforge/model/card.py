@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..core.hub import split_revision
+
 CARD_NAME = "README.md"
 MARKER = "<!-- model card written by bertforge: replaced when the model is saved again -->"
 
@@ -56,15 +58,16 @@ def card_text(model: Any, card: ModelCard, version: str) -> str:
     tag = card.pipeline_tag or PIPELINE_TAGS.get(name, "feature-extraction")
     meta: list[str] = ["---", f"library_name: {card.library}", f"pipeline_tag: {tag}",
                        "tags:", "- bertforge", f"- {config.model_type}"]
-    if card.base_model and _HUB_ID.match(card.base_model) and not Path(card.base_model).exists():
-        meta.append(f"base_model: {card.base_model}")
+    hub_base = split_revision(card.base_model)[0] if card.base_model else None  # a run's Hub id is pinned: @commit
+    if hub_base and _HUB_ID.match(hub_base) and not Path(card.base_model or "").exists():
+        meta.append(f"base_model: {hub_base}")
     hub_data = [d for d in card.datasets if _HUB_ID.match(d) and not Path(d).exists()]
     if hub_data:
         meta += ["datasets:"] + [f"- {d}" for d in hub_data]
     meta += ["---", MARKER, ""]
     params = sum(p.numel() for p in model.parameters())
     auto = "AutoModel" + name.removeprefix("BertModel").removeprefix("Bert")  # BertForMaskedLM -> AutoModelForMaskedLM
-    lines = [f"# {Path(card.base_model).name + ' → ' if card.base_model else ''}{family.name} {name}", "",
+    lines = [f"# {Path(split_revision(card.base_model)[0]).name + ' → ' if card.base_model else ''}{family.name} {name}", "",
              f"A {family.name} encoder (`model_type: {config.model_type}`, `{name}`): {config.num_hidden_layers} layers, "
              f"hidden size {config.hidden_size}, {config.num_attention_heads} attention heads, a vocabulary of "
              f"{config.vocab_size:,} tokens, {params:,} parameters; written by bertforge {version}"

@@ -28,12 +28,10 @@ from .families import INTERNAL_PREFIX
 from ..core.io import atomic_write_files
 from ..core.linear import Int8Weight
 from ..core.hub import model_path
+from ..core.constants import PICKLE_WEIGHTS_NAME, WEIGHTS_INDEX_NAME, WEIGHTS_NAME
 
 log = logging.getLogger("bertforge")
 
-WEIGHTS_NAME = "model.safetensors"
-WEIGHTS_INDEX_NAME = "model.safetensors.index.json"
-PICKLE_WEIGHTS_NAME = "pytorch_model.bin"
 
 # (pattern, replacement) applied in order to each checkpoint key; a replacement of None drops the key.
 KEY_RULES: list[tuple[str, str | None]] = [

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import BertforgeError
-from ..core.io import atomic_write_text
+from ..core.io import atomic_write_text, finish_pending_writes
 from ..core.ops import ACTIVATIONS  # the activations the model implements, by their Hugging Face names
 from .families import ALIASES, FAMILIES, LADDERS, Family, family
 from .spec import EncoderSpec
@@ -235,13 +235,14 @@ class BertConfig:
     def from_pretrained(cls, path: str | Path, **overrides: Any) -> "BertConfig":
         """Read `config.json` from a directory (or the file itself); keyword overrides win. A PEFT adapter
         directory's config is its base model's with the head's fields saved beside the adapter (`model.lora`)."""
-        path = model_path(path)
+        path = model_path(path, weights=False)  # a snapshot holding the config only will do
         if path.is_dir() and (path / ADAPTER_CONFIG).is_file() and not (path / CONFIG_NAME).is_file():
             from .lora import adapted_config
 
             base, saved = adapted_config(path)
             return cls.from_pretrained(base, **{**saved, **overrides})
         file = path / CONFIG_NAME if path.is_dir() else path
+        finish_pending_writes(file.parent)  # a save killed between its renames: its files, not a mix of two saves
         if not file.is_file():
             raise BertforgeError(f"{file}: no such config file")
         try:

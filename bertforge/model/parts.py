@@ -225,7 +225,8 @@ def relative_positions(L: int, relative: RelativeAttention, device: torch.device
     if relative.buckets > 0 and relative.max_distance > 0:
         mid = relative.buckets // 2
         magnitude = torch.where((r < mid) & (r > -mid), torch.full_like(r, mid - 1), r.abs()).float()  # float32, as transformers computes it
-        log = torch.ceil(torch.log(magnitude / mid) / math.log((relative.max_distance - 1) / mid) * (mid - 1)) + mid
+        scale = torch.log(torch.tensor((relative.max_distance - 1) / mid, device=device))  # float32, as transformers: a float64 log moves boundary buckets by one
+        log = torch.ceil(torch.log(magnitude / mid) / scale * (mid - 1)) + mid
         r = torch.where(magnitude <= mid, r.float(), log * torch.sign(r)).long()
     span = relative.span
     return by_distance((r + span).clamp(0, 2 * span - 1), L)  # the index of distance d at d + L - 1

@@ -163,7 +163,7 @@ class PretrainArgs:
     allow_binary: bool = option(False, "read corpus files that look binary (NUL bytes, mostly control characters or "
                                 "invalid UTF-8) instead of refusing them; invalid bytes are replaced")
     progress: bool = option(True, "no progress bar", flag="--no-progress")
-    demo: bool = True  # print [MASK] predictions for a few sentences before and after
+    demo: bool = True  # on the demo corpus: print [MASK] predictions for its probe sentences before and after
 
     def validate(self) -> None:
         """Raise `BertforgeError` naming the first bad setting (before anything is written)."""

@@ -74,7 +74,9 @@ def show_predictions(model: torch.nn.Module, tokenizer, title: str, device: torc
         top = logits(out)[0, pos].float().softmax(-1).topk(k)
         top_ids = top.indices.tolist()
         # a model may have more rows than its tokenizer has tokens (ids past the vocabulary read as None)
-        words = [w or f"[{i}]" for i, w in zip(top_ids, tokenizer.convert_ids_to_tokens(top_ids))]
+        # as text, not as the vocabulary's pieces (byte-level BPE's "Ġdog" is " dog")
+        words = [tokenizer.decode([i], skip_special_tokens=False).strip() or f"[{i}]"
+                 if i < tokenizer.vocab_size else f"[{i}]" for i in top_ids]
         hit = words[0].lower() == answer.lower()
         right += hit
         guesses = ", ".join(f"{w} ({p:.2f})" for w, p in zip(words, top.values.tolist()))

@@ -28,6 +28,8 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 
 from ..data.demo_world import DEMO_CORPUS
 from ..core.errors import BertforgeError
+from ..core.hub import pin_revision
+from ..core.state import DataChanged
 from ..core.io import atomic_directory
 from ..model.card import ModelCard
 from ..model.config import BertConfig
@@ -56,8 +58,11 @@ class Pretrainer:
     `DistillArgs` names), built together; the memory check, the data and the exports follow the same entry."""
 
     def __init__(self, args: PretrainArgs) -> None:
-        self.args = args
         args.validate()
+        # a Hub id is recorded pinned to the commit it resolves to now: a resume or replay loads the same weights
+        pinned: dict[str, Any] = {k: pin_revision(v) for k in ("init_from", "teacher")
+                                  if isinstance(v := getattr(args, k, None), str)}
+        self.args = args = dataclasses.replace(args, **pinned)
         self.rt = setup_runtime(args.device)
         self.out = Path(args.out)
         self.corpus = [str(p) for p in args.corpus] or [str(DEMO_CORPUS)]
@@ -166,7 +171,8 @@ class Pretrainer:
     def save_checkpoint(self) -> None:
         """Everything that decides what comes next (`TrainingCheckpoints.save`): weights, optimizer, schedule, RNGs,
         the stream's position, and the counters and metrics window of this trainer."""
-        counters: dict[str, Any] = {"tokens_seen": self.tokens_seen, "metrics_window": self.metrics_window}
+        counters: dict[str, Any] = {"tokens_seen": self.tokens_seen, "metrics_window": self.metrics_window,
+                                    "tokenizer": self.tokenizer.fingerprint()}
         if self.evaluation is not None:
             counters["evaluation"] = self.evaluation.state_dict()
         if self.clock is not None:
@@ -177,6 +183,7 @@ class Pretrainer:
         """This trainer's part of a checkpoint being read: the stream's position, the tokens seen, the metrics
         window (a damaged or absent one starts anew) and the held-out evaluation's record."""
         trainer = loaded.trainer
+        self.check_same_tokenizer(trainer.get("tokenizer"))
         self.stream.load_state_dict(loaded.data)
         self.tokens_seen = trainer["tokens_seen"]
         window = trainer.get("metrics_window", [])
@@ -185,6 +192,20 @@ class Pretrainer:
             self.evaluation.load_state_dict(trainer["evaluation"])
         if self.clock is not None:
             self.length.set(self.clock.load_state_dict(trainer.get("clock")), self.step)
+
+    def check_same_tokenizer(self, then: Any) -> None:
+        """Refuse to resume with a vocabulary other than the one the checkpoint was trained with (its
+        `Vocabulary.fingerprint`; checkpoints from before it was recorded hold none): the cause named in one line,
+        not as weights that no longer fit."""
+        now = self.tokenizer.fingerprint()
+        if then is None or list(then) == now:
+            return
+        where = self.args.tokenizer or self.args.init_from or self.out / "tokenizer"
+        sizes = (f"{then[0]:,} tokens then, {now[0]:,} now" if then[0] != now[0]
+                 else f"{now[0]:,} tokens both, other tokens or ids")
+        raise DataChanged(f"cannot resume: the tokenizer ({where}) differs from the one the checkpoints were trained "
+                          f"with ({sizes}); was it replaced (train-tokenizer --out)? Put the run's tokenizer back, or "
+                          f"start a new run")
 
     def resume(self) -> None:
         """Continue from the newest checkpoint that loads; a corrupt one is reported and the previous one tried
@@ -225,7 +246,7 @@ class Pretrainer:
             self.resume()
         metrics = open_metrics(self.out, a.resume, self.step > 0, self.step, enabled=self.rt.is_main)
         self.record = metrics.write
-        if a.demo and self.step == 0:
+        if self.on_demo_corpus and self.step == 0:
             self.demo("before training")
         if self.step == 0:
             self.evaluate_now()  # where the run starts from (an --init-from checkpoint, or random weights)
@@ -240,7 +261,7 @@ class Pretrainer:
             metrics.close()
         final = self.out / "model"
         self.export(final)  # every rank: gathering FSDP shards is a collective
-        if a.demo:
+        if self.on_demo_corpus:
             self.demo("after training")
         if self.rt.is_main:
             plot_metrics(self.out / "metrics.jsonl", self.out / "training_curves.png")
@@ -296,6 +317,12 @@ class Pretrainer:
             log.info("early stop at step %d: no lower eval loss in %d evaluations; the best, %.4f at step %d, is in %s",
                      self.step, evaluation.since_best, evaluation.best_loss, evaluation.best_step, self.out / "best")
         return evaluation.stopped
+
+    @property
+    def on_demo_corpus(self) -> bool:
+        """Whether the demo's [MASK] probes mean something here: they ask about the demo world, so only a run on
+        the demo corpus (with `demo` on) prints them, never one on a user's corpus."""
+        return self.args.demo and all(Path(c).resolve() == Path(DEMO_CORPUS).resolve() for c in self.corpus)
 
     def demo(self, title: str) -> None:
         """[MASK] predictions for the demo sentences, logged by rank 0. Under FSDP each forward all-gathers the

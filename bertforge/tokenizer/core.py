@@ -116,7 +116,7 @@ class Tokenizer(Vocabulary):
         vocabulary files the directory holds. A PEFT adapter directory without tokenizer files has its base
         model's (`base_model_name_or_path`).
         """
-        path = model_path(path)
+        path = model_path(path, weights=False)  # a snapshot holding the tokenizer only will do
         try:
             files = read_pretrained(path, kind_by_name(kind) if isinstance(kind, str) else kind)
         except BertforgeError:

@@ -17,7 +17,7 @@ from typing import Any, NamedTuple, cast
 import tokenizers
 
 from bertforge.core.errors import BertforgeError
-from bertforge.core.io import atomic_write_files
+from bertforge.core.io import atomic_write_files, finish_pending_writes
 from bertforge.tokenizer.kinds import BERT, KINDS, Normalization, TokenizerKind, kind_for_class, kind_for_model
 
 #: `model_max_length` used when `tokenizer_config.json` gives none or a placeholder such as 1e30.
@@ -46,6 +46,7 @@ def read_pretrained(directory: Path, kind: TokenizerKind | None = None) -> Token
     """
     if not directory.is_dir():
         raise BertforgeError(f"{directory}: tokenizer directory does not exist")
+    finish_pending_writes(directory)  # a save killed between its renames: its files, not a mix of two saves
     config = _read_json_object(directory / "tokenizer_config.json")
     tokenizer_json = directory / "tokenizer.json"
     backend, bert_normalizer = _load_tokenizer_json(tokenizer_json) if tokenizer_json.is_file() else (None, None)
@@ -260,6 +261,13 @@ def _config_normalization(config: dict[str, Any], kind: TokenizerKind) -> Normal
         strip_accents=None if strip_accents is None else bool(strip_accents),
         tokenize_chinese_chars=bool(config.get("tokenize_chinese_chars", default.tokenize_chinese_chars)),
     )
+
+
+def tokenizer_files_in(directory: Path) -> list[str]:
+    """The names of the tokenizer files `directory` holds (any of `read_pretrained`'s), in a fixed order."""
+    names = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+             *dict.fromkeys(n for k in KINDS.values() for n in k.vocab_files))
+    return [n for n in names if (directory / n).is_file()]
 
 
 def _holds(directory: Path, names: tuple[str, ...]) -> bool:

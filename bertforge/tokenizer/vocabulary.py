@@ -3,8 +3,10 @@ how the kind's template lays them around one segment or a pair. `Tokenizer` (`co
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Iterable, Sequence
-from typing import cast
+from typing import Any, cast
 
 import tokenizers
 from tokenizers import AddedToken
@@ -68,6 +70,12 @@ class Vocabulary:
     def get_vocab(self) -> dict[str, int]:
         """Token -> id for every token, special tokens included."""
         return self._backend.get_vocab(with_added_tokens=True)
+
+    def fingerprint(self) -> list[Any]:
+        """[vocab_size, digest]: the size and a BLAKE2b digest of the token -> id table, what a checkpoint records of
+        the vocabulary it was trained with (another table gives other ids to the same text)."""
+        table = json.dumps(sorted(self.get_vocab().items(), key=lambda item: item[1]), ensure_ascii=False)
+        return [self.vocab_size, hashlib.blake2b(table.encode("utf-8"), digest_size=16).hexdigest()]
 
     def convert_tokens_to_ids(self, tokens: str | Iterable[str]) -> int | list[int]:
         """The id of a token (or of each token); unknown tokens give the [UNK] id."""

@@ -157,12 +157,7 @@ class RunLifecycle:
         --overwrite left, and checks OUT (and `check()`) without changing anything; every rank learns the outcome.
         One lock, rank 0's: rank 0 alone writes the run's files, and OUT may sit on a filesystem other hosts
         share, where a lock per host would not exclude a second launch elsewhere."""
-        def locked() -> None:
-            self.run_dir.lock_and_check()
-            if check is not None:
-                check()
-
-        on_main(self.rt, locked)
+        on_main(self.rt, lambda: self.run_dir.lock_and_check(check))
 
     def prepare(self) -> None:
         """The first change to OUT, once the run has been checked (see `RunDirectory.prepare`)."""

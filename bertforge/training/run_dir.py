@@ -23,6 +23,7 @@ import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 from ..core.errors import BertforgeError
@@ -118,12 +119,18 @@ class RunDirectory:
         self.lock: RunLock | None = None  # held until the run ends
         self.replaced: Path | None = None  # the run --overwrite replaces, kept aside until the first checkpoint
 
-    def lock_and_check(self) -> None:
+    def lock_and_check(self, first: Callable[[], None] | None = None) -> None:
         """Lock OUT (a second run into it is refused, naming this one's pid), finish what an interrupted --overwrite
-        left, and check OUT without changing anything."""
+        left, and check OUT without changing anything: `first()` (the trainer's own check, `refuse_foreign`) before
+        the generic one, so that an OUT holding something else is not told that --overwrite would do (with
+        --resume, after it: "no run to resume" says more)."""
         self.lock = lock_run_directory(self.out, self.kind.command)
         self.recover_interrupted_overwrite()
+        if first is not None and not self.resume:
+            first()
         self.check()
+        if first is not None and self.resume:
+            first()
 
     def check(self) -> None:
         """Refuse, before anything is written: a file as OUT, another run in OUT without --resume or --overwrite,
@@ -158,8 +165,9 @@ class RunDirectory:
         if (out / self.kind.config_file).is_file() or not out.is_dir():
             return
         if any(not p.name.startswith(".") for p in out.iterdir()):
-            raise BertforgeError(f"{out}: --out holds files that are not a bertforge {self.kind.what}; choose another "
-                                 "directory")
+            model = " (a model?)" if (out / "config.json").is_file() else ""
+            raise BertforgeError(f"{out}: --out holds files that are not a bertforge {self.kind.what}{model}; choose "
+                                 f"another directory (--overwrite replaces only a {self.kind.what})")
 
     def prepare(self) -> None:
         """The first change to OUT, once the run has been checked: --overwrite moves the previous run's entries into

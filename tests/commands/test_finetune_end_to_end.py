@@ -4,6 +4,7 @@ and the one-line errors for bad input."""
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -183,6 +184,12 @@ def test_out_holding_a_run_is_refused_without_overwrite(tmp_path, tiny_model, ca
     (tmp_path / "other" / "notes.txt").write_text("mine")
     assert main([*args[:-len(FAST) - 2], "--out", str(tmp_path / "other"), "--overwrite", *FAST]) == 2
     assert "not a bertforge fine-tuning run" in capsys.readouterr().err
+    # issue 46: a plain model directory as --out was told to pass --overwrite, which was then refused
+    model_copy = tmp_path / "a-model"
+    shutil.copytree(tiny_model, model_copy)
+    assert main([*args[:-len(FAST) - 2], "--out", str(model_copy), *FAST]) == 2
+    err = capsys.readouterr().err
+    assert "not a bertforge fine-tuning run (a model?)" in err and "pass --overwrite" not in err, err
 
 
 def bad_inputs(tmp_path: Path) -> list[tuple[str, list[str], str]]:

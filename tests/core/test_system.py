@@ -143,3 +143,31 @@ def test_one_process_runs_on_main_and_on_every_rank_checks_as_they_are():
     for call in (from_main, on_every_rank):
         with pytest.raises(BertforgeError, match="^no$"):
             call(rt, refuse)
+
+
+def test_every_command_takes_one_device_vocabulary():
+    """Issue 46: inference took `mps` and any case, training refused `mps` as unknown and took `cuda:-1` (torch then
+    failed). Now one definition (`device_name`) reads every --device: the same names, the same refusals."""
+    import torch
+
+    from bertforge.core.errors import BertforgeError
+    from bertforge.core.system import device_name, inference_device, setup_runtime
+
+    def training(name):
+        return setup_runtime(name, training=False, distributed=False).device
+
+    for read in (inference_device, training):
+        assert read(" CPU ") == torch.device("cpu")
+        for bad in ("cuda:-1", "gpu", "cuda:x", "cuda:"):
+            with pytest.raises(BertforgeError, match=f"unknown device '{bad}'; choose cpu, cuda, cuda:N, mps or auto"):
+                read(bad)
+        if not torch.cuda.is_available():
+            with pytest.raises(BertforgeError, match="device cuda:1 was asked for, but no CUDA device is available"):
+                read("cuda:1")
+    assert device_name("Cuda:0", "cpu") == "cuda:0" and device_name(None, "auto") == "auto"
+    with pytest.raises(BertforgeError, match="device mps: bertforge trains on cpu or cuda"):
+        setup_runtime("mps", distributed=False)
+    if not (getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()):
+        for read in (inference_device, training):  # evaluate and predict take mps as the pipelines do
+            with pytest.raises(BertforgeError, match="device mps was asked for, but this machine has no Apple GPU"):
+                read("mps")

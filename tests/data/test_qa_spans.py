@@ -104,3 +104,18 @@ def test_decode_spans_rules_differ_across_windows_only():
     assert decode_spans(windows, scoring="logits").null_wins()
     # n_best: only the window's best start and end are candidates; no valid span when they do not pair
     assert decode_spans([(a, a_starts, np.array([0, 0, 0, 0, 0, 0, 9], dtype=np.float32))], n_best=1).spans == []
+
+
+@pytest.mark.parametrize("scoring", ["logits", "probabilities"])
+def test_a_span_that_ends_before_it_starts_is_never_an_answer(scoring):
+    """The audit's surviving mutant: a decoder accepting end < start failed no default test. Here the highest start
+    logit sits after the highest end logit: the inverted pair (start 4, end 2) scores best and must not be taken;
+    the best span with end >= start is, and every span returned runs forward, in every window."""
+    window = Window(0, [None, (0, 3), (4, 8), (9, 12), (13, 17), (18, 21), None])  # [CLS] five words [SEP]
+    starts = np.array([-9.0, 0.0, 0.5, 0.1, 6.0, 0.2, -9.0])
+    ends = np.array([-9.0, 0.0, 5.0, 0.3, 0.1, 1.0, -9.0])
+    decoded = decode_spans([(window, starts, ends)], top_k=20, scoring=scoring)
+    assert decoded.spans and all(span.end > span.start for span in decoded.spans)
+    best = decoded.spans[0]
+    assert (best.start, best.end) == (13, 21)  # start 4 (13) with end 5 (21): 6.0 + 1.0, the best forward pair
+    assert (13, 8) not in {(s.start, s.end) for s in decoded.spans}  # start 4 with end 2: 11.0, inverted

@@ -85,7 +85,7 @@ FORMAT_ROWS = [{"sentence1": f"first text {i}", "sentence2": f"second {i}", "lab
 
 
 def _write_formats(root, rows):
-    """The same rows as JSONL, CSV, TSV, Parquet and Feather."""
+    """The same rows as JSONL, CSV, TSV, Parquet, Feather and an Arrow stream."""
     import csv
     import json
 
@@ -102,6 +102,10 @@ def _write_formats(root, rows):
             writer.writerows([{k: "|".join(v) if isinstance(v, list) else v for k, v in r.items()} for r in rows])
     pq.write_table(pa.Table.from_pylist(rows), paths["parquet"], row_group_size=3)
     feather.write_feather(pa.Table.from_pylist(rows), paths["feather"])
+    paths["arrows"] = root / "d.arrows"  # the stream format, by its registered extension (was read as CSV text)
+    table = pa.Table.from_pylist(rows)
+    with pa.OSFile(str(paths["arrows"]), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
     return paths
 
 
@@ -113,9 +117,9 @@ def test_every_format_and_rows_in_memory_read_as_jsonl(tmp_path):
     paths = _write_formats(tmp_path, FORMAT_ROWS)
     expected = read_classification(paths["jsonl"])
     assert [e.line for e in expected] == list(range(1, 8))
-    for kind in ("csv", "tsv", "parquet", "feather"):
+    for kind in ("csv", "tsv", "parquet", "feather", "arrows"):
         assert _as_tuples(read_classification(paths[kind])) == _as_tuples(expected), kind
-    for kind in ("parquet", "feather"):  # rows numbered from 1, as a JSONL file's lines
+    for kind in ("parquet", "feather", "arrows"):  # rows numbered from 1, as a JSONL file's lines
         assert read_classification(paths[kind]) == expected
     datasets = pytest.importorskip("datasets")
     columns = {k: [r[k] for r in FORMAT_ROWS] for k in FORMAT_ROWS[0]}
@@ -134,7 +138,10 @@ def test_multi_label_rows_are_lists_or_split_on_the_separator(tmp_path):
         assert read_classification(paths[kind]) == expected
     for kind in ("csv", "tsv"):  # "sports|politics", "" for no label
         assert _as_tuples(read_classification(paths[kind], label_separator="|")) == _as_tuples(expected)
-        with pytest.raises(BertforgeError, match="the label is empty"):
+        # issue 46: without the separator it was "the label is empty" alone; now the separator to pass is named
+        with pytest.raises(BertforgeError, match=r"the label is empty; other labels hold several joined by '\|' "
+                                                 r"\(such as 'sports\|politics'\): a multi-label file\? Pass "
+                                                 r"--label-separator '\|'"):
             read_classification(paths[kind])
     assert read_classification(rows) == expected
     with pytest.raises(BertforgeError, match=r":2: each label in a list must be a non-empty string or a number"):

@@ -326,3 +326,32 @@ def test_table_and_average_by_hand():
     )
     with pytest.raises(BertforgeError):
         glue_average({})
+
+
+def test_a_resume_after_the_data_changed_names_the_tasks_file(tmp_path, tiny_model, monkeypatch):
+    """Issue 46: `glue --resume` after a task's train.tsv changed named the temporary JSONL files glue prepares
+    (train.jsonl) instead of the task and its file."""
+    from bertforge.training.step import TrainStep
+
+    data = write_glue(tmp_path / "data", ["RTE"])
+    run = dict(device="cpu", progress=False, epochs=1, batch_size=8, seed=1, save_every=1)
+    real = TrainStep.run
+
+    def stop_after_two(self, *args, **kwargs):
+        outcome = real(self, *args, **kwargs)
+        if self.step == 2:
+            raise BertforgeError("stopped")
+        return outcome
+
+    monkeypatch.setattr(TrainStep, "run", stop_after_two)
+    out = tmp_path / "out"
+    with pytest.raises(BertforgeError, match="stopped"):
+        glue(tiny_model, data, out, **run)
+    train = data / "RTE" / "train.tsv"
+    lines = train.read_text(encoding="utf-8").splitlines(keepends=True)
+    train.write_text("".join(lines[:1] + lines[2:] + lines[1:2]), encoding="utf-8")  # the same rows, reordered
+    with pytest.raises(BertforgeError) as err:
+        glue(tiny_model, data, out, **run, resume=True)
+    message = str(err.value)
+    assert message.startswith("cannot resume GLUE task RTE: its data differs") and str(train) in message, message
+    assert ".jsonl" not in message and "bertforge-glue-" not in message

@@ -1,4 +1,5 @@
-"""Metric functions against hand-computed values and independent (scikit-learn-free) reference formulas."""
+"""Metric functions against hand-computed values, independent reference formulas, and the reference implementations
+(scikit-learn, scipy, seqeval, the official SQuAD v2.0 evaluation) on random inputs."""
 
 import math
 import random
@@ -178,3 +179,152 @@ def test_multi_label_metrics_equal_scikit_learns():
         assert ours["micro_f1"] == pytest.approx(sklearn.f1_score(hot(gold), hot(pred), average="micro", zero_division=0))
         assert ours["macro_f1"] == pytest.approx(sklearn.f1_score(hot(gold), hot(pred), average="macro", zero_division=0))
         assert ours["subset_accuracy"] == pytest.approx(sklearn.accuracy_score(hot(gold), hot(pred)))
+
+
+# ------------------------------------------------------------------ every metric against its reference implementation
+# The references: scikit-learn (classes), scipy (correlations), seqeval (entities) and the official SQuAD v2.0
+# evaluation script's functions, transcribed below (it is a script, not a package). Random inputs, many trials.
+
+
+def test_class_metrics_equal_scikit_learns_on_random_labels():
+    sklearn = pytest.importorskip("sklearn.metrics")
+    rng = random.Random(1)
+    for _trial in range(200):
+        n, k = rng.randint(1, 40), rng.randint(2, 5)
+        gold = [rng.randrange(k) for _ in range(n)]
+        pred = [g if rng.random() < 0.5 else rng.randrange(k) for g in gold]
+        ours = M.classification_metrics(gold, pred, k)
+        assert ours["accuracy"] == pytest.approx(sklearn.accuracy_score(gold, pred))
+        assert ours["macro_f1"] == pytest.approx(sklearn.f1_score(gold, pred, average="macro", zero_division=0))
+        assert ours["mcc"] == pytest.approx(sklearn.matthews_corrcoef(gold, pred), abs=1e-12)
+        if k == 2:
+            assert ours["f1"] == pytest.approx(sklearn.f1_score(gold, pred, pos_label=1, zero_division=0))
+
+
+def test_correlations_and_mse_equal_scipys_on_random_scores():
+    stats = pytest.importorskip("scipy.stats")
+    rng = np.random.default_rng(2)
+    for trial in range(200):
+        n = int(rng.integers(3, 40))
+        gold = rng.normal(size=n)
+        pred = gold * rng.uniform(-1, 1) + rng.normal(size=n)
+        if trial % 3 == 0:  # ties, as scores on a 0-5 scale in steps of 0.2 have
+            gold, pred = np.round(gold * 2) / 2, np.round(pred * 2) / 2
+        if np.ptp(gold) == 0 or np.ptp(pred) == 0:
+            continue
+        ours = M.regression_metrics(list(gold), list(pred))
+        assert ours["pearson"] == pytest.approx(stats.pearsonr(gold, pred)[0], abs=1e-10)
+        assert ours["spearman"] == pytest.approx(stats.spearmanr(gold, pred)[0], abs=1e-10)
+        assert ours["mse"] == pytest.approx(float(np.mean((gold - pred) ** 2)))
+
+
+@pytest.mark.parametrize("prefixes", ["BIO", "BIOES"])
+def test_entity_metrics_equal_seqevals_on_random_tags(prefixes):
+    """seqeval's default (conlleval) mode on random tag sequences, invalid transitions included (an I- after O or
+    after another type, an E- without its B-)."""
+    seqeval = pytest.importorskip("seqeval.metrics")
+    rng = random.Random(3)
+    tags = ["O"] + [f"{p}-{t}" for p in prefixes.replace("O", "") for t in ("PER", "LOC", "ORG")]
+    for _trial in range(200):
+        gold = [[rng.choice(tags) for _ in range(rng.randint(1, 12))] for _ in range(rng.randint(1, 5))]
+        pred = [[t if rng.random() < 0.6 else rng.choice(tags) for t in sentence] for sentence in gold]
+        ours = M.entity_metrics(gold, pred)
+        assert ours["precision"] == pytest.approx(seqeval.precision_score(gold, pred, zero_division=0))
+        assert ours["recall"] == pytest.approx(seqeval.recall_score(gold, pred, zero_division=0))
+        assert ours["f1"] == pytest.approx(seqeval.f1_score(gold, pred, zero_division=0))
+        assert ours["accuracy"] == pytest.approx(seqeval.accuracy_score(gold, pred))
+        report = seqeval.classification_report(gold, pred, output_dict=True, zero_division=0)
+        for kind, scores in ours["per_type"].items():
+            if scores["support"]:  # seqeval reports the types of the gold entities
+                assert scores["f1"] == pytest.approx(report[kind]["f1-score"]), kind
+                assert scores["support"] == report[kind]["support"], kind
+
+
+def official_normalize_answer(s):
+    """SQuAD v2.0's evaluate-v2.0.py `normalize_answer`, as written there."""
+    import re
+    import string
+
+    def remove_articles(text):
+        regex = re.compile(r"\b(a|an|the)\b", re.UNICODE)
+        return re.sub(regex, " ", text)
+
+    def white_space_fix(text):
+        return " ".join(text.split())
+
+    def remove_punc(text):
+        exclude = set(string.punctuation)
+        return "".join(ch for ch in text if ch not in exclude)
+
+    return white_space_fix(remove_articles(remove_punc(s.lower())))
+
+
+def official_compute_f1(a_gold, a_pred):
+    """evaluate-v2.0.py's `compute_f1` (with its `get_tokens`)."""
+    import collections
+
+    gold_toks = official_normalize_answer(a_gold).split() if a_gold else []
+    pred_toks = official_normalize_answer(a_pred).split() if a_pred else []
+    common = collections.Counter(gold_toks) & collections.Counter(pred_toks)
+    num_same = sum(common.values())
+    if len(gold_toks) == 0 or len(pred_toks) == 0:
+        return int(gold_toks == pred_toks)
+    if num_same == 0:
+        return 0
+    precision, recall = num_same / len(pred_toks), num_same / len(gold_toks)
+    return (2 * precision * recall) / (precision + recall)
+
+
+def official_best_thresh(preds, scores, na_probs, qid_to_has_ans):
+    """evaluate-v2.0.py's `find_best_thresh`."""
+    cur_score = best_score = sum(1 for k in qid_to_has_ans if not qid_to_has_ans[k])
+    best_thresh = 0.0
+    for qid in sorted(na_probs, key=lambda k: na_probs[k]):
+        diff = scores[qid] if qid_to_has_ans[qid] else (-1 if preds[qid] else 0)
+        cur_score += diff
+        if cur_score > best_score:
+            best_score, best_thresh = cur_score, na_probs[qid]
+    return 100.0 * best_score / len(scores), best_thresh
+
+
+def test_squad_scores_equal_the_official_scripts_on_random_answers():
+    rng = random.Random(4)
+    words = ["the", "a", "an", "Paris", "paris", "city", "of", "light", "1,000", "U.S.", "don't", "—", "Élan", "élan",
+             "(1998)", "river", "Seine", "  ", "!", "the.", "an,"]
+
+    def text():
+        return " ".join(rng.choice(words) for _ in range(rng.randint(0, 5)))
+
+    for _trial in range(300):
+        s = text() + rng.choice(["", ".", " ", "\t", "?!"])
+        assert M.normalize_answer(s) == official_normalize_answer(s), s
+        gold, pred = text(), text()
+        assert M.token_f1(pred, gold) == pytest.approx(official_compute_f1(gold, pred)), (gold, pred)
+        assert M.exact_match(pred, gold) == int(official_normalize_answer(gold) == official_normalize_answer(pred))
+    for _trial in range(50):  # whole sets: EM / F1, HasAns / NoAns, the best null threshold
+        ids = [f"q{i}" for i in range(rng.randint(2, 12))]
+        gold = {q: [text() for _ in range(rng.randint(0, 3))] for q in ids}
+        spans = {q: text() or "x" for q in ids}
+        margins = {q: rng.uniform(-3, 3) for q in ids}
+        final = {q: spans[q] if margins[q] <= 0 else "" for q in ids}
+        ours = M.squad_metrics(final, gold, spans, margins)
+        answers = {q: [a for a in gold[q] if official_normalize_answer(a)] or [""] for q in ids}
+        has = {q: answers[q] != [""] for q in ids}
+        exact = {q: max(int(official_normalize_answer(a) == official_normalize_answer(final[q])) for a in answers[q])
+                 for q in ids}
+        f1 = {q: max(official_compute_f1(a, final[q]) for a in answers[q]) for q in ids}
+        assert ours["exact"] == pytest.approx(100.0 * sum(exact.values()) / len(ids))
+        assert ours["f1"] == pytest.approx(100.0 * sum(f1.values()) / len(ids))
+        for prefix, keep in (("HasAns_", True), ("NoAns_", False)):
+            chosen = [q for q in ids if has[q] == keep]
+            if chosen and len(chosen) < len(ids):
+                assert ours[f"{prefix}f1"] == pytest.approx(100.0 * sum(f1[q] for q in chosen) / len(chosen))
+        if not all(has.values()):  # the best threshold, scored on each question's best span (`span_predictions`)
+            span_exact = {q: max(int(official_normalize_answer(a) == official_normalize_answer(spans[q]))
+                                 for a in answers[q]) for q in ids}
+            span_f1 = {q: max(official_compute_f1(a, spans[q]) for a in answers[q]) for q in ids}
+            for name, scores in (("exact", span_exact), ("f1", span_f1)):
+                best, thresh = official_best_thresh(spans, scores, margins, has)
+                assert ours[f"best_{name}"] == pytest.approx(best)
+                if ours[f"best_{name}_thresh"] is not None:
+                    assert ours[f"best_{name}_thresh"] == thresh

@@ -23,6 +23,24 @@ def test_label_kinds(tmp_path):
         task.label_overrides(examples(["a", "a"]), tmp_path)
 
 
+def test_whole_numbers_written_as_decimals_are_said_to_make_a_regression(tmp_path, caplog):
+    """Issue 46: labels written 0.0 / 1.0 (as pandas writes integer labels beside a blank) switched to regression
+    without a word; now one line says so and how to get classes. Fractional scores (STS-B's) say nothing."""
+    import logging
+
+    task = Classification()
+    examples = lambda labels: [type("E", (), {"label": v})() for v in labels]  # noqa: E731
+    with caplog.at_level(logging.WARNING, logger="bertforge"):
+        assert task.label_overrides(examples(["0.0", "1.0", 1.0, "0"]), tmp_path)["problem_type"] == "regression"
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1 and "the labels are written as decimals (0.0, 1.0) but are whole numbers" in lines[0]
+    assert "write them as integers" in lines[0]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="bertforge"):
+        task.label_overrides(examples(["0.5", "4.000", "1"]), tmp_path)
+    assert not caplog.records
+
+
 def _squad_file(path, qas_for):
     """A SQuAD 2.0 file of three paragraphs; `qas_for(context)` gives each one's questions."""
     import json

@@ -311,10 +311,12 @@ def test_a_model_trained_with_attention_dropout_computes_what_eval_computes_when
         assert (half - attention.attend(*qkv_std1(L=12), None, 0.0, False)[0]).abs().max() > 0.1
 
 
+@pytest.mark.parametrize("L", [128, 141])
 @pytest.mark.parametrize("scale", [None, 0.7])
 @pytest.mark.parametrize("training", [False, True])
-def test_blockwise_sliding_window_equals_the_reference_maths(scale, training, monkeypatch):
-    """A window of 4 (|i - j| <= 2) over 128 positions: `attend_scored` attends it in blocks (`attend_blocks`), which
+def test_blockwise_sliding_window_equals_the_reference_maths(scale, training, L, monkeypatch):
+    """A window of 4 (|i - j| <= 2) over 128 positions, and over 141 (not a multiple of the 16-query block: the last
+    block is partial, 13 queries, its tail padded): `attend_scored` attends it in blocks (`attend_blocks`), which
     must equal dense masked attention written out, padding included."""
     from bertforge.model.attention import Scores, attend_scored
 
@@ -323,7 +325,7 @@ def test_blockwise_sliding_window_equals_the_reference_maths(scale, training, mo
     monkeypatch.setattr(attention, "attend_blocks", lambda *a, **k: calls.append(1) or real_blocks(*a, **k))
     if training:  # the training path with dropout, dropout made the identity
         monkeypatch.setattr(attention, "dropout", lambda x, p, training: x)
-    L, window = 128, 4
+    window = 4
     q, k, v = qkv_std1(n=2, L=L, seed=3)
     keep = torch.ones(2, L, dtype=torch.bool)
     keep[1, 100:] = False  # right padding

@@ -41,6 +41,10 @@ def test_card_metadata_names_hub_ids_only_and_the_results(tmp_path):
     model.save_pretrained(tmp_path / "b", ModelCard(base_model=str(local)))
     card = (tmp_path / "b" / "README.md").read_text(encoding="utf-8")
     assert "base_model" not in front_matter(card) and f"- started from: `{local}`" in card
+    pinned = "google-bert/bert-base-uncased@" + "a" * 40  # what a run records of a Hub id: the commit it took
+    model.save_pretrained(tmp_path / "c", ModelCard(base_model=pinned))
+    card = (tmp_path / "c" / "README.md").read_text(encoding="utf-8")
+    assert front_matter(card)["base_model"] == "google-bert/bert-base-uncased" and f"- started from: `{pinned}`" in card
 
 
 def test_a_readme_someone_wrote_is_kept_and_ours_is_replaced(tmp_path):

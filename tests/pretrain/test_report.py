@@ -71,3 +71,28 @@ def test_the_demo_reads_the_logits_its_objective_names(tmp_path):
 
     right = show_predictions(Answers(), tok, "t", torch.device("cpu"), emit=False, logits=lambda out: out.logits)
     assert right == sum(answer.lower() == PROBES[0][1].lower() for _, answer in PROBES)
+
+
+def test_the_predictions_are_text_not_byte_level_pieces(tmp_path, caplog):
+    """Issue 46: with a byte-level BPE tokenizer the guesses printed as the vocabulary's pieces ("Ġdog")."""
+    import logging
+    from types import SimpleNamespace
+
+    from bertforge.data.demo_world import PROBES
+    from bertforge.tokenizer import Tokenizer
+
+    texts = [text.replace("[MASK]", answer) for text, answer in PROBES] * 20
+    tok = Tokenizer.train(iter(texts), vocab_size=400, kind="roberta", min_frequency=1, show_progress=False)
+    word = tok.convert_tokens_to_ids("Ġdog")
+    assert isinstance(word, int)
+
+    class Guesses(torch.nn.Module):
+        def forward(self, input_ids, token_type_ids):
+            logits = torch.zeros(*input_ids.shape, tok.vocab_size)
+            logits[..., word] = 5.0
+            return SimpleNamespace(prediction_logits=logits)
+
+    with caplog.at_level(logging.INFO, logger="bertforge"):
+        show_predictions(Guesses(), tok, "t", torch.device("cpu"))
+    guesses = [line.split("->")[1] for line in caplog.text.splitlines() if "->" in line]
+    assert guesses and all(g.split()[0] == "dog" for g in guesses) and "Ġ" not in caplog.text

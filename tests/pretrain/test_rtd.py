@@ -113,6 +113,48 @@ def test_eval_results_give_f1_and_the_all_original_rate():
     assert result["eval_perplexity"] == pytest.approx(math.exp(2.0))
 
 
+@pytest.mark.parametrize("weight", [1.0, 50.0, 0.25])
+def test_the_training_step_weighs_the_discriminators_loss_by_lambda(weight):
+    """The step backpropagates the generator's MLM loss plus λ (--rtd-weight) times the discriminator's loss: a
+    mutation audit found that dropping λ from the training path (the evaluation's eval_loss has it: see above)
+    failed no default test. The terms handed to `TrainStep.accumulate` are read here, and the gradient they give."""
+    import contextlib
+    from types import SimpleNamespace
+
+    captured = {}
+
+    class Stepper:
+        def autocast(self):
+            return contextlib.nullcontext()
+
+        def accumulate(self, losses, weights):
+            captured.update(losses)
+            total = sum(loss * weights[k] for k, loss in losses.items())
+            total.backward()
+            return total.detach()
+
+    mlm_logit = torch.zeros(1, 5, requires_grad=True)
+    rtd_logit = torch.tensor([0.3, -0.2, 1.1], requires_grad=True)
+    rtd_labels = torch.tensor([1, 0, 0])
+
+    def model(**inputs):
+        return SimpleNamespace(
+            mlm_loss=torch.nn.functional.cross_entropy(mlm_logit, torch.tensor([2])), prediction_logits=mlm_logit,
+            rtd_loss=torch.nn.functional.binary_cross_entropy_with_logits(rtd_logit, rtd_labels.float()),
+            rtd_logits=rtd_logit, rtd_labels=rtd_labels)
+
+    batch = {"input_ids": torch.tensor([[5, 6, 7]]), "attention_mask": torch.ones(1, 3, dtype=torch.long),
+             "token_type_ids": torch.zeros(1, 3, dtype=torch.long),
+             "labels": torch.tensor([[-100, 2, -100]])}
+    stats = ReplacedTokenObjective(weight).forward_backward(model, Stepper(), batch, {"mlm": 1.0, "rtd": 1.0})
+    rtd = torch.nn.functional.binary_cross_entropy_with_logits(rtd_logit.detach(), rtd_labels.float())
+    torch.testing.assert_close(captured["rtd"].detach(), weight * rtd)
+    expected = torch.autograd.functional.jacobian(
+        lambda x: torch.nn.functional.binary_cross_entropy_with_logits(x, rtd_labels.float()), rtd_logit.detach())
+    torch.testing.assert_close(rtd_logit.grad, weight * expected)  # the discriminator's gradient carries λ
+    torch.testing.assert_close(stats["rtd_loss"], rtd)  # the logged loss is the unweighted one
+
+
 # ---------------------------------------------------------------------------------------------- runs
 
 

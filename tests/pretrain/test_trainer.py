@@ -443,3 +443,17 @@ def test_whole_word_masking_through_pretraining_labels_every_piece_of_a_word(cor
     pieces = Pretrainer(args(corpus_and_tokenizer, tmp_path / "pieces", whole_word_mask=False, **settings))
     labelled, partly, multi_piece = word_masking_counts(pieces, tokens, 10)
     assert partly > 100, (partly, labelled)  # measured 336 (dynamic) and 352 (static) of 680-701
+
+
+def test_pretraining_clips_gradients_at_norm_1_as_bert_did(corpus_and_tokenizer, tmp_path):
+    """The threshold is BERT's (google-research/bert optimization.py: clip_by_global_norm 1.0); a mutation changing
+    it failed no default test. The default and what the run's step uses are read here; fine-tuning's too."""
+    from bertforge.finetune import trainer as finetune_trainer
+
+    assert PretrainArgs.__dataclass_fields__["max_grad_norm"].default == 1.0
+    run = Pretrainer(args(corpus_and_tokenizer, tmp_path / "run"))
+    try:
+        assert run.stepper.max_grad_norm == 1.0
+    finally:
+        run.close()
+    assert finetune_trainer.MAX_GRAD_NORM == 1.0

@@ -253,6 +253,52 @@ def test_resume_of_a_directory_holding_no_run_refuses(inputs, tmp_path, capsys):
     assert not typo.exists() and not any(empty.iterdir()) and sorted(os.listdir(other)) == ["notes.txt"]
 
 
+def test_train_tokenizer_refuses_a_runs_tokenizer_and_a_run_with_another_tokenizer_says_so(inputs, tmp_path, capsys):
+    """Issue 46: `train-tokenizer --out RUN/tokenizer` silently replaced a pretraining run's vocabulary, and the run's
+    `--resume` then failed with "no checkpoint could be loaded". Now the command refuses in one line (any directory
+    holding a tokenizer too) unless --overwrite, and a run whose tokenizer was replaced names the tokenizer."""
+    corpus = inputs[0]
+    out = tmp_path / "run"
+    rc, err = cli_run(argv(inputs, out, tokenizer=False), capsys)
+    assert rc == 0, err
+    before = snapshot(out)
+    retrain = ["train-tokenizer", "--corpus", str(corpus), "--vocab-size", "60", "--out", str(out / "tokenizer")]
+    rc, err = cli_run(retrain, capsys)
+    line = error_line(err)
+    assert rc == 2 and "is the tokenizer of the pretraining run" in line and "--overwrite" in line, err
+    assert snapshot(out) == before
+    plain = tmp_path / "tok"
+    rc, err = cli_run([*retrain[:-1], str(plain)], capsys)
+    assert rc == 0, err
+    rc, err = cli_run([*retrain[:-1], str(plain)], capsys)
+    line = error_line(err)
+    assert rc == 2 and "already holds a tokenizer" in line and "tokenizer.json" in line, err
+    rc, err = cli_run([*retrain, "--overwrite"], capsys)
+    assert rc == 0, err
+    rc, err = cli_run(argv(inputs, out, "--resume", tokenizer=False, steps=4), capsys)
+    line = error_line(err)
+    assert rc == 2 and "cannot resume: the tokenizer" in line and "120 tokens then, 60 now" in line, err
+    assert "no checkpoint" not in line
+
+
+def test_the_demo_probes_are_printed_on_the_demo_corpus_only(inputs, tmp_path, capsys, caplog):
+    """Issue 46: a run on a user's corpus printed the demo world's [MASK] probes, whose answers it cannot know."""
+    import logging
+
+    from bertforge.data.demo_world import DEMO_CORPUS
+
+    with caplog.at_level(logging.INFO, logger="bertforge"):
+        rc, err = cli_run(argv(inputs, tmp_path / "user", steps=1), capsys)
+        assert rc == 0, err
+        assert "[MASK] predictions" not in caplog.text + err
+        demo = argv(inputs, tmp_path / "demo", steps=1)
+        demo[demo.index("--corpus") + 1] = str(DEMO_CORPUS)
+        rc, err = cli_run(demo, capsys)
+        assert rc == 0, err
+    assert "[MASK] predictions before training" in caplog.text + err
+    assert "[MASK] predictions after training" in caplog.text + err
+
+
 # ---------------------------------------------------------------------------------------------- 4. non-finite
 def strict_rows(path: Path) -> list[dict]:
     def refuse(token):

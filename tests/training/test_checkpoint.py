@@ -48,3 +48,42 @@ def test_random_states_are_restored():
     set_rng_state(state)
     again = (random.random(), np.random.rand(), torch.rand(3))
     assert drawn[:2] == again[:2] and torch.equal(drawn[2], again[2])
+
+
+def test_a_resume_restores_the_random_states_the_checkpoint_saved(tmp_path):
+    """Through `TrainingCheckpoints` itself (the audit's mutant skipping `set_rng_state` on resume was caught only
+    by the end-to-end bitwise resume tests): after a save, draws from Python, NumPy and torch; the RNGs move on;
+    `resume` brings them back, so the same draws come again, and the model and step are the checkpoint's."""
+    from torch import nn
+
+    from bertforge.core.system import Runtime
+    from bertforge.training.checkpoint import TrainingCheckpoints
+    from bertforge.training.optim import warmup_decay
+    from bertforge.training.step import TrainStep
+
+    def draws():
+        return random.random(), float(np.random.rand()), torch.rand(3).tolist()
+
+    def checkpoints():
+        torch.manual_seed(0)
+        model = nn.Linear(3, 2)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
+        stepper = TrainStep(model, optimizer, warmup_decay(optimizer, 0, 10, "constant"), device=torch.device("cpu"))
+        rt = Runtime(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
+        return TrainingCheckpoints(tmp_path, rt, stepper, keep=2), model
+
+    saver, model = checkpoints()
+    model(torch.ones(1, 3)).sum().backward()
+    saver.stepper.optimizer.step()  # an optimizer with state, as a trainer's checkpoint holds
+    random.seed(1), np.random.seed(1), torch.manual_seed(1)
+    saver.save({"position": 0}, {})
+    after_save = draws()
+    random.seed(99), np.random.seed(99), torch.manual_seed(99)  # the RNGs move on (another process, later)
+    assert draws() != after_save
+    resumer, fresh = checkpoints()
+    with torch.no_grad():
+        fresh.weight.add_(1.0)  # not the checkpoint's weights until the resume
+    loaded = resumer.resume(lambda loaded: None)
+    assert loaded is not None and loaded.step == 0
+    assert draws() == after_save
+    assert torch.equal(fresh.weight, model.weight)

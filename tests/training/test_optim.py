@@ -326,3 +326,24 @@ def test_make_optimizer_steps_by_the_formula_with_the_betas_and_epsilon_it_is_gi
         want = reference(before[n], grads[n], lr, decay, *betas, eps) if name == "adamw" else \
             reference(before[n], grads[n], lr, decay, b1=betas[0], b2=betas[1], eps=eps)
         np.testing.assert_allclose(p.detach().double().numpy(), want, rtol=1e-5, atol=1e-6, err_msg=n)
+
+
+@pytest.mark.parametrize("decay", ["wsd", "wsd-sqrt"])
+def test_a_wsd_schedule_given_a_new_length_decays_over_the_new_runs_last_fraction(decay):
+    """A run limited by wall time learns its length as it goes (`set_schedule_length`): after 5 steps of a 20-step
+    plan the run becomes 40 steps; from then on the learning rates are those of a 40-step WSD schedule, the peak
+    until step 36 (40 - 0.1 · 40) and the decay's shape over the last 4 steps. Values written out."""
+    from bertforge.training.optim import set_schedule_length, warmup_decay
+
+    opt = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=2.0)
+    sched = warmup_decay(opt, 2, 20, decay, 0.1)
+    lrs = []
+    for step in range(42):
+        if step == 5:
+            set_schedule_length(sched, 2, 40, decay, 0.1)
+        lrs.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    shape = [1.0, 0.75, 0.5, 0.25] if decay == "wsd" else [1.0, 0.5, 1 - math.sqrt(0.5), 1 - math.sqrt(0.75)]
+    want = [1.0, 2.0] + [2.0] * 34 + [2.0 * f for f in shape] + [0.0, 0.0]
+    assert lrs == pytest.approx(want, abs=1e-12)

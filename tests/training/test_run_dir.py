@@ -228,7 +228,8 @@ def test_a_directory_holding_something_else_is_refused_by_name(tmp_path):
     (out / ".hidden").write_text("")
     RunDirectory(out, False, True, {}, kind).refuse_foreign()  # empty but for hidden remains
     (out / "notes.txt").write_text("mine")
-    with pytest.raises(BertforgeError, match="holds files that are not a bertforge x run; choose another directory"):
+    with pytest.raises(BertforgeError, match=r"holds files that are not a bertforge x run; choose another directory "
+                                             r"\(--overwrite replaces only a x run\)"):
         RunDirectory(out, False, True, {}, kind).refuse_foreign()
     (out / "x.json").write_text("{}")
     RunDirectory(out, False, True, {}, kind).refuse_foreign()  # its own run (with a file beside it)

@@ -98,3 +98,44 @@ def test_a_rank_without_targets_backpropagates_zero_gradients_under_ddp():
             assert all(g is None for g in grads)
         else:
             assert all(g is not None and torch.equal(g, torch.zeros_like(g)) for g in grads)
+
+
+def clipped_step(scale: float, monkeypatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One step of SGD at lr 1 with max_grad_norm 1 on the loss times `scale`: (the update, the gradient before
+    clipping, the outcome's grad_norm)."""
+    model = token_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
+    stepper = TrainStep(model, optimizer, warmup_decay(optimizer, 0, 10, "constant"), max_grad_norm=1.0)
+    before = [p.detach().clone() for p in model.parameters()]
+    raw = []
+    real_clip = torch.nn.utils.clip_grad_norm_
+
+    def keep_raw(*args, **kwargs):  # the gradients before clipping, read at clipping time
+        raw.append(torch.cat([p.grad.reshape(-1).clone() for p in model.parameters()]))
+        return real_clip(*args, **kwargs)
+
+    def forward_backward(batch, weights):
+        logits = model(batch["ids"])
+        loss = F.cross_entropy(logits.reshape(-1, 5), batch["labels"].reshape(-1), ignore_index=-100) * scale
+        return {"loss": stepper.accumulate({"tokens": loss}, weights)}
+
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", keep_raw)
+    outcome = stepper.run(batches(), forward_backward, lambda b: {"tokens": labelled_count(b["labels"])})
+    monkeypatch.undo()
+    update = torch.cat([(b - p.detach()).reshape(-1) for b, p in zip(before, model.parameters())])
+    return update, raw[0], outcome.grad_norm
+
+
+def test_the_step_clips_the_gradient_to_max_grad_norm(monkeypatch):
+    """Directly (the audit found only an end-to-end test catching clipping switched off in the step): with SGD at
+    lr 1 the update is the gradient the optimizer saw; above max_grad_norm its norm is the threshold (direction
+    kept), below it the gradient is untouched, and the outcome reports the norm before clipping."""
+    update, gradient, grad_norm = clipped_step(1e3, monkeypatch)
+    torch.testing.assert_close(grad_norm, gradient.norm())
+    assert gradient.norm() > 10
+    torch.testing.assert_close(update.norm(), torch.tensor(1.0), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(update, gradient / gradient.norm(), rtol=1e-4, atol=1e-7)
+    update, gradient, grad_norm = clipped_step(1e-3, monkeypatch)
+    torch.testing.assert_close(grad_norm, gradient.norm())
+    assert gradient.norm() < 1
+    torch.testing.assert_close(update, gradient, rtol=1e-3, atol=3e-7)

@@ -210,3 +210,29 @@ def test_the_sequence_head_drops_out_at_pooler_dropout_then_cls_dropout(tmp_path
     assert torch.allclose(logits_of(0.0, 0.0, train=True), logits_of(0.0, 0.0, train=False), atol=1e-6)
     cls_on = logits_of(0.0, 0.5, train=True) - logits_of(0.0, 0.5, train=False)
     assert cls_on.abs().max() > 1e-4  # cls_dropout still on
+
+
+def test_buckets_at_the_boundary_distance_follow_transformers_float32_log(tmp_path):
+    """With 16 buckets and max_relative_positions 13, distance 12 sits on a bucket boundary (ln(12 / 8) / ln(12 / 8)
+    is 1 up to rounding), where a float64 log of the scale gives one bucket and transformers' float32 log the next
+    (outputs 8.7e-5 apart on this config). The bucket table and the outputs match transformers'."""
+    from transformers.models.deberta_v2.modeling_deberta_v2 import build_relative_position
+
+    from bertforge.model.parts import relative_positions
+    from bertforge.model.spec import RelativeAttention
+
+    L = 14
+    q = torch.zeros(1, L, 4)
+    ref_buckets = build_relative_position(q, q, bucket_size=16, max_position=13)[0]
+    span = RelativeAttention(buckets=16, max_distance=13).span
+    assert torch.equal(relative_positions(L, RelativeAttention(buckets=16, max_distance=13)) - span,
+                       (ref_buckets + span).clamp(0, 2 * span - 1) - span)
+    torch.manual_seed(0)
+    config = hf_config(position_buckets=16, max_relative_positions=13)
+    ref = transformers.DebertaV2Model(config).eval()
+    ref.save_pretrained(tmp_path / "hf")
+    ours = bertforge.AutoModel.from_pretrained(tmp_path / "hf").eval()
+    ids, mask, _ = batch()
+    mask = torch.ones_like(mask)
+    with torch.no_grad():
+        assert_close(ref(input_ids=ids, attention_mask=mask), ours(ids, mask), mask)

@@ -215,3 +215,24 @@ def test_the_ladders_recipes_thetas_and_unknown_sizes():
     assert tokenizer_kind("ettin-17m", MODERNBERT) == tokenizer_kind("modernbert-tiny", MODERNBERT) == "modernbert"
     with pytest.raises(BertforgeError, match="ettin has the sizes 17m, 32m, 68m, 150m, 400m, 1b"):
         BertConfig.preset("ettin-3m")
+
+
+def test_local_layers_rotate_with_the_local_theta_and_global_layers_with_the_global_one():
+    """Directly (a mutant giving the local layers the global θ was caught end to end only): in the spec and in the
+    encoder each block builds, a local layer has the window and θ = local_rope_theta, a global one neither window
+    nor that θ; the rotary tables are those of each θ."""
+    config = BertConfig.from_dict({"model_type": "modernbert", "vocab_size": 50, "hidden_size": 32,
+                                   "num_hidden_layers": 6, "num_attention_heads": 4, "intermediate_size": 40,
+                                   "global_attn_every_n_layers": 3, "global_rope_theta": 160_000.0,
+                                   "local_rope_theta": 10_000.0, "local_attention": 8, "pad_token_id": 0})
+    kinds = [GLOBAL, LOCAL, LOCAL, GLOBAL, LOCAL, LOCAL]
+    want = {GLOBAL: (None, 160_000.0), LOCAL: (8, 10_000.0)}
+    assert [(layer.window, layer.rope_theta) for layer in config.spec.layers] == [want[k] for k in kinds]
+    model = bertforge.BertModel(config)
+    encoder = next(m for m in model.modules() if hasattr(m, "scores"))
+    head_dim = 32 // 4
+    for kind, scores in zip(kinds, encoder.scores):
+        window, theta = want[kind]
+        assert scores.window == window and scores.rotary.theta == theta
+        exponents = torch.arange(0, head_dim, 2).float() / head_dim
+        torch.testing.assert_close(scores.rotary.inv_freq, 1.0 / theta**exponents)
