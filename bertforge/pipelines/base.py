@@ -28,7 +28,7 @@ from ..model.lora import load_adapted
 from ..data.corpus import calibration_ids
 from ..core.errors import BertforgeError
 from ..model import BertPreTrainedModel
-from ..model.attention import PackedBatch, pack
+from ..model.attention import PackedBatch, bucket_size, pack
 from ..core.linear import BACKENDS, linear_backend, onednn_available
 from ..model.quantize import check_quantize, is_quantized, quantize_model
 from ..core.system import configure_threads, inference_device, reuse_freed_memory
@@ -316,8 +316,9 @@ class Pipeline:
         with torch.inference_mode(), linear_backend(self.backend):
             for indices, batch in chunk.batches:
                 batch = batch.to(self.device)
+                padded = batch.padded_to(bucket_size(batch.tokens))  # sizes that repeat: memory stays bounded
                 with autocast(self.device, self.autocast_dtype):
-                    hidden = bert.forward_packed(batch, self.attention_padding, self.depth)  # [T, H]
+                    hidden = bert.forward_packed(padded, self.attention_padding, self.depth)[: batch.tokens]  # [T, H]
                 if self.autocast_dtype is not None:
                     hidden = hidden.float()  # the head in float32
                 for i, out in zip(indices, self.head(batch, hidden, [chunk.features[i] for i in indices])):

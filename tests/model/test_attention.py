@@ -107,6 +107,36 @@ def test_packed_layout_equals_padded_model(backend, max_padding, route, monkeypa
     assert (packed - expected).abs().max() < 1e-5
 
 
+@pytest.mark.parametrize("route", ["sdpa", "matmuls"])
+@pytest.mark.parametrize("total", [28, 33, 64])  # one filler shorter than the last sequence; several of its length
+def test_padded_to_appends_fillers_that_leave_the_real_rows_as_they_were(total, route, monkeypatch):
+    if route == "sdpa":
+        monkeypatch.setattr(attention, "MATMUL_ATTENTION_MAX_LENGTH", SDPA_ONLY)
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                        intermediate_size=48, max_position_embeddings=40)
+    model = bertforge.BertModel(config).eval()
+    lengths = [9, 7, 5, 5]
+    batch = pack([torch.randint(1, 50, (n,)).tolist() for n in lengths], [[1] * n for n in lengths])
+    padded = batch.padded_to(total, pad_id=3)
+    assert batch.tokens == 26 and padded.tokens == total and padded.lengths[:4] == lengths
+    assert padded.lengths == sorted(padded.lengths, reverse=True) and sum(padded.lengths) == total
+    assert padded.input_ids[26:].eq(3).all() and padded.token_type_ids[26:].eq(0).all()
+    assert padded.position_ids[26:].tolist() == [i for n in padded.lengths[4:] for i in range(n)]
+    assert batch.padded_to(20) is batch and batch.padded_to(26) is batch  # nothing to add
+    with torch.inference_mode():
+        exact, bucketed = model.forward_packed(batch), model.forward_packed(padded)
+    assert bucketed.shape == (total, 32) and (bucketed[:26] - exact).abs().max() < 1e-6
+
+
+def test_bucket_size_rounds_up_by_at_most_an_eighth_to_few_sizes():
+    sizes = {t: attention.bucket_size(t) for t in range(1, 8193)}
+    assert [sizes[t] for t in (1, 16, 17, 100, 128, 129, 4000, 4096, 4097)] == [16, 16, 32, 112, 128, 144, 4096, 4096, 4608]
+    assert all(b >= t and (b - t < 16 or b <= 1.125 * t) for t, b in sizes.items())
+    assert all(sizes[b] == b for b in sizes.values())  # a bucket is its own bucket
+    assert len({b for t, b in sizes.items() if t <= 4096}) == 48
+
+
 def test_attention_plan_merges_runs_within_padding_budget(monkeypatch):
     lengths = [9, 9, 7, 3, 3, 3, 1]
     short = [(b.start, b.count, b.length) for b in attention_plan(lengths, 100.0)]

@@ -128,3 +128,24 @@ def test_bf16_precision_stays_within_cosine_0999_of_float32(minilm_dir):
         bertforge.pipeline("embed", model=minilm_dir, precision="bf16", quantize="int8")
     with pytest.raises(BertforgeError, match="precision 'fp16'; choose fp32 or bf16"):
         bertforge.pipeline("embed", model=minilm_dir, precision="fp16")
+
+
+def test_compute_runs_the_encoder_at_bucketed_row_counts_with_the_exact_results(embed, monkeypatch):
+    """Packed batches run at `bucket_size` rows (filler sequences appended), so a long-running pipeline meets few
+    matrix sizes and its memory stays bounded; the results are those of the exact sizes."""
+    import bertforge.pipelines.base as base
+    from bertforge.model.attention import bucket_size
+
+    bert = embed.model.base_model
+    rows: list[tuple[int, int]] = []
+    real = bert.forward_packed
+    monkeypatch.setattr(bert, "forward_packed", lambda batch, *a: rows.append((batch.tokens, len(batch.lengths))) or real(batch, *a))
+    texts = SENTENCES + [s[: 7 + i] for i, s in enumerate(SENTENCES)]
+    bucketed = embed(texts)
+    assert rows and all(t == bucket_size(t) for t, _ in rows)
+    monkeypatch.setattr(base, "bucket_size", lambda tokens: tokens)
+    exact_rows = len(rows)
+    exact = embed(texts)
+    assert any(t != bucket_size(t) for t, _ in rows[exact_rows:])  # the exact sizes were not all buckets already
+    assert [n for _, n in rows[exact_rows:]] != [n for _, n in rows[:exact_rows]]  # the buckets carried fillers
+    np.testing.assert_allclose(bucketed, exact, rtol=0, atol=1e-6)
