@@ -48,8 +48,9 @@ def child(args: argparse.Namespace) -> None:
     bucket = base.bucket_size if args.mode == "bucketed" else (lambda tokens: tokens)
 
     def counted(tokens: int) -> int:
-        sizes.add(bucket(tokens))
-        return bucket(tokens)
+        size = bucket(tokens)
+        sizes.add(size)
+        return size
 
     base.bucket_size = counted  # type: ignore[assignment]
     lines = [line.split("\t")[0] for line in args.data.read_text().splitlines()[1:] if line.strip()]
@@ -97,7 +98,7 @@ def main() -> None:
     print(f"{args.chunks} chunks of {args.texts} texts, {args.threads} thread(s), malloc {args.malloc}, model {args.model}")
     for repeat in range(args.repeats):
         for mode in modes:  # interleaved: the machine's noise falls on both
-            argv = [sys.executable, __file__, "--mode", mode] + [a for a in sys.argv[1:]]
+            argv = [sys.executable, __file__, "--mode", mode, *sys.argv[1:]]
             done = subprocess.run(argv, capture_output=True, text=True, check=False)
             if done.returncode:
                 sys.exit(f"embed_memory: the {mode} run failed:\n{done.stderr[-2000:]}")

@@ -339,7 +339,7 @@ class PackedBatch:
 
     @property
     def tokens(self) -> int:
-        """Real rows T (the sum of `lengths`)."""
+        """Rows T (the sum of `lengths`; a padded batch's fillers included)."""
         return int(self.input_ids.shape[0])
 
     def padded_to(self, total: int, pad_id: int = 0) -> "PackedBatch":
