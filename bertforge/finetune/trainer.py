@@ -241,7 +241,8 @@ class Finetuning:
         self.model.to(self.device)
         self.train_mode()
         cadence = Cadence(self.cfg.log_every, self.cfg.eval_every, self.save_every)
-        TrainLoop(self, cadence, RunLength(self.total_steps), self.record, self.bar, lifecycle=self.lifecycle).run()
+        TrainLoop(self, cadence, RunLength(self.total_steps), self.record, self.bar, lifecycle=self.lifecycle,
+                  rt=self.rt).run()
         self.result.steps = self.stepper.step
         self.result.skipped_steps = self.stepper.skipped_steps
         self.result.seconds = time.perf_counter() - started
@@ -350,6 +351,13 @@ class Finetuning:
         counters = {"losses": self.losses, "since_best": self.since_best, "stopped_early": self.result.stopped_early,
                     **self.own_counters()}
         self.checkpoints.save(data, counters, {"evaluation": record})
+
+    def snapshot(self) -> None:
+        """Mid-run, when a signal stops the run: its checkpoint is all there is (the model a run writes is its best
+        evaluated weights, known at the end); say where it is."""
+        if self.checkpoints is not None and self.rt.is_main:
+            log.info("the checkpoint at step %d is in %s: the same command with --resume continues", self.step,
+                     self.checkpoints.out)
 
     def own_counters(self) -> dict[str, Any]:
         """A subclass's JSON values for the checkpoint (read back by its `restore`)."""

@@ -57,8 +57,10 @@ CONTRADICTIONS = (
 # code measured 6 % slower than today's, alternated here), 5 of 12. 1,500 steps of 64 tokens (127 s) reached 2 of 12
 # and 600 (53 s) none; MLM alone was worse than NSP. These are the defaults of every setting a run without a corpus is
 # not given (`run_settings`).
+# Its model is exported every minute of training (`save_every_minutes`) and when Ctrl-C stops it, so that a demo
+# stopped early, on a slow machine, still leaves runs/demo/model/ to try the other commands on.
 DEMO: dict[str, Any] = dict(vocab_size=8000, max_steps=2500, max_length=32, lr=2e-3, warmup_steps=100, save_every=500,
-                            out="runs/demo")
+                            save_every_minutes=1.0, out="runs/demo")
 
 
 @dataclass(frozen=True)
@@ -148,7 +150,8 @@ class PretrainArgs:
     early_stop_patience: int | None = option(None, "stop the run after K evaluations in a row without a lower "
                                              "eval loss", metavar="K")
     save_every: int = option(500, "checkpoint every N steps")
-    save_every_minutes: float | None = option(None, "also checkpoint at every multiple of M minutes of training time",
+    save_every_minutes: float | None = option(None, "also checkpoint, and export OUT/model and its curves, at every multiple "
+                                              "of M minutes of training time (the demo: 1)",
                                               metavar="M")
     keep_checkpoints: int = option(3, "complete checkpoints to keep")
     log_every: int = option(10, "a metrics row every N steps")

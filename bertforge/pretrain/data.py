@@ -155,4 +155,4 @@ def train_run_tokenizer(args: PretrainArgs, corpus: list[str], family: str = "be
     lines = take_mb(iter_documents(corpus, text_column=a.text_column, allow_binary=a.allow_binary), a.tokenizer_sample_mb)
     # lowercase=None: the kind's own default (BERT and ALBERT lowercase, byte-level BPE keeps case); --cased: never
     return Tokenizer.train(lines, vocab_size=a.vocab_size, lowercase=None if a.lowercase else False, kind=kind,
-                           show_progress=a.progress)
+                           show_progress=None if a.progress else False)  # None: on a terminal only

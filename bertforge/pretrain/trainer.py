@@ -168,6 +168,15 @@ class Pretrainer:
         teardown_runtime(self.rt)  # on success only: after an error, other ranks may still be inside a collective
 
     # ------------------------------------------------------------------ checkpoints
+    def snapshot(self) -> None:
+        """Mid-run (a wall-time checkpoint, a stop signal: `training.loop`): OUT/model and the curves as they stand,
+        so that a run cut off by any means leaves a usable model (the demo's every minute: `args.DEMO`)."""
+        self.export(self.out / "model")  # every rank: gathering FSDP shards is a collective
+        if self.rt.is_main:
+            plot_metrics(self.out / "metrics.jsonl", self.out / "training_curves.png")
+            log.info("the model after %d of %d steps is in %s (the same command with --resume continues the run)",
+                     self.step, self.length.steps, self.out / "model")
+
     def save_checkpoint(self) -> None:
         """Everything that decides what comes next (`TrainingCheckpoints.save`): weights, optimizer, schedule, RNGs,
         the stream's position, and the counters and metrics window of this trainer."""
@@ -256,7 +265,7 @@ class Pretrainer:
         try:
             with progress_bar(total, self.step, "pretraining", not (self.rt.is_main and a.progress),
                               dynamic_ncols=True) as bar:
-                TrainLoop(self, cadence, self.length, metrics.write, bar, self.clock, self.lifecycle).run()
+                TrainLoop(self, cadence, self.length, metrics.write, bar, self.clock, self.lifecycle, self.rt).run()
         finally:
             metrics.close()
         final = self.out / "model"

@@ -11,7 +11,14 @@ checkpoint whatever the cadence: a fine-tuning epoch, or the whole pretraining r
 A trainer (`LoopTrainer`) brings its model, data, `forward_backward` and evaluation: one optimizer step
 (`train_step`), what a step adds to the next row (`record_step`) and the row itself (`log_row`), its evaluation
 (`evaluate_now`, True to stop early), the end of a period (`period_ends` says a step ended one, `end_period`
-records its data position) and its checkpoint (`save_checkpoint`); it says nothing of *when*.
+records its data position), its checkpoint (`save_checkpoint`) and a usable model mid-run (`snapshot`); it says
+nothing of *when*.
+
+Stopping. While the loop runs, SIGINT (Ctrl-C) and SIGTERM do not kill the run: they ask it to stop after the step
+in hand (`StopSignals`). The loop then checkpoints, takes a snapshot (pretraining: `OUT/model` and its curves) and
+raises `Interrupted`, which the command line turns into exit status 128 + the signal's number; a second signal
+stops the run at once, as without the loop. A wall-time checkpoint (`--save-every-minutes`) takes a snapshot too, so
+that a run cut off by any means (a kill, a lost machine) leaves a model no older than that interval.
 
 `RunLifecycle` is the run directory's lifecycle around it (`run_dir.RunDirectory` on rank 0: lock and checks,
 the first change to OUT, the run --overwrite replaced dropped at the first checkpoint or put back on failure, the
@@ -22,6 +29,9 @@ dropped).
 from __future__ import annotations
 
 import contextlib
+import logging
+import signal
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -29,11 +39,68 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from .run_dir import RunDirectory
-from ..core.system import Runtime, barrier, on_main
+from ..core.system import Runtime, all_ranks_agree, barrier, on_main
 from .time_budget import RunClock, RunLength
 from .log import MetricsLog
 
+log = logging.getLogger("bertforge")
+
 Row = dict[str, Any]
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # what asks a running loop to stop after its step, with a checkpoint
+
+
+class Interrupted(KeyboardInterrupt):
+    """The loop stopped at a step boundary on a signal (`StopSignals`), after its checkpoint and snapshot.
+    `exit_status` is the shell's for a process that a signal ended: 128 + its number."""
+
+    def __init__(self, signum: int, step: int) -> None:
+        super().__init__(f"interrupted ({signal.Signals(signum).name}) at step {step}")
+        self.signum, self.step = signum, step
+
+    @property
+    def exit_status(self) -> int:
+        return 128 + self.signum
+
+
+class StopSignals:
+    """SIGINT and SIGTERM caught while a loop runs: the first asks for a stop (`requested`), and puts the previous
+    handlers back, so that a second one acts as it would have without the loop (Ctrl-C twice: KeyboardInterrupt
+    now). Handlers can only be set in the main thread: a loop run in another thread is not caught."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self.previous: dict[int, Any] = {}
+
+    @contextlib.contextmanager
+    def caught(self) -> Iterator[StopSignals]:
+        if threading.current_thread() is not threading.main_thread():
+            yield self
+            return
+        self.previous = {s: signal.signal(s, self.handle) for s in STOP_SIGNALS}
+        try:
+            yield self
+        finally:
+            self.restore()
+
+    def handle(self, signum: int, frame: Any) -> None:
+        self.signum = signum
+        self.restore()
+        log.warning("%s: stopping after this step, with a checkpoint (again: stop now, without one)",
+                    signal.Signals(signum).name)
+
+    def restore(self) -> None:
+        for s, handler in self.previous.items():
+            signal.signal(s, handler)
+        self.previous = {}
+
+    def agreed(self, rt: Runtime | None) -> int | None:
+        """The signal that stops the run after this step, None to go on; every rank agrees (one all-reduce when
+        distributed: a signal reaches the ranks at different steps)."""
+        if rt is None or not rt.distributed:
+            return self.signum
+        if all_ranks_agree(rt, self.signum is None):
+            return None
+        return self.signum if self.signum is not None else signal.SIGTERM
 
 
 @dataclass(frozen=True)
@@ -72,17 +139,27 @@ class LoopTrainer(Protocol):
 
     def save_checkpoint(self) -> None: ...
 
+    def snapshot(self) -> None: ...  # a usable model mid-run: at a wall-time checkpoint, and when interrupted
+
 
 class TrainLoop:
-    """Runs a `LoopTrainer` from its current step to the end of its data, its length or early stopping.
-    `record` writes a metrics row; `bar` is a tqdm bar (or None); `lifecycle` learns of every checkpoint."""
+    """Runs a `LoopTrainer` from its current step to the end of its data, its length or early stopping, or to a
+    stop signal (`Interrupted`). `record` writes a metrics row; `bar` is a tqdm bar (or None); `lifecycle` learns of
+    every checkpoint; `rt`: the ranks that must agree on a stop."""
 
     def __init__(self, trainer: LoopTrainer, cadence: Cadence, length: RunLength, record: Callable[[Row], Any],
-                 bar: Any = None, clock: RunClock | None = None, lifecycle: RunLifecycle | None = None) -> None:
+                 bar: Any = None, clock: RunClock | None = None, lifecycle: RunLifecycle | None = None,
+                 rt: Runtime | None = None) -> None:
         self.trainer, self.cadence, self.length, self.record = trainer, cadence, length, record
         self.bar, self.clock, self.lifecycle = bar, clock, lifecycle
+        self.rt = rt
+        self.signals = StopSignals()
 
     def run(self) -> None:
+        with self.signals.caught():
+            self.run_steps()
+
+    def run_steps(self) -> None:
         t, cadence = self.trainer, self.cadence
         row_start = time.perf_counter()
         if self.clock is not None:
@@ -104,10 +181,15 @@ class TrainLoop:
             stop = (period_end or cadence.due(cadence.eval_every, step)) and t.evaluate_now(period_end)
             if period_end:
                 t.end_period(stop)
-            if period_end or stop or timed_save or cadence.due(cadence.save_every, step):
+            signum = self.signals.agreed(self.rt)
+            if period_end or stop or timed_save or signum is not None or cadence.due(cadence.save_every, step):
                 t.save_checkpoint()
                 if self.lifecycle is not None:
                     self.lifecycle.checkpointed()
+            if signum is not None or (timed_save and not t.finished()):
+                t.snapshot()
+            if signum is not None:
+                raise Interrupted(signum, step)
             if stop:
                 break
 

@@ -12,9 +12,11 @@ from __future__ import annotations
 import dataclasses
 import functools
 import gzip
+import importlib.util
 import json
 import math
 import random
+import re
 import sys
 import warnings
 from pathlib import Path
@@ -75,6 +77,8 @@ def hf_mlm_checkpoint(corpus_and_tokenizer, tmp_path_factory) -> Path:
 
 # ---------------------------------------------------------------------------------------------- the demo, each option
 
+ROOT = Path(__file__).resolve().parents[2]
+
 
 def pretrain_settings(monkeypatch, *argv: str) -> PretrainArgs:
     """What `bertforge pretrain ARGV` hands to the training function (which is not run)."""
@@ -111,6 +115,7 @@ def test_pretrain_with_no_arguments_is_the_documented_demo(monkeypatch):
     assert (tiny_preset.num_hidden_layers, tiny_preset.hidden_size) == (2, 128)
     assert s.nsp and s.lowercase and s.demo and s.mlm_probability is None and not s.whole_word_mask  # recipe: 0.15
     assert (s.precision, s.compile, s.gradient_checkpointing, s.resume, s.overwrite) == ("auto", False, False, False, False)
+    assert s.save_every_minutes == 1.0  # its model is exported every minute: a demo cut short still leaves one
 
 
 def test_pretrain_explicit_option_overrides_the_demo_setting(monkeypatch):
@@ -395,6 +400,37 @@ def test_pretrain_demo_runs_as_documented(tmp_path):
     assert len(right) == 2 and right[0] <= 1 and right[1] >= DEMO_RIGHT, done.stderr[-3000:]
     tops = [line.split("->")[1].split()[0] for line in after.splitlines()[1 : 1 + len(PROBES)]]  # then a summary line
     assert len(tops) == len(PROBES) and len(set(tops)) >= DEMO_DISTINCT, tops
+
+
+def test_the_demo_stopped_by_ctrl_c_leaves_a_usable_model(tmp_path):
+    """The first hour (#47): the README's first command, stopped with Ctrl-C soon after it starts training, exits
+    130 saying where it stopped, and leaves runs/demo/model/ (and its curves) for the other commands."""
+    import signal
+    import subprocess
+    import time
+
+    from bertforge.pipelines import pipeline
+
+    run = tmp_path / "runs" / "demo"
+    with subprocess.Popen([sys.executable, "-m", "bertforge", "pretrain", "--no-progress"], cwd=tmp_path,
+                          stderr=subprocess.PIPE, text=True) as demo:
+        deadline = time.monotonic() + 300
+        while not (run / "metrics.jsonl").exists() or not (run / "metrics.jsonl").read_text().strip():
+            assert demo.poll() is None and time.monotonic() < deadline, "the demo ended or took too long to train"
+            time.sleep(0.2)
+        demo.send_signal(signal.SIGINT)
+        _, stderr = demo.communicate(timeout=120)
+    assert demo.returncode == 130, stderr[-2000:]
+    # docs/guides/resume.md shows what it prints: each line there, the numbers aside, is a line here
+    page = (ROOT / "docs" / "guides" / "resume.md").read_text(encoding="utf-8")
+    shown = page.split("## Stopping a run")[1].split("```text\n")[1].split("```")[0].splitlines()
+    for line in shown[2:]:  # after "$ bertforge pretrain" and "..."
+        assert re.search(re.escape(line).replace("812", r"\d+").replace("2500", r"\d+"), stderr), (line, stderr[-2000:])
+    step = int(stderr.split("interrupted (SIGINT) at step ")[1].split()[0])
+    assert 10 <= step < DEMO_STEPS and (run / "checkpoints" / f"step-{step}").is_dir()
+    fill = pipeline("fill-mask", model=run / "model")
+    assert len(fill("the cat [MASK] on the mat.")) == 5
+    assert (run / "training_curves.png").exists() == (importlib.util.find_spec("matplotlib") is not None)
 
 
 # ---------------------------------------------------------------------------------- options of the pretraining features

@@ -2,7 +2,10 @@
 
 import dataclasses
 import json
+import logging
 import math
+import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -11,6 +14,9 @@ from safetensors.torch import load_file
 
 from bertforge import BertforgeError
 from bertforge.pretrain.trainer import PretrainArgs, Pretrainer, pretrain
+from bertforge.core.state import load_state
+from bertforge.model import BertForPreTraining
+from bertforge.training.loop import Interrupted
 from bertforge.training.run_dir import list_checkpoints
 from tests.helpers import tiny_run_args
 
@@ -128,8 +134,6 @@ def test_interrupted_and_resumed_run_is_bitwise_identical(corpus_and_tokenizer, 
     pretrain(args(corpus_and_tokenizer, broken, nsp=nsp, resume=True, **extra))
     assert [(p, p.stat().st_mtime_ns) for p in shards] == stamps  # the resumed run reads the shards, never rewrites them
     if static:
-        from bertforge.core.state import load_state
-
         data = load_state(broken / "checkpoints" / "step-12", "data")
         assert set(data[0]) >= {"epoch", "shard_pos", "row_pos"}  # the shard reader's position, saved and restored
 
@@ -141,6 +145,43 @@ def test_interrupted_and_resumed_run_is_bitwise_identical(corpus_and_tokenizer, 
     rows_b = (broken / "metrics.jsonl").read_text().splitlines()
     strip = lambda rows: [{k: v for k, v in json.loads(r).items() if k != "tokens_per_s"} for r in rows]  # noqa: E731
     assert strip(rows_a) == strip(rows_b)
+
+
+def test_ctrl_c_leaves_a_model_and_curves_and_the_resumed_run_is_bitwise_the_straight_one(corpus_and_tokenizer,
+                                                                                          tmp_path, monkeypatch):
+    straight = tmp_path / "straight"
+    pretrain(args(corpus_and_tokenizer, straight))
+    real_step = Pretrainer.train_step
+
+    def ctrl_c_in_step_seven(self):
+        result = real_step(self)
+        if self.step == 7:
+            os.kill(os.getpid(), signal.SIGINT)  # a terminal's Ctrl-C, mid-step
+        return result
+
+    stopped = tmp_path / "stopped"
+    monkeypatch.setattr(Pretrainer, "train_step", ctrl_c_in_step_seven)
+    with pytest.raises(Interrupted) as interrupted:
+        pretrain(args(corpus_and_tokenizer, stopped))
+    assert interrupted.value.step == 7 and interrupted.value.exit_status == 130
+    assert [s for s, _ in list_checkpoints(stopped)] == [4, 7]  # the step-4 mark, then where the signal stopped it
+    assert (stopped / "training_curves.png").stat().st_size > 1000
+    model = BertForPreTraining.from_pretrained(stopped / "model")  # the model after 7 steps, usable
+    seven = load_file(str(stopped / "checkpoints" / "step-7" / "model.safetensors"))
+    assert seven.keys() <= model.state_dict().keys()
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in seven.items())
+    monkeypatch.setattr(Pretrainer, "train_step", real_step)
+    pretrain(args(corpus_and_tokenizer, stopped, resume=True))
+    a, b = weights(straight), weights(stopped)
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_a_wall_time_checkpoint_exports_the_model_as_it_stands(corpus_and_tokenizer, tmp_path, caplog):
+    caplog.set_level(logging.INFO, "bertforge")
+    out = tmp_path / "run"
+    pretrain(args(corpus_and_tokenizer, out, save_every_minutes=1e-6))  # a mark passed at every step
+    snapshots = [line for line in caplog.text.splitlines() if "steps is in" in line]
+    assert len(snapshots) == 11 and "the model after 1 of 12 steps is in" in snapshots[0], snapshots  # not at the end
 
 
 def test_metrics_rows_after_a_resume_average_the_same_steps(corpus_and_tokenizer, tmp_path, monkeypatch):
@@ -347,8 +388,6 @@ def assert_loadable_model(model_dir: Path) -> None:
 def test_torchrun_two_cpu_processes_train_on_different_data(corpus_and_tokenizer, tmp_path, nsp, static):
     """DDP over gloo: both ranks step together, rank 0 writes, and each rank's data position is its own (with
     --static-masking each rank writes and reads the shards of its own share of the documents)."""
-    from bertforge.core.state import load_state
-
     out = tmp_path / "ddp"
     torchrun_pretrain(corpus_and_tokenizer, out, "--max-steps", "4", "--save-every", "4", *([] if nsp else ["--no-nsp"]),
                       *(["--static-masking", "--dupe-factor", "2"] if static else []))

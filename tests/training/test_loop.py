@@ -4,6 +4,10 @@ where early stopping ends the run, the run's length from a clock, and the run di
 
 from __future__ import annotations
 
+import os
+import signal
+import threading
+
 import pytest
 import torch
 
@@ -12,7 +16,7 @@ from bertforge.pretrain.args import PRETRAINING
 from bertforge.training.run_dir import RunDirectory
 from bertforge.core.system import Runtime
 from bertforge.training.time_budget import RunLength
-from bertforge.training.loop import Cadence, RunLifecycle, TrainLoop, open_metrics
+from bertforge.training.loop import STOP_SIGNALS, Cadence, Interrupted, RunLifecycle, TrainLoop, open_metrics
 
 ONE_PROCESS = Runtime(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
 
@@ -57,6 +61,9 @@ class Fake:
 
     def save_checkpoint(self) -> None:
         self.events.append(("save", self.step))
+
+    def snapshot(self) -> None:
+        self.events.append(("snapshot", self.step))
 
 
 def kinds(trainer: Fake, kind: str) -> list[int]:
@@ -120,6 +127,60 @@ def test_a_clock_sets_the_length_the_loop_keeps_and_never_the_settings():
     TrainLoop(trainer, Cadence(log_every=100), length, lambda row: None, bar, Clock()).run()
     assert trainer.step == 3 and length.steps == 3 and bar.total == 3 and bar.updates == 3
     assert kinds(trainer, "save") == [1, 3]  # the wall-time mark, and the end
+    assert kinds(trainer, "snapshot") == [1]  # a usable model at the mark; the end exports its own
+
+
+class Signalling(Fake):
+    """Sends itself `signals` during step `at` (as a terminal's Ctrl-C or a `kill` would, mid-step)."""
+
+    def __init__(self, at: int, signals: tuple[int, ...], **kw) -> None:
+        super().__init__(**kw)
+        self.at, self.signals = at, signals
+
+    def train_step(self) -> int:
+        step = super().train_step()
+        if step == self.at:
+            for signum in self.signals:
+                os.kill(os.getpid(), signum)
+        return step
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_stop_signal_ends_the_run_after_its_step_with_a_checkpoint_and_a_snapshot(signum, caplog):
+    before = {s: signal.getsignal(s) for s in STOP_SIGNALS}
+    trainer = Signalling(at=3, signals=(signum,), period=5, periods=2)
+    with pytest.raises(Interrupted) as stopped:
+        TrainLoop(trainer, Cadence(log_every=2, save_every=100), RunLength(10), lambda row: None).run()
+    assert stopped.value.step == 3 and stopped.value.exit_status == 128 + signum
+    assert f"interrupted ({signal.Signals(signum).name}) at step 3" in str(stopped.value)
+    assert trainer.step == 3 and kinds(trainer, "save") == [3] and kinds(trainer, "snapshot") == [3]
+    assert [k for k, step in trainer.events if step == 3][-2:] == ["save", "snapshot"]
+    assert "stopping after this step" in caplog.text
+    assert {s: signal.getsignal(s) for s in STOP_SIGNALS} == before  # the handlers are put back
+
+
+def test_a_second_ctrl_c_stops_at_once_without_a_checkpoint():
+    trainer = Signalling(at=3, signals=(signal.SIGINT, signal.SIGINT), period=5, periods=2)
+    with pytest.raises(KeyboardInterrupt) as stopped:
+        TrainLoop(trainer, Cadence(log_every=2), RunLength(10), lambda row: None).run()
+    assert not isinstance(stopped.value, Interrupted)  # Python's own, raised inside the step
+    assert kinds(trainer, "save") == [] and kinds(trainer, "snapshot") == []
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_a_loop_outside_the_main_thread_leaves_the_signals_alone():
+    seen: list = []
+
+    class Looking(Fake):
+        def train_step(self) -> int:
+            seen.append(signal.getsignal(signal.SIGINT))
+            return super().train_step()
+
+    thread = threading.Thread(target=lambda: TrainLoop(Looking(period=2, periods=1), Cadence(log_every=1),
+                                                       RunLength(2), lambda row: None).run())
+    thread.start()
+    thread.join()
+    assert seen == [signal.default_int_handler] * 2
 
 
 def test_run_length_refits_the_warmup_and_schedule_to_the_first_length_the_budget_gives():
