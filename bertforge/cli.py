@@ -1,7 +1,9 @@
 """The `bertforge` command line. Subcommands live in `bertforge/commands/`, one module each.
 
 Every failure a user can cause ends in one line on stderr naming the problem and a non-zero exit status;
-`--debug` shows the traceback as well.
+`--debug` shows the traceback as well. Log lines go to stderr; `--quiet` keeps only warnings and errors there (and
+turns progress bars off), `--log-file FILE` appends every line to FILE as well, timestamped (`-`: stdout), the
+closing error line included. These options, like `--debug`, go before or after the command's name.
 """
 
 from __future__ import annotations
@@ -50,20 +52,32 @@ class OneLineErrorParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
+# Options of every command, before or after its name (`bertforge --quiet pretrain` or `bertforge pretrain --quiet`).
+SHARED_OPTIONS: tuple[tuple[str, dict], ...] = (
+    ("--debug", dict(action="store_true", help="show full tracebacks on errors")),
+    ("--quiet", dict(action="store_true", help="only warnings and errors on stderr, no progress bars")),
+    ("--log-file", dict(metavar="FILE", help="also append every log line to FILE, timestamped ('-': stdout)")),
+)
+FILE_FORMAT = "%(asctime)s %(levelname)s %(message)s"
+_console: logging.Handler | None = None  # the stderr handler `configure_logging` set up, if it did
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineErrorParser(
         prog="bertforge",
         description="Pretrain, fine-tune and use BERT models. Run `bertforge COMMAND --help` for a command's options.",
     )
     parser.add_argument("--version", action="version", version=f"bertforge {__version__}")
-    parser.add_argument("--debug", action="store_true", help="show full tracebacks on errors")
+    for flag, spec in SHARED_OPTIONS:
+        parser.add_argument(flag, **spec)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
         module = importlib.import_module(f".commands.{name}", __package__)  # a missing one is a bug: it fails
         p = sub.add_parser(module.NAME, help=module.HELP, description=module.HELP,
                            epilog="examples:\n" + "\n".join(f"  {line}" for line in module.EXAMPLES),
                            formatter_class=argparse.RawDescriptionHelpFormatter)
-        p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show full tracebacks on errors")
+        for flag, spec in SHARED_OPTIONS:  # given here, it overrides the top level's
+            p.add_argument(flag, **{**spec, "default": argparse.SUPPRESS})
         module.add_arguments(p)
         p.set_defaults(run=module.run)
     return parser
@@ -79,6 +93,33 @@ def subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentP
 
 def _subparser(parser: argparse.ArgumentParser, command: str | None) -> argparse.ArgumentParser:
     return subcommands(parser).get(command or "", parser)
+
+
+def configure_logging(quiet: bool, log_file: str | None) -> logging.Handler | None:
+    """Log lines (bertforge's at INFO) to stderr, warnings and errors only when `quiet`; with `log_file`, every line
+    appended there too, timestamped ('-': stdout); under torchrun each rank but 0 writes FILE.rankN. Returns the
+    file's handler (None without one)."""
+    global _console
+    root = logging.getLogger()
+    if _console is None and not root.handlers:  # as basicConfig: a configured root (a host program's) stays as it is
+        _console = logging.StreamHandler(sys.stderr)
+        _console.setFormatter(logging.Formatter("%(message)s"))
+        root.addHandler(_console)
+        root.setLevel(logging.INFO)
+    if _console is not None:
+        _console.setLevel(logging.WARNING if quiet else logging.INFO)
+    logging.getLogger("bertforge").setLevel(logging.INFO)
+    if log_file is None:
+        return None
+    if log_file == "-":
+        handler: logging.Handler = logging.StreamHandler(sys.stdout)
+    else:
+        rank = int(os.environ.get("RANK", "0"))
+        handler = logging.FileHandler(log_file if rank == 0 else f"{log_file}.rank{rank}", mode="a", encoding="utf-8")
+    handler.setFormatter(logging.Formatter(FILE_FORMAT))
+    handler.setLevel(logging.INFO)
+    root.addHandler(handler)
+    return handler
 
 
 def describe_os_error(err: OSError) -> str:
@@ -116,8 +157,21 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "command", None):
         parser.print_help()
         return 0
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    logging.getLogger("bertforge").setLevel(logging.INFO)
+    try:
+        log_file = configure_logging(args.quiet, args.log_file)
+    except OSError as err:
+        print(f"bertforge {args.command}: error: --log-file {describe_os_error(err)}", file=sys.stderr)
+        return 2
+    if args.quiet and hasattr(args, "progress"):
+        args.progress = False
+
+    def fail(line: str, rc: int) -> int:
+        print(f"bertforge {args.command}: {line}", file=sys.stderr)
+        if log_file is not None:  # the log says how the run ended
+            log_file.handle(logging.makeLogRecord({"msg": f"bertforge {args.command}: {line}", "levelno": logging.ERROR,
+                                                   "levelname": "ERROR"}))
+        return rc
+
     try:
         apply_switches(read_switches())  # BERTFORGE_LINEAR & co for every command, those that set up no runtime too
         rc = int(args.run(args) or 0)
@@ -127,24 +181,21 @@ def main(argv: list[str] | None = None) -> int:
     except BertforgeError as err:
         if args.debug:
             traceback.print_exc()
-        print(f"bertforge {args.command}: error: {err}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print(f"bertforge {args.command}: interrupted", file=sys.stderr)
-        return 130
+        return fail(f"error: {err}", 2)
+    except KeyboardInterrupt as err:  # a training loop's stop (`training.loop.Interrupted`) says where it stopped
+        return fail(str(err) or "interrupted", int(getattr(err, "exit_status", 130)))
     except OSError as err:  # the file system said no (read-only, full, permissions): one line naming the path
         if args.debug:
             traceback.print_exc()
-        print(f"bertforge {args.command}: error: {describe_os_error(err)}", file=sys.stderr)
-        return 2
+        return fail(f"error: {describe_os_error(err)}", 2)
     except Exception as err:  # a bug in bertforge: still one line unless --debug
         if args.debug:
             traceback.print_exc()
-        print(
-            f"bertforge {args.command}: internal error: {type(err).__name__}: {err} (rerun with --debug for the traceback)",
-            file=sys.stderr,
-        )
-        return 1
+        return fail(f"internal error: {type(err).__name__}: {err} (rerun with --debug for the traceback)", 1)
+    finally:
+        if log_file is not None:
+            logging.getLogger().removeHandler(log_file)
+            log_file.close()
 
 
 if __name__ == "__main__":

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import logging
+import re
 from pathlib import Path
 
 import pytest
 
 from bertforge.cli import main
+from bertforge.core.errors import BertforgeError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -127,3 +130,99 @@ def test_every_command_help_shows_examples_that_parse(capsys):
             assert words[:2] == ["bertforge", name], example
             parsed = cli.build_parser().parse_args(words[1:])  # argparse exits 2 on a bad option
             assert parsed.command == name
+
+
+# ------------------------------------------------------------------------------------------- --quiet and --log-file
+
+def talking(record: dict):
+    """A command's `run` that logs a line at each level (and records the settings it was handed)."""
+    def run(args) -> int:
+        record["progress"] = getattr(args, "progress", "unset")
+        log = logging.getLogger("bertforge")
+        log.info("an info line")
+        log.warning("a warning line")
+        if record.get("fail"):
+            raise BertforgeError("the corpus is empty")
+        return 0
+    return run
+
+
+@pytest.fixture
+def bare_logging(monkeypatch):
+    """`main` runs with the root logger of a fresh `bertforge` process: no handlers (pytest's own, which it adds
+    when the test is called, set aside for the call)."""
+    import bertforge.cli as cli
+
+    def bare_main(argv: list[str]) -> int:
+        root = logging.getLogger()
+        saved, root.handlers, cli._console = root.handlers, [], None
+        try:
+            return main(argv)
+        finally:
+            root.handlers, cli._console = saved, None
+
+    return bare_main
+
+
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_quiet_keeps_warnings_and_errors_on_stderr_and_turns_progress_bars_off(monkeypatch, capsys, bare_logging, where):
+    record: dict = {}
+    monkeypatch.setattr("bertforge.commands.embed.run", talking(record))
+    argv = ["--quiet", "embed"] if where == "before" else ["embed", "--quiet"]
+    assert bare_logging([*argv, "--model", "m", "--input", "t.txt", "--out", "v.npy"]) == 0
+    err = capsys.readouterr().err
+    assert "a warning line" in err and "an info line" not in err
+    assert record["progress"] is False
+
+
+def test_without_quiet_info_lines_reach_stderr_and_progress_is_the_commands_default(monkeypatch, capsys, bare_logging):
+    record: dict = {}
+    monkeypatch.setattr("bertforge.commands.embed.run", talking(record))
+    assert bare_logging(["embed", "--model", "m", "--input", "t.txt", "--out", "v.npy"]) == 0
+    err = capsys.readouterr().err
+    assert "an info line" in err and "a warning line" in err and record["progress"] is None
+
+
+def test_log_file_gets_every_line_timestamped_and_the_closing_error(monkeypatch, capsys, bare_logging, tmp_path):
+    log_file = tmp_path / "run.log"
+    log_file.write_text("an earlier run\n")
+    record = {"fail": True}
+    monkeypatch.setattr("bertforge.commands.train_tokenizer.run", talking(record))
+    assert bare_logging(["train-tokenizer", "--quiet", "--log-file", str(log_file), "--corpus", "c.txt", "--out", "t"]) == 2
+    err = capsys.readouterr().err
+    assert "an info line" not in err and err.endswith("bertforge train-tokenizer: error: the corpus is empty\n")
+    lines = log_file.read_text().splitlines()
+    assert lines[0] == "an earlier run"  # appended
+    assert [line.split(" ", 2)[2] for line in lines[1:]] == [
+        "INFO an info line", "WARNING a warning line", "ERROR bertforge train-tokenizer: error: the corpus is empty"]
+    assert all(re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} ", line) for line in lines[1:])
+    assert not logging.getLogger().handlers or all(  # the file is closed and let go after the command
+        getattr(h, "baseFilename", None) != str(log_file) for h in logging.getLogger().handlers)
+
+
+def test_log_file_dash_is_stdout(monkeypatch, capsys, bare_logging):
+    monkeypatch.setattr("bertforge.commands.train_tokenizer.run", talking({}))
+    assert bare_logging(["--log-file", "-", "train-tokenizer", "--corpus", "c.txt", "--out", "t"]) == 0
+    out = capsys.readouterr().out
+    assert "INFO an info line" in out and "WARNING a warning line" in out
+
+
+def test_an_unwritable_log_file_is_refused_in_one_line(monkeypatch, capsys, bare_logging, tmp_path):
+    monkeypatch.setattr("bertforge.commands.train_tokenizer.run", talking({}))
+    assert bare_logging(["train-tokenizer", "--log-file", str(tmp_path / "no" / "such" / "dir.log"), "--corpus", "c.txt",
+                 "--out", "t"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("bertforge train-tokenizer: error: --log-file ") and "No such file or directory" in err
+
+
+def test_a_stopped_training_loop_exits_with_its_signals_status(monkeypatch, capsys, bare_logging):
+    import signal
+
+    from bertforge.training.loop import Interrupted
+
+    def stopped(args):
+        raise Interrupted(signal.SIGTERM, 41)
+
+    monkeypatch.setattr("bertforge.commands.train_tokenizer.run", stopped)
+    assert bare_logging(["train-tokenizer", "--corpus", "c.txt", "--out", "t"]) == 143
+    assert capsys.readouterr().err == "bertforge train-tokenizer: interrupted (SIGTERM) at step 41\n"

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import threading
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -150,7 +151,7 @@ class Tokenizer(Vocabulary):
         min_frequency: int = 2,
         strip_accents: bool | None = None,
         limit_alphabet: int = 1000,
-        show_progress: bool = True,
+        show_progress: bool | None = None,
         *,
         kind: TokenizerKind | str = BERT,
     ) -> Tokenizer:
@@ -167,7 +168,8 @@ class Tokenizer(Vocabulary):
             min_frequency: how often a pair must occur to be merged (WordPiece and BPE).
             strip_accents: remove accents; None does so exactly when lowercasing.
             limit_alphabet: the most distinct characters to keep (WordPiece; BPE's alphabet is the 256 bytes).
-            show_progress: show the trainer's progress bar.
+            show_progress: show the trainer's progress bar, which `tokenizers` draws on stdout; None: when stdout
+                is a terminal (redirected, it would be blank lines among the output).
             kind: the tokenizer family, a `TokenizerKind` or a name for `kinds.kind_by_name` ("roberta", "bpe").
 
         The special tokens come first, in the order of `kind.special_tokens`: `[PAD] [UNK] [CLS] [SEP] [MASK]` for
@@ -176,8 +178,9 @@ class Tokenizer(Vocabulary):
         """
         kind = kind_by_name(kind) if isinstance(kind, str) else kind
         normalization = _training_normalization(kind, lowercase, strip_accents)
+        show = sys.stdout.isatty() if show_progress is None else show_progress
         backend = _train_backend(files_or_iterator, kind, normalization, vocab_size=vocab_size,
-                                 min_frequency=min_frequency, limit_alphabet=limit_alphabet, show_progress=show_progress)
+                                 min_frequency=min_frequency, limit_alphabet=limit_alphabet, show_progress=show)
         return cls(backend, normalization=normalization,
                    clean_up_tokenization_spaces=kind.clean_up_tokenization_spaces, kind=kind)
 

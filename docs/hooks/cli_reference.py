@@ -14,6 +14,8 @@ import argparse
 import re
 from typing import Any
 
+from bertforge.cli import SHARED_OPTIONS
+
 PAGE = "reference/cli.md"
 
 INTRO = """# Command-line reference
@@ -23,9 +25,15 @@ module per command in `bertforge/commands/`; most options are fields of a settin
 `bertforge.core.options.option`, whose default the help text states). `bertforge COMMAND --help` prints the same
 text. An option with no *default* here is off, or takes the value its help describes.
 
-Every command also accepts `--debug` (full tracebacks on errors). Failures a user can cause end in one line on
-stderr naming the problem, with exit status 2; an interruption exits with 130.
+Every command also accepts, before or after its name, `--debug` (full tracebacks on errors), `--quiet` (only
+warnings and errors on stderr, no progress bars) and `--log-file FILE` (every log line appended to FILE as well,
+timestamped, the closing error line included; `-`: stdout). Log lines go to stderr; a command's results go to
+stdout or to its `--out`. Failures a user can cause end in one line on stderr naming the problem, with exit status
+2; an interruption exits with 130 (SIGINT) or 143 (SIGTERM), a training run after its checkpoint.
 """
+
+
+SHARED = {flag.lstrip("-").replace("-", "_") for flag, _ in SHARED_OPTIONS}
 
 
 def _cell(text: str) -> str:
@@ -65,11 +73,12 @@ def _default(action: argparse.Action) -> tuple[str, str]:
 
 
 def _rows(parser: argparse.ArgumentParser) -> list[tuple[str, list[argparse.Action]]]:
-    """The parser's argument groups in `--help` order, without help and --debug (the same for every command)."""
+    """The parser's argument groups in `--help` order, without help and the options every command shares
+    (`cli.SHARED_OPTIONS`)."""
     groups = []
     for group in parser._action_groups:
         actions = [a for a in group._group_actions
-                   if not isinstance(a, (argparse._HelpAction, argparse._SubParsersAction)) and a.dest != "debug"]
+                   if not isinstance(a, (argparse._HelpAction, argparse._SubParsersAction)) and a.dest not in SHARED]
         if actions:
             groups.append((group.title or "options", actions))
     return groups
