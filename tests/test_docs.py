@@ -175,6 +175,32 @@ def test_readme_python_blocks_run(tmp_path, monkeypatch):
     run_blocks("README.md", blocks, tmp_path, monkeypatch)
 
 
+def test_using_a_model_commands_run_on_a_two_layer_model(tmp_path, monkeypatch):
+    """docs/guides/using-a-model.md's "The commands" block, each line through `bertforge`'s own entry point, on a
+    2-layer BERT with an MLM head (the demo's shape): an option out of range for it (`--layer 4`) fails here."""
+    pytest.importorskip("matplotlib")
+    pytest.importorskip("onnxruntime")
+    from bertforge import BertConfig, BertForMaskedLM, Tokenizer
+    from bertforge.cli import main
+    from bertforge.data.demo_world import DEMO_CORPUS
+
+    model_dir = tmp_path / "DIR"
+    tokenizer = Tokenizer.train(DEMO_CORPUS, vocab_size=500, show_progress=False)
+    BertForMaskedLM(BertConfig.preset("tiny", vocab_size=tokenizer.vocab_size)).save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+    (tmp_path / "texts.txt").write_text("the dog barks.\nsnow is white.\n", encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    page = (ROOT / "docs" / "guides" / "using-a-model.md").read_text(encoding="utf-8")
+    block = page.split("## The commands")[1].split("```bash\n")[1].split("```")[0]
+    lines = [line.split("  #")[0] for line in block.splitlines() if line.strip()]
+    assert len(lines) >= 5, lines
+    for line in lines:
+        argv = shlex.split(line)
+        assert argv[0] == "bertforge", line
+        assert main(argv[1:]) == 0, line
+    assert (tmp_path / "attention.png").stat().st_size > 1000 and (tmp_path / "model.onnx").exists()
+
+
 # ---------------------------------------------------------------------------------------------------- the site
 
 

@@ -193,3 +193,36 @@ def test_head_vs_full_runs_both_ways_on_its_stand_in_data(tmp_path: Path) -> Non
     assert head["run"] == "head only" and full["run"] == "full fine-tuning"
     assert head["trained"] < full["trained"] == full["total"] == head["total"]
     assert all(0.0 <= r["accuracy"] <= 1.0 for r in (head, full))
+
+
+def test_the_learn_extra_brings_every_package_the_course_imports() -> None:
+    """`pip install -e '.[learn]'` (docs/learn/index.md) is all a learner needs: each module a page's Python imports
+    is the standard library's, bertforge's, or a distribution of the core install or of the `learn` extra (or one
+    they pull in: `safetensors`, torch's own). The course names the extra as its install."""
+    import ast
+    import importlib.metadata
+    import sys
+    import tomllib
+
+    project = tomllib.loads((DOCS.parent / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    name = lambda req: re.split(r"[<>=!~;\[ ]", req, maxsplit=1)[0].lower().replace("_", "-")  # noqa: E731
+    allowed = {name(r) for r in project["dependencies"] + project["optional-dependencies"]["learn"]}
+    distributions = importlib.metadata.packages_distributions()
+    needed: dict[str, set[str]] = {}
+    for page in PAGES:
+        for _, code, _ in python_blocks(page.read_text(encoding="utf-8")):
+            for node in ast.walk(ast.parse(code)):
+                modules = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                           else [node.module] if isinstance(node, ast.ImportFrom) and node.module else [])
+                for module in modules:
+                    top = module.split(".")[0]
+                    if top not in sys.stdlib_module_names and top != "bertforge":
+                        needed.setdefault(top, set()).add(page.name)
+    assert needed, "the pages import nothing outside the standard library and bertforge?"
+    for top, pages in needed.items():
+        owners = {d.lower().replace("_", "-") for d in distributions.get(top, [])}
+        assert owners & allowed, f"{top} (imported by {sorted(pages)}) comes from {owners}, not the core or the learn extra"
+    index = (DOCS / "learn" / "index.md").read_text(encoding="utf-8")
+    assert "pip install -e '.[learn]'" in index and "'.[test]'" not in index
+    for page in PAGES:
+        assert "find_spec" not in page.read_text(encoding="utf-8"), page.name  # the files are found by their package's list
