@@ -33,5 +33,6 @@ def test_plots_are_an_extra_the_tests_install_and_torch_is_the_tested_line():
     extras = project["optional-dependencies"]
     assert not names(project["dependencies"]) & {"matplotlib", "tensorboard"}
     assert names(extras["plots"]) == {"matplotlib", "tensorboard"} <= names(extras["test"])
+    assert names(extras["learn"]) <= names(extras["test"])  # the tests run the course's pages
     assert "torch>=2.13,<2.14" in project["dependencies"]  # the line the tests run with: still the CPU wheel here
     assert importlib.metadata.version("torch").startswith("2.13.")
