@@ -47,6 +47,10 @@ log = logging.getLogger("bertforge")
 # Gradient-norm clipping threshold, as in BERT's original recipe.
 MAX_GRAD_NORM = 1.0
 FINETUNE_EPS = 1e-8  # AdamW epsilon of fine-tuning recipes (transformers' default); pretraining keeps BERT's 1e-6
+#: A run of fewer optimizer steps than this is warned about at its start: in so few the model barely moves from where
+#: it starts (README's quick start on 16 rows in one batch for 3 epochs took 3 steps and stayed at chance), and the
+#: warm-up and decay span next to nothing.
+FEW_STEPS = 10
 
 
 def autocast(device: torch.device, precision: str = "auto") -> contextlib.AbstractContextManager[Any]:
@@ -180,6 +184,7 @@ class Finetuning:
             log.info("%s on %d %s: %d epoch(s) x %s, batch %d x %d accumulated%s, warm-up %d step(s), on %s at %s (%s)",
                      self.what, len(train_features), self.rows, cfg.epochs, per_epoch, cfg.batch_size, cfg.grad_accum,
                      processes, warmup_steps, device, precision.name, precision.reason)
+            self.warn_few_steps()
         self.result = TrainResult()
         self.best_state: dict[str, torch.Tensor] | None = None
         self.since_best = 0
@@ -198,6 +203,19 @@ class Finetuning:
         self.save_every = 0
 
     what, rows = "fine-tuning", "features"  # the plan line's words
+
+    def warn_few_steps(self) -> None:
+        """One warning line when the whole run is under `FEW_STEPS` optimizer steps, with its numbers and the
+        options that give it more."""
+        steps, cfg = self.total_steps, self.cfg
+        if steps >= FEW_STEPS:
+            return
+        accumulated = cfg.grad_accum > 1
+        batch = f"batch {cfg.batch_size}" + (f" x {cfg.grad_accum} accumulated" if accumulated else "")
+        smaller = "a smaller --batch-size" + (" or --grad-accum" if accumulated else "")
+        log.warning("%s: only %d optimizer step%s (%d %s, %s, %d epoch%s): the model will barely move from where it "
+                    "starts; use more rows, %s, or more --epochs", self.what, steps, "" if steps == 1 else "s",
+                    len(self.features), self.rows, batch, cfg.epochs, "" if cfg.epochs == 1 else "s", smaller)
 
     def plan_steps(self) -> list[int]:
         """The optimizer steps of each epoch (what the schedule spans), known before the run starts."""

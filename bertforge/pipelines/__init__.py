@@ -7,7 +7,8 @@
 Tasks: "embed", "sparse-embed" (SPLADE; also "sparse"), "fill-mask", "text-classification", "token-classification",
 "question-answering", "rerank". Every pipeline takes one input or a list of any length (`pipe.stream(iterable)` yields
 results one by one), tokenizes in a background thread, sorts inputs by length into batches with no padding at all,
-and returns results in input order.
+and returns results in input order. A call takes transformers' call-time options for itself, `fill(texts, top_k=3)`,
+and refuses by name those with no setting here (each class's `call_options` and `refused_options`).
 `rerank(query, passages)` scores (query, passage) pairs with a cross-encoder and returns them best first. A caller
 that has tokenized already (the server) runs `pipe.run_features(inputs, pipe.features(inputs)[0])`.
 """

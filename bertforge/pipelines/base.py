@@ -6,6 +6,12 @@ batch's hidden states to the task's head, and finally folds each input's feature
 
 Inputs are processed in chunks: while chunk k is computed, chunk k+1 is tokenized, sorted and packed in a
 background thread. Results come back in input order.
+
+A call takes transformers' call-time options, for that call only: `fill(texts, top_k=3)`. Each pipeline class
+declares them in two tables, checked here (`Pipeline.with_options`): `call_options`, the settings a call may
+change (each set by the class's `set_<name>` method, which its constructor uses too), and `refused_options`,
+transformers' options that have no bertforge setting, each with where it goes instead. Anything else is refused
+with the list of what a call takes.
 """
 
 from __future__ import annotations
@@ -132,6 +138,17 @@ class Pipeline:
 
     task: ClassVar[str] = ""
     model_class: ClassVar[type[BertPreTrainedModel]]
+    #: The keyword arguments a call takes for itself (`fill(texts, top_k=3)`): each is set, on the call's own copy
+    #: of the pipeline, by the method `set_<name>` (the constructor's check). In the order they are set.
+    call_options: ClassVar[tuple[str, ...]] = ("batch_size", "max_batch_tokens", "max_length", "progress", "truncation")
+    #: transformers' call-time options that have no setting here: name -> where it goes instead (a message).
+    refused_options: ClassVar[Mapping[str, str]] = {
+        "num_workers": "inputs are tokenized in a background thread already; set threads with "
+                       "pipeline(..., num_threads=N)",
+        "padding": "batches are packed with no padding, so results do not depend on it; leave it out",
+    }
+    #: Named keyword arguments of the class's own `__call__` (for the message listing what a call takes).
+    call_arguments: ClassVar[tuple[str, ...]] = ()
     #: `forward_packed`'s max_padding: 0 keeps each result independent of the rest of its batch, bit for bit.
     attention_padding: ClassVar[float] = 0.0
     #: Encoder blocks to run (`forward_packed`'s depth); None: all. The embed pipeline's `layer` sets it.
@@ -190,13 +207,11 @@ class Pipeline:
         config = self.model.config
         tokenizer.check_fits_model(config.vocab_size, str(self.model_dir) if self.model_dir else "the model")
         limit = min(config.max_sequence_length, tokenizer.model_max_length)
-        max_length = self.check_max_length(limit if max_length is None else max_length, limit)
-        if max_batch_tokens < 1 or batch_size < 1:
-            raise BertforgeError(f"max_batch_tokens and batch_size must be positive, got {max_batch_tokens} and {batch_size}")
-        self.max_length = max_length
-        self.max_batch_tokens = max_batch_tokens
-        self.batch_size = batch_size
-        self.progress = progress
+        self.length_limit = limit  # the most max_length may be
+        self.set_max_length(limit if max_length is None else max_length)
+        self.set_max_batch_tokens(max_batch_tokens)
+        self.set_batch_size(batch_size)
+        self.set_progress(progress)
         if backend not in BACKENDS:
             raise BertforgeError(f"{self.task}: backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
         weight = self.model.input_embeddings()
@@ -205,6 +220,60 @@ class Pipeline:
                 f"{self.task}: the oneDNN backend needs float32 weights on CPU and a PyTorch built with oneDNN"
             )
         self.backend = backend
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        unset = [name for name in cls.call_options if not callable(getattr(cls, f"set_{name}", None))]
+        both = set(cls.call_options) & set(cls.refused_options)
+        if unset or both:
+            raise TypeError(f"{cls.__name__}: call_options without a set_<name> method: {unset}; "
+                            f"both taken and refused: {sorted(both)}")
+
+    # ------------------------------------------------------------------ settings a call may change
+
+    def set_max_length(self, max_length: Any) -> None:
+        self.max_length = self.check_max_length(max_length, self.length_limit)
+
+    def set_max_batch_tokens(self, max_batch_tokens: Any) -> None:
+        self.max_batch_tokens = self.check_positive("max_batch_tokens", max_batch_tokens)
+
+    def set_batch_size(self, batch_size: Any) -> None:
+        self.batch_size = self.check_positive("batch_size", batch_size)
+
+    def set_progress(self, progress: Any) -> None:
+        if progress is not None and not isinstance(progress, bool):
+            raise BertforgeError(f"{self.task}: progress must be True, False or None, got {progress!r}")
+        self.progress = progress
+
+    def set_truncation(self, truncation: Any) -> None:
+        """transformers' `truncation=True` is what always happens here; anything else is refused."""
+        if truncation is not True and truncation != "longest_first":
+            raise BertforgeError(f"{self.task}: `truncation` is always on here: texts are cut at max_length "
+                                 f"({self.max_length} tokens); set it with max_length=N, got truncation={truncation!r}")
+
+    def check_positive(self, name: str, value: Any) -> int:
+        """`value`, a positive integer, or a BertforgeError naming `name`."""
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise BertforgeError(f"{self.task}: {name} must be a positive integer, got {value!r}")
+        return value
+
+    def with_options(self, options: Mapping[str, Any]) -> Pipeline:
+        """The pipeline for one call with `options` (the call's keyword arguments): itself when there are none,
+        else a shallow copy with them set, checked as the constructor checks them. The pipeline itself is not
+        changed, so calls from several threads (the server's) never see each other's options."""
+        if not options:
+            return self
+        for name in options:
+            if name in self.refused_options:
+                raise BertforgeError(f"{self.task}: `{name}` is not supported; {self.refused_options[name]}")
+            if name not in self.call_options:
+                takes = ", ".join((*self.call_arguments, *self.call_options))
+                raise BertforgeError(f"{self.task}: unknown option `{name}`; a call takes: {takes}")
+        pipe = copy.copy(self)
+        for name in self.call_options:
+            if name in options:
+                getattr(pipe, f"set_{name}")(options[name])
+        return pipe
 
     # ------------------------------------------------------------------ loading and checks
 
@@ -381,8 +450,13 @@ class Pipeline:
 
         return tqdm(total=total, desc=self.task, unit="input", disable=None if self.progress is None else False)
 
-    def __call__(self, inputs: Any) -> Any:
-        """One input → its result; a list (or other sequence) of inputs → a list of results."""
+    def __call__(self, inputs: Any, **options: Any) -> Any:
+        """One input → its result; a list (or other sequence) of inputs → a list of results. `options`: settings
+        for this call only (`call_options`), as transformers' pipelines take them: `fill(texts, top_k=3)`."""
+        return self.with_options(options).run(inputs)
+
+    def run(self, inputs: Any) -> Any:
+        """What a call returns, with this pipeline's settings."""
         if self.is_single(inputs):
             return next(iter(self.stream([inputs])))
         self.check_collection(inputs)
@@ -423,12 +497,12 @@ class VectorPipeline(Pipeline):
     def postprocess(self, item: str, outputs: list[Any], features: list[Feature]) -> Any:
         return outputs[0]
 
-    def __call__(self, inputs: Any) -> Any:
+    def run(self, inputs: Any) -> Any:
         if self.is_single(inputs):
-            return super().__call__(inputs)
+            return super().run(inputs)
         import numpy as np
 
-        rows = super().__call__(inputs)
+        rows = super().run(inputs)
         return np.stack(rows) if rows else np.zeros((0, self.vector_size()), dtype=np.float32)
 
 

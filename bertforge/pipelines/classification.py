@@ -6,7 +6,7 @@ B-/I- grouping rules, so the labels and scores agree on the same checkpoint.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -58,11 +58,31 @@ class TextClassificationPipeline(Pipeline):
     def __init__(self, model: Any, *, top_k: int | None = 1, function_to_apply: str | None = None,
                  threshold: float | None = None, **kwargs: Any) -> None:
         super().__init__(model, **kwargs)
-        if top_k is not None and (not isinstance(top_k, int) or top_k < 1):
+        self.id2label = _labels(self.model)
+        self.set_top_k(top_k)
+        self.set_threshold(threshold)
+        self.set_function_to_apply(function_to_apply)
+
+    call_options = (*Pipeline.call_options, "top_k", "function_to_apply", "threshold")
+    refused_options = {
+        **Pipeline.refused_options,
+        "stride": "a text over max_length is cut, not windowed; set max_length=N",
+        "add_special_tokens": "the model's special tokens are always added, as the model was trained with them",
+        "return_token_type_ids": "token type ids are always made, for text pairs",
+    }
+
+    def set_top_k(self, top_k: Any) -> None:
+        if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
             raise BertforgeError(f"text-classification: top_k must be a positive integer or None, got {top_k!r}")
+        self.top_k = top_k
+
+    def set_threshold(self, threshold: Any) -> None:
         if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, (int, float))):
             raise BertforgeError(f"text-classification: threshold must be a number or None, got {threshold!r}")
         self.threshold = threshold
+
+    def set_function_to_apply(self, function_to_apply: Any) -> None:
+        """The score function; None: as transformers picks it, from the model's config."""
         config = self.model.config
         if function_to_apply is None:
             if config.problem_type == "regression":
@@ -71,12 +91,10 @@ class TextClassificationPipeline(Pipeline):
                 function_to_apply = "sigmoid"
             else:
                 function_to_apply = "softmax"
-        function_to_apply = function_to_apply.lower()
-        if function_to_apply not in SCORE_FUNCTIONS:
+        function_to_apply = getattr(function_to_apply, "value", function_to_apply)  # transformers' enum
+        if not isinstance(function_to_apply, str) or function_to_apply.lower() not in SCORE_FUNCTIONS:
             raise BertforgeError(f"function_to_apply must be one of {', '.join(SCORE_FUNCTIONS)}, got {function_to_apply!r}")
-        self.function_to_apply = function_to_apply
-        self.top_k = top_k
-        self.id2label = _labels(self.model)
+        self.function_to_apply = function_to_apply.lower()
 
     def check_model(self, model: BertPreTrainedModel, source: str) -> None:
         _check_architecture(model, source, "BertForSequenceClassification", self.task)
@@ -167,12 +185,30 @@ class TokenClassificationPipeline(Pipeline):
         self, model: Any, *, aggregation_strategy: str = "first", ignore_labels: list[str] | None = None, **kwargs: Any
     ) -> None:
         super().__init__(model, **kwargs)
-        aggregation_strategy = aggregation_strategy.lower()
-        if aggregation_strategy not in AGGREGATIONS:
-            raise BertforgeError(f"aggregation_strategy must be one of {', '.join(AGGREGATIONS)}, got {aggregation_strategy!r}")
-        self.aggregation = aggregation_strategy
-        self.ignore_labels = set(ignore_labels if ignore_labels is not None else ["O"])
+        self.set_aggregation_strategy(aggregation_strategy)
+        self.set_ignore_labels(ignore_labels)
         self.id2label = _labels(self.model)
+
+    call_options = (*Pipeline.call_options, "aggregation_strategy", "ignore_labels")
+    refused_options = {
+        **Pipeline.refused_options,
+        "stride": "a text over max_length is cut (with a warning), not windowed; set max_length=N",
+        "is_split_into_words": "give each text as one string (words joined by spaces); offsets are its characters'",
+        "delimiter": "give each text as one string (words joined by spaces); offsets are its characters'",
+        "offset_mapping": "offsets come from the tokenizer's own character spans",
+    }
+
+    def set_aggregation_strategy(self, aggregation_strategy: Any) -> None:
+        aggregation_strategy = getattr(aggregation_strategy, "value", aggregation_strategy)  # transformers' enum
+        if not isinstance(aggregation_strategy, str) or aggregation_strategy.lower() not in AGGREGATIONS:
+            raise BertforgeError(f"aggregation_strategy must be one of {', '.join(AGGREGATIONS)}, got {aggregation_strategy!r}")
+        self.aggregation = aggregation_strategy.lower()
+
+    def set_ignore_labels(self, ignore_labels: Any) -> None:
+        """Labels left out of the results; None: ["O"]."""
+        if ignore_labels is not None and (isinstance(ignore_labels, str) or not isinstance(ignore_labels, Iterable)):
+            raise BertforgeError(f"token-classification: ignore_labels must be a list of labels, got {ignore_labels!r}")
+        self.ignore_labels = set(ignore_labels if ignore_labels is not None else ["O"])
 
     def check_model(self, model: BertPreTrainedModel, source: str) -> None:
         _check_architecture(model, source, "BertForTokenClassification", self.task)

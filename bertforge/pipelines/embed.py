@@ -59,6 +59,13 @@ class SentenceTransformersVectors(VectorPipeline):
         self.default_prompt_name: str | None = defaults.get("default_prompt_name")
         self.prompt = self.choose_prompt(prompt_name, prompt, self.default_prompt_name)
 
+    refused_options = {
+        **Pipeline.refused_options,
+        "tokenize_kwargs": "texts are tokenized as the model's tokenizer does and cut at max_length; set that "
+                           "with max_length=N",
+        "show_progress_bar": "it is called progress here (True, False, or None: for long inputs on a terminal)",
+    }
+
     def choose_prompt(self, name: str | None, prompt: str | None, default: str | None) -> str:
         """The text put before every input: `prompt`, or the prompt called `name` (else the default one), or ""."""
         if name is not None and prompt is not None:
@@ -110,12 +117,25 @@ class EmbedPipeline(SentenceTransformersVectors):
         super().__init__(model, **kwargs)
         defaults = self.declared
         self.pooling = pooling if pooling is not None else defaults.get("pooling", "mean")
-        self.normalize = bool(normalize if normalize is not None else defaults.get("normalize", False))
+        self.set_normalize(normalize)
         self.hidden_size = self.model.config.hidden_size
         self.layer = self.check_layer(layer)
         n = self.model.config.num_hidden_layers
         self.depth = None if self.layer == n else self.layer  # None: every block
         self.similarity: str = defaults.get("similarity", "cosine")  # sentence-transformers' similarity_fn_name
+
+    call_options = (*Pipeline.call_options, "normalize")
+    refused_options = {
+        **SentenceTransformersVectors.refused_options,
+        "normalize_embeddings": "it is called normalize here: embed(texts, normalize=True)",
+        "return_tensors": "results are float32 numpy arrays; torch.from_numpy(result) makes a tensor",
+    }
+
+    def set_normalize(self, normalize: Any) -> None:
+        """Scale each embedding to unit length; None: what a sentence-transformers directory declares."""
+        if normalize is not None and not isinstance(normalize, bool):
+            raise BertforgeError(f"embed: normalize must be True, False or None, got {normalize!r}")
+        self.normalize = normalize if normalize is not None else bool(self.declared.get("normalize", False))
 
     def check_layer(self, layer: Any) -> int:
         """`layer` as an index 0..N of the hidden states, or a BertforgeError naming the range."""
@@ -141,6 +161,11 @@ class FeatureExtractionPipeline(EmbedPipeline):
     a list of texts → one such list each. (`pipeline("embed")` gives pooled sentence vectors.)"""
 
     task = "feature-extraction"
+    call_options = Pipeline.call_options
+    refused_options = {
+        **SentenceTransformersVectors.refused_options,
+        "return_tensors": "results are nested lists [1, tokens, hidden]; torch.tensor(result) makes a tensor",
+    }
 
     def __init__(self, model: Any, **kwargs: Any) -> None:
         if kwargs.get("pooling") is not None or kwargs.get("normalize"):
@@ -152,7 +177,7 @@ class FeatureExtractionPipeline(EmbedPipeline):
         rows = hidden.float().cpu().numpy()
         return [rows[start:start + n] for start, n in zip(batch.starts, batch.lengths)]  # [T, H] each
 
-    def __call__(self, inputs: str | Iterable[str]) -> Any:
+    def run(self, inputs: str | Iterable[str]) -> Any:
         if isinstance(inputs, str):
-            return Pipeline.__call__(self, inputs)[None].tolist()
-        return [rows[None].tolist() for rows in Pipeline.__call__(self, inputs)]
+            return Pipeline.run(self, inputs)[None].tolist()
+        return [rows[None].tolist() for rows in Pipeline.run(self, inputs)]

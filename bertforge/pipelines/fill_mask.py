@@ -32,18 +32,35 @@ class FillMaskPipeline(Pipeline):
 
     def __init__(self, model: Any, *, top_k: int = 5, targets: list[str] | None = None, **kwargs: Any) -> None:
         super().__init__(model, **kwargs)
-        if not isinstance(top_k, int) or top_k < 1:
-            raise BertforgeError(f"fill-mask: top_k must be a positive integer, got {top_k!r}")
         self.mask_id = self.tokenizer.mask_token_id
+        self.set_top_k(top_k)
+        self.set_targets(targets)
+
+    call_options = (*Pipeline.call_options, "top_k", "targets")
+    refused_options = {
+        **Pipeline.refused_options,
+        "tokenizer_kwargs": "texts are tokenized as the model's tokenizer does and cut at max_length; set that "
+                            "with max_length=N",
+    }
+
+    def set_top_k(self, top_k: Any) -> None:
+        """Predictions per mask (at most the vocabulary's, or the targets', size)."""
+        if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+            raise BertforgeError(f"fill-mask: top_k must be a positive integer, got {top_k!r}")
+        self.top_k = top_k
+
+    def set_targets(self, targets: Any) -> None:
+        """Restrict the predictions to these vocabulary tokens (a token, or a list of them; None: any)."""
         self.target_ids: Tensor | None = None
-        if targets is not None:
-            vocab = self.tokenizer.get_vocab()
-            unknown = [t for t in targets if t not in vocab]
-            if unknown or not targets:
-                raise BertforgeError(f"fill-mask: targets must be vocabulary tokens; not in the vocabulary: {unknown}")
-            self.target_ids = torch.tensor(sorted({vocab[t] for t in targets}))
-        vocab_size = self.model.config.vocab_size if self.target_ids is None else len(self.target_ids)
-        self.top_k = min(top_k, vocab_size)
+        if targets is None:
+            return
+        if isinstance(targets, str):
+            targets = [targets]  # as transformers takes one target
+        vocab = self.tokenizer.get_vocab()
+        unknown = [t for t in targets if t not in vocab]
+        if unknown or not targets:
+            raise BertforgeError(f"fill-mask: targets must be vocabulary tokens; not in the vocabulary: {unknown}")
+        self.target_ids = torch.tensor(sorted({vocab[t] for t in targets}))
 
     def check_model(self, model: BertPreTrainedModel, source: str) -> None:
         check_mlm_head(model, source)
@@ -71,7 +88,7 @@ class FillMaskPipeline(Pipeline):
         probs = logits.float().softmax(dim=-1)
         if self.target_ids is not None:
             probs = probs[:, self.target_ids.to(probs.device)]
-        scores, ids = probs.topk(self.top_k, dim=-1)  # [N, k]
+        scores, ids = probs.topk(min(self.top_k, probs.shape[-1]), dim=-1)  # [N, k]
         if self.target_ids is not None:
             ids = self.target_ids[ids.cpu()]
         counts = [seq.count(self.mask_id) for seq in (f.input_ids for f in features)]

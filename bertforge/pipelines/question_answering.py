@@ -67,21 +67,60 @@ class QuestionAnsweringPipeline(Pipeline):
         super().__init__(model, max_length=max_length, **kwargs)
         if max_length is None:
             self.max_length = min(self.max_length, DEFAULT_MAX_LENGTH)
-        for name, value in (("top_k", top_k), ("max_answer_len", max_answer_len),
-                            ("max_question_len", max_question_len), ("doc_stride", doc_stride + 1),
-                            ("n_best", 1 if n_best is None else n_best)):
-            if not isinstance(value, int) or value < 1:
-                raise BertforgeError(f"question-answering: {name} must be a positive integer, got {value!r}")
-        self.top_k = top_k
-        self.max_answer_len = max_answer_len
-        self.doc_stride = min(doc_stride, self.max_length // 2)
-        self.max_question_len = max_question_len
+        self.set_top_k(top_k)
+        self.set_max_answer_len(max_answer_len)
+        self.set_doc_stride(doc_stride)
+        self.set_max_question_len(max_question_len)
+        self.set_handle_impossible_answer(handle_impossible_answer)
+        self.set_span_scoring(span_scoring)
+        self.set_n_best(n_best)
+
+    # transformers' v4 options (v5 has no question-answering pipeline); long contexts are windowed, not truncated
+    call_options = ("batch_size", "max_batch_tokens", "max_length", "progress", "top_k", "max_answer_len",
+                    "doc_stride", "max_question_len", "handle_impossible_answer", "span_scoring", "n_best")
+    refused_options = {
+        **Pipeline.refused_options,
+        "topk": "it is called top_k",
+        "max_seq_len": "the tokens per window are max_length=N here",
+        "align_to_words": "answers are token spans, given as the characters of their tokens",
+        "truncation": "a long context is cut into overlapping windows (doc_stride), never truncated",
+    }
+    call_arguments = ("question", "context")
+
+    def set_top_k(self, top_k: Any) -> None:
+        self.top_k = self.check_positive("top_k", top_k)
+
+    def set_max_answer_len(self, max_answer_len: Any) -> None:
+        self.max_answer_len = self.check_positive("max_answer_len", max_answer_len)
+
+    def set_doc_stride(self, doc_stride: Any) -> None:
+        """Tokens shared by consecutive windows (at most half a window: `window_stride`)."""
+        if isinstance(doc_stride, bool) or not isinstance(doc_stride, int) or doc_stride < 0:
+            raise BertforgeError(f"question-answering: doc_stride must be a non-negative integer, got {doc_stride!r}")
+        self.doc_stride = doc_stride
+
+    def window_stride(self) -> int:
+        """The tokens consecutive windows share: doc_stride, at most half of max_length."""
+        return min(self.doc_stride, self.max_length // 2)
+
+    def set_max_question_len(self, max_question_len: Any) -> None:
+        self.max_question_len = self.check_positive("max_question_len", max_question_len)
+
+    def set_handle_impossible_answer(self, handle_impossible_answer: Any) -> None:
+        """Whether "" may be the answer; None: if the checkpoint was fine-tuned to (`version_2_with_negative`)."""
         if handle_impossible_answer is None:
             handle_impossible_answer = bool(self.model.config.extra.get(NULL_ANSWER_KEY, False))
+        if not isinstance(handle_impossible_answer, bool):
+            raise BertforgeError("question-answering: handle_impossible_answer must be True, False or None, got "
+                                 f"{handle_impossible_answer!r}")
         self.handle_impossible_answer = handle_impossible_answer
+
+    def set_span_scoring(self, span_scoring: Any) -> None:
         check_scoring(span_scoring)
         self.span_scoring = span_scoring
-        self.n_best = n_best
+
+    def set_n_best(self, n_best: Any) -> None:
+        self.n_best = None if n_best is None else self.check_positive("n_best", n_best)
 
     def check_model(self, model: BertPreTrainedModel, source: str) -> None:
         _check_architecture(model, source, "BertForQuestionAnswering", self.task)
@@ -118,7 +157,7 @@ class QuestionAnsweringPipeline(Pipeline):
     def featurize(self, inputs: list[Any]) -> tuple[list[Feature], int]:
         examples = [Question(*self.split(item)) for item in inputs]
         encoded, windows = encode_qa(
-            self.tokenizer, examples, self.max_length, self.doc_stride, self.max_question_len, with_targets=False
+            self.tokenizer, examples, self.max_length, self.window_stride(), self.max_question_len, with_targets=False
         )
         features = [
             Feature(window.example_index, f["input_ids"], f["token_type_ids"], window)
@@ -145,9 +184,10 @@ class QuestionAnsweringPipeline(Pipeline):
             answers.append({"score": 0.0, "start": 0, "end": 0, "answer": ""})
         return answers[0] if self.top_k == 1 else answers[: self.top_k]
 
-    def __call__(self, inputs: Any = None, *, question: Any = None, context: Any = None) -> Any:
+    def __call__(self, inputs: Any = None, *, question: Any = None, context: Any = None, **options: Any) -> Any:
         """`pipe({"question": q, "context": c})`, `pipe((q, c))`, a list of either, or
-        `pipe(question=q, context=c)` (strings, or equally long lists of strings)."""
+        `pipe(question=q, context=c)` (strings, or equally long lists of strings). `options`: settings for this
+        call only (`call_options`): `qa(inputs, top_k=3)`."""
         if inputs is None:
             if question is None or context is None:
                 raise BertforgeError("question-answering: give inputs, or both question= and context=")
@@ -158,4 +198,4 @@ class QuestionAnsweringPipeline(Pipeline):
             else:
                 raise BertforgeError("question-answering: question= and context= must be two strings or two lists "
                                      "of the same length")
-        return super().__call__(inputs)
+        return super().__call__(inputs, **options)

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from ..core.errors import BertforgeError
-from .base import Feature
+from .base import Feature, Pipeline
 from .classification import SCORE_FUNCTIONS, TextClassificationPipeline
 
 log = logging.getLogger("bertforge")
@@ -81,6 +81,18 @@ class RerankPipeline(TextClassificationPipeline):
                 raise BertforgeError(f"rerank: no {name}= option (top_k is an argument of each call; the score "
                                      "function is activation=)")
         super().__init__(model, function_to_apply="none", **kwargs)
+        self.set_activation(activation)
+        self.positive = self.model.config.num_labels - 1  # the score's label: the only one, or the last ("relevant")
+
+    call_options = (*Pipeline.call_options, "activation")
+    refused_options = {
+        **Pipeline.refused_options,
+        "function_to_apply": "the score function is activation= (sigmoid, softmax or none)",
+    }
+    call_arguments = ("top_k", "return_documents")
+
+    def set_activation(self, activation: Any) -> None:
+        """The score function; None: as sentence-transformers' CrossEncoder picks it."""
         labels = self.model.config.num_labels
         if activation is None:
             declared = sentence_transformers_activation(self.model_dir, self.model.config)
@@ -90,7 +102,6 @@ class RerankPipeline(TextClassificationPipeline):
         if activation == "softmax" and labels == 1:
             raise BertforgeError("rerank: activation='softmax' needs a model with several labels; this one has one")
         self.function_to_apply = activation
-        self.positive = labels - 1  # the score's label: the only one, or the last ("relevant")
 
     def is_single(self, inputs: Any) -> bool:
         return isinstance(inputs, tuple) and len(inputs) == 2
@@ -119,10 +130,12 @@ class RerankPipeline(TextClassificationPipeline):
             raise BertforgeError("rerank: return_documents needs the passages")
         return [{"corpus_id": i, "score": scores[i], "text": passages[i]} for i in order]
 
-    def __call__(self, query: Any, passages: Any = None, *, top_k: int | None = None,
-                 return_documents: bool = False) -> Any:
+    def __call__(self, query: Any, passages: Any = None, *, top_k: int | None = None,  # type: ignore[override]
+                 return_documents: bool = False, **options: Any) -> Any:
         """One query and its passages → their ranking; a list of queries and a list of passage lists (one per
-        query) → a list of rankings. All pairs are scored in the same length-sorted batches."""
+        query) → a list of rankings. All pairs are scored in the same length-sorted batches. `options`: settings
+        for this call only (`call_options`)."""
+        pipe = self.with_options(options)
         if top_k is not None and (not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1):
             raise BertforgeError(f"rerank: top_k must be a positive integer or None, got {top_k!r}")
         single = isinstance(query, str)
@@ -138,7 +151,7 @@ class RerankPipeline(TextClassificationPipeline):
             if not isinstance(texts, (list, tuple)) or not all(isinstance(t, str) for t in texts):
                 where = "passages" if single else f"passages[{q}]"
                 raise BertforgeError(f"rerank: {where} must be a list of strings, got {texts!r:.80}")
-        scores = iter(self.stream([(q, t) for q, texts in zip(queries, lists) for t in texts]))
+        scores = iter(pipe.stream([(q, t) for q, texts in zip(queries, lists) for t in texts]))
         rankings = [
             self.ranking([next(scores) for _ in texts], texts, top_k, return_documents) for texts in lists
         ]

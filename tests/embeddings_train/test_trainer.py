@@ -182,3 +182,18 @@ def test_the_schedule_spans_the_batches_without_repeated_texts(tiny, tmp_path):
     assert run.total_steps == 12
     factor = run.stepper.scheduler.lr_lambdas[0]
     assert factor(11) > 0 and factor(12) == 0
+
+
+def test_a_run_of_few_optimizer_steps_warns_as_fine_tuning_does(tiny, tmp_path, caplog):
+    """`Finetuning`'s warning under `FEW_STEPS` optimizer steps, for the embedding trainer built on it."""
+    import logging
+
+    data_file = write_tsv(tmp_path / "few.tsv", [(f"{A[i]} now", f"see {B[i]}") for i in range(8)])
+    with caplog.at_level(logging.WARNING, logger="bertforge"):
+        _training(tiny, data_file, batch_size=4, epochs=1)
+    assert ("train-embeddings: only 2 optimizer steps (8 examples, batch 4, 1 epoch): the model will barely move "
+            "from where it starts; use more rows, a smaller --batch-size, or more --epochs") in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="bertforge"):
+        _training(tiny, data_file, batch_size=2, epochs=3)  # 12 steps
+    assert "optimizer step" not in caplog.text

@@ -72,6 +72,30 @@ def test_finetune_logs_the_schedule_its_warmup_ratio_asks_for(tiny_model, tmp_pa
     assert [r["lr"] for r in train_records] == pytest.approx(expected, abs=1e-12)
 
 
+def test_a_run_of_few_optimizer_steps_says_so_in_one_line_with_its_numbers(tiny_model, tmp_path, caplog):
+    """README's quick start (16 rows, one batch, 3 epochs: 3 steps) stayed at chance without a word: under
+    `trainer.FEW_STEPS` optimizer steps a run warns at its start, naming the count and the options to change."""
+    import logging
+
+    train = write_sentiment(tmp_path / "train.tsv", 16)
+    dev = write_sentiment(tmp_path / "dev.tsv", 4)
+
+    def warnings_of(out: str, **settings) -> list[str]:
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="bertforge"):
+            finetune(task="classification", model=str(tiny_model), train=str(train), dev=str(dev),
+                     out=str(tmp_path / out), progress=False, **settings)
+        return [r.getMessage() for r in caplog.records if "optimizer step" in r.getMessage()]
+
+    (line,) = warnings_of("few", epochs=3, batch_size=16)
+    assert line == ("fine-tuning: only 3 optimizer steps (16 features, batch 16, 3 epochs): the model will barely move "
+                    "from where it starts; use more rows, a smaller --batch-size, or more --epochs")
+    (line,) = warnings_of("accumulated", epochs=1, batch_size=4, grad_accum=2)
+    assert "only 2 optimizer steps (16 features, batch 4 x 2 accumulated, 1 epoch)" in line
+    assert "a smaller --batch-size or --grad-accum" in line
+    assert trainer.FEW_STEPS == 10 and warnings_of("enough", epochs=3, batch_size=4) == []  # 12 steps
+
+
 def names_in(groups: list[dict], model: torch.nn.Module) -> list[set[str]]:
     by_id = {id(p): n for n, p in model.named_parameters()}
     return [{by_id[id(p)] for p in g["params"]} for g in groups]

@@ -149,3 +149,30 @@ def test_compute_runs_the_encoder_at_bucketed_row_counts_with_the_exact_results(
     assert any(t != bucket_size(t) for t, _ in rows[exact_rows:])  # the exact sizes were not all buckets already
     assert [n for _, n in rows[exact_rows:]] != [n for _, n in rows[:exact_rows]]  # the buckets carried fillers
     np.testing.assert_allclose(bucketed, exact, rtol=0, atol=1e-6)
+
+
+def test_every_call_option_has_its_setter_and_a_bad_table_fails_at_class_creation():
+    """The tables `call_options` / `refused_options` are checked when a pipeline class is made."""
+    from bertforge.pipelines import PIPELINE_CLASSES, pipeline_class
+    from bertforge.pipelines.base import Pipeline
+
+    for task in PIPELINE_CLASSES:
+        cls = pipeline_class(task)
+        assert "batch_size" in cls.call_options and "num_workers" in cls.refused_options
+        assert not set(cls.call_options) & set(cls.refused_options)
+    with pytest.raises(TypeError, match=r"without a set_<name> method: \['colour'\]"):
+        type("Bad", (Pipeline,), {"call_options": ("batch_size", "colour")})
+    with pytest.raises(TypeError, match=r"both taken and refused: \['batch_size'\]"):
+        type("Bad", (Pipeline,), {"refused_options": {"batch_size": "no"}})
+
+
+def test_a_call_s_options_are_checked_before_any_work_and_leave_the_pipeline_as_it_was(embed):
+    with pytest.raises(BertforgeError, match="embed: batch_size must be a positive integer, got 0"):
+        embed(SENTENCES, batch_size=0)
+    with pytest.raises(BertforgeError, match="max_length must be an integer in 3..512"):
+        embed(SENTENCES, max_length=10**6)
+    with pytest.raises(BertforgeError, match="progress must be True, False or None"):
+        embed(SENTENCES, progress="yes")
+    assert embed.with_options({}) is embed
+    copy = embed.with_options({"batch_size": 3})
+    assert copy is not embed and copy.batch_size == 3 and embed.batch_size == 256 and copy.model is embed.model

@@ -83,3 +83,45 @@ def test_missing_heads_and_wrong_architectures(heads, minilm_dir):
         bertforge.pipeline("question-answering", model=minilm_dir)
     with pytest.raises(BertforgeError, match="is a BertForSequenceClassification checkpoint"):
         bertforge.pipeline("token-classification", model=heads["tc"])
+
+
+def test_text_classification_call_time_options(heads):
+    """top_k and function_to_apply at call time, as transformers takes them, for that call only."""
+    tc = bertforge.pipeline("text-classification", model=heads["tc"])
+    ref = transformers.pipeline("text-classification", model=str(heads["tc"]), device="cpu")
+    text = SENTENCES[0]
+    for options in (dict(top_k=None), dict(top_k=2, function_to_apply="sigmoid"), dict(function_to_apply="none")):
+        mine = tc(text, **options)
+        assert mine == bertforge.pipeline("text-classification", model=heads["tc"], **options)(text)
+        theirs = ref(text, **options)
+        theirs = theirs[0] if options.get("top_k", 1) == 1 else theirs
+        mine, theirs = (mine, theirs) if isinstance(mine, list) else ([mine], [theirs])
+        assert [r["label"] for r in mine] == [r["label"] for r in theirs]
+        assert np.allclose([r["score"] for r in mine], [r["score"] for r in theirs], atol=1e-4)
+    assert isinstance(tc(text), dict) and tc.function_to_apply == "softmax"  # later calls: the pipeline's own
+    assert tc([text, "Hi!"], max_length=8) == bertforge.pipeline(
+        "text-classification", model=heads["tc"], max_length=8)([text, "Hi!"])
+    with pytest.raises(BertforgeError, match=r"text-classification: `padding` is not supported; .*no padding"):
+        tc(text, padding=True)
+    with pytest.raises(BertforgeError, match=r"unknown option `labels`; a call takes: .*top_k, function_to_apply"):
+        tc(text, labels=["a"])
+
+
+def test_token_classification_call_time_options(heads):
+    ner = bertforge.pipeline("token-classification", model=heads["ner"])  # "first"
+    ref = transformers.pipeline("token-classification", model=str(heads["ner"]), device="cpu")
+    text = "John Smith lives in New York."
+    for options in (dict(aggregation_strategy="average"), dict(aggregation_strategy="none", ignore_labels=[])):
+        mine = ner(text, **options)
+        assert mine == bertforge.pipeline("token-classification", model=heads["ner"], **options)(text)
+        theirs = ref(text, **options)
+        assert [{k: v for k, v in e.items() if k != "score"} for e in mine] == [
+            {k: v for k, v in e.items() if k != "score"} for e in theirs]
+    assert ner(text) == bertforge.pipeline("token-classification", model=heads["ner"])(text)
+    assert ner.aggregation == "first" and ner.ignore_labels == {"O"}
+    with pytest.raises(BertforgeError, match=r"`stride` is not supported; a text over max_length is cut"):
+        ner(text, stride=16)
+    with pytest.raises(BertforgeError, match=r"`is_split_into_words` is not supported; give each text as one string"):
+        ner(text, is_split_into_words=True)
+    with pytest.raises(BertforgeError, match="aggregation_strategy must be one of"):
+        ner(text, aggregation_strategy="longest")

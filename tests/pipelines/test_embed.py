@@ -111,3 +111,25 @@ def test_prompts_by_name_and_by_default_equal_sentence_transformers(minilm_dir, 
         bertforge.pipeline("embed", model=directory, prompt_name="query")
     with pytest.raises(BertforgeError, match="prompt_name or prompt, not both"):
         bertforge.pipeline("embed", model=directory, prompt_name="search_query", prompt="x")
+
+
+def test_call_time_options(minilm_dir, embed):
+    """normalize, batch_size and max_length at call time: that call only, as the pipeline built with them."""
+    texts = SENTENCES[:5]
+    assert embed.normalize  # all-MiniLM-L6-v2 declares its Normalize module
+    np.testing.assert_array_equal(embed(texts, normalize=False),
+                                  bertforge.pipeline("embed", model=minilm_dir, normalize=False)(texts))
+    np.testing.assert_array_equal(embed(texts, max_length=8),
+                                  bertforge.pipeline("embed", model=minilm_dir, max_length=8)(texts))
+    np.testing.assert_allclose(embed(texts, batch_size=1, max_batch_tokens=16), embed(texts), rtol=0, atol=1e-5)
+    assert embed.normalize and embed.max_length == 256 and embed.batch_size == 256
+    with pytest.raises(BertforgeError, match=r"embed: `normalize_embeddings` is not supported; it is called normalize"):
+        embed(texts, normalize_embeddings=False)
+    with pytest.raises(BertforgeError, match=r"embed: `num_workers` is not supported; .*num_threads=N"):
+        embed(texts, num_workers=2)
+    features = bertforge.pipeline("feature-extraction", model=minilm_dir)
+    assert features(texts[0], truncation=True) == features(texts[0])
+    with pytest.raises(BertforgeError, match=r"feature-extraction: `return_tensors` is not supported; .*nested lists"):
+        features(texts[0], return_tensors=True)
+    with pytest.raises(BertforgeError, match=r"feature-extraction: unknown option `normalize`"):
+        features(texts[0], normalize=True)

@@ -53,3 +53,41 @@ def test_fill_mask_errors(mlm_dir, minilm_dir):
         bertforge.pipeline("fill-mask", model=minilm_dir)
     with pytest.raises(BertforgeError, match="top_k must be"):
         bertforge.pipeline("fill-mask", model=mlm_dir, top_k=0)
+
+
+def test_call_time_options_are_the_constructor_s_for_that_call_only(mlm_dir):
+    """`fill(text, top_k=3)`, the transformers habit: the same as pipeline(..., top_k=3) and as transformers' own
+    call, for that call only; transformers' options without a setting here are refused by name."""
+    fill = bertforge.pipeline("fill-mask", model=mlm_dir)  # top_k 5
+    ref = transformers.pipeline("fill-mask", model=str(mlm_dir), device="cpu")
+    text = "The capital of France is [MASK]."
+    three = fill(text, top_k=3)
+    assert three == bertforge.pipeline("fill-mask", model=mlm_dir, top_k=3)(text)
+    theirs = ref(text, top_k=3)
+    assert [p["token"] for p in three] == [p["token"] for p in theirs]
+    assert np.allclose([p["score"] for p in three], [p["score"] for p in theirs], atol=1e-4, rtol=0)
+    assert len(fill(text)) == 5 and fill.top_k == 5  # the next call is unaffected
+    targeted = fill(text, targets=["paris", "london"], top_k=1)
+    assert targeted == bertforge.pipeline("fill-mask", model=mlm_dir, targets=["paris", "london"], top_k=1)(text)
+    assert [p["token"] for p in targeted] == [p["token"] for p in ref(text, targets=["paris", "london"], top_k=1)]
+    assert fill.target_ids is None and len(fill(text)) == 5
+    assert fill(text, batch_size=1, truncation=True) == fill(text)
+    with pytest.raises(BertforgeError, match=r"fill-mask: `tokenizer_kwargs` is not supported; .*max_length=N"):
+        fill(text, tokenizer_kwargs={"truncation": True})
+    with pytest.raises(BertforgeError, match=r"`truncation` is always on here: texts are cut at max_length"):
+        fill(text, truncation=False)
+    with pytest.raises(BertforgeError, match=r"fill-mask: unknown option `topk`; a call takes: .*top_k, targets"):
+        fill(text, topk=3)
+    with pytest.raises(BertforgeError, match="top_k must be a positive integer, got 0"):
+        fill(text, top_k=0)
+
+
+def test_calls_with_different_options_in_threads_keep_their_own(mlm_dir):
+    """The server shares a pipeline among requests: one call's options never reach another's."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    fill = bertforge.pipeline("fill-mask", model=mlm_dir)
+    text = "I [MASK] to the sea."
+    with ThreadPoolExecutor(4) as pool:
+        sizes = list(pool.map(lambda k: len(fill(text, top_k=k)), [1, 2, 3, 4, 6, 7] * 3))
+    assert sizes == [1, 2, 3, 4, 6, 7] * 3 and fill.top_k == 5

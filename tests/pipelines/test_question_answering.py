@@ -127,3 +127,26 @@ def test_bad_inputs(heads):
     tc = bertforge.pipeline("text-classification", model=heads["tc"])
     with pytest.raises(BertforgeError, match="input 0 must be a string"):
         tc([None])
+
+
+def test_call_time_options(heads):
+    """transformers' (v4) call-time options: for that call only, the same as the pipeline built with them."""
+    qa = bertforge.pipeline("question-answering", model=heads["qa"])
+    question = "What is it about?"
+    context = " ".join(f"Sentence number {i} talks about lobsters and the sea." for i in range(30))
+    item = {"question": question, "context": context}
+    for options in (dict(top_k=3, max_answer_len=5), dict(handle_impossible_answer=True, top_k=50),
+                    dict(max_length=64, doc_stride=16, max_question_len=8), dict(max_length=64)):
+        built = bertforge.pipeline("question-answering", model=heads["qa"], **options)
+        assert qa(item, **options) == built(item)
+        assert qa(question=question, context=context, **options) == built(item)
+    assert qa(item) == bertforge.pipeline("question-answering", model=heads["qa"])(item)
+    assert (qa.top_k, qa.max_length, qa.doc_stride, qa.handle_impossible_answer) == (1, 384, 128, False)
+    with pytest.raises(BertforgeError, match=r"question-answering: `max_seq_len` is not supported; .*max_length=N"):
+        qa(item, max_seq_len=128)
+    with pytest.raises(BertforgeError, match=r"`topk` is not supported; it is called top_k"):
+        qa(item, topk=2)
+    with pytest.raises(BertforgeError, match=r"`truncation` is not supported; a long context is cut into .*windows"):
+        qa(item, truncation=True)
+    with pytest.raises(BertforgeError, match=r"unknown option `answers`; a call takes: question, context, batch_size"):
+        qa(item, answers=2)

@@ -143,3 +143,14 @@ def test_bad_options(models, tmp_path):
     shutil.copy(models[1] / "tokenizer.json", headless / "tokenizer.json")
     with pytest.raises(BertforgeError, match="no sequence-classification head"):
         bertforge.pipeline("cross-encoder", model=headless)
+
+
+def test_call_time_options(models):
+    rerank = bertforge.pipeline("rerank", model=models[1])
+    raw = rerank(QUERY, PASSAGES, activation="none", batch_size=2)
+    assert raw == bertforge.pipeline("rerank", model=models[1], activation="none", batch_size=2)(QUERY, PASSAGES)
+    assert rerank.function_to_apply == "sigmoid" and min(r["score"] for r in rerank(QUERY, PASSAGES)) > 0
+    with pytest.raises(BertforgeError, match=r"rerank: `function_to_apply` is not supported; .*activation="):
+        rerank(QUERY, PASSAGES, function_to_apply="none")
+    with pytest.raises(BertforgeError, match=r"rerank: unknown option `k`; a call takes: top_k, return_documents, "):
+        rerank(QUERY, PASSAGES, k=2)

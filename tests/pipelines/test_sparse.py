@@ -42,3 +42,13 @@ def test_sparse_embed_equals_the_mlm_logits(mlm_dir):
 def test_a_model_without_an_mlm_head_is_refused(minilm_dir):
     with pytest.raises(BertforgeError, match=r"has no MLM head"):
         bertforge.pipeline("sparse-embed", model=minilm_dir)
+
+
+def test_call_time_options(mlm_dir):
+    pipe = bertforge.pipeline("sparse-embed", model=mlm_dir)
+    np.testing.assert_allclose(pipe(TEXTS, batch_size=1), pipe(TEXTS), rtol=0, atol=1e-5)
+    np.testing.assert_array_equal(pipe(TEXTS, max_length=4), bertforge.pipeline("sparse-embed", model=mlm_dir,
+                                                                                max_length=4)(TEXTS))
+    assert pipe.batch_size == 256 and pipe.max_length == 512
+    with pytest.raises(BertforgeError, match=r"sparse-embed: `tokenize_kwargs` is not supported"):
+        pipe(TEXTS, tokenize_kwargs={})
