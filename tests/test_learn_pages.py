@@ -16,12 +16,21 @@ How a page's code is run (the docs site's runner should do the same):
 * torch runs on one thread while a page runs (restored afterwards): the pages' models are tiny, and on a shared
   machine one thread is several times faster than two that wait for each other.
 
+What a page shows a block printing is checked too: a ```text block that is the next fence after a ```python block
+is that block's output (`shown_outputs`), and its lines must be a run of the lines the block printed (`same_output`):
+the words exactly, the numbers within 1 % (or 10⁻⁵ for numbers near 0: rounding noise of another CPU), `...` standing
+for any text. A text block marked ``<!-- output: measured -->`` on the line above its fence holds timings: its words
+are checked, not its numbers.
+
 The default run keeps each page to a few seconds (tiny models from ``BertConfig.preset("tiny", ...)``); the slow
 run also executes the measured parts (head-only against full fine-tuning, the exercises' solutions).
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
+import math
 import os
 import re
 import time
@@ -59,25 +68,99 @@ def python_blocks(text: str) -> list[tuple[int, str, bool]]:
     return blocks
 
 
+MEASURED_COMMENT = "<!-- output: measured -->"
+NUMBER = re.compile(r"-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?|-?\.\d+|-?inf|nan")
+
+
+def shown_outputs(text: str) -> dict[int, tuple[int, str, bool]]:
+    """For each ```python block (by its fence's line number) whose next fence is a ```text block: (that block's
+    line number, its text, measured?)."""
+    lines = text.splitlines()
+    fences = [(i, m.group(1)) for i, line in enumerate(lines) if (m := FENCE.match(line)) and m.group(1)]
+    shown = {}
+    for (start, lang), (then, then_lang) in zip(fences, fences[1:]):
+        if lang == "python" and then_lang == "text":
+            end = next(i for i in range(then + 1, len(lines)) if lines[i].startswith("```"))
+            measured = then > 0 and lines[then - 1].strip() == MEASURED_COMMENT
+            shown[start + 1] = (then + 1, "\n".join(lines[then + 1 : end]), measured)
+    return shown
+
+
+def same_line(shown: str, printed: str, measured: bool = False) -> bool:
+    """A printed line is the one shown: the same words, the numbers within 1 % (or 1e-5 near 0; not compared when
+    `measured`), `...` for any text."""
+    pattern, expected, last = "", [], 0
+    for match in re.finditer(rf"\.\.\.|{NUMBER.pattern}", shown):
+        pattern += re.escape(shown[last : match.start()])
+        if match.group() == "...":
+            pattern += ".*?"
+        else:
+            pattern += f"({NUMBER.pattern})"
+            expected.append(match.group())
+        last = match.end()
+    found = re.fullmatch(pattern + re.escape(shown[last:]), printed.rstrip())
+    if found is None:
+        return False
+    if measured:
+        return True
+    for want, got in zip(expected, found.groups()):
+        a, b = float(want.replace(",", "")), float(got.replace(",", ""))
+        if not (a == b or math.isnan(a) and math.isnan(b) or math.isclose(a, b, rel_tol=0.01, abs_tol=1e-5)):
+            return False
+    return True
+
+
+def same_output(shown: str, printed: str, measured: bool = False) -> bool:
+    """The shown lines are a run of the printed ones (a page may show the end of what a block printed)."""
+    want, got = shown.splitlines(), printed.rstrip("\n").splitlines()
+    return any(all(same_line(w, g, measured) for w, g in zip(want, got[k : k + len(want)]))
+               for k in range(len(got) - len(want) + 1))
+
+
 def run_page(page: Path, workdir: Path, slow: bool) -> int:
-    """Run the page's blocks in `workdir`; returns how many ran."""
+    """Run the page's blocks in `workdir`, each block's printout checked against the output the page shows;
+    returns how many ran."""
     import torch
 
+    text = page.read_text(encoding="utf-8")
+    shown = shown_outputs(text)
     namespace: dict[str, object] = {"__name__": "__main__"}
     ran = 0
     old, threads = Path.cwd(), torch.get_num_threads()
     os.chdir(workdir)
     torch.set_num_threads(1)
     try:
-        for line, code, is_slow in python_blocks(page.read_text(encoding="utf-8")):
+        for line, code, is_slow in python_blocks(text):
             if is_slow and not slow:
                 continue
-            exec(compile(code, f"{page.relative_to(DOCS)}:{line}", "exec"), namespace)  # noqa: S102
+            printed = io.StringIO()
+            with contextlib.redirect_stdout(printed):
+                exec(compile(code, f"{page.relative_to(DOCS)}:{line}", "exec"), namespace)  # noqa: S102
             ran += 1
+            if line in shown:
+                at, output, measured = shown[line]
+                assert same_output(output, printed.getvalue(), measured), (
+                    f"{page.relative_to(DOCS)}:{at}: the output shown is not what the block at line {line} prints "
+                    f"now:\n{printed.getvalue()[-3000:]}")
     finally:
         os.chdir(old)
         torch.set_num_threads(threads)
     return ran
+
+
+def test_the_output_check_takes_noise_and_ellipses_and_catches_drift() -> None:
+    assert same_line("loss 6.69, 74 % right", "loss 6.7, 74 % right")  # within 1 %
+    assert same_line("(13, 1536) 9.5367431640625e-07", "(13, 1536) 1.1920928955078125e-06")  # noise near 0
+    assert same_line("[-0.0, -3.4028234663852886e+38, ...]", "[-0.0, -3.4028234663852886e+38, -3.4e+38, -3.4e+38]")
+    assert not same_line("loss 6.69, 74 % right", "loss 6.9, 74 % right")  # 3 %: drifted
+    assert not same_line("3 of 12 right", "4 of 12 right")
+    assert not same_line("['bert', 'roberta']", "['bert', 'roberta', 'mpnet']")
+    assert same_line("[nan, 0.25]", "[nan, 0.25]") and not same_line("[nan, 0.25]", "[0.25, 0.25]")
+    assert same_line("208 s in all", "131 s in all", measured=True)
+    assert not same_line("208 s in all", "131 s total", measured=True)
+    assert same_output("b 2\nc 3", "a 1\nb 2\nc 3\n") and not same_output("a 1\nc 3", "a 1\nb 2\nc 3\n")
+    page = "```python\nprint(1)\n```\n\nprints\n\n```text\n1\n```\n```python\nx = 2\n```\n```bash\nls\n```\n"
+    assert shown_outputs(page) == {1: (7, "1", False)}
 
 
 def test_the_course_has_its_pages() -> None:
