@@ -4,6 +4,8 @@ Each writer puts its bytes into a temporary name beside the target, fsyncs them,
 (`os.replace` is atomic on POSIX). A whole directory (a training checkpoint) is built under a temporary name and
 renamed into place in one step; one that replaces an existing directory is swapped with it in one step too
 (Linux's `renameat2(RENAME_EXCHANGE)`), so the target name always holds a complete directory, the old or the new.
+A temporary name says whose it is (`.NAME.HOST-PID.XXXXXXXX.tmp`): a writer killed mid-save leaves its temporary
+file, and the next write of the same name on that host removes those whose process is gone (`sweep_stale`).
 
 Also here, for every layer: the run-directory lock (`lock_run_directory`), JSON lines (`json_line`, `json_object`)
 and the check that an input file is text (`check_text`).
@@ -18,6 +20,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
@@ -197,12 +200,53 @@ def _describe(err: Exception, target: Path) -> BertforgeError:
     return BertforgeError(f"cannot write {target}: {reason}")
 
 
+_HOST = re.sub(r"[^A-Za-z0-9_-]", "_", socket.gethostname()) or "host"  # as it goes into a file name
+
+
+def temp_prefix(name: str) -> str:
+    """The start of a temporary name for `name` (mkstemp/mkdtemp add a random part and `.tmp`): who writes it."""
+    return f".{name}.{_HOST}-{os.getpid()}."
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # EPERM: a process of another user has that pid
+        return True
+    return True
+
+
+def sweep_stale(directory: Path, name: str | None = None) -> int:
+    """Remove the temporary files (or directories) for `name` (None: for any name) in `directory` that writers of
+    this host left when they died (a SIGKILL mid-save): those whose pid is no longer a process. Another host's, a
+    live process's and those a pending `atomic_write_files` still needs are left. Returns how many went."""
+    if (directory / PENDING_WRITES).exists():  # its temporary files are the next reader's to rename
+        return 0
+    named = ".+" if name is None else re.escape(name)
+    stale = re.compile(rf"\.{named}\.{re.escape(_HOST)}-(\d+)\.[^/.]*\.tmp")
+    removed = 0
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return 0
+    for entry in entries:
+        match = stale.fullmatch(entry.name)
+        if match is None or int(match.group(1)) == os.getpid() or _alive(int(match.group(1))):
+            continue
+        _remove(Path(entry.path))
+        removed += 1
+    return removed
+
+
 def atomic_write(target: str | Path, write: Callable[[Path], object]) -> None:
     """Call `write(tmp_path)` and move the result to `target` atomically; on failure `target` is untouched."""
     target = Path(target)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        sweep_stale(target.parent, target.name)
+        fd, tmp_name = tempfile.mkstemp(prefix=temp_prefix(target.name), suffix=".tmp", dir=target.parent)
     except OSError as err:
         raise _describe(err, target) from None
     os.close(fd)
@@ -245,7 +289,8 @@ def atomic_write_files(directory: str | Path, writers: dict[str, Callable[[Path]
         finish_pending_writes(directory)  # a write killed between its renames: its files first
         for name, write in writers.items():
             current = directory / name
-            fd, tmp_name = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=directory)
+            sweep_stale(directory, name)
+            fd, tmp_name = tempfile.mkstemp(prefix=temp_prefix(name), suffix=".tmp", dir=directory)
             os.close(fd)
             staged.append((Path(tmp_name), current))
             write(Path(tmp_name))
@@ -357,7 +402,8 @@ def atomic_directory(target: str | Path) -> Iterator[Path]:
     target = Path(target)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+        sweep_stale(target.parent, target.name)
+        tmp = Path(tempfile.mkdtemp(prefix=temp_prefix(target.name), suffix=".tmp", dir=target.parent))
     except OSError as err:
         raise _describe(err, target) from None
     old = None

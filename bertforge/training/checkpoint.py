@@ -43,7 +43,7 @@ from torch.distributed.checkpoint.state_dict import (
 
 from ..model.checkpoint import read_state_dict
 from ..core.errors import BertforgeError
-from ..core.io import atomic_directory
+from ..core.io import atomic_directory, sweep_stale
 from .run_dir import list_checkpoints
 from ..core.state import DataChanged, load_state, save_state
 from ..core.system import Runtime, all_ranks_agree, barrier
@@ -154,6 +154,7 @@ class TrainingCheckpoints:
             raise error or BertforgeError(f"step {stepper.step}: rank 0 found non-finite weights; not saving")
         if rt.is_main:
             trainer = {**stepper.state_dict(), "world_size": rt.world_size, **counters}
+            sweep_stale(self.root)  # the half-built checkpoints of a run killed mid-save, whatever their step
             with atomic_directory(target) as tmp:
                 from safetensors.torch import save_file
 

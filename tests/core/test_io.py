@@ -4,12 +4,13 @@ are checked; every failure is a `BertforgeError` naming the file."""
 from __future__ import annotations
 
 import json
+import os
 import re
 
 import pytest
 
 from bertforge.core.errors import BertforgeError
-from bertforge.core.io import atomic_write, atomic_write_text, binary_reason, check_text, json_object
+from bertforge.core.io import atomic_write, atomic_write_bytes, atomic_write_text, binary_reason, check_text, json_object
 
 
 def test_an_atomic_write_replaces_the_target_or_leaves_it_as_it_was(tmp_path):
@@ -83,3 +84,48 @@ def test_a_write_of_several_files_stopped_between_its_renames_is_finished_by_the
     assert BertConfig.from_pretrained(directory).hidden_size == 48  # the reader finishes the write
     assert (directory / "extra.txt").read_text() == "new" and not (directory / io.PENDING_WRITES).exists()
     assert not [p for p in directory.iterdir() if p.name.endswith(".tmp")]
+
+
+def dead_pid() -> int:
+    """The pid of a process that has ended (and been reaped)."""
+    import subprocess
+    import sys
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+def test_the_next_write_removes_what_a_killed_writer_of_this_host_left_and_nothing_else(tmp_path):
+    from bertforge.core import io
+
+    target = tmp_path / "model.safetensors"
+    dead, host = dead_pid(), io._HOST
+    stale = tmp_path / f".model.safetensors.{host}-{dead}.abc123_x.tmp"  # a writer SIGKILLed mid-save
+    stale_dir = tmp_path / f".model.safetensors.{host}-{dead}.zz9.tmp"
+    kept = [tmp_path / f".model.safetensors.{host}-{os.getppid()}.live01.tmp",  # a live process's
+            tmp_path / f".model.safetensors.otherhost-{dead}.abc.tmp",  # another host's (a shared filesystem)
+            tmp_path / f".config.json.{host}-{dead}.abc.tmp",  # another name's: its own next write removes it
+            tmp_path / ".model.safetensors.oldstyle.tmp"]  # no writer named: left
+    for path in [stale, *kept]:
+        path.write_bytes(b"half")
+    stale_dir.mkdir()
+    (stale_dir / "part").write_bytes(b"x")
+    atomic_write_bytes(target, b"new")
+    assert target.read_bytes() == b"new"
+    assert not stale.exists() and not stale_dir.exists()
+    assert all(path.exists() for path in kept)
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")) == sorted(p.name for p in kept)
+
+
+def test_a_pending_write_keeps_its_temporary_files_for_the_reader_that_finishes_it(tmp_path):
+    from bertforge.core import io
+
+    dead = dead_pid()
+    staged = tmp_path / f".vocab.txt.{io._HOST}-{dead}.abc.tmp"
+    staged.write_text("new vocabulary")
+    (tmp_path / io.PENDING_WRITES).write_text(json.dumps([[staged.name, "vocab.txt"]]))
+    assert io.sweep_stale(tmp_path) == 0 and staged.exists()
+    io.finish_pending_writes(tmp_path)
+    assert (tmp_path / "vocab.txt").read_text() == "new vocabulary"
+

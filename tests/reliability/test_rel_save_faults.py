@@ -236,13 +236,11 @@ def campaign(tmp_path: Path, kills: int, disk_fulls: int, seed: int) -> None:
                 advanced += now > last
                 stray.update(stray_temporaries(root))
                 last = now
-            for leftover in stray_temporaries(root):  # what the kills left (a run's next launch clears its own)
-                if leftover.is_dir():
-                    import shutil
-
-                    shutil.rmtree(leftover)
-                else:
-                    leftover.unlink()
+            left = stray_temporaries(root)  # what the last kills left: the next complete write removes it
+            writer.write(root, last + 1)
+            last += 1
+            assert writer.check(root) == last
+            assert not stray_temporaries(root), f"{writer.name}: {left} left, {stray_temporaries(root)} after a write"
             messages = []
             for _ in range(disk_fulls):  # a full disk at a random byte of one write
                 message = full_disk_writer(writer, root, last + 1, rng.randrange(0, largest))
@@ -255,7 +253,7 @@ def campaign(tmp_path: Path, kills: int, disk_fulls: int, seed: int) -> None:
                 last = now
             report(f"save faults, {writer.name}: {kills} SIGKILLs ({advanced} after a newer version was complete, "
                    f"{kills - advanced} before), 0 half-written or mixed, {len(stray)} temporary files left by kills "
-                   f"(hidden, never loaded); {disk_fulls} full disks: {len(messages)} refused in one line with the previous "
+                   f"(hidden, never loaded), {len(left)} there after the last kill, none after the next write; {disk_fulls} full disks: {len(messages)} refused in one line with the previous "
                    f"version intact, {disk_fulls - len(messages)} fitted")
 
 

@@ -87,3 +87,25 @@ def test_a_resume_restores_the_random_states_the_checkpoint_saved(tmp_path):
     assert loaded is not None and loaded.step == 0
     assert draws() == after_save
     assert torch.equal(fresh.weight, model.weight)
+
+
+def test_a_checkpoint_save_removes_the_half_built_checkpoints_of_any_step(tmp_path):
+    import torch
+
+    from bertforge.core import io
+    from tests.core.test_io import dead_pid
+    from bertforge.core.system import Runtime
+    from bertforge.training.checkpoint import TrainingCheckpoints
+    from bertforge.training.optim import warmup_decay
+    from bertforge.training.step import TrainStep
+
+    half = tmp_path / "checkpoints" / f".step-7.{io._HOST}-{dead_pid()}.q1w2e3.tmp"
+    half.mkdir(parents=True)
+    (half / "model.safetensors").write_bytes(b"half")
+    model = torch.nn.Linear(2, 2)
+    optimizer = torch.optim.AdamW(model.parameters())
+    stepper = TrainStep(model, optimizer, warmup_decay(optimizer, 0, 10, "constant"), device=torch.device("cpu"))
+    stepper.step = 9
+    rt = Runtime(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"))
+    TrainingCheckpoints(tmp_path, rt, stepper, keep=2).save({}, {})
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step-9"]
