@@ -19,8 +19,9 @@ How a page's code is run (the docs site's runner should do the same):
 What a page shows a block printing is checked too: a ```text block that is the next fence after a ```python block
 is that block's output (`shown_outputs`), and its lines must be a run of the lines the block printed (`same_output`):
 the words exactly, the numbers within 1 % (or 10⁻⁵ for numbers near 0: rounding noise of another CPU), `...` standing
-for any text. A text block marked ``<!-- output: measured -->`` on the line above its fence holds timings: its words
-are checked, not its numbers.
+for any text, and times (a number of s, ms or min) not compared. An output that depends on files the tests may lack
+is marked ``<!-- output: needs NAME -->`` on the line above its fence: it is compared only when the environment
+variable NAME is set (the slow run sets TASKS_DIR to the shared task files when they are there).
 
 The default run keeps each page to a few seconds (tiny models from ``BertConfig.preset("tiny", ...)``); the slow
 run also executes the measured parts (head-only against full fine-tuning, the exercises' solutions).
@@ -68,27 +69,28 @@ def python_blocks(text: str) -> list[tuple[int, str, bool]]:
     return blocks
 
 
-MEASURED_COMMENT = "<!-- output: measured -->"
+NEEDS = re.compile(r"<!-- output: needs (\w+) -->")
 NUMBER = re.compile(r"-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:[eE][-+]?\d+)?|-?\.\d+|-?inf|nan")
+TIME = re.compile(r" ?(?:s|ms|min)\b")  # after a number: a time, which another machine or day changes
 
 
 def shown_outputs(text: str) -> dict[int, tuple[int, str, bool]]:
     """For each ```python block (by its fence's line number) whose next fence is a ```text block: (that block's
-    line number, its text, measured?)."""
+    line number, its text, whether to compare it now: not when it needs an environment variable that is unset)."""
     lines = text.splitlines()
     fences = [(i, m.group(1)) for i, line in enumerate(lines) if (m := FENCE.match(line)) and m.group(1)]
     shown = {}
     for (start, lang), (then, then_lang) in zip(fences, fences[1:]):
         if lang == "python" and then_lang == "text":
             end = next(i for i in range(then + 1, len(lines)) if lines[i].startswith("```"))
-            measured = then > 0 and lines[then - 1].strip() == MEASURED_COMMENT
-            shown[start + 1] = (then + 1, "\n".join(lines[then + 1 : end]), measured)
+            needs = NEEDS.fullmatch(lines[then - 1].strip()) if then > 0 else None
+            shown[start + 1] = (then + 1, "\n".join(lines[then + 1 : end]), needs is None or needs[1] in os.environ)
     return shown
 
 
-def same_line(shown: str, printed: str, measured: bool = False) -> bool:
-    """A printed line is the one shown: the same words, the numbers within 1 % (or 1e-5 near 0; not compared when
-    `measured`), `...` for any text."""
+def same_line(shown: str, printed: str) -> bool:
+    """A printed line is the one shown: the same words, the numbers within 1 % (or 1e-5 near 0), times (`TIME`)
+    not compared, `...` for any text."""
     pattern, expected, last = "", [], 0
     for match in re.finditer(rf"\.\.\.|{NUMBER.pattern}", shown):
         pattern += re.escape(shown[last : match.start()])
@@ -96,24 +98,22 @@ def same_line(shown: str, printed: str, measured: bool = False) -> bool:
             pattern += ".*?"
         else:
             pattern += f"({NUMBER.pattern})"
-            expected.append(match.group())
+            expected.append((match.group(), TIME.match(shown, match.end()) is not None))
         last = match.end()
     found = re.fullmatch(pattern + re.escape(shown[last:]), printed.rstrip())
     if found is None:
         return False
-    if measured:
-        return True
-    for want, got in zip(expected, found.groups()):
+    for (want, is_time), got in zip(expected, found.groups()):
         a, b = float(want.replace(",", "")), float(got.replace(",", ""))
-        if not (a == b or math.isnan(a) and math.isnan(b) or math.isclose(a, b, rel_tol=0.01, abs_tol=1e-5)):
+        if not (is_time or a == b or math.isnan(a) and math.isnan(b) or math.isclose(a, b, rel_tol=0.01, abs_tol=1e-5)):
             return False
     return True
 
 
-def same_output(shown: str, printed: str, measured: bool = False) -> bool:
+def same_output(shown: str, printed: str) -> bool:
     """The shown lines are a run of the printed ones (a page may show the end of what a block printed)."""
     want, got = shown.splitlines(), printed.rstrip("\n").splitlines()
-    return any(all(same_line(w, g, measured) for w, g in zip(want, got[k : k + len(want)]))
+    return any(all(same_line(w, g) for w, g in zip(want, got[k : k + len(want)]))
                for k in range(len(got) - len(want) + 1))
 
 
@@ -153,9 +153,9 @@ def run_page(page: Path, workdir: Path, slow: bool) -> int:
             with contextlib.redirect_stdout(printed):
                 exec(compile(code, f"{page.relative_to(DOCS)}:{line}", "exec"), namespace)  # noqa: S102
             ran += 1
-            if line in shown and (slow or not is_slow):
-                at, output, measured = shown[line]
-                assert same_output(output, printed.getvalue(), measured), (
+            if line in shown and shown[line][2] and (slow or not is_slow):
+                at, output, _ = shown[line]
+                assert same_output(output, printed.getvalue()), (
                     f"{page.relative_to(DOCS)}:{at}: the output shown is not what the block at line {line} prints "
                     f"now:\n{printed.getvalue()[-3000:]}")
     finally:
@@ -172,11 +172,14 @@ def test_the_output_check_takes_noise_and_ellipses_and_catches_drift() -> None:
     assert not same_line("3 of 12 right", "4 of 12 right")
     assert not same_line("['bert', 'roberta']", "['bert', 'roberta', 'mpnet']")
     assert same_line("[nan, 0.25]", "[nan, 0.25]") and not same_line("[nan, 0.25]", "[0.25, 0.25]")
-    assert same_line("208 s in all", "131 s in all", measured=True)
-    assert not same_line("208 s in all", "131 s total", measured=True)
+    assert same_line("accuracy 0.758 (592 s), 12 ms a step", "accuracy 0.760 (131 s), 40 ms a step")  # times
+    assert not same_line("accuracy 0.758 (592 s)", "accuracy 0.858 (592 s)")
+    assert not same_line("208 s in all", "131 s total")
     assert same_output("b 2\nc 3", "a 1\nb 2\nc 3\n") and not same_output("a 1\nc 3", "a 1\nb 2\nc 3\n")
     page = "```python\nprint(1)\n```\n\nprints\n\n```text\n1\n```\n```python\nx = 2\n```\n```bash\nls\n```\n"
-    assert shown_outputs(page) == {1: (7, "1", False)}
+    assert shown_outputs(page) == {1: (7, "1", True)}
+    needing = "```python\nprint(1)\n```\n<!-- output: needs NO_SUCH_VARIABLE -->\n```text\n1\n```\n"
+    assert shown_outputs(needing) == {1: (5, "1", False)}
 
 
 def test_the_course_has_its_pages() -> None:
@@ -224,7 +227,10 @@ def test_page_runs(page: Path, tmp_path: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("page", [p for p in PAGES if any(s for _, _, s in python_blocks(p.read_text("utf-8")))],
                          ids=lambda p: f"{p.parent.name}/{p.name}")
-def test_page_runs_with_its_slow_blocks(page: Path, tmp_path: Path) -> None:
+def test_page_runs_with_its_slow_blocks(page: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tasks = DOCS.parent.parent / "shared" / "data" / "tasks"  # the exercise's real files, where this machine has them
+    if (tasks / "sst2").is_dir():
+        monkeypatch.setenv("TASKS_DIR", str(tasks))
     run_page(page, tmp_path, slow=True)
 
 
