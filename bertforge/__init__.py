@@ -6,6 +6,7 @@ from .model.config import BertConfig
 from .core.errors import BertforgeError
 from .model import (
     BertForMaskedLM,
+    BertForMultipleChoice,
     BertForNextSentencePrediction,
     BertForPreTraining,
     BertForQuestionAnswering,
@@ -33,6 +34,7 @@ __all__ = [
     *_AUTO,
     "BertConfig",
     "BertForMaskedLM",
+    "BertForMultipleChoice",
     "BertForNextSentencePrediction",
     "BertForPreTraining",
     "BertForQuestionAnswering",

@@ -1,4 +1,5 @@
-"""`bertforge finetune`: fine-tune a pretrained model for classification, NER or extractive QA."""
+"""`bertforge finetune`: fine-tune a pretrained model for classification, NER, extractive QA, reranking or multiple
+choice."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from . import add_run_config_argument, require_options
 from ..finetune.cli_options import DATA_OPTIONS, add_data_arguments, add_task_arguments, given
 
 NAME = "finetune"
-HELP = "fine-tune a pretrained model: sentence(-pair) classification or regression, NER, extractive QA"
+HELP = "fine-tune a pretrained model: sentence(-pair) classification or regression, NER, extractive QA, multiple choice"
 EXAMPLES = (
     'bertforge finetune --task classification --model runs/my-bert/model --train train.csv --dev dev.csv --out runs/sst2',
     'bertforge finetune --run-config runs/sst2/finetune_config.json --seed 7 --out runs/sst2-seed7   # the same run, another seed',

@@ -20,7 +20,7 @@ from ..training.adapters import LoraOptions
 from ..training.step import PRECISION_HELP, PRECISIONS, check_precision
 from .rerank_losses import RERANK_LOSSES
 
-FINETUNE_TASKS = ("classification", "ner", "qa", "rerank")  # `--task` of finetune / evaluate / predict
+FINETUNE_TASKS = ("classification", "ner", "qa", "rerank", "multiple-choice")  # `--task` of finetune / evaluate / predict
 DEFAULT_LABEL_COLUMN = "label"  # --label-column left at it: each task's own default (ner: ner_tags/tags, qa: answers)
 
 
@@ -33,16 +33,22 @@ class DataOptions:
                                     metavar="N")
     text_column: str | None = option(None, "classification: text column or JSON key; a 0-based index with "
                                      "--no-header (default: text, sentence or sentence1); ner rows: the words' "
-                                     "column (default: tokens, words); qa rows: the question's (default: question)",
+                                     "column (default: tokens, words); qa rows: the question's (default: question); "
+                                     "multiple-choice: the context's (default: sent1, context or question)",
                                      metavar="NAME")
     text_pair_column: str | None = option(None, "classification: second text of a sentence pair; qa rows: the "
-                                          "context's column (default: context)", metavar="NAME")
+                                          "context's column (default: context); multiple-choice: a text put before "
+                                          "every choice (default: sent2, SWAG's, where there is one)", metavar="NAME")
     label_column: str = option(DEFAULT_LABEL_COLUMN, "classification: label column; ner rows: the tags' column (left "
-                               "at 'label': ner_tags, tags or label); qa rows: the answers' (left at 'label': answers)",
+                               "at 'label': ner_tags, tags or label); qa rows: the answers' (left at 'label': answers); "
+                               "multiple-choice: the right choice's index, from 0",
                                metavar="NAME")
     label_separator: str | None = option(None, "classification: split each text label on SEP into several labels "
                                          "(multi-label, e.g. '|'; an empty label: none); a list label (JSONL, "
                                          "Parquet) needs none", metavar="SEP")
+    choice_columns: list[str] | None = option(None, "multiple-choice: the choices' columns, in order, or one column "
+                                              "holding a list of choices (default: SWAG's ending0, ending1, ...; "
+                                              "else choices)", metavar="NAME")
     no_header: bool = option(False, "CSV/TSV without a header row; columns are then 0-based indices")
     lenient_rows: bool = option(False, "CSV/TSV: skip rows with more or fewer fields than the header, or broken "
                                 "quotes, with a warning counting them (default: such a row is an error naming its line)")
@@ -64,6 +70,11 @@ class DataOptions:
             check_int(name, getattr(self, name), 1)
         if self.max_length is not None:
             check_int("max_length", self.max_length, 8)
+        if self.choice_columns is not None and (
+                not isinstance(self.choice_columns, (list, tuple)) or not self.choice_columns
+                or not all(isinstance(c, str) and c for c in self.choice_columns)
+                or len(set(self.choice_columns)) != len(self.choice_columns)):
+            raise BertforgeError(f"choice_columns must be distinct column names, got {self.choice_columns!r}")
         if self.label_separator is not None and (not isinstance(self.label_separator, str) or not self.label_separator):
             raise BertforgeError(f"label_separator must be a non-empty string, got {self.label_separator!r}")
 
@@ -72,7 +83,8 @@ class DataOptions:
 class FinetuneConfig(LoraOptions, DataOptions):
     """Everything that defines a fine-tuning run. Paths are made absolute when the run starts."""
 
-    task: str = option(help="the task: classification, ner, qa, or rerank (a cross-encoder reranker)",
+    task: str = option(help="the task: classification, ner, qa, rerank (a cross-encoder reranker) or "
+                       "multiple-choice (SWAG-style)",
                        choices=FINETUNE_TASKS)
     model: str = option(help="model directory (weights, config.json, tokenizer)", metavar="DIR")
     train: str = option(help="training data (CSV/TSV/JSONL/Parquet/Arrow, CoNLL, or SQuAD JSON)", metavar="FILE")

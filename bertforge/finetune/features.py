@@ -1,8 +1,8 @@
 """Model inputs: tokenising examples into features, padding each batch to its own longest row, and batch orders.
 
-A feature is a plain dict: "input_ids" and "token_type_ids" (lists of ints, no padding) and the targets the
-model's head takes ("labels" — an int, a float, a multi-label example's multi-hot tuple of floats or, for token
-classification, a list of ints — or
+A feature is a plain dict: "input_ids" and "token_type_ids" (lists of ints, no padding; a multiple-choice
+example's are one such list per choice) and the targets the model's head takes ("labels" — an int, a float, a
+multi-label example's multi-hot tuple of floats or, for token classification, a list of ints — or
 "start_positions" / "end_positions"). Padding happens per batch in `collate`, so a batch of short sentences costs
 what short sentences cost; `training_batches` groups sentences of similar length to cut padding further.
 """
@@ -73,10 +73,39 @@ def encode_tagged(
     return features
 
 
+def is_choices(feature: Feature) -> bool:
+    """Whether `feature` is a multiple-choice example's: a list of token ids per choice."""
+    ids = feature["input_ids"]
+    return bool(ids) and isinstance(ids[0], list)
+
+
+def feature_length(feature: Feature) -> int:
+    """The tokens a feature's longest row has (of a multiple-choice example, its longest choice's): what batches
+    are sorted by and padded to."""
+    if is_choices(feature):
+        return max(len(ids) for ids in feature["input_ids"])
+    return len(feature["input_ids"])
+
+
+def collate_choices(features: Sequence[Feature], pad_token_id: int) -> dict[str, torch.Tensor]:
+    """Multiple-choice examples (every one with the same number of choices, C) padded to the batch's longest
+    choice: input_ids, token_type_ids and attention_mask [B, C, S], labels (the right choice's index) [B]."""
+    choices = len(features[0]["input_ids"])
+    rows = [{"input_ids": ids, "token_type_ids": types}
+            for f in features for ids, types in zip(f["input_ids"], f["token_type_ids"])]
+    flat = collate(rows, pad_token_id)  # [B * C, S]
+    out = {k: v.view(len(features), choices, -1) for k, v in flat.items()}
+    if "labels" in features[0]:
+        out["labels"] = torch.tensor([f["labels"] for f in features], dtype=torch.long)  # [B]
+    return out
+
+
 def collate(features: Sequence[Feature], pad_token_id: int) -> dict[str, torch.Tensor]:
     """Pad a batch to its longest row: input_ids with `pad_token_id`, token_type_ids with 0, per-token labels with
     -100; attention_mask is 1 on real tokens. Scalar targets become a [B] tensor (float for regression), multi-hot
-    tuples a float [B, num_labels] one."""
+    tuples a float [B, num_labels] one. Multiple-choice examples: `collate_choices`."""
+    if is_choices(features[0]):
+        return collate_choices(features, pad_token_id)
     length = max(len(f["input_ids"]) for f in features)
     batch = len(features)
     input_ids = torch.full((batch, length), pad_token_id, dtype=torch.long)  # [B, S]

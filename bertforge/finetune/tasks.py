@@ -493,3 +493,4 @@ def get_task(name: str) -> Task:
 
 
 from . import rerank  # noqa: E402,F401  (the reranking task registers itself: `rerank.Rerank`)
+from . import multiple_choice  # noqa: E402,F401  (so does multiple choice: `multiple_choice.MultipleChoice`)

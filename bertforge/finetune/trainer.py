@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from .features import Feature, collate, inference_batches, training_batches
+from .features import Feature, collate, feature_length, inference_batches, training_batches
 from ..training.adapters import attach
 from ..training.optim import make_optimizer, warmup_decay
 from ..core.state import check_same_files, files_fingerprint
@@ -80,7 +80,7 @@ def run_model(
     model.eval()
     outputs: list[dict[str, np.ndarray] | None] = [None] * len(features)
     loss_sum, counted = 0.0, 0
-    batches = inference_batches([len(f["input_ids"]) for f in features], batch_size)
+    batches = inference_batches([feature_length(f) for f in features], batch_size)
     for indices in tqdm(batches, desc=description, leave=False, disable=_disable(progress)):
         batch = move(collate([features[i] for i in indices], pad_token_id), device)
         with autocast(device, precision):
@@ -224,7 +224,7 @@ class Finetuning:
 
     def epoch_batches(self) -> list[list[int]]:
         """One epoch's batches of example indices, in the order of the run's generator."""
-        lengths = [len(f["input_ids"]) for f in self.features]
+        lengths = [feature_length(f) for f in self.features]
         return training_batches(lengths, self.cfg.batch_size, self.generator, self.cfg.group_by_length)
 
     def make_batch(self, indices: list[int]) -> Any:

@@ -457,6 +457,17 @@ class BertForMultipleChoice(_ClassifierMixin, BertPreTrainedModel):
 
     classify = BertForSequenceClassification.classify
 
+    def packed_logits(self, hidden: Tensor, batch: PackedBatch) -> Tensor:
+        """One logit per sequence [N, 1] from packed last hidden states [T, H] (`BertModel.forward_packed`): each
+        (example, choice) sequence scored by the head `forward` gives it (the pipelines' path)."""
+        first = hidden[batch.starts]  # [N, H]
+        p = self._dropout_p()
+        if self.summary is not None:
+            return self.classifier(dropout(self.summary(first), p, self.training))
+        if self.choice == "pooler":
+            return self.classifier(dropout(self.bert.pool(first), p, self.training))
+        return BertForSequenceClassification.packed_logits(self, hidden, batch)  # type: ignore[arg-type]
+
 
 class BertForTokenClassification(_ClassifierMixin, BertPreTrainedModel):
     def __init__(self, config: BertConfig) -> None:

@@ -5,11 +5,12 @@
     (2, 384)
 
 Tasks: "embed", "sparse-embed" (SPLADE; also "sparse"), "fill-mask", "text-classification", "token-classification",
-"question-answering", "rerank". Every pipeline takes one input or a list of any length (`pipe.stream(iterable)` yields
+"question-answering", "rerank", "multiple-choice". Every pipeline takes one input or a list of any length (`pipe.stream(iterable)` yields
 results one by one), tokenizes in a background thread, sorts inputs by length into batches with no padding at all,
 and returns results in input order. A call takes transformers' call-time options for itself, `fill(texts, top_k=3)`,
 and refuses by name those with no setting here (each class's `call_options` and `refused_options`).
-`rerank(query, passages)` scores (query, passage) pairs with a cross-encoder and returns them best first. A caller
+`rerank(query, passages)` scores (query, passage) pairs with a cross-encoder and returns them best first;
+`choose(context, choices)` picks a multiple-choice model's likeliest choice. A caller
 that has tokenized already (the server) runs `pipe.run_features(inputs, pipe.features(inputs)[0])`.
 """
 
@@ -29,6 +30,7 @@ PIPELINE_CLASSES: dict[str, str] = {  # pipeline task -> its class
     "token-classification": "TokenClassificationPipeline",
     "question-answering": "QuestionAnsweringPipeline",
     "rerank": "RerankPipeline",
+    "multiple-choice": "MultipleChoicePipeline",
     "sparse-embed": "SparseEmbedPipeline",
 }
 MODULES = {
@@ -39,6 +41,7 @@ MODULES = {
     "token-classification": "classification",
     "question-answering": "question_answering",
     "rerank": "rerank",
+    "multiple-choice": "multiple_choice",
     "sparse-embed": "sparse",
 }
 ALIASES = {
@@ -54,6 +57,7 @@ ALIASES = {
     "reranker": "rerank",
     "text-ranking": "rerank",
     "cross-encoder": "rerank",
+    "multiple_choice": "multiple-choice",
     "splade": "sparse-embed",
     "sparse": "sparse-embed",
     "sparse_embed": "sparse-embed",

@@ -56,7 +56,7 @@ def test_task_lists_are_two_named_things():
     from bertforge.finetune.tasks import TASK_CLASSES
     from bertforge.pipelines import PIPELINE_CLASSES
 
-    assert FINETUNE_TASKS == tuple(TASK_CLASSES) == ("classification", "ner", "qa", "rerank")
+    assert FINETUNE_TASKS == tuple(TASK_CLASSES) == ("classification", "ner", "qa", "rerank", "multiple-choice")
     assert "question-answering" in PIPELINE_CLASSES
     for module in (bertforge.finetune, bertforge.finetune.config, bertforge.pipelines):
         assert not hasattr(module, "TASKS")

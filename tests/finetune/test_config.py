@@ -28,7 +28,7 @@ def test_a_saved_config_reads_back_the_same(tmp_path):
     (dict(epochs=0), "epochs must be an integer >= 1, got 0"),
     (dict(seed=True), "seed must be an integer >= 0, got True"),
     (dict(lr=2.0), r"lr must be a number in \(0, 1\), got 2.0"),
-    (dict(task="pos"), "task must be one of classification, ner, qa, rerank, got 'pos'"),
+    (dict(task="pos"), "task must be one of classification, ner, qa, rerank, multiple-choice, got 'pos'"),
     (dict(max_length=4), "max_length must be an integer >= 8, got 4"),
     (dict(precision="fp8"), "precision must be one of auto, fp32, bf16, fp16, got 'fp8'"),
     (dict(resume=True, overwrite=True), "--resume and --overwrite contradict each other"),

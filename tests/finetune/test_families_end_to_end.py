@@ -162,3 +162,38 @@ def test_a_reranker_of_the_family_through_the_cli(tmp_path, family_model, capsys
     first = json.loads(predictions.read_text().splitlines()[0])["ranking"]
     assert {r["corpus_id"]: r["score"] for r in first} == pytest.approx({r["corpus_id"]: r["score"] for r in ranked},
                                                                         abs=1e-5)
+
+
+def test_multiple_choice_of_the_family_through_the_cli(tmp_path, family_model, capsys):
+    """`finetune --task multiple-choice` on SWAG rows: transformers' AutoModelForMultipleChoice loads the family's
+    ForMultipleChoice with bertforge's logits on its own tokenizer's pairs, and `pipeline("multiple-choice")` gives
+    their softmax; a family transformers has no such class for is refused before anything is written."""
+    from .test_multiple_choice import swag_rows, write_jsonl
+
+    family, model = family_model
+    train = write_jsonl(tmp_path / "train.jsonl", swag_rows(16))
+    dev = write_jsonl(tmp_path / "dev.jsonl", swag_rows(4, seed=1))
+    out = tmp_path / "run"
+    argv = ["finetune", "--task", "multiple-choice", "--model", str(model), "--train", str(train), "--dev", str(dev),
+            "--out", str(out), *FAST]
+    if not BertConfig.from_pretrained(model).family.multiple_choice:
+        assert main(argv) != 0
+        assert "multiple choice is not available for" in capsys.readouterr().err and not out.exists()
+        return
+    assert 0.0 <= run(capsys, *argv)["metrics"]["accuracy"] <= 1.0
+    assert json.loads((out / "model" / "config.json").read_text())["architectures"] == [
+        f"{PREFIX[family]}ForMultipleChoice"]
+    reference = transformers.AutoModelForMultipleChoice.from_pretrained(out / "model").eval()
+    hf_tokenizer = transformers.AutoTokenizer.from_pretrained(out / "model")
+    rows = swag_rows(2, seed=1)
+    choices = [[f"{r['sent2']} {r[f'ending{k}']}" for k in range(4)] for r in rows]
+    batch = hf_tokenizer([r["sent1"] for r in rows for _ in range(4)], [c for row in choices for c in row],
+                         padding=True, return_tensors="pt")
+    batch = {k: v.view(2, 4, -1) for k, v in batch.items()}
+    ours = bertforge.AutoModelForMultipleChoice.from_pretrained(out / "model").eval()
+    with torch.no_grad():
+        expected = reference(**batch).logits
+        assert (expected - ours(**batch).logits).abs().max() <= 1e-5
+    choose = bertforge.pipeline("multiple-choice", model=out / "model")
+    for row, options, logits in zip(rows, choices, expected):
+        assert choose(row["sent1"], options)["scores"] == pytest.approx(logits.softmax(-1).tolist(), abs=1e-5)

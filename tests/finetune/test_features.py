@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from bertforge.finetune.data import TaggedSentence, TextExample
-from bertforge.finetune.features import collate, encode_classification, encode_tagged, training_batches
+from bertforge.finetune.features import (collate, encode_classification, encode_tagged, feature_length,
+                                        training_batches)
 from bertforge.tokenizer import Tokenizer
 
 
@@ -61,6 +62,19 @@ def test_collate_pads_per_batch():
     assert regression["labels"].dtype == torch.float32
     qa = collate([{"input_ids": [1, 2], "token_type_ids": [0, 1], "start_positions": 1, "end_positions": 1}], 0)
     assert qa["start_positions"].tolist() == [1]
+
+
+def test_collate_pads_multiple_choice_examples_to_the_longest_choice():
+    """An example of C choices (a list of ids per choice) is C rows of the batch's [B, C, S]; its label is the
+    right choice's index, and its length (what batches sort by) its longest choice's."""
+    features = [{"input_ids": [[2, 7, 3], [2, 7, 8, 3]], "token_type_ids": [[0, 0, 1], [0, 0, 1, 1]], "labels": 1},
+                {"input_ids": [[2, 3], [2, 9, 3]], "token_type_ids": [[0, 1], [0, 1, 1]], "labels": 0}]
+    assert [feature_length(f) for f in features] == [4, 3]
+    batch = collate(features, pad_token_id=0)
+    assert batch["input_ids"].tolist() == [[[2, 7, 3, 0], [2, 7, 8, 3]], [[2, 3, 0, 0], [2, 9, 3, 0]]]
+    assert batch["attention_mask"].tolist() == [[[1, 1, 1, 0], [1, 1, 1, 1]], [[1, 1, 0, 0], [1, 1, 1, 0]]]
+    assert batch["token_type_ids"][1].tolist() == [[0, 1, 0, 0], [0, 1, 1, 0]]
+    assert batch["labels"].tolist() == [1, 0] and batch["labels"].dtype == torch.long
 
 
 def test_training_batches_are_seeded_and_grouped():

@@ -116,3 +116,33 @@ def test_unsupported_model_type_is_refused_naming_the_supported(tmp_path):
     with pytest.raises(BertforgeError) as info:
         AutoModelForMaskedLM.from_pretrained(tmp_path)
     assert "'deberta'" in str(info.value) and all(t in str(info.value) for t in FAMILIES)
+
+
+@pytest.mark.parametrize("model_type", ["bert", "roberta", "distilbert"])
+def test_multiple_choice_loads_from_and_saves_to_transformers_auto_class(tmp_path, model_type):
+    """`AutoModelForMultipleChoice` reads what `transformers`' AutoModelForMultipleChoice writes, and the other way
+    round, with no missing keys and the same logits [B, C] (weights drawn wide, so that the logits differ)."""
+    import transformers
+
+    from bertforge import AutoModelForMultipleChoice
+    from tests.model.families.test_family import hf_config, inputs
+
+    torch.manual_seed(0)
+    theirs = transformers.AutoModelForMultipleChoice.from_config(hf_config(model_type, 2)).eval()
+    with torch.no_grad():
+        for p in theirs.parameters():
+            p.add_(torch.randn_like(p) * 0.3)
+    theirs.save_pretrained(tmp_path / "hf")
+    ours = AutoModelForMultipleChoice.from_pretrained(tmp_path / "hf").eval()
+    assert ours.loading_info.missing_keys == [] and ours.loading_info.unexpected_keys == []
+    ids, mask = inputs(ours.config)
+    ids, mask = torch.cat([ids, ids.flip(0)]).view(2, 3, -1), torch.cat([mask, mask.flip(0)]).view(2, 3, -1)
+    ours.save_pretrained(tmp_path / "ours")
+    back, info = transformers.AutoModelForMultipleChoice.from_pretrained(tmp_path / "ours", output_loading_info=True)
+    assert type(back) is type(theirs) and not info["missing_keys"] and not info["unexpected_keys"], info
+    with torch.no_grad():
+        expected = theirs(input_ids=ids, attention_mask=mask).logits
+        got = ours(input_ids=ids, attention_mask=mask).logits
+        again = back.eval()(input_ids=ids, attention_mask=mask).logits
+    assert got.shape == (2, 3) and float(expected.std()) > 0.1
+    assert (expected - got).abs().max().item() <= 1e-5 and (again - got).abs().max().item() <= 1e-5

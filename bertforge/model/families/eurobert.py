@@ -105,6 +105,7 @@ _LAYER = "bert.layers.{n}."
 EUROBERT = Family(
     model_type="eurobert",
     name="EuroBERT",
+    multiple_choice=False,  # transformers has no ForMultipleChoice class for it
     class_prefix="EuroBert",
     prefix="model",
     body=("embed_tokens", "layers", "norm"),

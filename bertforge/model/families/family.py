@@ -133,6 +133,10 @@ class Family:
     # internal class names its `transformers` classes spell otherwise than class_prefix + the task (ELECTRA's
     # discriminator, BertForReplacedTokenDetection, is ElectraForPreTraining)
     class_names: dict[str, str] = field(default_factory=dict)
+    # whether its `transformers` library has a ForMultipleChoice class: without one, a `BertForMultipleChoice` of it
+    # still builds and reloads here, but the directory it saves names a class `transformers` lacks, so
+    # `finetune --task multiple-choice` refuses the family
+    multiple_choice: bool = True
 
     @property
     def tokenizer_kind(self) -> str:

@@ -65,6 +65,7 @@ write_config = rope_config(DEFAULT_THETA)
 GTE = Family(
     model_type="gte",
     name="GTE",
+    multiple_choice=False,  # transformers has no ForMultipleChoice class for it
     class_prefix="Gte",
     prefix="gte",
     body=("embeddings", "encoder", "layers", "pooler"),

@@ -49,6 +49,7 @@ def jina_spec(family: Family, config: BertConfig) -> EncoderSpec:
 JINA_EMBEDDINGS_V3 = Family(
     model_type="jina_embeddings_v3",
     name="jina-embeddings-v3",
+    multiple_choice=False,  # transformers has no ForMultipleChoice class for it
     class_prefix="JinaEmbeddingsV3",
     prefix="roberta",
     body=("embeddings", "emb_ln", "encoder", "layers", "pooler"),

@@ -136,6 +136,7 @@ write_config = rope_config(DEFAULT_THETA)
 NOMIC_BERT = Family(
     model_type="nomic_bert",
     name="NomicBERT",
+    multiple_choice=False,  # transformers has no ForMultipleChoice class for it
     class_prefix="NomicBert",
     prefix="nomic_bert",
     body=("embeddings", "emb_ln", "encoder", "layers", "pooler"),

@@ -286,3 +286,10 @@ def test_multiple_choice_loss_is_transformers(tmp_path, model_type):
         expected = ref(input_ids=ids, attention_mask=mask, labels=labels)
         got = ours(input_ids=ids, attention_mask=mask, labels=labels)
     assert got.logits.shape == (2, 3) and abs(float(expected.loss) - float(got.loss)) <= TOL
+
+
+@pytest.mark.parametrize("model_type", list(FAMILIES))
+def test_multiple_choice_is_declared_where_transformers_has_the_class(model_type):
+    """`Family.multiple_choice` (what `finetune --task multiple-choice` refuses a family by) says whether
+    `transformers` has the family's ForMultipleChoice class."""
+    assert FAMILIES[model_type].multiple_choice == hasattr(transformers, PREFIX[model_type] + "ForMultipleChoice")
