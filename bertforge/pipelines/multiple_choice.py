@@ -32,6 +32,7 @@ class MultipleChoicePipeline(Pipeline):
     Args: see `Pipeline`."""
 
     task = "multiple-choice"
+    call_arguments = ("choices",)
     input_description = 'a (context, choices) tuple or a {"context", "choices"} dict'
     model_class = BertForMultipleChoice
 
@@ -77,8 +78,9 @@ class MultipleChoicePipeline(Pipeline):
         best = int(scores.argmax())
         return {"label": best, "score": float(scores[best]), "scores": [float(s) for s in scores]}
 
-    def __call__(self, inputs: Any, choices: Any = None) -> Any:
-        """`choose(context, choices)`, or one input or a list of inputs (see the class)."""
+    def __call__(self, inputs: Any, choices: Any = None, **options: Any) -> Any:
+        """`choose(context, choices)`, or one input or a list of inputs (see the class). `options`: settings for
+        this call only (`call_options`)."""
         if choices is not None:
-            return super().__call__((inputs, choices))
-        return super().__call__(inputs)
+            return super().__call__((inputs, choices), **options)
+        return super().__call__(inputs, **options)

@@ -86,3 +86,14 @@ def test_bad_inputs_and_headless_checkpoints_are_refused(tmp_path):
         shutil.copy(directory / name, bare / name)
     with pytest.raises(BertforgeError, match=r"has no multiple-choice head \(.*\* is not in the checkpoint\)"):
         bertforge.pipeline("multiple-choice", model=bare)
+
+
+def test_a_call_takes_the_shared_call_time_options_and_refuses_unknown_ones(tmp_path):
+    directory = _checkpoint(tmp_path, "bert")
+    choose = bertforge.pipeline("multiple-choice", model=directory)
+    full = choose(*INPUTS[1])
+    cut = choose(*INPUTS[1], max_length=6)  # for this call only: the pairs cut at 6 tokens
+    assert cut != full and choose(*INPUTS[1]) == full
+    assert cut == bertforge.pipeline("multiple-choice", model=directory, max_length=6)(*INPUTS[1])
+    with pytest.raises(BertforgeError, match=r"multiple-choice: unknown option `top_k`; a call takes: choices, "):
+        choose(*INPUTS[1], top_k=2)

@@ -253,8 +253,9 @@ def campaign(tmp_path: Path, kills: int, disk_fulls: int, seed: int) -> None:
                 last = now
             report(f"save faults, {writer.name}: {kills} SIGKILLs ({advanced} after a newer version was complete, "
                    f"{kills - advanced} before), 0 half-written or mixed, {len(stray)} temporary files left by kills "
-                   f"(hidden, never loaded), {len(left)} there after the last kill, none after the next write; {disk_fulls} full disks: {len(messages)} refused in one line with the previous "
-                   f"version intact, {disk_fulls - len(messages)} fitted")
+                   f"(hidden, never loaded), {len(left)} there after the last kill, none after the next write; "
+                   f"{disk_fulls} full disks: {len(messages)} refused in one line with the previous version intact, "
+                   f"{disk_fulls - len(messages)} fitted")
 
 
 def test_save_faults_fast(tmp_path):
