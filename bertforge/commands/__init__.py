@@ -37,6 +37,16 @@ def add_device_argument(parser: argparse.ArgumentParser | argparse._ArgumentGrou
                         help=f"where the model runs: {INFERENCE_DEVICES}; on CUDA in float16")
 
 
+def add_precision_argument(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """--precision, the model's compute, for a command that runs a pipeline (`pipelines.base.INFERENCE_PRECISIONS`);
+    how vectors are stored is another option (embed's --vector-dtype)."""
+    from ..pipelines.base import INFERENCE_PRECISIONS
+
+    parser.add_argument("--precision", choices=INFERENCE_PRECISIONS, default=None,
+                        help="the model's compute: fp32 (the default on a CPU: transformers' numbers) or bf16 (a CPU's "
+                             "bf16 units: faster, numbers within about 1e-2); on CUDA the model runs in float16")
+
+
 def add_run_config_argument(parser: argparse.ArgumentParser, kind: RunKind) -> None:
     """--run-config, the same for every trainer: start from the settings a run recorded (`kind`: the trainer's
     `training.run_dir.RunKind`)."""

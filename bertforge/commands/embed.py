@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
-from ..core.constants import EMBEDDING_PRECISIONS, POOLINGS, SHARD_ROWS
+from ..core.constants import POOLINGS, SHARD_ROWS, VECTOR_DTYPES
 from ..core.errors import BertforgeError
 from ..core.io import atomic_write, check_output_file, check_text
 from ..data.tables import table_format, table_records
-from . import add_device_argument, add_quantize_argument, require_options
+from . import add_device_argument, add_precision_argument, add_quantize_argument, require_options
 
 if TYPE_CHECKING:
     from ..pipelines.embed import EmbedPipeline
@@ -70,6 +70,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int, default=None, metavar="N", help="PyTorch threads (default: the CPUs available)")
     parser.add_argument("--no-progress", dest="progress", action="store_false", default=None, help="no progress bar")
     add_quantize_argument(parser)
+    add_precision_argument(parser)
     add_device_argument(parser)
     shards = parser.add_argument_group("shards (--out DIR)")
     shards.add_argument("--id-column", default=None, metavar="NAME",
@@ -78,7 +79,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     shards.add_argument("--shard-rows", type=int, default=None, metavar="N",
                         help=f"input rows a shard (default {SHARD_ROWS:,}): memory holds about two "
                              f"shards' vectors")
-    shards.add_argument("--precision", choices=EMBEDDING_PRECISIONS, default=None,
+    shards.add_argument("--vector-dtype", choices=VECTOR_DTYPES, default=None,
                         help="the stored vectors: float32 (the default), float16, or int8 with a float32 scale a row")
     shards.add_argument("--skip-bad-rows", action="store_true", default=None,
                         help="skip (and count in the manifest) rows with a missing or empty text or a missing or "
@@ -94,7 +95,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="which of the --num-shards processes this is, 0..K-1 (default 0)")
 
 
-SHARD_OPTIONS = ("id_column", "shard_rows", "precision", "skip_bad_rows", "resume")
+SHARD_OPTIONS = ("id_column", "shard_rows", "vector_dtype", "skip_bad_rows", "resume")
 
 
 def read_lines(path: Path) -> list[str]:
@@ -176,7 +177,7 @@ def corpus_settings(args: argparse.Namespace) -> "CorpusEmbedding":
     from ..pipelines.embed_corpus import CorpusEmbedding, recorded_settings
 
     fields = ("model", "input", "text_column", "id_column", "pooling", "normalize", "layer", "max_length",
-              "prompt_name", "prompt", "quantize", "precision", "shard_rows", "skip_bad_rows")
+              "prompt_name", "prompt", "quantize", "precision", "vector_dtype", "shard_rows", "skip_bad_rows")
     given = {name: getattr(args, name) for name in fields if getattr(args, name) is not None}
     if args.resume:
         settings = recorded_settings(args.out)
@@ -227,7 +228,7 @@ def run_array(args: argparse.Namespace) -> int:
         layer=-1 if args.layer is None else args.layer,
         max_length=args.max_length, max_batch_tokens=args.max_batch_tokens, num_threads=args.threads,
         progress=args.progress, quantize=args.quantize, device=args.device, prompt_name=args.prompt_name,
-        prompt=args.prompt))
+        prompt=args.prompt, precision=args.precision or "fp32"))
     vectors = embed(texts)  # [n, hidden]
 
     def write(tmp: Path) -> None:

@@ -28,7 +28,7 @@ ST_POOLING_MODES = {"mean": "mean", "cls": "cls", "max": "max", "mean-sqrt-len":
                     "weighted-mean": "weightedmean", "last-token": "lasttoken"}
 POOLINGS = tuple(ST_POOLING_MODES)
 #: how `bertforge embed --out DIR` stores its vectors (`pipelines/embed_corpus.py`), and its rows a shard by default
-EMBEDDING_PRECISIONS = ("float32", "float16", "int8")
+VECTOR_DTYPES = ("float32", "float16", "int8")
 SHARD_ROWS = 100_000
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ The output directory holds:
   corpus), written before the first shard; `resume=True` continues a run in place, redoing only missing shards, and
   refuses an input or a setting that changed since.
 * `manifest.json`: written once, when every shard is complete: the model, pooling, normalisation, dimensions,
-  precision, the input, the shards with their row ranges and the skipped and truncated rows. `read_embeddings`
+  the vectors' dtype, the input, the shards with their row ranges and the skipped and truncated rows. `read_embeddings`
   reads it back.
 
 Shares: shard k belongs to share k mod `count`; a process embeds share `index` (`--num-shards K --shard-index I`,
@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..core.constants import EMBEDDING_PRECISIONS as PRECISIONS, SHARD_ROWS
+from ..core.constants import SHARD_ROWS, VECTOR_DTYPES
 from ..core.errors import BertforgeError
 from ..core.io import atomic_write, atomic_write_text, check_text, lock_run_directory
 from ..core.state import DataChanged, check_same_files, files_fingerprint
@@ -85,7 +85,7 @@ def shard_name(k: int) -> str:
 class CorpusEmbedding:
     """What a run embeds and how: recorded in `embed-run.json`, and the same on resume. `model` and `input` are
     paths (a model directory; a file or a folder); the rest are `pipeline("embed")`'s settings, the output's
-    `precision`, the `shard_rows` and `skip_bad_rows`."""
+    `vector_dtype` (float32, float16 or int8), the `shard_rows` and `skip_bad_rows`."""
 
     model: str
     input: str
@@ -98,13 +98,14 @@ class CorpusEmbedding:
     prompt_name: str | None = None
     prompt: str | None = None
     quantize: str | None = None
-    precision: str = "float32"
+    precision: str = "fp32"  # the model's compute: fp32, or bf16 on a CPU with bf16 units (the pipelines' `precision`)
+    vector_dtype: str = "float32"  # the stored vectors
     shard_rows: int = SHARD_ROWS
     skip_bad_rows: bool = False
 
     def __post_init__(self) -> None:
-        if self.precision not in PRECISIONS:
-            raise BertforgeError(f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
+        if self.vector_dtype not in VECTOR_DTYPES:
+            raise BertforgeError(f"vector_dtype must be one of {', '.join(VECTOR_DTYPES)}, got {self.vector_dtype!r}")
         if isinstance(self.shard_rows, bool) or not isinstance(self.shard_rows, int) or self.shard_rows < 1:
             raise BertforgeError(f"shard_rows must be a positive integer, got {self.shard_rows!r}")
 
@@ -394,31 +395,31 @@ def shard_record(path: Path, run: str) -> ShardRecord | None:
                        record["truncated"], record["examples"])
 
 
-def vector_columns(vectors: np.ndarray, precision: str) -> dict[str, Any]:
-    """The `embedding` column (a fixed-size list) of `vectors` [n, d] in `precision`, and int8's `scale`."""
+def vector_columns(vectors: np.ndarray, dtype: str) -> dict[str, Any]:
+    """The `embedding` column (a fixed-size list) of `vectors` [n, d] stored as `dtype`, and int8's `scale`."""
     pa = require_pyarrow("the output")
     n, d = vectors.shape
     columns: dict[str, Any] = {}
-    if precision == "int8":
+    if dtype == "int8":
         peak = np.abs(vectors).max(axis=1) if n else np.zeros(0, np.float32)
         scale = np.where(peak > 0, peak / 127.0, 1.0).astype(np.float32)
         values = np.clip(np.rint(vectors / scale[:, None]), -127, 127).astype(np.int8)
         columns["scale"] = pa.array(scale, type=pa.float32())
     else:
-        values = vectors.astype(np.float16 if precision == "float16" else np.float32)
+        values = vectors.astype(np.float16 if dtype == "float16" else np.float32)
     flat = pa.array(values.reshape(-1))
     columns = {"embedding": pa.FixedSizeListArray.from_arrays(flat, d), **columns}
     return columns
 
 
-def write_shard(path: Path, ids: list[Any], id_kind: str, vectors: np.ndarray, precision: str,
+def write_shard(path: Path, ids: list[Any], id_kind: str, vectors: np.ndarray, dtype: str,
                 record: dict[str, Any]) -> None:
     """One shard, atomically: written under a temporary name beside `path`, renamed when complete."""
     pa = require_pyarrow(path)
     import pyarrow.parquet as pq
 
     columns = {"id": pa.array(ids, type=pa.int64() if id_kind == "int64" else pa.string()),
-               **vector_columns(vectors, precision)}
+               **vector_columns(vectors, dtype)}
     table = pa.table(columns).replace_schema_metadata({META_KEY: json.dumps(record).encode()})
     atomic_write(path, lambda tmp: pq.write_table(table, tmp))
 
@@ -497,7 +498,7 @@ class CorpusRun:
                 "embed", model=settings.model, pooling=settings.pooling, normalize=settings.normalize,
                 layer=settings.layer, max_length=settings.max_length, max_batch_tokens=max_batch_tokens,
                 num_threads=threads, progress=False, quantize=settings.quantize, device=device,
-                prompt_name=settings.prompt_name, prompt=settings.prompt)
+                prompt_name=settings.prompt_name, prompt=settings.prompt, precision=settings.precision)
         assert pipe is not None
         self.pipe = pipe
         model_dir = pipe.model_dir
@@ -728,7 +729,7 @@ class CorpusRun:
                     if pending is not None:
                         pending.result()  # one shard written at a time, while the next is embedded
                     pending = writer.submit(write_shard, self.out / shard_name(record.shard), ids, window.id_kind,
-                                            matrix, s.precision, meta)
+                                            matrix, s.vector_dtype, meta)
                     summary["shards"] += 1
                     summary["skipped"].update(record.skipped)
                     summary["truncated"] += record.truncated
@@ -767,7 +768,7 @@ class CorpusRun:
             "format": FORMAT, "version": VERSION, "run": self.run_name,
             "model": s.model, "pooling": pipe.pooling, "normalize": pipe.normalize, "layer": pipe.layer,
             "max_length": pipe.max_length, "prompt": pipe.prompt, "quantize": pipe.quantize,
-            "dimensions": pipe.hidden_size, "precision": s.precision,
+            "dimensions": pipe.hidden_size, "vector_dtype": s.vector_dtype,
             "id": {"column": s.id_column, "type": id_type},
             "input": {"path": s.input, "text_column": s.text_column, "files": self.identity["input_files"]},
             "rows": {"input": input_rows, "embedded": sum(r.count for r in records),

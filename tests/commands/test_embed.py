@@ -259,7 +259,7 @@ def shard_table(out: Path, k: int = 0):
 
 
 def test_embed_out_dir_writes_shards_with_every_shard_option(tmp_path, model_dir, capsys):
-    """--out DIR with --id-column, --shard-rows, --precision, --sort-window, --skip-bad-rows; the vectors are the
+    """--out DIR with --id-column, --shard-rows, --vector-dtype, --sort-window, --skip-bad-rows; the vectors are the
     .npy path's."""
     pytest.importorskip("pyarrow")
     from bertforge.pipelines.embed_corpus import read_embeddings
@@ -273,12 +273,12 @@ def test_embed_out_dir_writes_shards_with_every_shard_option(tmp_path, model_dir
     assert main([*argv, "--out", str(tmp_path / "refused"), "--id-column", "key"]) == 2
     assert "in.jsonl, line 13: duplicate id 'k0' (an earlier row has it); --skip-bad-rows" in capsys.readouterr().err
     out = tmp_path / "vectors"
-    assert main([*argv, "--out", str(out), "--id-column", "key", "--shard-rows", "5", "--precision", "float16",
+    assert main([*argv, "--out", str(out), "--id-column", "key", "--shard-rows", "5", "--vector-dtype", "float16",
                  "--sort-window", "3", "--skip-bad-rows"]) == 0
     assert "12 rows -> " in capsys.readouterr().err
     manifest = json.loads((out / "manifest.json").read_text())
     assert [s["count"] for s in manifest["shards"]] == [5, 5, 2] and manifest["rows"]["skipped"] == {"duplicate id": 1}
-    assert manifest["precision"] == "float16" and shard_table(out).column("id").to_pylist()[:2] == ["k0", "k1"]
+    assert manifest["vector_dtype"] == "float16" and shard_table(out).column("id").to_pylist()[:2] == ["k0", "k1"]
     ids, vectors = read_embeddings(out)
     assert ids.tolist() == [f"k{i}" for i in range(12)] and np.abs(vectors - reference).max() < 1e-2
 
@@ -332,8 +332,8 @@ def test_embed_npy_output_refuses_the_shard_options_and_a_folder(tmp_path, model
     data = tmp_path / "in.txt"
     data.write_text("a\n")
     argv = ["embed", "--model", str(model_dir), "--input", str(data), "--out", str(tmp_path / "v.npy")]
-    assert main([*argv, "--resume", "--precision", "int8"]) == 2
-    assert "--precision, --resume: for shards in a directory (--out DIR)" in capsys.readouterr().err
+    assert main([*argv, "--resume", "--vector-dtype", "int8"]) == 2
+    assert "--vector-dtype, --resume: for shards in a directory (--out DIR)" in capsys.readouterr().err
     assert main(["embed", "--model", str(model_dir), "--input", str(tmp_path), "--out", str(tmp_path / "v.npy")]) == 2
     assert "is a folder: embed it into shards, --out DIR" in capsys.readouterr().err
     assert main(["embed", "--out", str(tmp_path / "dir")]) == 2
@@ -353,3 +353,26 @@ def test_embed_out_dir_quantize_int8(int8_models, tmp_path, capsys):
     assert main([*argv, "--out", str(tmp_path / "shards")]) == 0
     assert json.loads((tmp_path / "shards" / "manifest.json").read_text())["quantize"] == "int8"
     assert np.abs(read_embeddings(tmp_path / "shards")[1] - np.load(tmp_path / "int8.npy")).max() < 1e-5
+
+
+def test_embed_precision_is_the_models_compute_in_both_outputs(tmp_path, model_dir, capsys):
+    """--precision bf16 runs the encoder under bf16 (the pipelines' `precision`), for the .npy and the shards; the
+    stored dtype is --vector-dtype's, a separate option."""
+    pytest.importorskip("pyarrow")
+    from bertforge.pipelines.embed_corpus import read_embeddings
+
+    data = tmp_path / "in.txt"
+    data.write_text("\n".join(TEXTS * 2) + "\n")
+    argv = ["embed", "--model", str(model_dir), "--input", str(data), "--no-progress"]
+    assert main([*argv, "--out", str(tmp_path / "fp32.npy")]) == 0
+    assert main([*argv, "--out", str(tmp_path / "bf16.npy"), "--precision", "bf16"]) == 0
+    fp32, bf16 = np.load(tmp_path / "fp32.npy"), np.load(tmp_path / "bf16.npy")
+    assert bf16.dtype == np.float32 and 0 < np.abs(bf16 - fp32).max() < 0.1  # bf16's rounding, stored as float32
+    assert main([*argv, "--out", str(tmp_path / "shards"), "--precision", "bf16"]) == 0
+    _, vectors = read_embeddings(tmp_path / "shards")
+    np.testing.assert_allclose(vectors, bf16, atol=1e-6)
+    run = json.loads((tmp_path / "shards" / "embed-run.json").read_text())
+    assert run["settings"]["precision"] == "bf16" and run["settings"]["vector_dtype"] == "float32"
+    with pytest.raises(SystemExit) as refused:
+        main([*argv, "--out", str(tmp_path / "x.npy"), "--precision", "fp16"])
+    assert refused.value.code == 2 and "--precision: invalid choice: 'fp16'" in capsys.readouterr().err

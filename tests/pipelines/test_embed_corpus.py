@@ -1,7 +1,7 @@
 """Embedding a corpus into shards (`bertforge.pipelines.embed_corpus`): every input format gives the pipeline's
 vectors; the shards and the manifest; a run stopped after a shard and resumed equals an uninterrupted one without
 redoing the finished shards; a changed input or setting is refused; shares (and torchrun's ranks) together equal one
-process; bad rows refused or skipped; the precisions; every family's model against `transformers`."""
+process; bad rows refused or skipped; the stored dtypes and the compute precision; every family's model against `transformers`."""
 
 from __future__ import annotations
 
@@ -117,7 +117,7 @@ def test_shards_and_manifest(tmp_path, model, pipe, expected):
     assert first.column("id").to_pylist() == [f"doc-{i}" for i in range(16)]
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["format"] == "bertforge-embeddings" and manifest["dimensions"] == 32
-    assert (manifest["pooling"], manifest["normalize"], manifest["precision"]) == ("mean", False, "float32")
+    assert (manifest["pooling"], manifest["normalize"], manifest["vector_dtype"]) == ("mean", False, "float32")
     assert manifest["model"] == str(model) and manifest["id"] == {"column": "doc", "type": "string"}
     assert manifest["input"]["files"] == [["c.parquet", data.stat().st_size]]
     assert manifest["rows"] == {"input": ROWS, "embedded": ROWS, "skipped": {}, "truncated": 0, "examples": []}
@@ -218,8 +218,8 @@ def test_a_changed_input_or_setting_is_refused_on_resume(tmp_path, model, pipe, 
         stop_after(patch, 1)
         with pytest.raises(Killed):
             run(model, data, out, pipe)
-    with pytest.raises(BertforgeError, match=r"settings differ from the run's \(precision was 'float32', is 'int8'"):
-        run(model, data, out, pipe, precision="int8", resume=True)
+    with pytest.raises(BertforgeError, match=r"settings differ from the run's \(vector_dtype was 'float32', is 'int8'"):
+        run(model, data, out, pipe, vector_dtype="int8", resume=True)
     write_parquet(data, TEXTS + ["one more row"])
     with pytest.raises(DataChanged, match=r"the input differs .*file 1 was c.parquet \(\d[\d,]* bytes\), is c.parquet"):
         run(model, data, out, pipe, resume=True)
@@ -343,13 +343,13 @@ def test_rows_past_the_models_length_are_truncated_and_counted(tmp_path, model, 
     assert np.abs(read_embeddings(tmp_path / "out")[1] - pipe(texts)).max() < TOL
 
 
-# ---------------------------------------------------------------------------------------------------- precision
+# ---------------------------------------------------------------------------------------------- stored dtypes
 
 
 def test_float16_and_int8_shards(tmp_path, model, pipe, expected):
     data = write_parquet(tmp_path / "c.parquet", TEXTS)
-    run(model, data, tmp_path / "f16", pipe, precision="float16")
-    run(model, data, tmp_path / "i8", pipe, precision="int8")
+    run(model, data, tmp_path / "f16", pipe, vector_dtype="float16")
+    run(model, data, tmp_path / "i8", pipe, vector_dtype="int8")
     half = pq.read_table(tmp_path / "f16" / "shard-00000.parquet")
     assert half.schema.field("embedding").type == pa.list_(pa.float16(), 32)
     assert np.abs(read_embeddings(tmp_path / "f16")[1] - expected).max() < 2e-3 * np.abs(expected).max()
@@ -358,9 +358,9 @@ def test_float16_and_int8_shards(tmp_path, model, pipe, expected):
     assert int8.schema.field("embedding").type == pa.list_(pa.int8(), 32)
     scale = np.abs(expected).max(axis=1, keepdims=True) / 127  # each row: its largest value is ±127
     assert np.all(np.abs(read_embeddings(tmp_path / "i8")[1] - expected) <= scale / 2 + 1e-7)
-    assert json.loads((tmp_path / "i8" / "manifest.json").read_text())["precision"] == "int8"
-    with pytest.raises(BertforgeError, match="precision must be one of float32, float16, int8"):
-        CorpusEmbedding(model="m", input="i", precision="bf16")
+    assert json.loads((tmp_path / "i8" / "manifest.json").read_text())["vector_dtype"] == "int8"
+    with pytest.raises(BertforgeError, match="vector_dtype must be one of float32, float16, int8"):
+        CorpusEmbedding(model="m", input="i", vector_dtype="bf16")
 
 
 # ---------------------------------------------------------------------------------------------------- families
