@@ -108,6 +108,50 @@ def pool(hidden: Tensor, lengths: list[int], starts: list[int], pooling: str, no
     return F.normalize(pooled, dim=-1) if normalize else pooled
 
 
+#: A sentence-transformers Dense module's `activation_function` → the function (its default is Tanh).
+DENSE_ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
+    "torch.nn.modules.linear.Identity": lambda x: x, "torch.nn.modules.activation.Tanh": torch.tanh,
+    "torch.nn.modules.activation.ReLU": torch.relu, "torch.nn.modules.activation.GELU": F.gelu,
+    "torch.nn.modules.activation.Sigmoid": torch.sigmoid,
+}
+
+
+class Dense:
+    """A sentence-transformers Dense module on pooled embeddings [B, in] → [B, out]: activation(x Wᵀ + b), in
+    float32 (LaBSE's projection, EmbeddingGemma's two, TEI's --dense-path)."""
+
+    def __init__(self, weight: Tensor, bias: Tensor | None, activation: Callable[[Tensor], Tensor]) -> None:
+        self.weight, self.bias, self.activation = weight.float(), None if bias is None else bias.float(), activation
+        self.in_features, self.out_features = weight.shape[1], weight.shape[0]
+
+    def __call__(self, rows: Tensor) -> Tensor:
+        weight, bias = self.weight.to(rows.device), None if self.bias is None else self.bias.to(rows.device)
+        return self.activation(F.linear(rows.float(), weight, bias))
+
+
+def read_dense(directory: Path, in_features: int, where: str) -> Dense:
+    """The Dense module in `directory` (its config.json and model.safetensors, never a pickle) taking vectors of
+    `in_features`; what it cannot be is one line starting with `where`."""
+    try:
+        config = json.loads((directory / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise BertforgeError(f"{where}: no readable config.json in {directory} ({type(err).__name__})") from None
+    if not (directory / "model.safetensors").is_file():
+        raise BertforgeError(f"{where}: {directory} has no model.safetensors (bertforge reads no pickled weights)")
+    from safetensors.torch import load_file
+
+    weights = load_file(str(directory / "model.safetensors"))
+    name = config.get("activation_function", "torch.nn.modules.activation.Tanh") if isinstance(config, dict) else None
+    activation = DENSE_ACTIVATIONS.get(str(name))
+    if activation is None:
+        raise BertforgeError(f"{where}: activation {name!r} is not one of {', '.join(DENSE_ACTIVATIONS)}")
+    weight = weights.get("linear.weight")
+    if weight is None or weight.ndim != 2 or weight.shape[1] != in_features:
+        raise BertforgeError(f"{where}: linear.weight must be [out, {in_features}] (the vectors it takes), got "
+                             f"{None if weight is None else list(weight.shape)}")
+    return Dense(weight, weights.get("linear.bias"), activation)
+
+
 def _splade_rows(logits: Callable[[Tensor], Tensor], hidden: Tensor, lengths: list[int]) -> Tensor:
     """max over each sequence's rows of log(1 + relu(logits)) → [B, V] (float32 from half precision), for
     consecutive packed rows."""
@@ -150,12 +194,13 @@ def sentence_transformers_settings(path: Path | None) -> dict[str, Any]:
     """Pooling, normalisation and maximum length a sentence-transformers model directory declares, if any.
 
     Reads `modules.json`, the Pooling module's `config.json` (its `pooling_mode`, or the older `pooling_mode_*`
-    flags), `sentence_bert_config.json` (max_seq_length) and `config_sentence_transformers.json` (its `prompts` by
+    flags), the Dense modules after it (`dense`: their directories, in order), `sentence_bert_config.json` (max_seq_length) and `config_sentence_transformers.json` (its `prompts` by
     name and `default_prompt_name`, e.g. nomic-embed's "search_query: ", and its `similarity_fn_name`). A
     SparseEncoder (a SpladePooling module after an MLMTransformer, or 6.x's fill-mask Transformer) gives
     `sparse: True`. Unreadable files are ignored: they are only defaults. What bertforge would not compute as
-    sentence-transformers does is refused in one line: a module other than Transformer → Pooling → Normalize or
-    Transformer → SpladePooling (a Dense layer, ...), several pooling modes concatenated, a Pooling that leaves the
+    sentence-transformers does is refused in one line: a module other than Transformer → Pooling → Dense ... →
+    Normalize or Transformer → SpladePooling (a CNN, an LSTM, ...), a Dense before the Pooling or after the
+    Normalize, several pooling modes concatenated, a Pooling that leaves the
     prompt's tokens out (`include_prompt: false`), SPLADE pooling other than the max of log(1 + relu(logits)).
     """
     if path is None:
@@ -170,12 +215,18 @@ def sentence_transformers_settings(path: Path | None) -> dict[str, Any]:
     settings: dict[str, Any] = {}
     modules = read(path / "modules.json")
     if isinstance(modules, list):
-        settings["normalize"] = False
+        settings["normalize"], pooled = False, False
         for m in (m for m in modules if isinstance(m, dict)):
             kind = str(m.get("type", "")).rsplit(".", 1)[-1]
-            if kind == "Normalize":
+            if kind == "Dense":
+                if not pooled or settings["normalize"]:
+                    raise BertforgeError(f"{path}: its Dense module {m.get('path')!r} is not between the Pooling "
+                                         "and the Normalize, where bertforge applies Dense modules")
+                settings.setdefault("dense", []).append(str(m.get("path", "")))
+            elif kind == "Normalize":
                 settings["normalize"] = True
             elif kind == "Pooling":
+                pooled = True
                 pooling = read(path / str(m.get("path", "")) / "config.json")
                 if isinstance(pooling, dict):
                     settings.update(_pooling_mode(pooling, path))
@@ -185,7 +236,7 @@ def sentence_transformers_settings(path: Path | None) -> dict[str, Any]:
             elif kind not in ("Transformer", "MLMTransformer"):
                 raise BertforgeError(
                     f"{path}: its sentence-transformers module {m.get('path') or m.get('name')!r} ({kind}) is not one "
-                    "bertforge applies (Transformer, Pooling, Normalize): its embeddings would differ from "
+                    "bertforge applies (Transformer, Pooling, Dense, Normalize): its embeddings would differ from "
                     "sentence-transformers'; use sentence-transformers for this model")
     st_config = read(path / "sentence_bert_config.json")
     if isinstance(st_config, dict) and isinstance(st_config.get("max_seq_length"), int):

@@ -6,15 +6,17 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from ..core.errors import BertforgeError
 from ..model import BertModel
-from ..model.pooling import POOLINGS, pool, sentence_transformers_settings
+from ..model.pooling import POOLINGS, Dense, pool, read_dense, sentence_transformers_settings
 from .base import Feature, Pipeline, VectorPipeline
 from ..model.attention import PackedBatch
 from ..core.hub import model_path
@@ -46,6 +48,7 @@ class SentenceTransformersVectors(VectorPipeline):
             directory = model_path(model)
         defaults = sentence_transformers_settings(directory if directory is not None and directory.is_dir() else None)
         self.declared = defaults
+        self.settings_dir = directory
         declared = defaults.get("max_length") if kwargs.get("max_length") is None else None
         super().__init__(model, **kwargs)  # without max_length: the model's limit
         if declared is not None:
@@ -119,6 +122,7 @@ class EmbedPipeline(SentenceTransformersVectors):
         self.pooling = pooling if pooling is not None else defaults.get("pooling", "mean")
         self.set_normalize(normalize)
         self.hidden_size = self.model.config.hidden_size
+        self.dense = self.read_dense(self.declared.get("dense", []))
         self.layer = self.check_layer(layer)
         n = self.model.config.num_hidden_layers
         self.depth = None if self.layer == n else self.layer  # None: every block
@@ -147,12 +151,26 @@ class EmbedPipeline(SentenceTransformersVectors):
             )
         return layer % (n + 1)
 
+    def read_dense(self, paths: list[str]) -> list[Dense]:
+        """The Dense modules a sentence-transformers directory lists after its Pooling, in order, each taking the
+        previous one's width (the first: the model's)."""
+        chain: list[Dense] = []
+        for path in paths:
+            where = f"{self.task}: {self.settings_dir}: Dense module {path!r}"
+            chain.append(read_dense(Path(self.settings_dir or ".") / path, chain[-1].out_features if chain else
+                                    self.hidden_size, where))
+        return chain
+
     def vector_size(self) -> int:
-        return self.hidden_size
+        return self.dense[-1].out_features if self.dense else self.hidden_size
 
     def head(self, batch: PackedBatch, hidden: Tensor, features: list[Feature]) -> list[np.ndarray]:
-        pooled = pool(hidden, batch.lengths, batch.starts, self.pooling, self.normalize)
-        return list(pooled.float().cpu().numpy())  # [B, H] rows
+        pooled = pool(hidden, batch.lengths, batch.starts, self.pooling, self.normalize and not self.dense)
+        if self.dense:  # sentence-transformers' order: Pooling, each Dense, then Normalize
+            for dense in self.dense:
+                pooled = dense(pooled)
+            pooled = F.normalize(pooled, dim=-1) if self.normalize else pooled
+        return list(pooled.float().cpu().numpy())  # [B, H] rows (H: the last Dense's width)
 
 
 class FeatureExtractionPipeline(EmbedPipeline):

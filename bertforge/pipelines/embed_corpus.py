@@ -724,7 +724,7 @@ class CorpusRun:
                     if record is None:
                         continue
                     record.count = len(ids)
-                    matrix = np.stack(vectors) if vectors else np.zeros((0, self.pipe.hidden_size), np.float32)
+                    matrix = np.stack(vectors) if vectors else np.zeros((0, self.pipe.vector_size()), np.float32)
                     meta = {"run": self.run_name, **record.as_json()}
                     if pending is not None:
                         pending.result()  # one shard written at a time, while the next is embedded
@@ -768,7 +768,7 @@ class CorpusRun:
             "format": FORMAT, "version": VERSION, "run": self.run_name,
             "model": s.model, "pooling": pipe.pooling, "normalize": pipe.normalize, "layer": pipe.layer,
             "max_length": pipe.max_length, "prompt": pipe.prompt, "quantize": pipe.quantize,
-            "dimensions": pipe.hidden_size, "vector_dtype": s.vector_dtype,
+            "dimensions": pipe.vector_size(), "vector_dtype": s.vector_dtype,
             "id": {"column": s.id_column, "type": id_type},
             "input": {"path": s.input, "text_column": s.text_column, "files": self.identity["input_files"]},
             "rows": {"input": input_rows, "embedded": sum(r.count for r in records),

@@ -4,13 +4,16 @@ once, on arrival, into their features."""
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
+import torch
 
 from ..core.errors import BertforgeError
 from ..model.families import FAMILIES
+from ..model.pooling import Dense, read_dense
 from .batcher import Batcher
 from .config import ServeConfig
 from .errors import ApiError, invalid
@@ -26,6 +29,9 @@ if TYPE_CHECKING:
 CHARS_PER_TOKEN = 16
 #: What the client of a route that reads "truncate" can do about an input too long (/v1/embeddings reads none).
 TRUNCATE_HINT = 'shorten it, or send "truncate": true to cut it'
+
+
+log = logging.getLogger("bertforge")
 
 
 def _config(model_dir: Path) -> dict[str, Any]:
@@ -76,52 +82,13 @@ def has_mlm_head(model_dir: Path) -> bool:
     return any(member.internal_architecture(a) in MLM_CLASSES for a in _architectures(model_dir))
 
 
-#: a Dense module's activation (sentence-transformers' `activation_function`) → numpy
-DENSE_ACTIVATIONS = {"torch.nn.modules.linear.Identity": lambda x: x, "torch.nn.modules.activation.Tanh": np.tanh}
+def after_dense(dense: Dense, runner: Any) -> Any:
+    """`runner` (a pipeline's `run_features`) with `dense` applied to its pooled rows (TEI's --dense-path)."""
+    def run(items: list[Any], features: list[Any]) -> list[Any]:
+        results = runner(items, features)
+        return list(dense(torch.from_numpy(np.stack(results))).numpy()) if len(results) else results
 
-
-class Dense:
-    """A sentence-transformers Dense module (TEI's --dense-path) applied to pooled embeddings: activation(W x + b)."""
-
-    def __init__(self, weight: np.ndarray, bias: np.ndarray | None, activation: Any) -> None:
-        self.weight, self.bias, self.activation = weight, bias, activation
-        self.out_features = weight.shape[0]
-
-    def __call__(self, rows: np.ndarray) -> np.ndarray:
-        out = rows.astype(np.float32) @ self.weight.T
-        return self.activation(out + self.bias if self.bias is not None else out).astype(np.float32)
-
-    def after(self, runner: Any) -> Any:
-        def run(items: list[Any], features: list[Any]) -> list[Any]:
-            results = runner(items, features)
-            return list(self(np.stack(results))) if len(results) else results
-
-        return run
-
-
-def load_dense(model_dir: Path, path: str, in_features: int) -> Dense:
-    """The Dense module at `path` (a directory, or one of the model directory's: "2_Dense"): its config.json and
-    model.safetensors (never a pickle); what it cannot be is one line."""
-    directory = Path(path) if Path(path).is_dir() else model_dir / path
-    where = f"serve: --dense-path {path}"
-    try:
-        config = json.loads((directory / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        raise BertforgeError(f"{where}: no readable config.json in {directory} ({type(err).__name__})") from None
-    if not (directory / "model.safetensors").is_file():
-        raise BertforgeError(f"{where}: {directory} has no model.safetensors (bertforge reads no pickled weights)")
-    from safetensors.numpy import load_file
-
-    weights = load_file(str(directory / "model.safetensors"))
-    activation = DENSE_ACTIVATIONS.get(config.get("activation_function", "torch.nn.modules.activation.Tanh"))
-    if activation is None:
-        raise BertforgeError(f"{where}: activation {config.get('activation_function')!r} is not one of "
-                             f"{', '.join(DENSE_ACTIVATIONS)}")
-    weight = weights.get("linear.weight")
-    if weight is None or weight.ndim != 2 or weight.shape[1] != in_features:
-        raise BertforgeError(f"{where}: linear.weight must be [out, {in_features}] (the model's width), got "
-                             f"{None if weight is None else list(weight.shape)}")
-    return Dense(weight.astype(np.float32), weights.get("linear.bias"), activation)
+    return run
 
 
 class Engine:
@@ -198,7 +165,7 @@ class Engine:
                                                    prompt="", **common))  # prompts: `prompt`, per request
             self.pooling = "splade" if self.sparse else embed.pooling  # /info's model_type
             self.model_kind = "embedding"
-            self.hidden_size = embed.hidden_size
+            self.hidden_size = embed.vector_size()  # the last Dense module's width, if it has any
             pipelines["embed"] = main = embed
             if sparse is not None:
                 sparse.max_length = embed.max_length  # sentence-transformers' max_seq_length too
@@ -229,10 +196,16 @@ class Engine:
             pipe.run_features(items, pipe.features(items)[0])
         runners = {kind: pipe.run_features for kind, pipe in pipelines.items()}
         if config.dense_path is not None and self.task == "embed":
-            dense = load_dense(model_dir, config.dense_path, self.hidden_size)
-            self.hidden_size = dense.out_features
-            for kind in [k for k in runners if k == "embed" or k.startswith("embed@")]:
-                runners[kind] = dense.after(runners[kind])
+            dense_dir = Path(config.dense_path) if Path(config.dense_path).is_dir() else model_dir / config.dense_path
+            listed = [(model_dir / d).resolve() for d in cast("EmbedPipeline", main).declared.get("dense", [])]
+            if dense_dir.resolve() in listed:  # the pipeline applies what modules.json lists: not twice
+                log.info("serve: --dense-path %s is a Dense module of the model's modules.json: applied once",
+                         config.dense_path)
+            else:
+                dense = read_dense(dense_dir, self.hidden_size, f"serve: --dense-path {config.dense_path}")
+                self.hidden_size = dense.out_features
+                for kind in [k for k in runners if k == "embed" or k.startswith("embed@")]:
+                    runners[kind] = after_dense(dense, runners[kind])
         self.batcher.runners.update(runners)
 
     def _adapter_pipelines(self, name: str, directory: Path, model_dir: Path, main: Any,

