@@ -73,15 +73,18 @@ def attention_heatmaps(out: Path) -> Path:
     words = tok.convert_ids_to_tokens(enc["input_ids"][0].tolist())
     last = len(attentions) - 1
     panels = [(0, 2, "previous word"), (0, 5, ""), (last, 0, ""), (last, 9, "")]
-    fig, axes = plt.subplots(1, 4, figsize=(16, 4.4))
-    for ax, (layer, head, note) in zip(axes, panels):
-        ax.imshow(attentions[layer][0, head].numpy(), cmap="Blues", vmin=0, vmax=1)
-        ax.set_xticks(range(len(words)), words, rotation=90, fontsize=8)
-        ax.set_yticks(range(len(words)), words, fontsize=8)
-        ax.set_title(f"layer {layer}, head {head}" + (f" ({note})" if note else ""), fontsize=10)
-    axes[0].set_ylabel("query (who reads)")
-    axes[0].set_xlabel("key (who is read)")
-    return save(fig, out / "attention_heatmaps.png")
+    with plt.rc_context({"font.size": FONT}):  # 2 x 2 at 10 in: legible in the site's column
+        fig, axes = plt.subplots(2, 2, figsize=(10, 10))
+        for ax, (layer, head, note) in zip(axes.flat, panels):
+            ax.imshow(attentions[layer][0, head].numpy(), cmap="Blues", vmin=0, vmax=1)
+            ax.set_xticks(range(len(words)), words, rotation=90, fontsize=FONT)
+            ax.set_yticks(range(len(words)), words, fontsize=FONT)
+            ax.set_title(f"layer {layer}, head {head}" + (f" ({note})" if note else ""), fontsize=FONT + 1)
+        for ax in axes[:, 0]:
+            ax.set_ylabel("query (who reads)")
+        for ax in axes[1]:
+            ax.set_xlabel("key (who is read)")
+        return save(fig, out / "attention_heatmaps.png")
 
 
 def masking(out: Path) -> Path:
@@ -101,20 +104,23 @@ def masking(out: Path) -> Path:
     kept = (masked == rows) & chosen
     shares = [became_mask.sum().item(), (chosen & ~became_mask & ~kept).sum().item(), kept.sum().item()]
     words = tok.convert_ids_to_tokens(ids)
-    fig, (left, right) = plt.subplots(1, 2, figsize=(14, 4), gridspec_kw={"width_ratios": [3, 1]})
-    left.bar(range(len(ids)), chosen.float().mean(0).numpy(), color="tab:blue")
-    left.axhline(0.15, color="grey", linestyle="--", label="15 %")
-    left.set_xticks(range(len(ids)), words, rotation=90, fontsize=8)
-    left.set_ylabel("share of draws that choose it")
-    left.set_title("which tokens are chosen (4,000 draws; [CLS] and [SEP] never)")
-    left.legend()
-    total = sum(shares)
-    right.bar(["[MASK]", "random", "unchanged"], [s / total for s in shares], color=["tab:red", "tab:orange", "tab:green"])
-    for i, s in enumerate(shares):
-        right.text(i, s / total + 0.01, f"{s / total:.1%}", ha="center")
-    right.set_ylim(0, 1)
-    right.set_title(f"what the {total:,} chosen tokens became")
-    return save(fig, out / "masking.png")
+    with plt.rc_context({"font.size": FONT}):  # one above the other at 10 in: legible in the site's column
+        fig, (left, right) = plt.subplots(2, 1, figsize=(10, 7.4), gridspec_kw={"height_ratios": [2.2, 1]})
+        left.bar(range(len(ids)), chosen.float().mean(0).numpy(), color="tab:blue")
+        left.axhline(0.15, color="grey", linestyle="--", label="15 %")
+        left.set_xticks(range(len(ids)), words, rotation=90, fontsize=FONT)
+        left.set_ylabel("share of draws\nthat choose it")
+        left.set_title("which tokens are chosen (4,000 draws; [CLS] and [SEP] never)")
+        left.legend()
+        total = sum(shares)
+        right.barh(["[MASK]", "random", "unchanged"], [s / total for s in shares],
+                   color=["tab:red", "tab:orange", "tab:green"])
+        for i, s in enumerate(shares):
+            right.text(s / total + 0.01, i, f"{s / total:.1%}", va="center")
+        right.set_xlim(0, 1)
+        right.invert_yaxis()
+        right.set_title(f"what the {total:,} chosen tokens became")
+        return save(fig, out / "masking.png")
 
 
 def token_losses(model, ids: torch.Tensor, chosen: torch.Tensor) -> torch.Tensor:
@@ -137,15 +143,16 @@ def initial_loss(out: Path) -> Path:
             if p.dim() == 2:
                 p.normal_(0.0, 1.0)
     wild = token_losses(model, ids, chosen)
-    fig, (a, b) = plt.subplots(1, 2, figsize=(12, 3.8))
     ln_v = math.log(config.vocab_size)
-    for ax, losses, name in ((a, bert_init, "BERT's init, N(0, 0.02²)"), (b, wild, "every matrix N(0, 1)")):
-        ax.hist(losses.numpy(), bins=40, color="tab:blue")
-        ax.axvline(ln_v, color="tab:red", linestyle="--", label=f"ln |V| = {ln_v:.2f}")
-        ax.set_title(f"{name}: mean {losses.mean():.2f} over {len(losses)} masked tokens", fontsize=10)
-        ax.set_xlabel("cross-entropy of the right token")
-        ax.legend()
-    return save(fig, out / "initial_loss.png")
+    with plt.rc_context({"font.size": FONT}):  # one above the other at 10 in: legible in the site's column
+        fig, (a, b) = plt.subplots(2, 1, figsize=(10, 6.6))
+        for ax, losses, name in ((a, bert_init, "BERT's init, N(0, 0.02²)"), (b, wild, "every matrix N(0, 1)")):
+            ax.hist(losses.numpy(), bins=40, color="tab:blue")
+            ax.axvline(ln_v, color="tab:red", linestyle="--", label=f"ln |V| = {ln_v:.2f}")
+            ax.set_title(f"{name}: mean {losses.mean():.2f} over {len(losses)} masked tokens", fontsize=FONT + 1)
+            ax.set_xlabel("cross-entropy of the right token")
+            ax.legend()
+        return save(fig, out / "initial_loss.png")
 
 
 def recorded_shapes(model: torch.nn.Module, names: list[str], batch: dict) -> dict[str, tuple]:
