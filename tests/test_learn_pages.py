@@ -234,6 +234,31 @@ def test_page_runs_with_its_slow_blocks(page: Path, tmp_path: Path, monkeypatch:
     run_page(page, tmp_path, slow=True)
 
 
+def test_the_pages_formulas_become_mathml_outside_code() -> None:
+    """docs/hooks/maths.py: each `$$ ... $$` paragraph outside a fence is MathML in the built page (no script, no
+    network); a `$` in a sentence or anything in a code block stays as written."""
+    import importlib.util
+    import types
+
+    import markdown
+
+    spec = importlib.util.spec_from_file_location("maths", DOCS / "hooks" / "maths.py")
+    maths = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(maths)  # type: ignore[union-attr]
+    text = "costs $5 or $6\n\n$$x_i = \\frac{a}{b}$$\n\n```python\n$$kept$$\n```\n"
+    swapped, found = maths.formulas(text)
+    assert len(found) == 1 and "<mfrac>" in found[0] and "$$kept$$" in swapped and "costs $5 or $6" in swapped
+    converted = 0
+    for page in PAGES:
+        source = page.read_text(encoding="utf-8")
+        holder = types.SimpleNamespace()
+        html = maths.on_page_content(markdown.markdown(maths.on_page_markdown(source, page=holder)), page=holder)
+        assert "bertforgemaths" not in html and "<merror" not in html, page.name
+        converted += html.count("<math ")
+        assert html.count("<math ") == len(holder.maths), page.name
+    assert converted >= 4  # page 1's input sum, page 2's attention, page 3's LayerNorm and GELU
+
+
 # ---------------------------------------------------------------------------------------------- the pictures
 PICTURES = DOCS / "images" / "learn"
 
