@@ -183,20 +183,20 @@ def architecture(out: Path) -> Path:
     batch = {"input_ids": torch.randint(5, 1000, (2, 12)), "sparse_mlm": False}
     shapes = recorded_shapes(model, names, batch)
     modules = dict(model.named_modules())
-    fig, ax = plt.subplots(figsize=(9, 0.62 * len(names) + 1))
+    fig, ax = plt.subplots(figsize=(10, 0.66 * len(names) + 1))
     colours = {"embeddings": "#cde", "attention": "#fdb", "intermediate": "#dfd", "output": "#dfd", "pooler": "#eee",
                "predictions": "#fcc", "seq_relationship": "#fcc"}
     for row, name in enumerate(names):
         y = len(names) - row
         kind = name.split(".")[-1]
         params = sum(p.numel() for p in modules[name].parameters())
-        ax.add_patch(plt.Rectangle((0, y - 0.4), 6, 0.8, color=colours.get(kind, "#eee"), ec="black"))
-        ax.text(0.15, y, f"{name}  ({type(modules[name]).__name__})", va="center", fontsize=9, family="monospace")
-        ax.text(6.2, y, f"-> {list(shapes[name])}   {params:,} params", va="center", fontsize=9)
+        ax.add_patch(plt.Rectangle((0, y - 0.4), 6.05, 0.8, color=colours.get(kind, "#eee"), ec="black"))
+        ax.text(0.15, y, f"{name}  ({type(modules[name]).__name__})", va="center", fontsize=FONT, family="monospace")
+        ax.text(6.2, y, f"→ {list(shapes[name])}   {params:,} params", va="center", fontsize=FONT)
     ax.set_xlim(0, 10.5)
     ax.set_ylim(0.3, len(names) + 0.7)
     ax.axis("off")
-    ax.set_title(f"BertForPreTraining, preset tiny (V = {config.vocab_size}): input_ids [2, 12]", fontsize=11)
+    ax.set_title(f"BertForPreTraining, preset tiny (V = {config.vocab_size}): input_ids [2, 12]", fontsize=FONT + 1)
     return save(fig, out / "architecture.png")
 
 
