@@ -234,6 +234,31 @@ def test_page_runs_with_its_slow_blocks(page: Path, tmp_path: Path, monkeypatch:
     run_page(page, tmp_path, slow=True)
 
 
+def test_the_pages_formulas_become_mathml_outside_code() -> None:
+    """docs/hooks/maths.py: each `$$ ... $$` paragraph outside a fence is MathML in the built page (no script, no
+    network); a `$` in a sentence or anything in a code block stays as written."""
+    import importlib.util
+    import types
+
+    import markdown
+
+    spec = importlib.util.spec_from_file_location("maths", DOCS / "hooks" / "maths.py")
+    maths = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(maths)  # type: ignore[union-attr]
+    text = "costs $5 or $6\n\n$$x_i = \\frac{a}{b}$$\n\n```python\n$$kept$$\n```\n"
+    swapped, found = maths.formulas(text)
+    assert len(found) == 1 and "<mfrac>" in found[0] and "$$kept$$" in swapped and "costs $5 or $6" in swapped
+    converted = 0
+    for page in PAGES:
+        source = page.read_text(encoding="utf-8")
+        holder = types.SimpleNamespace()
+        html = maths.on_page_content(markdown.markdown(maths.on_page_markdown(source, page=holder)), page=holder)
+        assert "bertforgemaths" not in html and "<merror" not in html, page.name
+        converted += html.count("<math ")
+        assert html.count("<math ") == len(holder.maths), page.name
+    assert converted >= 4  # page 1's input sum, page 2's attention, page 3's LayerNorm and GELU
+
+
 # ---------------------------------------------------------------------------------------------- the pictures
 PICTURES = DOCS / "images" / "learn"
 
@@ -271,6 +296,83 @@ def test_the_architecture_picture_records_the_real_shapes(tmp_path: Path) -> Non
     assert shapes == {"bert.embeddings": (2, 12, 128), "bert.encoder.layer.0.intermediate": (2, 12, 512),
                       "bert.pooler": (2, 128), "cls.predictions": (2, 12, 1000)}
     assert pictures.architecture(tmp_path).stat().st_size > 10_000
+
+
+def test_the_input_sum_picture_draws_the_real_ids_and_tables() -> None:
+    d = make_pictures().input_sum_data()
+    # page 1's printout of the same pair
+    assert d["tokens"][:5] == ["[CLS]", "the", "una", "##ffa", "##ble"] and d["tokens"].count("[SEP]") == 2
+    assert d["ids"][:3] == [101, 1996, 14477] and d["ids"][11] == d["ids"][-1] == 102
+    assert d["types"] == [0] * 12 + [1] * 6
+    assert d["tables"] == {"word_embeddings": (30522, 384), "token_type_embeddings": (2, 384),
+                           "position_embeddings": (512, 384)}
+    assert d["norm"] == "LayerNorm"
+
+
+def test_the_block_picture_follows_the_specs_norm_placement() -> None:
+    from bertforge import BertConfig, BertModel
+
+    pictures = make_pictures()
+    post, pre = pictures.block_data("tiny"), pictures.block_data("modernbert-tiny")
+    assert post["norm"] == BertConfig.preset("tiny").spec.norm == "post"
+    assert pre["norm"] == BertConfig.preset("modernbert-tiny").spec.norm == "pre"
+    kinds = lambda d: [k for k, _ in d["steps"] if k != "fork"]  # noqa: E731
+    assert kinds(post) == ["sublayer", "add", "norm"] * 2
+    assert kinds(pre) == ["norm", "sublayer", "add"] * 2
+    assert post["norms"] == ["attention.output.LayerNorm", "output.LayerNorm"]
+    assert pre["norms"] == ["attention.norm", "intermediate.norm"] and pre["final_norm"] == "encoder.final_norm"
+    assert not pre["first_attention_norm"] and post["final_norm"] is None
+    modules = dict(BertModel(BertConfig.preset("modernbert-tiny")).named_modules())
+    assert all(f"encoder.layer.1.{name}" in modules for name in pre["norms"])
+    assert post["ffn_in"] == (512, 128) and pre["ffn"] == "gated" and pre["ffn_in"] == (2 * pre["ffn_out"][1], 128)
+
+
+def test_the_masks_picture_is_the_models_padding_mask_and_a_causal_one() -> None:
+    d = make_pictures().masks_data()
+    tokens, full, causal = d["tokens"], d["bidirectional"], d["causal"]
+    S = len(tokens)
+    assert tokens[:3] == ["[CLS]", "i", "drank"] and "[MASK]" in tokens and tokens[-2:] == ["[PAD]", "[PAD]"]
+    assert d["extended_shape"] == (2, 1, 1, S)
+    real = [t != "[PAD]" for t in tokens]
+    assert all(full[i] == real for i in range(S))  # every query reads every real key, no padding key
+    assert all(causal[i][j] == (real[j] and j <= i) for i in range(S) for j in range(S))
+
+
+def test_the_fine_tuning_picture_draws_the_real_tokens_labels_and_span() -> None:
+    d = make_pictures().fine_tuning_data()
+    assert d["classification"][0] == "[CLS]" and d["classification"][-1] == "[SEP]" and len(d["classification"]) == 9
+    # page 8's printout of the same tagged words
+    assert d["tagging"]["tokens"] == ["[CLS]", "angela", "mer", "##kel", "visited", "wolf", "##sburg", "yesterday", "[SEP]"]
+    assert d["tagging"]["labels"] == [-100, 1, 2, -100, 0, 3, -100, 0, -100]
+    qa = d["qa"]
+    first, last = qa["span"]
+    assert qa["tokens"][first:last + 1] == ["the", "10th", "and", "11th", "centuries"]
+    assert qa["types"][first] == 1 and qa["types"][:qa["types"].index(1)].count(0) == qa["tokens"].index("[SEP]") + 1
+
+
+def test_the_family_picture_reads_each_members_spec() -> None:
+    from bertforge import BertConfig
+
+    d = make_pictures().family_data()
+    assert list(d) == ["bert", "roberta", "albert", "distilbert", "deberta-v2", "modernbert"]
+    for name, row in d.items():
+        spec = BertConfig.preset(f"{name}-tiny").spec
+        assert row["norm"] == spec.norm and row["positions"] == spec.positions and row["ffn"] == spec.ffn
+        assert row["token types"] == str(spec.type_vocab_size) and row["pooler"] == str(spec.pooler)
+    assert d["albert"]["embedding_size"] == "64" and d["deberta-v2"]["relative"] == "p2c+c2p"
+    assert d["modernbert"]["rotary: window"] == "128, global" and d["bert"]["rotary: window"] == "-"
+
+
+def test_the_drawings_fit_the_sites_column(tmp_path: Path) -> None:
+    """The pictures are at most 800 px wide (10 in at DPI 80), so their 11 pt text stays legible on the page (all but
+    pretraining_curves, which needs the demo's pretraining run)."""
+    import matplotlib.image
+
+    pictures = make_pictures()
+    for name in sorted(set(pictures.PICTURES) - {"pretraining_curves"}):
+        png = pictures.PICTURES[name](tmp_path)
+        height, width = matplotlib.image.imread(png).shape[:2]
+        assert width <= 800 and png.stat().st_size < 150_000, (name, width, height)
 
 
 def test_every_probe_has_a_kind_that_holds_its_answer() -> None:
