@@ -238,7 +238,7 @@ def pretrain_demo(steps: int, work: Path) -> Path:
     every = max(1, steps // 10)
     pretrain(**{**DEMO, "out": str(work / "run"), "max_steps": steps, "save_every": every,
                 "keep_checkpoints": steps // every + 1, "warmup_steps": min(DEMO["warmup_steps"], max(1, steps // 10)),
-                "progress": False})
+                "progress": False, "save_every_minutes": None})  # checkpoints on the step grid only: the probes
     return work / "run"
 
 
