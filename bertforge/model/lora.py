@@ -34,6 +34,7 @@ from safetensors.torch import save_file
 from torch import Tensor, nn
 
 from ..core.errors import BertforgeError
+from ..core.hub import looks_like_hub_id, split_revision
 from ..core.io import atomic_write_files
 from ..core.linear import linear
 from ..core.ops import activation_fn, dropout
@@ -347,14 +348,24 @@ def adapter_config(model: nn.Module, base: str | None = None) -> dict[str, Any]:
     every = [k.removesuffix(".weight") for k in names if k.endswith(".weight")]
     head = set(_head_state(model))
     heads = sorted({_outermost(k, head, names) for k in head})
+    base, revision = hub_base(base)
     return {
         "peft_type": "LORA", "task_type": TASK_TYPES.get(type(model).__name__), "base_model_name_or_path": base,
         "r": rank, "lora_alpha": alpha, "lora_dropout": p, "bias": "none", "fan_in_fan_out": False,
         "target_modules": _target_modules([m.name for m in made], every), "modules_to_save": heads or None,
         "inference_mode": True, "init_lora_weights": True, "use_rslora": False, "use_dora": False,
         "rank_pattern": {}, "alpha_pattern": {}, "layers_to_transform": None, "layers_pattern": None,
-        "revision": None,
+        "revision": revision,
     }
+
+
+def hub_base(base: str | None) -> tuple[str | None, str | None]:
+    """PEFT's (base_model_name_or_path, revision) of a base model: a Hub id bertforge pinned (`org/name@<commit>`,
+    `core.hub.pin_revision`) is split into the id and its commit, so that PEFT, and bertforge reading the adapter back,
+    load the weights the adapter was trained on even after the branch moves; a path stays as it is."""
+    if base is None or Path(base).exists() or not looks_like_hub_id(base):
+        return base, None
+    return split_revision(base)
 
 
 def adapter_state(model: nn.Module) -> dict[str, Tensor]:
@@ -443,7 +454,10 @@ def adapted_config(path: str | Path, base: str | Path | None = None) -> tuple[st
     path = Path(path)
     if base is None:
         config = _read_json(path / ADAPTER_CONFIG)
-        base = config.get("base_model_name_or_path")
+        base, revision = config.get("base_model_name_or_path"), config.get("revision")
+        if isinstance(base, str) and isinstance(revision, str) and revision and "@" not in base \
+                and looks_like_hub_id(base) and not Path(base).exists():
+            base = f"{base}@{revision}"  # the commit the adapter was trained on
     if not base:
         raise BertforgeError(f"{path / ADAPTER_CONFIG}: no base_model_name_or_path: name the base model too "
                              "(pipeline(task, model=BASE, adapter=DIR), serve --model BASE --adapter NAME=DIR)")

@@ -152,3 +152,28 @@ def test_a_run_records_the_commit_its_hub_id_resolved_to(cache, tmp_path):
     assert model_path(recorded) == cache / "snapshots" / SHA  # what --resume / --run-config replay
     with pytest.raises(BertforgeError, match=f"--resume with settings that differ.*acme/tiny-bert@{OLD_SHA}"):
         finetune(model="acme/tiny-bert", resume=True, **run)
+
+
+def test_an_adapter_trained_on_a_hub_id_records_its_commit_for_peft_and_for_bertforge(cache, tmp_path):
+    """LoRA on `acme/tiny-bert`: adapter_config.json says the base as PEFT spells it, the id and the commit apart
+    (`revision`), and loading the adapter later takes that commit even after the branch moved (#46)."""
+    from bertforge.finetune import finetune
+    from bertforge.model.lora import adapted_config
+    from tests.finetune.conftest import write_sentiment
+
+    train = write_sentiment(tmp_path / "train.tsv", 8)
+    out = tmp_path / "lora"
+    finetune(task="classification", model="acme/tiny-bert", train=str(train), dev=str(train), out=str(out), epochs=1,
+             batch_size=4, progress=False, device="cpu", lora_rank=2)
+    config = json.loads((out / "model" / "adapter_config.json").read_text(encoding="utf-8"))
+    assert (config["base_model_name_or_path"], config["revision"]) == ("acme/tiny-bert", SHA)
+    peft = pytest.importorskip("peft")
+    assert peft.PeftConfig.from_pretrained(str(out / "model")).revision == SHA  # PEFT reads it the same way
+    (cache / "refs" / "main").write_text(OLD_SHA)  # the branch moves on
+    base, _ = adapted_config(out / "model")
+    assert base == f"acme/tiny-bert@{SHA}" and model_path(base) == cache / "snapshots" / SHA
+    local = tmp_path / "local-lora"
+    finetune(task="classification", model=str(cache / "snapshots" / SHA), train=str(train), dev=str(train), out=str(local),
+             epochs=1, batch_size=4, progress=False, device="cpu", lora_rank=2)
+    config = json.loads((local / "model" / "adapter_config.json").read_text(encoding="utf-8"))
+    assert config["revision"] is None and config["base_model_name_or_path"] == str(cache / "snapshots" / SHA)
