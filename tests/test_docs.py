@@ -220,6 +220,9 @@ def test_the_site_builds_strictly(tmp_path):
     site = tmp_path / "site"
     done = build_site(ROOT / "mkdocs.yml", site)
     assert done.returncode == 0, done.stdout + done.stderr
+    course = (site / "learn" / "01-embeddings" / "index.html").read_text(encoding="utf-8")
+    assert "stylesheets/extra.css" in course  # long code lines wrap in the column rather than run off it
+    assert "white-space: pre-wrap" in (site / "stylesheets" / "extra.css").read_text(encoding="utf-8")
     cli_page = (site / "reference" / "cli" / "index.html").read_text(encoding="utf-8")
     from bertforge.cli import build_parser, subcommands
     sys.path.insert(0, str(DOCS / "hooks"))
