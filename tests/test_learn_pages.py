@@ -124,7 +124,9 @@ REDUCED: dict[str, tuple[tuple[str, str], ...]] = {
     "exercises/02-fine-tuning.md": (("epochs=2, batch_size=16", "epochs=1, batch_size=16"),),
     "learn/08-fine-tuning.md": (("for lr in (1e-5, 2e-5, 5e-5, 2e-4, 1e-3):", "for lr in (1e-3,):"),
                                 ('sentences("train.tsv", 2000), sentences("test.tsv", 872)',
-                                 'sentences("train.tsv", 64), sentences("test.tsv", 32)')),
+                                 'sentences("train.tsv", 64), sentences("test.tsv", 32)'),
+                                ('tagged("train.txt", 1000), tagged("valid.txt", 500)', 'tagged("train.txt", 16), tagged("valid.txt", 8)'),
+                                ("for _ in range(300):", "for _ in range(3):")),
 }
 
 
