@@ -36,7 +36,7 @@ from . import metrics as M
 from .config import DataOptions
 from .data import read_text_file, record_source, table_rows
 from .features import Feature
-from .tasks import TASK_CLASSES, Encoded, Output, Task
+from .tasks import TASK_CLASSES, Encoded, Output, Task, _softmax
 
 CONTEXT_COLUMNS = ("sent1", "context", "question")  # the context's column when --text-column is not given
 PREFIX_COLUMN = "sent2"  # SWAG's start of every choice, put before each ending
@@ -189,11 +189,6 @@ def encode_choices(tokenizer: Any, examples: list[ChoiceExample], max_length: in
     return features
 
 
-def _softmax(logits: np.ndarray) -> np.ndarray:
-    z = np.exp(logits.astype(np.float64) - logits.max())
-    return z / z.sum()
-
-
 class MultipleChoice(Task):
     """Multiple choice (see the module docstring)."""
 
@@ -221,7 +216,7 @@ class MultipleChoice(Task):
         choice's (the softmax over the example's logits)."""
         records = []
         for example, output in zip(data.examples, outputs):
-            probs = _softmax(output["logits"])
+            probs = _softmax(output["logits"].astype(np.float64))
             best = int(probs.argmax())
             records.append({"line": example.line, "context": example.context, "choices": example.choices,
                             "label": best, "text": example.choices[best], "score": float(probs[best]),

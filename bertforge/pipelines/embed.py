@@ -122,7 +122,7 @@ class EmbedPipeline(SentenceTransformersVectors):
         self.pooling = pooling if pooling is not None else defaults.get("pooling", "mean")
         self.set_normalize(normalize)
         self.hidden_size = self.model.config.hidden_size
-        self.dense = self.read_dense(self.declared.get("dense", []))
+        self.dense = self.dense_chain(self.declared.get("dense", []))
         self.layer = self.check_layer(layer)
         n = self.model.config.num_hidden_layers
         self.depth = None if self.layer == n else self.layer  # None: every block
@@ -151,7 +151,7 @@ class EmbedPipeline(SentenceTransformersVectors):
             )
         return layer % (n + 1)
 
-    def read_dense(self, paths: list[str]) -> list[Dense]:
+    def dense_chain(self, paths: list[str]) -> list[Dense]:
         """The Dense modules a sentence-transformers directory lists after its Pooling, in order, each taking the
         previous one's width (the first: the model's)."""
         chain: list[Dense] = []
